@@ -1,0 +1,193 @@
+// The store contract: the one narrow interface under the registry where durability lives.
+//
+// Three implementations keep it (memory, the embedded log, PostgreSQL) and all of them pass the
+// shared contract suite in tests/store/store_contract_test.cc. Nothing here knows about tenants,
+// authorization, consumer groups or HTTP: a stream is named by an opaque namespace string plus
+// a name, and a cursor is a named monotonic offset.
+//
+// Offsets are public and 1-based. next_offset starts at 1 (or StreamSpec::first_offset) and
+// never decreases, not even when retention or a truncate removes every record.
+//
+// Durability: when an Append's callback reports success, the records, the producer state and the
+// tail movement are durable to the degree the store declares in Durability(). They become
+// visible to Read at the same moment, never before. A store reports an append either as
+// committed (OK), definitely refused (kConflict, kFailedPrecondition, kInvalidArgument,
+// kOutOfRange, kNotFound, ...) or as kOutcomeUnknown when it cannot tell; kOutcomeUnknown is
+// never used for a definite refusal.
+//
+// Thread-safety: every method may be called concurrently from any thread. Appends to one stream
+// are linearizable (SEMANTICS A8). Callbacks may run on the calling thread (before Append
+// returns) or on a store thread; they must not block for long.
+#ifndef RUNNEL_STORE_H_
+#define RUNNEL_STORE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runnel/clock.h"
+#include "runnel/status.h"
+#include "runnel/types.h"
+
+namespace runnel {
+
+using StreamId = uint64_t;
+
+// The catalog row of a stream, as given at create.
+struct StreamSpec {
+  // Opaque namespace; the registry passes StreamScope::Label().
+  std::string ns;
+  // Opaque, non-empty byte string.
+  std::string name;
+  StreamRetention retention;
+  std::string content_type;
+  // The offset the first append gets. Normally 1; higher for imports and forks.
+  uint64_t first_offset = 1;
+  uint64_t created_at_ms = 0;
+  // Opaque bytes owned by the layer above (protocol metadata such as TTL or fork origin).
+  // Stored and returned unchanged.
+  std::string attributes;
+};
+
+// A snapshot of one stream's catalog row and extent.
+struct StreamInfo {
+  StreamId id = 0;
+  StreamSpec spec;
+  uint64_t head_offset = 0;  // 0 when empty
+  uint64_t tail_offset = 0;  // 0 when empty
+  uint64_t next_offset = 1;
+  uint64_t event_count = 0;
+  uint64_t retained_bytes = 0;
+  bool closed = false;
+};
+
+struct AppendRecord {
+  std::optional<std::string> key;
+  std::string payload;
+};
+
+// An idempotent producer's state on one stream (Durable Streams Producer-Id/Epoch/Seq). Written
+// in the same atomic commit as the records it describes.
+struct ProducerState {
+  std::string producer_id;
+  uint64_t epoch = 0;
+  uint64_t seq = 0;
+  // The last offset written by this producer's last accepted append.
+  uint64_t last_offset = 0;
+};
+
+struct AppendRequest {
+  StreamId stream = 0;
+  // The batch, committed atomically at consecutive offsets. May be empty only when close is set.
+  std::vector<AppendRecord> records;
+  // The timestamp stored with every record, and the "now" that age retention uses.
+  uint64_t now_ms = 0;
+  // When set, the batch must start at exactly this offset; otherwise the append is refused with
+  // kConflict carrying (expected, actual next offset) and nothing is written.
+  std::optional<uint64_t> expected_offset;
+  // When set, stored atomically with the records (last_offset filled in by the store).
+  std::optional<ProducerState> producer;
+  // Close the stream after these records, atomically with them.
+  bool close = false;
+};
+
+struct AppendResult {
+  // Offsets of the first and last appended record; both 0 for an empty (close-only) batch.
+  uint64_t first_offset = 0;
+  uint64_t last_offset = 0;
+  // The stream's next offset after the append.
+  uint64_t next_offset = 0;
+};
+
+struct StoredRecord {
+  uint64_t offset = 0;
+  uint64_t appended_at_ms = 0;
+  std::optional<std::string> key;
+  std::string payload;
+};
+
+struct CursorState {
+  std::string consumer;
+  uint64_t offset = 0;
+  uint64_t updated_at_ms = 0;
+};
+
+using AppendCallback = std::function<void(Result<AppendResult>)>;
+// Called after records become visible: (stream, new next_offset). May run on any thread; must
+// not call back into the store while holding locks of its own that an appender could need.
+using TailListener = std::function<void(StreamId, uint64_t)>;
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // "memory", "log", "postgres".
+  virtual std::string_view Name() const = 0;
+  // What an acknowledged append survives, in one sentence, e.g. "process-local: lost on exit".
+  virtual std::string Durability() const = 0;
+
+  // Catalog. CreateStream refuses an existing (ns, name) with kAlreadyExists and leaves it
+  // unchanged; a zero retention cap or an empty name gives kInvalidArgument.
+  virtual Result<StreamInfo> CreateStream(const StreamSpec& spec) = 0;
+  // kNotFound when absent (deleted streams are absent).
+  virtual Result<StreamInfo> GetStream(std::string_view ns, std::string_view name) = 0;
+  virtual Result<StreamInfo> GetStreamById(StreamId id) = 0;
+  // Streams of `ns` with name > start_after, ascending by name, at most `limit` of them.
+  virtual Result<std::vector<StreamInfo>> ListStreams(std::string_view ns,
+                                                      std::string_view start_after,
+                                                      size_t limit) = 0;
+  // Replaces retention and attributes. Retention takes effect at the next append.
+  virtual Status UpdateStream(StreamId id, const StreamRetention& retention,
+                              std::string_view attributes) = 0;
+  // Removes the stream, its records, cursors and producer state. Its name can be created again
+  // as a new stream.
+  virtual Status DeleteStream(StreamId id) = 0;
+
+  // Appends a batch and applies the stream's retention after it (the new records always
+  // survive). `done` runs exactly once.
+  virtual void Append(AppendRequest request, AppendCallback done) = 0;
+
+  // Up to `limit` records with offset >= from, ascending and gap-free, stopping before the
+  // total payload bytes would pass max_bytes (but always returning at least one record if any
+  // is available and limit > 0). A from below the head starts at the head.
+  virtual Result<std::vector<StoredRecord>> Read(StreamId id, uint64_t from, size_t limit,
+                                                 size_t max_bytes) = 0;
+  // The record at exactly `offset`, or nullopt if that slot is empty or was truncated.
+  virtual Result<std::optional<StoredRecord>> ReadAt(StreamId id, uint64_t offset) = 0;
+
+  // Removes records with offset <= through. With respect_cursors, the cut is lowered to the
+  // smallest cursor on the stream, atomically with respect to CommitCursor (SEMANTICS P7/P8).
+  // Returns the number of records removed; never moves next_offset or any cursor.
+  virtual Result<uint64_t> TruncatePrefix(StreamId id, uint64_t through, bool respect_cursors) = 0;
+
+  // Atomic max-merge of a named cursor; registers the cursor if absent. Returns the stored
+  // value after the merge. updated_at_ms changes only when the value advances.
+  virtual Result<uint64_t> CommitCursor(StreamId id, std::string_view consumer, uint64_t offset,
+                                        uint64_t now_ms) = 0;
+  // nullopt when the cursor was never committed.
+  virtual Result<std::optional<CursorState>> GetCursor(StreamId id,
+                                                       std::string_view consumer) = 0;
+  // Every cursor of the stream, ascending by name.
+  virtual Result<std::vector<CursorState>> ListCursors(StreamId id) = 0;
+
+  virtual Result<std::optional<ProducerState>> GetProducer(StreamId id,
+                                                           std::string_view producer_id) = 0;
+
+  // Returns once every append acknowledged so far is durable to the store's strongest level.
+  virtual Status Flush() = 0;
+
+  // Installs the single tail listener (replacing any earlier one). Pass nullptr to remove.
+  virtual void SetTailListener(TailListener listener) = 0;
+};
+
+// A store that keeps everything in process memory. Acknowledged appends are lost on exit.
+std::unique_ptr<Store> NewMemoryStore();
+
+}  // namespace runnel
+
+#endif  // RUNNEL_STORE_H_

@@ -1,0 +1,84 @@
+#include "runnel/status.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace runnel {
+
+std::string_view StatusCodeName(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return "ok";
+    case StatusCode::kNotFound: return "not_found";
+    case StatusCode::kAlreadyExists: return "already_exists";
+    case StatusCode::kInvalidArgument: return "invalid_argument";
+    case StatusCode::kPermissionDenied: return "permission_denied";
+    case StatusCode::kConflict: return "conflict";
+    case StatusCode::kOutcomeUnknown: return "outcome_unknown";
+    case StatusCode::kFailedPrecondition: return "failed_precondition";
+    case StatusCode::kOutOfRange: return "out_of_range";
+    case StatusCode::kCorruption: return "corruption";
+    case StatusCode::kIOError: return "io_error";
+    case StatusCode::kResourceExhausted: return "resource_exhausted";
+    case StatusCode::kUnavailable: return "unavailable";
+    case StatusCode::kInternal: return "internal";
+    case StatusCode::kUnauthenticated: return "unauthenticated";
+  }
+  return "unknown";
+}
+
+Status::Status(StatusCode code, std::string_view message) {
+  if (code != StatusCode::kOk) {
+    rep_ = std::make_unique<Rep>(Rep{code, std::string(message), std::nullopt, std::nullopt});
+  }
+}
+
+Status::Status(const Status& other)
+    : rep_(other.rep_ ? std::make_unique<Rep>(*other.rep_) : nullptr) {}
+
+Status& Status::operator=(const Status& other) {
+  if (this != &other) rep_ = other.rep_ ? std::make_unique<Rep>(*other.rep_) : nullptr;
+  return *this;
+}
+
+Status Status::Conflict(std::string_view msg, uint64_t expected, uint64_t actual) {
+  Status s(StatusCode::kConflict, msg);
+  s.rep_->expected = expected;
+  s.rep_->actual = actual;
+  return s;
+}
+
+std::string_view Status::message() const noexcept {
+  return rep_ ? std::string_view(rep_->message) : std::string_view();
+}
+
+std::optional<uint64_t> Status::conflict_expected() const noexcept {
+  return rep_ ? rep_->expected : std::nullopt;
+}
+
+std::optional<uint64_t> Status::conflict_actual() const noexcept {
+  return rep_ ? rep_->actual : std::nullopt;
+}
+
+std::string Status::ToString() const {
+  if (ok()) return "ok";
+  std::string out(StatusCodeName(rep_->code));
+  out += ": ";
+  out += rep_->message;
+  return out;
+}
+
+Status Status::Annotate(std::string_view context) const {
+  if (ok()) return Status();
+  Status s(*this);
+  s.rep_->message = std::string(context) + ": " + rep_->message;
+  return s;
+}
+
+namespace internal {
+void DieOnBadResultAccess(const Status& status) {
+  std::fprintf(stderr, "runnel: value() of a failed Result: %s\n", status.ToString().c_str());
+  std::abort();
+}
+}  // namespace internal
+
+}  // namespace runnel

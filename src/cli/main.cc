@@ -1,0 +1,14 @@
+// The runnel binary: server and command-line client.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "runnel/registry.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"runnel: a durable event-stream engine"};
+  app.require_subcommand(1);
+  auto* version = app.add_subcommand("version", "Print the version and exit");
+  version->callback([] { std::printf("runnel 0.1.0\n"); });
+  CLI11_PARSE(app, argc, argv);
+  return 0;
+}

@@ -1,0 +1,338 @@
+#include "store/memory/memory_store.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "store/retention.h"
+
+namespace runnel {
+
+std::unique_ptr<Store> NewMemoryStore() { return std::make_unique<store::MemoryStore>(); }
+
+namespace store {
+namespace {
+
+Status StreamNotFound(StreamId id) {
+  return Status::NotFound("stream #" + std::to_string(id) + " does not exist");
+}
+
+}  // namespace
+
+std::shared_ptr<MemoryStore::Stream> MemoryStore::Find(StreamId id) {
+  std::shared_lock lock(catalog_mu_);
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : it->second;
+}
+
+StreamInfo MemoryStore::Snapshot(const Stream& s) {
+  StreamInfo info;
+  info.id = s.id;
+  info.spec = s.spec;
+  info.next_offset = s.next_offset;
+  info.event_count = s.records.size();
+  info.retained_bytes = s.bytes;
+  info.closed = s.closed;
+  if (!s.records.empty()) {
+    info.head_offset = s.records.front().offset;
+    info.tail_offset = s.records.back().offset;
+  }
+  return info;
+}
+
+void MemoryStore::DropOldest(Stream& s, size_t n) {
+  for (size_t i = 0; i < n && !s.records.empty(); ++i) {
+    const StoredRecord& r = s.records.front();
+    s.bytes -= RecordBytes(r.key ? r.key->size() : 0, r.payload.size());
+    s.records.pop_front();
+  }
+}
+
+void MemoryStore::ApplyRetention(Stream& s, uint64_t now_ms) {
+  RetainedView view;
+  view.count = s.records.size();
+  view.total_bytes = s.bytes;
+  view.timestamp_at = [&s](size_t i) { return s.records[i].appended_at_ms; };
+  view.bytes_at = [&s](size_t i) {
+    const StoredRecord& r = s.records[i];
+    return RecordBytes(r.key ? r.key->size() : 0, r.payload.size());
+  };
+  DropOldest(s, RetentionDropCount(s.spec.retention, now_ms, view));
+}
+
+Result<StreamInfo> MemoryStore::CreateStream(const StreamSpec& spec) {
+  RUNNEL_RETURN_IF_ERROR(ValidateStreamName(spec.name));
+  RUNNEL_RETURN_IF_ERROR(ValidateRetention(spec.retention));
+  if (spec.first_offset == 0 || spec.first_offset == std::numeric_limits<uint64_t>::max()) {
+    return Status::InvalidArgument("first_offset must be between 1 and 2^64-2");
+  }
+  std::unique_lock lock(catalog_mu_);
+  auto& names = by_name_[spec.ns];
+  if (names.find(spec.name) != names.end()) {
+    return Status::AlreadyExists("stream '" + spec.name + "' already exists in " + spec.ns);
+  }
+  auto s = std::make_shared<Stream>();
+  s->id = next_id_++;
+  s->spec = spec;
+  s->next_offset = spec.first_offset;
+  names.emplace(spec.name, s);
+  by_id_.emplace(s->id, s);
+  std::lock_guard stream_lock(s->mu);
+  return Snapshot(*s);
+}
+
+Result<StreamInfo> MemoryStore::GetStream(std::string_view ns, std::string_view name) {
+  std::shared_ptr<Stream> s;
+  {
+    std::shared_lock lock(catalog_mu_);
+    auto ns_it = by_name_.find(ns);
+    if (ns_it != by_name_.end()) {
+      auto it = ns_it->second.find(name);
+      if (it != ns_it->second.end()) s = it->second;
+    }
+  }
+  if (!s) {
+    return Status::NotFound("stream '" + std::string(name) + "' does not exist in " +
+                            std::string(ns));
+  }
+  std::lock_guard lock(s->mu);
+  return Snapshot(*s);
+}
+
+Result<StreamInfo> MemoryStore::GetStreamById(StreamId id) {
+  auto s = Find(id);
+  if (!s) return StreamNotFound(id);
+  std::lock_guard lock(s->mu);
+  return Snapshot(*s);
+}
+
+Result<std::vector<StreamInfo>> MemoryStore::ListStreams(std::string_view ns,
+                                                         std::string_view start_after,
+                                                         size_t limit) {
+  std::vector<std::shared_ptr<Stream>> found;
+  {
+    std::shared_lock lock(catalog_mu_);
+    auto ns_it = by_name_.find(ns);
+    if (ns_it == by_name_.end()) return std::vector<StreamInfo>{};
+    for (auto it = ns_it->second.upper_bound(start_after);
+         it != ns_it->second.end() && found.size() < limit; ++it) {
+      found.push_back(it->second);
+    }
+  }
+  std::vector<StreamInfo> out;
+  out.reserve(found.size());
+  for (const auto& s : found) {
+    std::lock_guard lock(s->mu);
+    if (!s->deleted) out.push_back(Snapshot(*s));
+  }
+  return out;
+}
+
+Status MemoryStore::UpdateStream(StreamId id, const StreamRetention& retention,
+                                 std::string_view attributes) {
+  RUNNEL_RETURN_IF_ERROR(ValidateRetention(retention));
+  auto s = Find(id);
+  if (!s) return StreamNotFound(id);
+  std::lock_guard lock(s->mu);
+  if (s->deleted) return StreamNotFound(id);
+  s->spec.retention = retention;
+  s->spec.attributes = std::string(attributes);
+  return Status::OK();
+}
+
+Status MemoryStore::DeleteStream(StreamId id) {
+  std::shared_ptr<Stream> s;
+  {
+    std::unique_lock lock(catalog_mu_);
+    auto it = by_id_.find(id);
+    if (it == by_id_.end()) return StreamNotFound(id);
+    s = it->second;
+    by_id_.erase(it);
+    auto ns_it = by_name_.find(s->spec.ns);
+    if (ns_it != by_name_.end()) {
+      ns_it->second.erase(s->spec.name);
+      if (ns_it->second.empty()) by_name_.erase(ns_it);
+    }
+  }
+  std::lock_guard lock(s->mu);
+  s->deleted = true;
+  s->records.clear();
+  s->cursors.clear();
+  s->producers.clear();
+  s->bytes = 0;
+  return Status::OK();
+}
+
+void MemoryStore::Append(AppendRequest request, AppendCallback done) {
+  auto s = Find(request.stream);
+  if (!s) {
+    done(StreamNotFound(request.stream));
+    return;
+  }
+  AppendResult result;
+  uint64_t next = 0;
+  {
+    std::lock_guard lock(s->mu);
+    if (s->deleted) {
+      done(StreamNotFound(request.stream));
+      return;
+    }
+    if (s->closed) {
+      done(Status::FailedPrecondition("stream '" + s->spec.name + "' is closed"));
+      return;
+    }
+    if (request.records.empty() && !request.close) {
+      done(Status::InvalidArgument("an append needs at least one record"));
+      return;
+    }
+    if (request.expected_offset && *request.expected_offset != s->next_offset) {
+      done(Status::Conflict("expected offset " + std::to_string(*request.expected_offset) +
+                                " but the stream's next offset is " +
+                                std::to_string(s->next_offset),
+                            *request.expected_offset, s->next_offset));
+      return;
+    }
+    const uint64_t n = request.records.size();
+    // next_offset itself must stay representable, so the last usable offset is 2^64-2.
+    if (n > std::numeric_limits<uint64_t>::max() - s->next_offset) {
+      done(Status::OutOfRange("stream '" + s->spec.name + "' would pass the largest offset"));
+      return;
+    }
+    result.first_offset = n ? s->next_offset : 0;
+    for (AppendRecord& r : request.records) {
+      s->bytes += RecordBytes(r.key ? r.key->size() : 0, r.payload.size());
+      s->records.push_back(
+          StoredRecord{s->next_offset++, request.now_ms, std::move(r.key), std::move(r.payload)});
+    }
+    result.last_offset = n ? s->next_offset - 1 : 0;
+    result.next_offset = s->next_offset;
+    if (request.producer) {
+      ProducerState p = std::move(*request.producer);
+      p.last_offset = result.last_offset;
+      s->producers[p.producer_id] = std::move(p);
+    }
+    if (request.close) s->closed = true;
+    ApplyRetention(*s, request.now_ms);
+    next = s->next_offset;
+  }
+  std::shared_ptr<const TailListener> listener;
+  {
+    std::lock_guard lock(listener_mu_);
+    listener = listener_;
+  }
+  if (listener && *listener) (*listener)(request.stream, next);
+  done(result);
+}
+
+Result<std::vector<StoredRecord>> MemoryStore::Read(StreamId id, uint64_t from, size_t limit,
+                                                    size_t max_bytes) {
+  auto s = Find(id);
+  if (!s) return StreamNotFound(id);
+  std::lock_guard lock(s->mu);
+  if (s->deleted) return StreamNotFound(id);
+  std::vector<StoredRecord> out;
+  if (limit == 0 || s->records.empty()) return out;
+  const uint64_t head = s->records.front().offset;
+  const uint64_t start = std::max(from, head);
+  if (start >= s->next_offset) return out;
+  size_t bytes = 0;
+  for (size_t i = static_cast<size_t>(start - head); i < s->records.size() && out.size() < limit;
+       ++i) {
+    const StoredRecord& r = s->records[i];
+    const size_t size = r.payload.size();
+    if (!out.empty() && bytes + size > max_bytes) break;
+    bytes += size;
+    out.push_back(r);
+  }
+  return out;
+}
+
+Result<std::optional<StoredRecord>> MemoryStore::ReadAt(StreamId id, uint64_t offset) {
+  auto s = Find(id);
+  if (!s) return StreamNotFound(id);
+  std::lock_guard lock(s->mu);
+  if (s->deleted) return StreamNotFound(id);
+  if (s->records.empty() || offset < s->records.front().offset ||
+      offset > s->records.back().offset) {
+    return std::optional<StoredRecord>();
+  }
+  return std::optional<StoredRecord>(s->records[offset - s->records.front().offset]);
+}
+
+Result<uint64_t> MemoryStore::TruncatePrefix(StreamId id, uint64_t through,
+                                             bool respect_cursors) {
+  auto s = Find(id);
+  if (!s) return StreamNotFound(id);
+  std::lock_guard lock(s->mu);
+  if (s->deleted) return StreamNotFound(id);
+  uint64_t cut = through;
+  if (respect_cursors) {
+    for (const auto& [name, cursor] : s->cursors) cut = std::min(cut, cursor.offset);
+  }
+  uint64_t removed = 0;
+  while (!s->records.empty() && s->records.front().offset <= cut) {
+    DropOldest(*s, 1);
+    ++removed;
+  }
+  return removed;
+}
+
+Result<uint64_t> MemoryStore::CommitCursor(StreamId id, std::string_view consumer,
+                                           uint64_t offset, uint64_t now_ms) {
+  auto s = Find(id);
+  if (!s) return StreamNotFound(id);
+  std::lock_guard lock(s->mu);
+  if (s->deleted) return StreamNotFound(id);
+  auto it = s->cursors.find(consumer);
+  if (it == s->cursors.end()) {
+    it = s->cursors.emplace(std::string(consumer), CursorState{std::string(consumer), offset, now_ms})
+             .first;
+    return it->second.offset;
+  }
+  if (offset > it->second.offset) {
+    it->second.offset = offset;
+    it->second.updated_at_ms = now_ms;
+  }
+  return it->second.offset;
+}
+
+Result<std::optional<CursorState>> MemoryStore::GetCursor(StreamId id, std::string_view consumer) {
+  auto s = Find(id);
+  if (!s) return StreamNotFound(id);
+  std::lock_guard lock(s->mu);
+  if (s->deleted) return StreamNotFound(id);
+  auto it = s->cursors.find(consumer);
+  if (it == s->cursors.end()) return std::optional<CursorState>();
+  return std::optional<CursorState>(it->second);
+}
+
+Result<std::vector<CursorState>> MemoryStore::ListCursors(StreamId id) {
+  auto s = Find(id);
+  if (!s) return StreamNotFound(id);
+  std::lock_guard lock(s->mu);
+  if (s->deleted) return StreamNotFound(id);
+  std::vector<CursorState> out;
+  out.reserve(s->cursors.size());
+  for (const auto& [name, cursor] : s->cursors) out.push_back(cursor);
+  return out;
+}
+
+Result<std::optional<ProducerState>> MemoryStore::GetProducer(StreamId id,
+                                                              std::string_view producer_id) {
+  auto s = Find(id);
+  if (!s) return StreamNotFound(id);
+  std::lock_guard lock(s->mu);
+  if (s->deleted) return StreamNotFound(id);
+  auto it = s->producers.find(producer_id);
+  if (it == s->producers.end()) return std::optional<ProducerState>();
+  return std::optional<ProducerState>(it->second);
+}
+
+void MemoryStore::SetTailListener(TailListener listener) {
+  auto shared = listener ? std::make_shared<const TailListener>(std::move(listener)) : nullptr;
+  std::lock_guard lock(listener_mu_);
+  listener_ = std::move(shared);
+}
+
+}  // namespace store
+}  // namespace runnel

@@ -1,0 +1,86 @@
+// The in-memory store: the reference implementation of the store contract.
+//
+// Everything lives in process memory; an acknowledged append is lost when the process exits.
+// Appends complete synchronously on the calling thread.
+//
+// Thread-safety: a shared mutex guards the catalog maps; each stream has its own mutex that
+// serialises appends, reads, truncation and cursor commits on that stream, so appends to
+// different streams never contend beyond the catalog's shared lock.
+#ifndef RUNNEL_STORE_MEMORY_MEMORY_STORE_H_
+#define RUNNEL_STORE_MEMORY_MEMORY_STORE_H_
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+
+#include "runnel/store.h"
+
+namespace runnel::store {
+
+class MemoryStore final : public Store {
+ public:
+  MemoryStore() = default;
+
+  std::string_view Name() const override { return "memory"; }
+  std::string Durability() const override { return "process-local: lost when the process exits"; }
+
+  Result<StreamInfo> CreateStream(const StreamSpec& spec) override;
+  Result<StreamInfo> GetStream(std::string_view ns, std::string_view name) override;
+  Result<StreamInfo> GetStreamById(StreamId id) override;
+  Result<std::vector<StreamInfo>> ListStreams(std::string_view ns, std::string_view start_after,
+                                              size_t limit) override;
+  Status UpdateStream(StreamId id, const StreamRetention& retention,
+                      std::string_view attributes) override;
+  Status DeleteStream(StreamId id) override;
+  void Append(AppendRequest request, AppendCallback done) override;
+  Result<std::vector<StoredRecord>> Read(StreamId id, uint64_t from, size_t limit,
+                                         size_t max_bytes) override;
+  Result<std::optional<StoredRecord>> ReadAt(StreamId id, uint64_t offset) override;
+  Result<uint64_t> TruncatePrefix(StreamId id, uint64_t through, bool respect_cursors) override;
+  Result<uint64_t> CommitCursor(StreamId id, std::string_view consumer, uint64_t offset,
+                                uint64_t now_ms) override;
+  Result<std::optional<CursorState>> GetCursor(StreamId id, std::string_view consumer) override;
+  Result<std::vector<CursorState>> ListCursors(StreamId id) override;
+  Result<std::optional<ProducerState>> GetProducer(StreamId id,
+                                                   std::string_view producer_id) override;
+  Status Flush() override { return Status::OK(); }
+  void SetTailListener(TailListener listener) override;
+
+ private:
+  struct Stream {
+    std::mutex mu;
+    StreamId id = 0;
+    StreamSpec spec;          // GUARDED_BY(mu) for retention and attributes
+    uint64_t next_offset = 1; // GUARDED_BY(mu)
+    uint64_t bytes = 0;       // GUARDED_BY(mu)
+    bool closed = false;      // GUARDED_BY(mu)
+    bool deleted = false;     // GUARDED_BY(mu)
+    // Invariant: dense and ascending; records.front().offset is the head.
+    std::deque<StoredRecord> records;                         // GUARDED_BY(mu)
+    std::map<std::string, CursorState, std::less<>> cursors;  // GUARDED_BY(mu)
+    std::map<std::string, ProducerState, std::less<>> producers;  // GUARDED_BY(mu)
+  };
+
+  std::shared_ptr<Stream> Find(StreamId id);
+  static StreamInfo Snapshot(const Stream& s);  // REQUIRES: s.mu held
+  static void ApplyRetention(Stream& s, uint64_t now_ms);  // REQUIRES: s.mu held
+  static void DropOldest(Stream& s, size_t n);  // REQUIRES: s.mu held
+
+  std::shared_mutex catalog_mu_;
+  StreamId next_id_ = 1;  // GUARDED_BY(catalog_mu_)
+  // ns -> name -> stream
+  std::map<std::string, std::map<std::string, std::shared_ptr<Stream>, std::less<>>, std::less<>>
+      by_name_;  // GUARDED_BY(catalog_mu_)
+  std::unordered_map<StreamId, std::shared_ptr<Stream>> by_id_;  // GUARDED_BY(catalog_mu_)
+
+  std::mutex listener_mu_;
+  std::shared_ptr<const TailListener> listener_;  // GUARDED_BY(listener_mu_)
+};
+
+}  // namespace runnel::store
+
+#endif  // RUNNEL_STORE_MEMORY_MEMORY_STORE_H_
