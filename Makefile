@@ -70,6 +70,11 @@ test-example: build
 	PKG_CONFIG_PATH=$(CURDIR)/$(BUILD)/prefix/lib/pkgconfig \
 	  sh -c 'c++ examples/embed/main.cc $$(pkg-config --cflags --libs runnel) -o $(BUILD)/example/embed-pc'
 	$(BUILD)/example/embed-pc >/dev/null
+	awk '/^```cpp/{f=1;next} /^```/{if(f)exit} f' README.md > $(BUILD)/example/readme.cc
+	c++ -std=c++20 -Wall -Werror -Wno-unused-variable $(BUILD)/example/readme.cc -I$(BUILD)/prefix/include \
+	  -L$(BUILD)/prefix/lib -lrunnel -pthread -o $(BUILD)/example/readme
+	$(BUILD)/example/readme
+	@echo "test-example: installed package, pkg-config and README example all build and run"
 
 bench: deps
 	cmake -S . -B $(BENCH_DIR) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Release -DRUNNEL_BUILD_TESTS=OFF \
