@@ -14,6 +14,7 @@ CMAKE_GEN   := -G Ninja
 TSAN_REGEX  ?= Concurren|A8_|D6_|C8_|N1_|TwoInstances|TwoWriters
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
 
+.PHONY: fuzz
 .PHONY: all deps build run test test-release test-asan test-tsan test-example bench format \
         format-check tidy clean help
 
@@ -26,6 +27,7 @@ help:
 	@echo "make bench        build and run the benchmarks"
 	@echo "make format       clang-format every source file"
 	@echo "make tidy         clang-tidy over the library sources"
+	@echo "make fuzz         libFuzzer over every parser (FUZZ_SECONDS=60 each; needs clang)"
 
 deps:
 	@scripts/install-deps
@@ -81,6 +83,21 @@ bench: deps
 	  -DRUNNEL_BUILD_BENCHMARKS=ON
 	cmake --build $(BENCH_DIR) -j $(JOBS)
 	scripts/run-benchmarks $(BENCH_DIR)
+
+# libFuzzer over every parser, FUZZ_SECONDS each, starting from the committed corpus (copied,
+# so the repository's corpus only grows by hand).
+FUZZ_SECONDS ?= 60
+FUZZ_DIR     := $(BUILD)/fuzz
+fuzz: deps
+	cmake -S . -B $(FUZZ_DIR) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+	  -DRUNNEL_BUILD_FUZZERS=ON -DRUNNEL_BUILD_TESTS=OFF -DRUNNEL_WERROR=OFF
+	cmake --build $(FUZZ_DIR) -j $(JOBS)
+	@set -e; for f in $(FUZZ_DIR)/bin/*_fuzz; do \
+	  name=$$(basename $$f); mkdir -p $(FUZZ_DIR)/corpus/$$name; \
+	  cp -n fuzz/corpus/$$name/* $(FUZZ_DIR)/corpus/$$name/ 2>/dev/null || true; \
+	  echo "=== $$name ($(FUZZ_SECONDS) s)"; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(FUZZ_DIR)/corpus/$$name; \
+	done
 
 FORMAT_FILES = $(shell git ls-files '*.h' '*.cc')
 
