@@ -15,7 +15,10 @@ class FaultFile final : public File {
     size_t total = 0;
     for (std::string_view p : pieces) total += p.size();
     size_t allowed = total;
-    Status fault = env_->BeforeWrite(path_, total, &allowed);
+    size_t fits = 0;
+    auto size = base_->Size();
+    if (size.ok() && *size > offset) fits = static_cast<size_t>(std::min<uint64_t>(total, *size - offset));
+    Status fault = env_->BeforeWrite(path_, total, fits, &allowed);
     if (fault.ok()) return base_->WriteAt(offset, pieces);
     if (allowed > 0) {
       std::vector<std::string_view> prefix;
@@ -76,12 +79,13 @@ Result<std::unique_ptr<File>> FaultInjectionEnv::OpenFile(const std::string& pat
   return std::unique_ptr<File>(std::make_unique<FaultFile>(this, path, std::move(file)));
 }
 
-Status FaultInjectionEnv::BeforeWrite(const std::string& path, size_t bytes, size_t* allowed) {
+Status FaultInjectionEnv::BeforeWrite(const std::string& path, size_t bytes, size_t fits,
+                                      size_t* allowed) {
   writes_.fetch_add(1);
   std::lock_guard lock(mu_);
-  if (no_space_) {
+  if (no_space_ && fits < bytes) {
     injected_.fetch_add(1);
-    *allowed = bytes / 2;
+    *allowed = fits;
     return Status::IOError("write '" + path + "': No space left on device (injected)");
   }
   if (fail_write_in_ > 0 && --fail_write_in_ == 0) {

@@ -5,8 +5,10 @@
 // - FailWrite(n): the n-th WriteAt from now (1 = the next one) fails with kIOError (EIO) and
 //   writes nothing.
 // - FailSync(n): the n-th Sync from now fails with kIOError (EIO); the data stays unsynced.
-// - SetNoSpace(true): every WriteAt writes the first half of its bytes and then fails with
-//   kIOError "No space left on device" (ENOSPC), until SetNoSpace(false).
+// - SetNoSpace(true): the disk is full, until SetNoSpace(false): a WriteAt that stays within the
+//   file's current size succeeds (its blocks are allocated already, as in a pre-zeroed
+//   segment); one that would grow the file writes the part within the current size and fails
+//   with kIOError "No space left on device" (ENOSPC).
 // Power-loss simulation is the base env's business (see MemEnv::Crash).
 //
 // Thread-safety: all methods are safe to call concurrently.
@@ -54,7 +56,9 @@ class FaultInjectionEnv final : public Env {
   }
 
   // Called by the wrapped files: whether this write/sync must fail, and how.
-  Status BeforeWrite(const std::string& path, size_t bytes, size_t* allowed);
+  // `allowed` is how many bytes may still be written before the fault (`fits` of them fit
+  // within the file's current size).
+  Status BeforeWrite(const std::string& path, size_t bytes, size_t fits, size_t* allowed);
   Status BeforeSync(const std::string& path);
 
  private:

@@ -132,20 +132,22 @@ TEST(FaultInjectionEnvTest, FailsTheNthWriteAndSyncThenRecovers) {
   EXPECT_EQ(env.injected_faults(), 2u);
 }
 
-TEST(FaultInjectionEnvTest, NoSpaceWritesAPrefixAndFailsUntilCleared) {
+TEST(FaultInjectionEnvTest, NoSpaceFailsWritesThatGrowTheFileUntilCleared) {
   MemEnv mem;
   FaultInjectionEnv env(&mem);
   ASSERT_TRUE(env.CreateDir("/d").ok());
   auto f = env.OpenFile("/d/f", true);
   ASSERT_TRUE(f.ok());
+  ASSERT_TRUE((*f)->WriteAt(0, std::string_view("....")).ok());
   env.SetNoSpace(true);
-  Status s = (*f)->WriteAt(0, std::string_view("12345678"));
+  EXPECT_TRUE((*f)->WriteAt(0, std::string_view("ab")).ok()) << "overwrites need no space";
+  Status s = (*f)->WriteAt(2, std::string_view("cdefgh"));
   EXPECT_EQ(s.code(), StatusCode::kIOError);
   EXPECT_NE(s.message().find("No space left on device"), std::string_view::npos);
-  EXPECT_EQ(ReadAll(**f), "1234");
-  EXPECT_FALSE((*f)->WriteAt(0, std::string_view("x")).ok());
+  EXPECT_EQ(ReadAll(**f), "abcd") << "the part within the old size landed";
   env.ClearFaults();
-  EXPECT_TRUE((*f)->WriteAt(0, std::string_view("x")).ok());
+  EXPECT_TRUE((*f)->WriteAt(4, std::string_view("efgh")).ok());
+  EXPECT_EQ(ReadAll(**f), "abcdefgh");
 }
 
 }  // namespace
