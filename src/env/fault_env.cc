@@ -67,8 +67,16 @@ void FaultInjectionEnv::SetNoSpace(bool on) {
   no_space_ = on;
 }
 
+void FaultInjectionEnv::BeforeSyncDo(uint64_t n, std::function<void()> action) {
+  std::lock_guard lock(mu_);
+  sync_action_in_ = n;
+  sync_action_ = std::move(action);
+}
+
 void FaultInjectionEnv::ClearFaults() {
   std::lock_guard lock(mu_);
+  sync_action_in_ = 0;
+  sync_action_ = nullptr;
   fail_write_in_ = 0;
   fail_sync_in_ = 0;
   no_space_ = false;
@@ -98,6 +106,12 @@ Status FaultInjectionEnv::BeforeWrite(const std::string& path, size_t bytes, siz
 
 Status FaultInjectionEnv::BeforeSync(const std::string& path) {
   syncs_.fetch_add(1);
+  std::function<void()> action;
+  {
+    std::lock_guard lock(mu_);
+    if (sync_action_in_ > 0 && --sync_action_in_ == 0) action = std::move(sync_action_);
+  }
+  if (action) action();
   std::lock_guard lock(mu_);
   if (fail_sync_in_ > 0 && --fail_sync_in_ == 0) {
     injected_.fetch_add(1);

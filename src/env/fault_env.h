@@ -9,7 +9,9 @@
 //   file's current size succeeds (its blocks are allocated already, as in a pre-zeroed
 //   segment); one that would grow the file writes the part within the current size and fails
 //   with kIOError "No space left on device" (ENOSPC).
-// Power-loss simulation is the base env's business (see MemEnv::Crash).
+// - BeforeSyncDo(n, action): runs `action` just before the n-th Sync from now (tests use it to
+//   pull the plug with MemEnv::Crash at an exact point: data written but not yet synced).
+// Power-loss simulation itself is the base env's business (see MemEnv::Crash).
 //
 // Thread-safety: all methods are safe to call concurrently.
 #ifndef RUNNEL_ENV_FAULT_ENV_H_
@@ -17,6 +19,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,6 +36,7 @@ class FaultInjectionEnv final : public Env {
   void FailWrite(uint64_t n);
   void FailSync(uint64_t n);
   void SetNoSpace(bool on);
+  void BeforeSyncDo(uint64_t n, std::function<void()> action);
   // Clears every pending fault.
   void ClearFaults();
   uint64_t writes() const { return writes_.load(); }
@@ -67,6 +71,8 @@ class FaultInjectionEnv final : public Env {
   uint64_t fail_write_in_ = 0;  // GUARDED_BY(mu_); 0 = no fault armed
   uint64_t fail_sync_in_ = 0;   // GUARDED_BY(mu_)
   bool no_space_ = false;       // GUARDED_BY(mu_)
+  uint64_t sync_action_in_ = 0;          // GUARDED_BY(mu_)
+  std::function<void()> sync_action_;    // GUARDED_BY(mu_)
   std::atomic<uint64_t> writes_{0};
   std::atomic<uint64_t> syncs_{0};
   std::atomic<uint64_t> injected_{0};
