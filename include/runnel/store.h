@@ -118,8 +118,10 @@ struct CursorState {
 };
 
 using AppendCallback = std::function<void(Result<AppendResult>)>;
-// Called after records become visible: (stream, new next_offset). May run on any thread; must
-// not call back into the store while holding locks of its own that an appender could need.
+// Called after records become visible and before the append's callback runs: (stream, new
+// next_offset). So once an append is acknowledged, its wake-up has been delivered. May run on any
+// thread; must not block, and must not call back into the store while holding locks of its own
+// that an appender could need.
 using TailListener = std::function<void(StreamId, uint64_t)>;
 
 class Store {

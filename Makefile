@@ -1,0 +1,97 @@
+# runnel — the user's entry points. `make run` and `make test` are all a fresh Debian 12
+# machine needs (run as root or with sudo: they install missing packages first).
+
+JOBS        ?= $(shell nproc 2>/dev/null || echo 2)
+BUILD       ?= build
+RELEASE_DIR := $(BUILD)/release
+ASAN_DIR    := $(BUILD)/asan
+TSAN_DIR    := $(BUILD)/tsan
+BENCH_DIR   := $(BUILD)/bench
+LISTEN      ?= 127.0.0.1:4437
+DATA        ?= ./data
+CMAKE_GEN   := -G Ninja
+# Tests that exercise threads; they run again under ThreadSanitizer.
+TSAN_REGEX  ?= Concurren|A8_|D6_|C8_|N1_|TwoInstances|TwoWriters
+export CCACHE_DIR ?= $(HOME)/.cache/ccache
+
+.PHONY: all deps build run test test-release test-asan test-tsan test-example bench format \
+        format-check tidy clean help
+
+all: build
+
+help:
+	@echo "make run          install deps, build, serve on $(LISTEN) with data in $(DATA)"
+	@echo "make test         install deps, build, run every test (release, ASan+UBSan, TSan, example)"
+	@echo "make build        optimised build in $(RELEASE_DIR)"
+	@echo "make bench        build and run the benchmarks"
+	@echo "make format       clang-format every source file"
+	@echo "make tidy         clang-tidy over the library sources"
+
+deps:
+	@scripts/install-deps
+
+$(RELEASE_DIR)/build.ninja:
+	cmake -S . -B $(RELEASE_DIR) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUNNEL_BUILD_TESTS=ON
+
+build: deps $(RELEASE_DIR)/build.ninja
+	cmake --build $(RELEASE_DIR) -j $(JOBS)
+
+run: build
+	$(RELEASE_DIR)/bin/runnel serve --listen $(LISTEN) --data $(DATA)
+
+test: deps test-release test-asan test-tsan test-example
+	@echo "make test: all suites passed"
+
+test-release: build
+	cd $(RELEASE_DIR) && ctest -j $(JOBS) --output-on-failure
+
+test-asan: deps
+	cmake -S . -B $(ASAN_DIR) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUNNEL_BUILD_TESTS=ON \
+	  -DRUNNEL_SANITIZE=address,undefined
+	cmake --build $(ASAN_DIR) -j $(JOBS)
+	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest -j $(JOBS) --output-on-failure -LE no-sanitizer
+
+test-tsan: deps
+	cmake -S . -B $(TSAN_DIR) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUNNEL_BUILD_TESTS=ON \
+	  -DRUNNEL_SANITIZE=thread
+	cmake --build $(TSAN_DIR) -j $(JOBS)
+	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  ctest -j $(JOBS) --output-on-failure -R '$(TSAN_REGEX)' -LE no-sanitizer
+
+# Installs the library into a scratch prefix and builds examples/embed against the installed
+# CMake package and the pkg-config file, then runs it.
+test-example: build
+	rm -rf $(BUILD)/prefix $(BUILD)/example
+	cmake --install $(RELEASE_DIR) --prefix $(CURDIR)/$(BUILD)/prefix >/dev/null
+	cmake -S examples/embed -B $(BUILD)/example $(CMAKE_GEN) -DCMAKE_PREFIX_PATH=$(CURDIR)/$(BUILD)/prefix
+	cmake --build $(BUILD)/example
+	$(BUILD)/example/embed
+	PKG_CONFIG_PATH=$(CURDIR)/$(BUILD)/prefix/lib/pkgconfig \
+	  sh -c 'c++ examples/embed/main.cc $$(pkg-config --cflags --libs runnel) -o $(BUILD)/example/embed-pc'
+	$(BUILD)/example/embed-pc >/dev/null
+	awk '/^```cpp/{f=1;next} /^```/{if(f)exit} f' README.md > $(BUILD)/example/readme.cc
+	c++ -std=c++20 -Wall -Werror -Wno-unused-variable $(BUILD)/example/readme.cc -I$(BUILD)/prefix/include \
+	  -L$(BUILD)/prefix/lib -lrunnel -pthread -o $(BUILD)/example/readme
+	$(BUILD)/example/readme
+	@echo "test-example: installed package, pkg-config and README example all build and run"
+
+bench: deps
+	cmake -S . -B $(BENCH_DIR) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Release -DRUNNEL_BUILD_TESTS=OFF \
+	  -DRUNNEL_BUILD_BENCHMARKS=ON
+	cmake --build $(BENCH_DIR) -j $(JOBS)
+	scripts/run-benchmarks $(BENCH_DIR)
+
+FORMAT_FILES = $(shell git ls-files '*.h' '*.cc')
+
+format:
+	clang-format -i $(FORMAT_FILES)
+
+format-check:
+	clang-format --dry-run --Werror $(FORMAT_FILES)
+
+tidy: $(RELEASE_DIR)/build.ninja
+	clang-tidy -p $(RELEASE_DIR) --quiet $(shell git ls-files 'src/*.cc')
+
+clean:
+	rm -rf $(BUILD)
