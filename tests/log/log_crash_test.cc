@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <future>
+#include <thread>
 #include <map>
 #include <mutex>
 #include <random>

@@ -2,20 +2,13 @@
 #ifndef RUNNEL_TESTS_LOG_LOG_TEST_UTIL_H_
 #define RUNNEL_TESTS_LOG_LOG_TEST_UTIL_H_
 
-#include <future>
 #include <string>
 #include <vector>
 
 #include "runnel/store.h"
+#include "store/store_contract.h"  // AppendSync
 
 namespace runnel::testing {
-
-inline Result<AppendResult> AppendSync(Store& store, AppendRequest req) {
-  std::promise<Result<AppendResult>> p;
-  auto f = p.get_future();
-  store.Append(std::move(req), [&p](Result<AppendResult> r) { p.set_value(std::move(r)); });
-  return f.get();
-}
 
 inline Result<AppendResult> AppendPayloads(Store& store, StreamId id,
                                            const std::vector<std::string>& payloads,
