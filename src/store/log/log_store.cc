@@ -201,8 +201,14 @@ Status LogStore::Recover() {
     next_stream_id_ = 1;
   }
   if (!ckpts.empty() && !have_checkpoint) {
-    return Status::Corruption("no valid checkpoint in " + options_.dir + " (" +
-                              recovery_notes_.back() + ")");
+    // Without a checkpoint the whole history must still be there (segment 1 on).
+    if (segs.empty() || segs.front() != 1) {
+      return Status::Corruption("no valid checkpoint in " + options_.dir +
+                                " and older segments are gone (" + recovery_notes_.back() + ")");
+    }
+    recovery_notes_.push_back("no valid checkpoint: replaying the whole log");
+    replay_seg = 1;
+    replay_pos = kSegmentHeaderSize;
   }
 
   // Every segment from the replay point on must be present and consecutive.
