@@ -64,6 +64,16 @@ struct CreateStreamOptions {
   uint64_t first_offset = 1;
 };
 
+// One page of a scope's streams, ascending by name.
+struct ListStreamsOptions {
+  // Only names starting with this (bytewise).
+  std::string prefix;
+  // Only names after this one (the last name of the previous page); empty = from the start.
+  std::string start_after;
+  // At most this many; clamped to [1, StreamRegistry::kMaxReadLimit].
+  size_t limit = 100;
+};
+
 struct AppendOptions {
   // Timestamp of the batch; the registry's clock when unset (SEMANTICS section 3, item 8).
   std::optional<uint64_t> now_ms;
@@ -138,6 +148,10 @@ class StreamRegistry {
   // Every stream of `scope`, ascending by name (R3).
   std::vector<StreamDescriptor> ListStreams(const StreamScope& scope) const;
   std::optional<StreamDescriptor> Describe(const StreamScope& scope, std::string_view name) const;
+  // One page of ListStreams, filtered by name prefix. Unlike ListStreams it reports store
+  // failures. The page is shorter than the limit only when it is the last one.
+  Result<std::vector<StreamDescriptor>> ListStreamsPage(const StreamScope& scope,
+                                                        const ListStreamsOptions& options) const;
 
   // Appends one event and returns its offset. `now_ms` is stored as appended_at_ms and drives
   // age retention (A3, P2).
@@ -213,6 +227,8 @@ class StreamRegistry {
                                 std::string_view name) const;
   Result<std::vector<StreamDescriptor>> ListStreamsAuthorized(const Principal& who,
                                                               const StreamScope& target) const;
+  Result<std::vector<StreamDescriptor>> ListStreamsPageAuthorized(
+      const Principal& who, const StreamScope& target, const ListStreamsOptions& options) const;
   Result<std::optional<StreamDescriptor>> DescribeAuthorized(const Principal& who,
                                                              const StreamScope& target,
                                                              std::string_view name) const;

@@ -2,13 +2,16 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "cli/token_cmd.h"
 #include "runnel/registry.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"runnel: a durable event-stream engine"};
   app.require_subcommand(1);
+  int exit_code = 0;
   auto* version = app.add_subcommand("version", "Print the version and exit");
   version->callback([] { std::printf("runnel 0.1.0\n"); });
+  runnel::cli::AddTokenCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
-  return 0;
+  return exit_code;
 }

@@ -68,6 +68,39 @@ TEST_P(RegistryRulesTest, R3_ListStreamsPagesPastTheReadLimit) {
   EXPECT_EQ(list.back().name, "s01004");
 }
 
+TEST_P(RegistryRulesTest, R3_ListStreamsPageFiltersByPrefixAndResumesAfterAName) {
+  for (const char* n : {"or", "ord", "order-1", "order-2", "order-3", "ordinal", "os", "zz"}) {
+    MustCreate(acme_, n);
+  }
+  MustCreate(globex_, "order-9");
+  auto names = [](const Result<std::vector<StreamDescriptor>>& page) {
+    EXPECT_TRUE(page.ok()) << page.status().ToString();
+    std::vector<std::string> out;
+    if (page.ok()) {
+      for (const auto& d : *page) out.push_back(d.name);
+    }
+    return out;
+  };
+  ListStreamsOptions o;
+  o.prefix = "ord";
+  EXPECT_EQ(names(reg().ListStreamsPage(acme_, o)),
+            (std::vector<std::string>{"ord", "order-1", "order-2", "order-3", "ordinal"}));
+  o.prefix = "order-";
+  o.limit = 2;
+  EXPECT_EQ(names(reg().ListStreamsPage(acme_, o)), (std::vector<std::string>{"order-1", "order-2"}));
+  o.start_after = "order-2";
+  EXPECT_EQ(names(reg().ListStreamsPage(acme_, o)), (std::vector<std::string>{"order-3"}));
+  o = {};
+  o.start_after = "os";
+  EXPECT_EQ(names(reg().ListStreamsPage(acme_, o)), (std::vector<std::string>{"zz"}));
+  o = {};
+  o.prefix = "nothing";
+  EXPECT_TRUE(names(reg().ListStreamsPage(acme_, o)).empty());
+  o = {};
+  o.limit = 0;  // clamped to 1
+  EXPECT_EQ(names(reg().ListStreamsPage(acme_, o)), (std::vector<std::string>{"or"}));
+}
+
 TEST_P(RegistryRulesTest, R4_ExistsAndDescribeOfUnknownStreamAreFalseAndNone) {
   EXPECT_FALSE(reg().Exists(acme_, "nope"));
   EXPECT_FALSE(reg().Describe(acme_, "nope").has_value());
