@@ -12,6 +12,7 @@
 #include "log/log_test_util.h"
 #include "runnel/log_store.h"
 #include "store/log/crc32c.h"
+#include "store/log/log_check.h"
 #include "store/log/log_codec.h"
 #include "store/log/log_format.h"
 #include "store/log/log_store.h"
@@ -274,6 +275,32 @@ TEST_F(LogDamageTest, DamagedCheckpointFallsBackToFullReplayOrIsReported) {
   EXPECT_EQ(store.status().code(), StatusCode::kCorruption);
   EXPECT_NE(store.status().message().find("checkpoint"), std::string_view::npos)
       << store.status().ToString();
+}
+
+TEST_F(LogDamageTest, CheckReportsHealthyTornAndCorruptDirectories) {
+  const std::string seg = Populate(10);
+  auto healthy = log::CheckLogDirectory(env::Env::Posix(), dir_.path());
+  ASSERT_TRUE(healthy.ok()) << healthy.status().ToString();
+  EXPECT_TRUE(healthy->corruption.empty());
+  EXPECT_FALSE(healthy->torn_tail);
+  EXPECT_EQ(healthy->records, 10u);
+  EXPECT_EQ(healthy->streams_created, 1u);
+
+  {
+    auto store = OpenLogStore(SmallLogOptions(dir_.path()));
+    ASSERT_TRUE(store.ok());
+    auto busy = log::CheckLogDirectory(env::Env::Posix(), dir_.path());
+    EXPECT_EQ(busy.status().code(), StatusCode::kUnavailable) << "a live store's directory";
+  }
+  const size_t pos = FramePos(seg, 3);
+  Poke(seg, pos + 30, 'Q');
+  auto corrupt = log::CheckLogDirectory(env::Env::Posix(), dir_.path());
+  ASSERT_TRUE(corrupt.ok());
+  ASSERT_EQ(corrupt->corruption.size(), 1u);
+  EXPECT_NE(corrupt->corruption[0].find("at byte " + std::to_string(pos)), std::string::npos)
+      << corrupt->corruption[0];
+  EXPECT_EQ(log::CheckLogDirectory(env::Env::Posix(), dir_.path() + "/nope").status().code(),
+            StatusCode::kNotFound);
 }
 
 }  // namespace
