@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "runnel/clock.h"
+#include "runnel/log_store.h"
 #include "runnel/status.h"
 #include "runnel/store.h"
 #include "runnel/types.h"
@@ -108,10 +109,15 @@ class Subscription {
 };
 
 struct RegistryOptions {
-  // "memory" (process-local). Durable stores are added by name.
+  // "memory" (process-local, for tests) or "log" (the embedded durable log in data_dir; the
+  // default for durable use, see runnel/log_store.h). Other durable stores are added by name.
   std::string store = "memory";
-  // Data directory for stores that keep files.
+  // Data directory for stores that keep files (required for "log").
   std::string data_dir;
+  // For "log": "fsync" (an acknowledged append is on disk), "interval:<ms>" or "none".
+  std::string durability = "fsync";
+  // For "log": open a directory with corruption before the tail, skipping the corrupt bytes.
+  bool salvage = false;
   // Not owned; must outlive the registry. Null means Clock::Real().
   Clock* clock = nullptr;
 };

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "cli/check.h"
 #include "cli/token_cmd.h"
 #include "runnel/registry.h"
 
@@ -12,6 +13,7 @@ int main(int argc, char** argv) {
   auto* version = app.add_subcommand("version", "Print the version and exit");
   version->callback([] { std::printf("runnel 0.1.0\n"); });
   runnel::cli::AddTokenCommand(app, &exit_code);
+  runnel::cli::AddCheckCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

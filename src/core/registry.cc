@@ -109,7 +109,16 @@ StreamRegistry::StreamRegistry(std::shared_ptr<internal::RegistryCore> core)
 
 Result<StreamRegistry> StreamRegistry::Open(const RegistryOptions& options) {
   if (options.store == "memory") return StreamRegistry(NewMemoryStore(), options.clock);
-  return Status::InvalidArgument("unknown store '" + options.store + "' (known: memory)");
+  if (options.store == "log") {
+    LogStoreOptions log_options;
+    log_options.dir = options.data_dir;
+    RUNNEL_ASSIGN_OR_RETURN(log_options.durability, ParseLogDurability(options.durability));
+    log_options.clock = options.clock;
+    log_options.salvage = options.salvage;
+    RUNNEL_ASSIGN_OR_RETURN(auto store, OpenLogStore(log_options));
+    return StreamRegistry(std::move(store), options.clock);
+  }
+  return Status::InvalidArgument("unknown store '" + options.store + "' (known: memory, log)");
 }
 
 Store& StreamRegistry::store() const { return core_->store(); }

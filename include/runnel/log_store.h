@@ -1,0 +1,84 @@
+// The embedded log: runnel's default durable store.
+//
+// One write-ahead log, shared by every stream and cut into segment files, lives in a data
+// directory together with checkpoint files (the byte layout is in docs/formats/log.md). All
+// writes (appends, catalog changes, cursor commits, truncations) go through one writer thread
+// that groups whatever is queued into one vectored write and one fdatasync (group commit), then
+// completes every waiter.
+//
+// What an acknowledged write survives depends on the durability mode of the directory:
+//   kFsync    (default) the write is on disk (fdatasync returned) before it is acknowledged;
+//   kInterval acknowledged once written to the OS; synced at least every sync_interval_ms, so a
+//             process crash loses nothing and a power loss at most that window;
+//   kNone     acknowledged once written to the OS; synced only by Flush() and at close.
+// Flush() always makes everything acknowledged so far durable, in every mode.
+//
+// Crash recovery (at Open): load the newest valid checkpoint, replay the log after it, truncate
+// a torn or corrupt tail (a batch whose bytes were not all written is wholly absent); corruption
+// before the tail is reported by segment file, byte position and stream, and Open refuses with
+// kCorruption unless `salvage` is set, in which case the corrupt bytes are skipped and reported
+// by RecoveryNotes() of the store. Offsets never go backwards across a restart.
+//
+// A data directory can be opened by one store at a time: a second Open (in this or another
+// process) fails with kUnavailable while the first is alive.
+#ifndef RUNNEL_LOG_STORE_H_
+#define RUNNEL_LOG_STORE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "runnel/clock.h"
+#include "runnel/status.h"
+#include "runnel/store.h"
+
+namespace runnel {
+
+namespace env {
+class Env;
+}  // namespace env
+
+enum class LogDurability { kFsync, kInterval, kNone };
+
+struct LogDurabilityMode {
+  LogDurability mode = LogDurability::kFsync;
+  // For kInterval: the longest time acknowledged data may stay unsynced.
+  uint32_t interval_ms = 100;
+};
+
+// Parses "fsync", "interval:<ms>" (ms >= 1) or "none"; kInvalidArgument otherwise.
+Result<LogDurabilityMode> ParseLogDurability(std::string_view text);
+// The inverse of ParseLogDurability.
+std::string LogDurabilityName(const LogDurabilityMode& mode);
+
+struct LogStoreOptions {
+  // The data directory; created when missing. Required.
+  std::string dir;
+  LogDurabilityMode durability;
+  // Not owned; null means Clock::Real(). Used for stream creation times.
+  Clock* clock = nullptr;
+  // Not owned, must outlive the store; null means the real file system. Tests pass in-memory or
+  // fault-injecting envs (src/env/).
+  env::Env* env = nullptr;
+  // Open a directory with corruption before the tail anyway, skipping the corrupt bytes.
+  bool salvage = false;
+  // Size of one segment file. Segments are pre-filled with zeros so syncs do not grow files.
+  uint64_t segment_size = 64ull << 20;
+  // Pre-fill new segments with zeros (faster syncs later; costs one sequential write).
+  bool prezero_segments = true;
+  // A checkpoint is written after this many log bytes, and at close. Restart time is bounded by
+  // replaying at most this much.
+  uint64_t checkpoint_interval_bytes = 64ull << 20;
+  // Old segments whose live bytes fall below this fraction are compacted by the cleaner, which
+  // copies their live records to the head of the log (grouped by stream). 0 disables it.
+  double cleaner_live_ratio = 0.5;
+};
+
+// Opens (creating if needed) the log store in options.dir, recovering it as described above.
+Result<std::unique_ptr<Store>> OpenLogStore(const LogStoreOptions& options);
+
+}  // namespace runnel
+
+#endif  // RUNNEL_LOG_STORE_H_

@@ -1,0 +1,123 @@
+#include "env/fault_env.h"
+
+#include <string_view>
+#include <vector>
+
+namespace runnel::env {
+namespace {
+
+class FaultFile final : public File {
+ public:
+  FaultFile(FaultInjectionEnv* env, std::string path, std::unique_ptr<File> base)
+      : env_(env), path_(std::move(path)), base_(std::move(base)) {}
+
+  Status WriteAt(uint64_t offset, std::span<const std::string_view> pieces) override {
+    size_t total = 0;
+    for (std::string_view p : pieces) total += p.size();
+    size_t allowed = total;
+    size_t fits = 0;
+    auto size = base_->Size();
+    if (size.ok() && *size > offset) fits = static_cast<size_t>(std::min<uint64_t>(total, *size - offset));
+    Status fault = env_->BeforeWrite(path_, total, fits, &allowed);
+    if (fault.ok()) return base_->WriteAt(offset, pieces);
+    if (allowed > 0) {
+      std::vector<std::string_view> prefix;
+      for (std::string_view p : pieces) {
+        if (allowed == 0) break;
+        const size_t n = std::min(allowed, p.size());
+        prefix.push_back(p.substr(0, n));
+        allowed -= n;
+      }
+      RUNNEL_RETURN_IF_ERROR(base_->WriteAt(offset, prefix));
+    }
+    return fault;
+  }
+  Result<size_t> ReadAt(uint64_t offset, size_t n, char* dst) const override {
+    return base_->ReadAt(offset, n, dst);
+  }
+  Status Sync() override {
+    RUNNEL_RETURN_IF_ERROR(env_->BeforeSync(path_));
+    return base_->Sync();
+  }
+  Status Truncate(uint64_t size) override { return base_->Truncate(size); }
+  Result<uint64_t> Size() const override { return base_->Size(); }
+
+ private:
+  FaultInjectionEnv* env_;
+  std::string path_;
+  std::unique_ptr<File> base_;
+};
+
+}  // namespace
+
+FaultInjectionEnv::FaultInjectionEnv(Env* base) : base_(base) {}
+
+void FaultInjectionEnv::FailWrite(uint64_t n) {
+  std::lock_guard lock(mu_);
+  fail_write_in_ = n;
+}
+
+void FaultInjectionEnv::FailSync(uint64_t n) {
+  std::lock_guard lock(mu_);
+  fail_sync_in_ = n;
+}
+
+void FaultInjectionEnv::SetNoSpace(bool on) {
+  std::lock_guard lock(mu_);
+  no_space_ = on;
+}
+
+void FaultInjectionEnv::BeforeSyncDo(uint64_t n, std::function<void()> action) {
+  std::lock_guard lock(mu_);
+  sync_action_in_ = n;
+  sync_action_ = std::move(action);
+}
+
+void FaultInjectionEnv::ClearFaults() {
+  std::lock_guard lock(mu_);
+  sync_action_in_ = 0;
+  sync_action_ = nullptr;
+  fail_write_in_ = 0;
+  fail_sync_in_ = 0;
+  no_space_ = false;
+}
+
+Result<std::unique_ptr<File>> FaultInjectionEnv::OpenFile(const std::string& path, bool create) {
+  RUNNEL_ASSIGN_OR_RETURN(auto file, base_->OpenFile(path, create));
+  return std::unique_ptr<File>(std::make_unique<FaultFile>(this, path, std::move(file)));
+}
+
+Status FaultInjectionEnv::BeforeWrite(const std::string& path, size_t bytes, size_t fits,
+                                      size_t* allowed) {
+  writes_.fetch_add(1);
+  std::lock_guard lock(mu_);
+  if (no_space_ && fits < bytes) {
+    injected_.fetch_add(1);
+    *allowed = fits;
+    return Status::IOError("write '" + path + "': No space left on device (injected)");
+  }
+  if (fail_write_in_ > 0 && --fail_write_in_ == 0) {
+    injected_.fetch_add(1);
+    *allowed = 0;
+    return Status::IOError("write '" + path + "': Input/output error (injected)");
+  }
+  return Status::OK();
+}
+
+Status FaultInjectionEnv::BeforeSync(const std::string& path) {
+  syncs_.fetch_add(1);
+  std::function<void()> action;
+  {
+    std::lock_guard lock(mu_);
+    if (sync_action_in_ > 0 && --sync_action_in_ == 0) action = std::move(sync_action_);
+  }
+  if (action) action();
+  std::lock_guard lock(mu_);
+  if (fail_sync_in_ > 0 && --fail_sync_in_ == 0) {
+    injected_.fetch_add(1);
+    return Status::IOError("fdatasync '" + path + "': Input/output error (injected)");
+  }
+  return Status::OK();
+}
+
+}  // namespace runnel::env

@@ -1,0 +1,83 @@
+// FaultInjectionEnv: wraps another Env and makes chosen file operations fail, the way a full
+// disk or a failing device would.
+//
+// Faults apply to File::WriteAt and File::Sync of files opened through this env:
+// - FailWrite(n): the n-th WriteAt from now (1 = the next one) fails with kIOError (EIO) and
+//   writes nothing.
+// - FailSync(n): the n-th Sync from now fails with kIOError (EIO); the data stays unsynced.
+// - SetNoSpace(true): the disk is full, until SetNoSpace(false): a WriteAt that stays within the
+//   file's current size succeeds (its blocks are allocated already, as in a pre-zeroed
+//   segment); one that would grow the file writes the part within the current size and fails
+//   with kIOError "No space left on device" (ENOSPC).
+// - BeforeSyncDo(n, action): runs `action` just before the n-th Sync from now (tests use it to
+//   pull the plug with MemEnv::Crash at an exact point: data written but not yet synced).
+// Power-loss simulation itself is the base env's business (see MemEnv::Crash).
+//
+// Thread-safety: all methods are safe to call concurrently.
+#ifndef RUNNEL_ENV_FAULT_ENV_H_
+#define RUNNEL_ENV_FAULT_ENV_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "env/env.h"
+
+namespace runnel::env {
+
+class FaultInjectionEnv final : public Env {
+ public:
+  // `base` is not owned and must outlive this env and every file opened through it.
+  explicit FaultInjectionEnv(Env* base);
+
+  void FailWrite(uint64_t n);
+  void FailSync(uint64_t n);
+  void SetNoSpace(bool on);
+  void BeforeSyncDo(uint64_t n, std::function<void()> action);
+  // Clears every pending fault.
+  void ClearFaults();
+  uint64_t writes() const { return writes_.load(); }
+  uint64_t syncs() const { return syncs_.load(); }
+  uint64_t injected_faults() const { return injected_.load(); }
+
+  Result<std::unique_ptr<File>> OpenFile(const std::string& path, bool create) override;
+  Status RemoveFile(const std::string& path) override { return base_->RemoveFile(path); }
+  Status RenameFile(const std::string& from, const std::string& to) override {
+    return base_->RenameFile(from, to);
+  }
+  Status CreateDir(const std::string& path) override { return base_->CreateDir(path); }
+  Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
+  Result<std::vector<std::string>> ListDir(const std::string& dir) override {
+    return base_->ListDir(dir);
+  }
+  bool FileExists(const std::string& path) override { return base_->FileExists(path); }
+  Result<uint64_t> FileSize(const std::string& path) override { return base_->FileSize(path); }
+  Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
+    return base_->LockFile(path);
+  }
+
+  // Called by the wrapped files: whether this write/sync must fail, and how.
+  // `allowed` is how many bytes may still be written before the fault (`fits` of them fit
+  // within the file's current size).
+  Status BeforeWrite(const std::string& path, size_t bytes, size_t fits, size_t* allowed);
+  Status BeforeSync(const std::string& path);
+
+ private:
+  Env* base_;
+  std::mutex mu_;
+  uint64_t fail_write_in_ = 0;  // GUARDED_BY(mu_); 0 = no fault armed
+  uint64_t fail_sync_in_ = 0;   // GUARDED_BY(mu_)
+  bool no_space_ = false;       // GUARDED_BY(mu_)
+  uint64_t sync_action_in_ = 0;          // GUARDED_BY(mu_)
+  std::function<void()> sync_action_;    // GUARDED_BY(mu_)
+  std::atomic<uint64_t> writes_{0};
+  std::atomic<uint64_t> syncs_{0};
+  std::atomic<uint64_t> injected_{0};
+};
+
+}  // namespace runnel::env
+
+#endif  // RUNNEL_ENV_FAULT_ENV_H_

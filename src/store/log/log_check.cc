@@ -1,0 +1,194 @@
+#include "store/log/log_check.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+
+#include "store/log/crc32c.h"
+#include "store/log/log_codec.h"
+#include "store/log/log_format.h"
+
+namespace runnel::log {
+namespace {
+
+bool ParseNumber(std::string_view digits, uint64_t* out) {
+  if (digits.size() != 20) return false;
+  uint64_t v = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  *out = v;
+  return true;
+}
+
+Result<std::string> ReadWhole(env::Env* env, const std::string& path) {
+  RUNNEL_ASSIGN_OR_RETURN(auto file, env->OpenFile(path, false));
+  RUNNEL_ASSIGN_OR_RETURN(uint64_t size, file->Size());
+  std::string buf(size, '\0');
+  RUNNEL_ASSIGN_OR_RETURN(size_t got, file->ReadAt(0, size, buf.data()));
+  buf.resize(got);
+  return buf;
+}
+
+std::string_view TypeName(FrameType t) {
+  switch (t) {
+    case FrameType::kCreateStream: return "create";
+    case FrameType::kUpdateStream: return "update";
+    case FrameType::kDeleteStream: return "delete";
+    case FrameType::kAppendBatch: return "append";
+    case FrameType::kCursorCommit: return "cursor";
+    case FrameType::kTruncateHead: return "truncate";
+    case FrameType::kCheckpointMarker: return "checkpoint-marker";
+  }
+  return "?";
+}
+
+}  // namespace
+
+Result<CheckReport> CheckLogDirectory(env::Env* env, const std::string& dir) {
+  if (!env->FileExists(dir)) return Status::NotFound("data directory '" + dir + "' does not exist");
+  RUNNEL_ASSIGN_OR_RETURN(auto lock, env->LockFile(env::JoinPath(dir, "LOCK")));
+  RUNNEL_ASSIGN_OR_RETURN(auto names, env->ListDir(dir));
+  std::sort(names.begin(), names.end());
+  CheckReport report;
+  std::vector<uint64_t> segs;
+  for (const std::string& name : names) {
+    uint64_t n;
+    if (name.size() == 24 && name.substr(20) == ".log" && ParseNumber(name.substr(0, 20), &n)) {
+      segs.push_back(n);
+    } else if (name.rfind("checkpoint-", 0) == 0 && name.size() == 36 &&
+               name.substr(31) == ".ckpt") {
+      const std::string path = env::JoinPath(dir, name);
+      RUNNEL_ASSIGN_OR_RETURN(std::string data, ReadWhole(env, path));
+      std::string verdict = "ok";
+      if (data.size() < kCheckpointHeaderSize ||
+          std::string_view(data).substr(0, 8) != kCheckpointMagic) {
+        verdict = "bad header";
+      } else if (LoadU64(data.data() + 16) != data.size() - kCheckpointHeaderSize ||
+                 UnmaskCrc(LoadU32(data.data() + 24)) !=
+                     Crc32c(std::string_view(data).substr(kCheckpointHeaderSize))) {
+        verdict = "checksum or length mismatch";
+      } else {
+        const char* b = data.data() + kCheckpointHeaderSize;
+        verdict = "ok, replay from segment " + std::to_string(LoadU64(b + 8)) + " byte " +
+                  std::to_string(LoadU64(b + 16)) + ", " + std::to_string(LoadU64(b + 32)) +
+                  " streams";
+      }
+      report.lines.push_back(name + ": " + verdict + " (" + std::to_string(data.size()) +
+                             " bytes)");
+      if (verdict.rfind("ok", 0) != 0) {
+        report.corruption.push_back(path + ": checkpoint " + verdict);
+      }
+    } else if (name != "LOCK") {
+      report.lines.push_back(name + ": not part of the log (ignored)");
+    }
+  }
+  for (size_t i = 1; i < segs.size(); ++i) {
+    if (segs[i] != segs[i - 1] + 1) {
+      report.lines.push_back("note: segments " + std::to_string(segs[i - 1] + 1) + " to " +
+                             std::to_string(segs[i] - 1) +
+                             " are absent (deleted once nothing in them was live)");
+    }
+  }
+  // Per-stream next offsets, for streams whose create frame is in the remaining segments.
+  std::map<uint64_t, uint64_t> next;
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const bool last = i + 1 == segs.size();
+    char fname[32];
+    std::snprintf(fname, sizeof fname, "%020llu.log", static_cast<unsigned long long>(segs[i]));
+    const std::string path = env::JoinPath(dir, fname);
+    RUNNEL_ASSIGN_OR_RETURN(std::string data, ReadWhole(env, path));
+    ++report.segments;
+    Status header = CheckSegmentHeader(data, segs[i], path);
+    if (!header.ok()) {
+      report.corruption.push_back(std::string(header.message()));
+      report.lines.push_back(std::string(fname) + ": " + std::string(header.message()));
+      continue;
+    }
+    std::map<std::string_view, uint64_t> counts;
+    size_t pos = kSegmentHeaderSize;
+    std::string problem;
+    for (;;) {
+      FrameView f;
+      FrameCheck c = ParseFrame(std::string_view(data).substr(pos), &f);
+      if (c == FrameCheck::kEnd) break;
+      if (c != FrameCheck::kOk) {
+        bool valid_after = false;
+        const uint32_t len = pos + 8 <= data.size() ? LoadU32(data.data() + pos + 4) : 0;
+        if (c != FrameCheck::kTruncated && len >= kMinBodySize && len <= kMaxBodySize &&
+            pos + kFrameHeaderSize + len < data.size()) {
+          FrameView nf;
+          valid_after = ParseFrame(std::string_view(data).substr(pos + kFrameHeaderSize + len),
+                                   &nf) == FrameCheck::kOk;
+        }
+        if (last && !valid_after) {
+          report.torn_tail = true;
+          report.lines.push_back(std::string(fname) + ": torn tail at byte " +
+                                 std::to_string(pos) + " (" + std::string(FrameCheckName(c)) +
+                                 "); the next open truncates it");
+        } else {
+          std::string who;
+          if (pos + kFrameHeaderSize + 8 <= data.size()) {
+            who = ", stream #" + std::to_string(LoadU64(data.data() + pos + kFrameHeaderSize)) +
+                  " (unverified)";
+          }
+          problem = path + " at byte " + std::to_string(pos) + ": " +
+                    std::string(FrameCheckName(c)) + who;
+        }
+        break;
+      }
+      ++report.frames;
+      ++counts[TypeName(f.type)];
+      StreamId id = 0;
+      BodyStreamId(f.type, f.body, &id);
+      if (f.type == FrameType::kCreateStream) {
+        Reader r(f.body);
+        uint64_t sid;
+        std::string_view ns, name, ct;
+        StreamRetention ret;
+        uint64_t first = 0;
+        if (r.U64(&sid) && r.String(&ns) && r.String(&name) && r.String(&ct) && r.Retention(&ret) &&
+            r.U64(&first)) {
+          next[sid] = first;
+          ++report.streams_created;
+        } else {
+          problem = path + " at byte " + std::to_string(pos) + ": malformed create-stream";
+          break;
+        }
+      } else if (f.type == FrameType::kAppendBatch) {
+        AppendBatchHeader h;
+        if (!DecodeAppendBatch(f.body, &h, nullptr, nullptr)) {
+          problem = path + " at byte " + std::to_string(pos) + ": malformed append batch of stream #" +
+                    std::to_string(id);
+          break;
+        }
+        report.records += h.count;
+        auto it = next.find(h.stream);
+        if (it != next.end()) {
+          if (h.first_offset != it->second) {
+            problem = path + " at byte " + std::to_string(pos) + ": stream #" +
+                      std::to_string(h.stream) + " continues at offset " +
+                      std::to_string(h.first_offset) + ", expected " + std::to_string(it->second);
+            break;
+          }
+          it->second += h.count;
+        }
+      } else if (f.type == FrameType::kDeleteStream) {
+        next.erase(id);
+      }
+      pos += f.size;
+    }
+    std::string summary = std::string(fname) + ": " + std::to_string(data.size()) +
+                          " bytes, data ends at byte " + std::to_string(pos) + ";";
+    for (const auto& [type, n] : counts) summary += " " + std::string(type) + "=" + std::to_string(n);
+    report.lines.push_back(summary);
+    if (!problem.empty()) {
+      report.corruption.push_back(problem);
+      report.lines.push_back(std::string(fname) + ": CORRUPT: " + problem);
+    }
+  }
+  return report;
+}
+
+}  // namespace runnel::log

@@ -1,0 +1,102 @@
+// Encoding and decoding of the frames and headers described in log_format.h.
+// Pure functions; thread-safe.
+#ifndef RUNNEL_STORE_LOG_LOG_CODEC_H_
+#define RUNNEL_STORE_LOG_LOG_CODEC_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "runnel/status.h"
+#include "runnel/store.h"
+#include "store/log/log_format.h"
+
+namespace runnel::log {
+
+// --- primitive coding ---
+void PutU8(std::string* dst, uint8_t v);
+void PutU32(std::string* dst, uint32_t v);
+void PutU64(std::string* dst, uint64_t v);
+void PutString(std::string* dst, std::string_view s);
+void PutRetention(std::string* dst, const StreamRetention& r);
+uint32_t LoadU32(const char* p);
+uint64_t LoadU64(const char* p);
+
+// Reads primitives from a byte range; every getter returns false (and leaves the reader
+// failed) when the range is too short.
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  bool U8(uint8_t* v);
+  bool U32(uint32_t* v);
+  bool U64(uint64_t* v);
+  bool String(std::string_view* v);
+  bool String(std::string* v);
+  bool Retention(StreamRetention* r);
+  bool done() const { return in_.empty(); }
+  size_t remaining() const { return in_.size(); }
+
+ private:
+  std::string_view in_;
+};
+
+// --- segment header ---
+std::string EncodeSegmentHeader(uint64_t segment);
+// kCorruption naming `what` when the header is not a valid version-1 header of `segment`.
+Status CheckSegmentHeader(std::string_view header, uint64_t segment, std::string_view what);
+
+// --- frames ---
+// Appends one frame (header + body) to dst.
+void AppendFrame(std::string* dst, FrameType type, std::string_view body);
+
+enum class FrameCheck { kOk, kEnd, kTruncated, kBadLength, kBadCrc };
+struct FrameView {
+  FrameType type{};
+  std::string_view body;
+  size_t size = 0;  // header + body
+};
+// Parses the frame at the start of `in`. kEnd for an all-zero header (the pre-zeroed end of a
+// segment) or fewer than kFrameHeaderSize bytes of zeros.
+FrameCheck ParseFrame(std::string_view in, FrameView* out);
+std::string_view FrameCheckName(FrameCheck c);
+
+// --- bodies ---
+std::string EncodeCreateStream(StreamId id, const StreamSpec& spec);
+std::string EncodeUpdateStream(StreamId id, const StreamRetention& r, std::string_view attrs);
+std::string EncodeDeleteStream(StreamId id);
+std::string EncodeCursorCommit(StreamId id, std::string_view consumer, uint64_t offset,
+                               uint64_t now_ms);
+std::string EncodeTruncateHead(StreamId id, uint64_t new_head);
+std::string EncodeCheckpointMarker(uint64_t seq);
+// Appends the kAppendBatch body to dst.
+void EncodeAppendBatch(std::string* dst, StreamId id, uint64_t first_offset, uint64_t ts,
+                       const std::vector<AppendRecord>& records, bool close,
+                       const std::optional<ProducerState>& producer);
+
+struct AppendBatchHeader {
+  StreamId stream = 0;
+  uint64_t first_offset = 0;
+  uint64_t timestamp = 0;
+  uint32_t count = 0;
+  bool close = false;
+  std::optional<ProducerState> producer;  // last_offset left 0
+};
+// Decodes an append batch body. `sizes` (if not null) receives (payload size, key size) of each
+// record;
+// `records` (if not null) receives the records with offset >= min_offset, at most `limit`.
+bool DecodeAppendBatch(std::string_view body, AppendBatchHeader* header,
+                       std::vector<std::pair<uint32_t, uint32_t>>* sizes,
+                       std::vector<StoredRecord>* records,
+                       uint64_t min_offset = 0, size_t limit = SIZE_MAX);
+
+// The stream id every body starts with (0 for a checkpoint marker).
+bool BodyStreamId(FrameType type, std::string_view body, StreamId* id);
+// A one-line human description of a frame, for `runnel check` and the golden test.
+std::string DescribeFrame(FrameType type, std::string_view body);
+
+}  // namespace runnel::log
+
+#endif  // RUNNEL_STORE_LOG_LOG_CODEC_H_

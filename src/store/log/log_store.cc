@@ -1,0 +1,1396 @@
+#include "store/log/log_store.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <limits>
+
+#include "store/log/crc32c.h"
+#include "store/log/log_codec.h"
+#include "store/retention.h"
+
+namespace runnel {
+
+Result<LogDurabilityMode> ParseLogDurability(std::string_view text) {
+  LogDurabilityMode m;
+  if (text == "fsync") return m;
+  if (text == "none") {
+    m.mode = LogDurability::kNone;
+    return m;
+  }
+  constexpr std::string_view kInterval = "interval:";
+  if (text.substr(0, kInterval.size()) == kInterval) {
+    std::string_view num = text.substr(kInterval.size());
+    if (!num.empty() && num.size() <= 6 &&
+        std::all_of(num.begin(), num.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      uint32_t ms = static_cast<uint32_t>(std::stoul(std::string(num)));
+      if (ms >= 1) {
+        m.mode = LogDurability::kInterval;
+        m.interval_ms = ms;
+        return m;
+      }
+    }
+  }
+  return Status::InvalidArgument("durability must be 'fsync', 'interval:<ms>' or 'none', not '" +
+                                 std::string(text) + "'");
+}
+
+std::string LogDurabilityName(const LogDurabilityMode& mode) {
+  switch (mode.mode) {
+    case LogDurability::kFsync: return "fsync";
+    case LogDurability::kInterval: return "interval:" + std::to_string(mode.interval_ms);
+    case LogDurability::kNone: return "none";
+  }
+  return "fsync";
+}
+
+Result<std::unique_ptr<Store>> OpenLogStore(const LogStoreOptions& options) {
+  RUNNEL_ASSIGN_OR_RETURN(auto store, log::LogStore::Open(options));
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+namespace log {
+namespace {
+
+Status StreamNotFound(StreamId id) {
+  return Status::NotFound("stream #" + std::to_string(id) + " does not exist");
+}
+
+std::string SegmentName(uint64_t number) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%020" PRIu64 ".log", number);
+  return buf;
+}
+
+std::string CheckpointName(uint64_t seq) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "checkpoint-%020" PRIu64 ".ckpt", seq);
+  return buf;
+}
+
+// Parses "<20 digits><suffix>" after `prefix`.
+bool ParseNumbered(std::string_view name, std::string_view prefix, std::string_view suffix,
+                   uint64_t* out) {
+  if (name.size() != prefix.size() + 20 + suffix.size()) return false;
+  if (name.substr(0, prefix.size()) != prefix) return false;
+  if (name.substr(prefix.size() + 20) != suffix) return false;
+  uint64_t v = 0;
+  for (char c : name.substr(prefix.size(), 20)) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  *out = v;
+  return true;
+}
+
+constexpr size_t kZeroChunk = 1u << 20;
+
+const std::string& Zeros() {
+  static const std::string* zeros = new std::string(kZeroChunk, '\0');
+  return *zeros;
+}
+
+}  // namespace
+
+struct LogStore::Op {
+  OpKind kind = OpKind::kAppend;
+  // Inputs.
+  AppendRequest append;
+  AppendCallback append_done;
+  StreamSpec spec;
+  StreamId stream = 0;
+  StreamRetention retention;
+  std::string attributes;
+  std::string consumer;
+  uint64_t offset = 0;
+  uint64_t now_ms = 0;
+  bool respect_cursors = false;
+  // Prepared by the writer.
+  std::string frame;  // empty when there is nothing to write
+  bool refused = false;
+  // Outputs.
+  Status status;
+  AppendResult append_result;
+  uint64_t u64_result = 0;
+  StreamInfo info;
+  // Completion for synchronous callers.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
+};
+
+LogStore::LogStore(const LogStoreOptions& options)
+    : options_(options), env_(options.env ? options.env : env::Env::Posix()) {}
+
+std::string LogStore::SegmentPath(uint64_t number) const {
+  return env::JoinPath(options_.dir, SegmentName(number));
+}
+
+std::string LogStore::Durability() const {
+  switch (options_.durability.mode) {
+    case LogDurability::kFsync:
+      return "fsync: an acknowledged append is on disk (fdatasync before acknowledgement)";
+    case LogDurability::kInterval:
+      return "interval:" + std::to_string(options_.durability.interval_ms) +
+             ": acknowledged appends survive a process crash; a power loss may lose the last " +
+             std::to_string(options_.durability.interval_ms) + " ms";
+    case LogDurability::kNone:
+      return "none: acknowledged appends survive a process crash; a power loss may lose "
+             "everything since the last Flush";
+  }
+  return "";
+}
+
+Result<std::unique_ptr<LogStore>> LogStore::Open(const LogStoreOptions& options) {
+  if (options.dir.empty()) return Status::InvalidArgument("log store needs a data directory");
+  if (options.segment_size < kSegmentHeaderSize + 1024 || options.segment_size > (1ull << 31)) {
+    return Status::InvalidArgument("segment_size must be between 1056 bytes and 2 GiB");
+  }
+  std::unique_ptr<LogStore> store(new LogStore(options));
+  RUNNEL_RETURN_IF_ERROR(store->env_->CreateDir(options.dir));
+  RUNNEL_ASSIGN_OR_RETURN(store->lock_,
+                          store->env_->LockFile(env::JoinPath(options.dir, "LOCK")));
+  RUNNEL_RETURN_IF_ERROR(store->Recover());
+  store->last_sync_ = std::chrono::steady_clock::now();
+  store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
+  return store;
+}
+
+LogStore::~LogStore() {
+  {
+    std::lock_guard lock(queue_mu_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (writer_.joinable()) writer_.join();
+}
+
+// ------------------------------------------------------------------------------------------
+// Recovery
+
+Status LogStore::Recover() {
+  RUNNEL_ASSIGN_OR_RETURN(auto names, env_->ListDir(options_.dir));
+  std::vector<uint64_t> segs, ckpts;
+  for (const std::string& name : names) {
+    uint64_t n;
+    if (ParseNumbered(name, "", ".log", &n)) {
+      segs.push_back(n);
+    } else if (ParseNumbered(name, "checkpoint-", ".ckpt", &n)) {
+      ckpts.push_back(n);
+    } else if (name.size() > 4 && name.substr(name.size() - 4) == ".tmp") {
+      RUNNEL_RETURN_IF_ERROR(env_->RemoveFile(env::JoinPath(options_.dir, name)));
+    }
+  }
+  std::sort(segs.begin(), segs.end());
+  std::sort(ckpts.rbegin(), ckpts.rend());
+
+  uint64_t replay_seg = segs.empty() ? 1 : segs.front();
+  uint64_t replay_pos = kSegmentHeaderSize;
+  bool have_checkpoint = false;
+  for (uint64_t seq : ckpts) {
+    const std::string path = env::JoinPath(options_.dir, CheckpointName(seq));
+    Status s = LoadCheckpoint(path, &replay_seg, &replay_pos);
+    if (s.ok()) {
+      have_checkpoint = true;
+      checkpoint_seq_ = seq;
+      break;
+    }
+    recovery_notes_.push_back("ignored checkpoint: " + s.ToString());
+    streams_.clear();
+    names_.clear();
+    next_stream_id_ = 1;
+  }
+  if (!ckpts.empty() && !have_checkpoint) {
+    // Without a checkpoint the whole history must still be there (segment 1 on).
+    if (segs.empty() || segs.front() != 1) {
+      return Status::Corruption("no valid checkpoint in " + options_.dir +
+                                " and older segments are gone (" + recovery_notes_.back() + ")");
+    }
+    recovery_notes_.push_back("no valid checkpoint: replaying the whole log");
+    replay_seg = 1;
+    replay_pos = kSegmentHeaderSize;
+  }
+
+  // Every segment from the replay point on must be present and consecutive.
+  std::vector<uint64_t> replay;
+  for (uint64_t n : segs) {
+    if (n >= replay_seg) replay.push_back(n);
+  }
+  if (have_checkpoint && !replay.empty() && replay.front() != replay_seg) {
+    return Status::Corruption("segment " + SegmentName(replay_seg) +
+                              " named by the checkpoint is missing");
+  }
+  for (size_t i = 1; i < replay.size(); ++i) {
+    if (replay[i] != replay[i - 1] + 1) {
+      return Status::Corruption("segment " + SegmentName(replay[i - 1] + 1) +
+                                " is missing between " + SegmentName(replay[i - 1]) + " and " +
+                                SegmentName(replay[i]));
+    }
+  }
+  // Older segments are kept open for reads of the records they still hold.
+  for (uint64_t n : segs) {
+    if (n >= replay_seg) break;
+    RUNNEL_ASSIGN_OR_RETURN(auto file, env_->OpenFile(SegmentPath(n), false));
+    Segment& seg = segments_[n];
+    seg.number = n;
+    seg.file = std::move(file);
+  }
+  for (size_t i = 0; i < replay.size(); ++i) {
+    RUNNEL_RETURN_IF_ERROR(ReplaySegment(replay[i], replay[i] == replay_seg ? replay_pos
+                                                                            : kSegmentHeaderSize,
+                                         i + 1 == replay.size()));
+  }
+  // Live bytes per segment, from the index.
+  for (auto& [n, seg] : segments_) seg.live_bytes = 0;
+  for (auto& [id, s] : streams_) {
+    for (size_t i = s->batch_begin; i < s->batches.size(); ++i) {
+      auto it = segments_.find(s->batches[i].segment);
+      if (it == segments_.end()) {
+        return Status::Corruption("stream '" + s->spec.name + "' (#" + std::to_string(id) +
+                                  ") has records in missing segment " +
+                                  SegmentName(s->batches[i].segment));
+      }
+      it->second.live_bytes += s->batches[i].len;
+    }
+    s->reserved_next = s->next;
+    s->reserved_closed = s->closed;
+  }
+  if (replay.empty()) {
+    if (have_checkpoint) {
+      return Status::Corruption("segment " + SegmentName(replay_seg) +
+                                " named by the checkpoint is missing");
+    }
+    RUNNEL_RETURN_IF_ERROR(RollSegment(0));
+  } else {
+    active_segment_ = replay.back();
+    Segment& seg = segments_[active_segment_];
+    active_pos_ = seg.end;
+    RUNNEL_ASSIGN_OR_RETURN(uint64_t size, seg.file->Size());
+    active_capacity_ = options_.prezero_segments ? std::max(size, active_pos_) : options_.segment_size;
+    dirty_end_ = active_pos_;
+  }
+  return Status::OK();
+}
+
+Status LogStore::LoadCheckpoint(const std::string& path, uint64_t* replay_segment,
+                                uint64_t* replay_pos) {
+  RUNNEL_ASSIGN_OR_RETURN(auto file, env_->OpenFile(path, false));
+  RUNNEL_ASSIGN_OR_RETURN(uint64_t size, file->Size());
+  std::string buf(size, '\0');
+  RUNNEL_ASSIGN_OR_RETURN(size_t got, file->ReadAt(0, size, buf.data()));
+  auto bad = [&](std::string_view why) {
+    return Status::Corruption("checkpoint '" + path + "': " + std::string(why));
+  };
+  if (got != size || size < kCheckpointHeaderSize) return bad("shorter than its header");
+  if (std::string_view(buf).substr(0, 8) != kCheckpointMagic) return bad("wrong magic");
+  if (LoadU32(buf.data() + 8) != kFormatVersion) return bad("unsupported version");
+  const uint64_t body_len = LoadU64(buf.data() + 16);
+  if (body_len != size - kCheckpointHeaderSize) return bad("length mismatch");
+  std::string_view body = std::string_view(buf).substr(kCheckpointHeaderSize);
+  if (UnmaskCrc(LoadU32(buf.data() + 24)) != Crc32c(body)) return bad("checksum mismatch");
+
+  Reader r(body);
+  uint64_t seq, nstreams, next_id;
+  if (!r.U64(&seq) || !r.U64(replay_segment) || !r.U64(replay_pos) || !r.U64(&next_id) ||
+      !r.U64(&nstreams)) {
+    return bad("truncated body");
+  }
+  next_stream_id_ = next_id;
+  for (uint64_t i = 0; i < nstreams; ++i) {
+    auto s = std::make_unique<StreamState>();
+    uint8_t closed;
+    uint64_t nbatches, nrecords;
+    if (!r.U64(&s->id) || !r.String(&s->spec.ns) || !r.String(&s->spec.name) ||
+        !r.String(&s->spec.content_type) || !r.Retention(&s->spec.retention) ||
+        !r.U64(&s->spec.first_offset) || !r.U64(&s->spec.created_at_ms) ||
+        !r.String(&s->spec.attributes) || !r.U64(&s->head) || !r.U64(&s->next) ||
+        !r.U8(&closed) || !r.U64(&nbatches) || nbatches > r.remaining() / 20) {
+      return bad("truncated stream entry");
+    }
+    s->closed = closed != 0;
+    s->batches.resize(nbatches);
+    for (auto& b : s->batches) {
+      if (!r.U64(&b.first_offset) || !r.U64(&b.timestamp) || !r.U32(&b.segment) ||
+          !r.U32(&b.pos) || !r.U32(&b.len)) {
+        return bad("truncated batch entry");
+      }
+    }
+    if (!r.U64(&nrecords) || nrecords != s->next - s->head || nrecords > r.remaining() / 8) {
+      return bad("bad record count");
+    }
+    s->sizes.resize(nrecords);
+    for (auto& rs : s->sizes) {
+      if (!r.U32(&rs.payload) || !r.U32(&rs.key)) return bad("truncated sizes");
+      s->bytes += store::RecordBytes(rs.key, rs.payload);
+    }
+    uint32_t ncursors, nproducers;
+    if (!r.U32(&ncursors)) return bad("truncated cursors");
+    for (uint32_t c = 0; c < ncursors; ++c) {
+      CursorState cs;
+      if (!r.String(&cs.consumer) || !r.U64(&cs.offset) || !r.U64(&cs.updated_at_ms)) {
+        return bad("truncated cursor");
+      }
+      s->cursors.emplace(cs.consumer, cs);
+    }
+    if (!r.U32(&nproducers)) return bad("truncated producers");
+    for (uint32_t p = 0; p < nproducers; ++p) {
+      ProducerState ps;
+      if (!r.String(&ps.producer_id) || !r.U64(&ps.epoch) || !r.U64(&ps.seq) ||
+          !r.U64(&ps.last_offset)) {
+        return bad("truncated producer");
+      }
+      s->producers.emplace(ps.producer_id, ps);
+    }
+    names_[s->spec.ns][s->spec.name] = s->id;
+    streams_[s->id] = std::move(s);
+  }
+  if (!r.done()) return bad("trailing bytes");
+  return Status::OK();
+}
+
+Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
+  const std::string path = SegmentPath(number);
+  RUNNEL_ASSIGN_OR_RETURN(auto file, env_->OpenFile(path, false));
+  RUNNEL_ASSIGN_OR_RETURN(uint64_t size, file->Size());
+  std::string buf(size, '\0');
+  RUNNEL_ASSIGN_OR_RETURN(size_t got, file->ReadAt(0, size, buf.data()));
+  buf.resize(got);
+  Segment& seg = segments_[number];
+  seg.number = number;
+  seg.file = std::move(file);
+  seg.end = kSegmentHeaderSize;
+  auto untouched = [&] {
+    for (size_t i = kSegmentHeaderSize; i < std::min(buf.size(), kSegmentHeaderSize + kFrameHeaderSize); ++i) {
+      if (buf[i] != 0) return false;
+    }
+    return true;
+  };
+  if (last && (buf.size() < kSegmentHeaderSize ||
+               (!CheckSegmentHeader(buf, number, path).ok() && untouched()))) {
+    // A crash while creating the segment: its header never became durable, and no frame can
+    // have been written after it (frames follow only once the header is synced).
+    recovery_notes_.push_back(path + ": incomplete header, segment reinitialised");
+    std::string header = EncodeSegmentHeader(number);
+    RUNNEL_RETURN_IF_ERROR(seg.file->WriteAt(0, header));
+    return ScrubTail(seg, kSegmentHeaderSize);
+  }
+  RUNNEL_RETURN_IF_ERROR(CheckSegmentHeader(buf, number, path));
+  std::string_view data(buf);
+  uint64_t pos = std::max<uint64_t>(from, kSegmentHeaderSize);
+  while (pos <= data.size()) {
+    FrameView f;
+    FrameCheck c = ParseFrame(data.substr(pos), &f);
+    if (c == FrameCheck::kEnd) break;
+    if (c == FrameCheck::kOk) {
+      Status s = ApplyFrame(f.type, f.body, static_cast<uint32_t>(number),
+                            static_cast<uint32_t>(pos), static_cast<uint32_t>(f.size), true);
+      if (!s.ok()) {
+        s = Status::Corruption(path + " at byte " + std::to_string(pos) + ": " +
+                               std::string(s.message()));
+        if (!options_.salvage) return s;
+        recovery_notes_.push_back("salvage skipped a frame: " + s.ToString());
+      }
+      pos += f.size;
+      continue;
+    }
+    // A bad frame. At the tail of the last segment it is a torn write: truncate it away.
+    bool valid_after = false;
+    const uint32_t len = pos + 8 <= data.size() ? LoadU32(data.data() + pos + 4) : 0;
+    if (c != FrameCheck::kTruncated && len >= kMinBodySize && len <= kMaxBodySize &&
+        pos + kFrameHeaderSize + len < data.size()) {
+      FrameView next;
+      valid_after =
+          ParseFrame(data.substr(pos + kFrameHeaderSize + len), &next) == FrameCheck::kOk;
+    }
+    if (last && !valid_after) {
+      recovery_notes_.push_back(path + ": torn tail at byte " + std::to_string(pos) + " (" +
+                                std::string(FrameCheckName(c)) + "), truncated");
+      seg.end = pos;
+      return ScrubTail(seg, pos);
+    }
+    std::string who;
+    if (pos + kFrameHeaderSize + kMinBodySize <= data.size()) {
+      who = ", stream #" +
+            std::to_string(LoadU64(data.data() + pos + kFrameHeaderSize)) + " (unverified)";
+    }
+    Status corrupt = Status::Corruption("segment " + path + " at byte " + std::to_string(pos) +
+                                        ": " + std::string(FrameCheckName(c)) + who +
+                                        "; open with salvage to skip it");
+    if (!options_.salvage) return corrupt;
+    recovery_notes_.push_back("salvage dropped the rest of the segment: " + corrupt.ToString());
+    seg.end = pos;
+    if (last) return ScrubTail(seg, pos);
+    return Status::OK();
+  }
+  seg.end = pos;
+  return Status::OK();
+}
+
+Status LogStore::ScrubTail(Segment& seg, uint64_t from) {
+  RUNNEL_ASSIGN_OR_RETURN(uint64_t size, seg.file->Size());
+  if (!options_.prezero_segments) {
+    RUNNEL_RETURN_IF_ERROR(seg.file->Truncate(from));
+    return seg.file->Sync();
+  }
+  std::string chunk;
+  for (uint64_t pos = from; pos < size; pos += kZeroChunk) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kZeroChunk, size - pos));
+    chunk.resize(n);
+    RUNNEL_ASSIGN_OR_RETURN(size_t got, seg.file->ReadAt(pos, n, chunk.data()));
+    if (std::any_of(chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(got),
+                    [](char c) { return c != 0; })) {
+      RUNNEL_RETURN_IF_ERROR(seg.file->WriteAt(pos, std::string_view(Zeros()).substr(0, got)));
+    }
+  }
+  return seg.file->Sync();
+}
+
+// ------------------------------------------------------------------------------------------
+// Applying frames
+
+LogStore::StreamState* LogStore::FindLocked(StreamId id) const {
+  auto it = streams_.find(id);
+  return it == streams_.end() ? nullptr : it->second.get();
+}
+
+StreamInfo LogStore::Snapshot(const StreamState& s) {
+  StreamInfo info;
+  info.id = s.id;
+  info.spec = s.spec;
+  info.next_offset = s.next;
+  info.event_count = s.next - s.head;
+  info.retained_bytes = s.bytes;
+  info.closed = s.closed;
+  if (s.next > s.head) {
+    info.head_offset = s.head;
+    info.tail_offset = s.next - 1;
+  }
+  return info;
+}
+
+void LogStore::Compact(StreamState& s) {
+  if (s.batch_begin > 16 && s.batch_begin * 2 > s.batches.size()) {
+    s.batches.erase(s.batches.begin(), s.batches.begin() + static_cast<std::ptrdiff_t>(s.batch_begin));
+    s.batch_begin = 0;
+  }
+  if (s.size_begin > 64 && s.size_begin * 2 > s.sizes.size()) {
+    s.sizes.erase(s.sizes.begin(), s.sizes.begin() + static_cast<std::ptrdiff_t>(s.size_begin));
+    s.size_begin = 0;
+  }
+  if (s.batch_begin == s.batches.size()) {
+    s.batches.clear();
+    s.batch_begin = 0;
+  }
+  if (s.size_begin == s.sizes.size()) {
+    s.sizes.clear();
+    s.size_begin = 0;
+  }
+}
+
+void LogStore::DropHead(StreamState& s, uint64_t n) {
+  n = std::min(n, s.next - s.head);
+  if (n == 0) return;
+  for (uint64_t i = 0; i < n; ++i) {
+    const RecSize& rs = s.sizes[s.size_begin + i];
+    s.bytes -= store::RecordBytes(rs.key, rs.payload);
+  }
+  s.size_begin += n;
+  s.head += n;
+  // Release every batch whose records are all below the new head.
+  while (s.batch_begin < s.batches.size()) {
+    const uint64_t batch_end = s.batch_begin + 1 < s.batches.size()
+                                   ? s.batches[s.batch_begin + 1].first_offset
+                                   : s.next;
+    if (batch_end > s.head) break;
+    const BatchRef& b = s.batches[s.batch_begin];
+    auto it = segments_.find(b.segment);
+    if (it != segments_.end()) it->second.live_bytes -= std::min<uint64_t>(b.len, it->second.live_bytes);
+    ++s.batch_begin;
+  }
+  Compact(s);
+}
+
+Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segment, uint32_t pos,
+                            uint32_t len, bool replay) {
+  Reader r(body);
+  StreamId id = 0;
+  switch (type) {
+    case FrameType::kCreateStream: {
+      auto s = std::make_unique<StreamState>();
+      if (!r.U64(&s->id) || !r.String(&s->spec.ns) || !r.String(&s->spec.name) ||
+          !r.String(&s->spec.content_type) || !r.Retention(&s->spec.retention) ||
+          !r.U64(&s->spec.first_offset) || !r.U64(&s->spec.created_at_ms) ||
+          !r.String(&s->spec.attributes) || !r.done()) {
+        return Status::Corruption("malformed create-stream frame");
+      }
+      if (streams_.count(s->id)) {
+        return Status::Corruption("create-stream of existing stream #" + std::to_string(s->id));
+      }
+      auto& names = names_[s->spec.ns];
+      if (names.count(s->spec.name)) {
+        return Status::Corruption("create-stream of existing name '" + s->spec.name + "'");
+      }
+      s->head = s->next = s->reserved_next = s->spec.first_offset;
+      names[s->spec.name] = s->id;
+      next_stream_id_ = std::max(next_stream_id_, s->id + 1);
+      streams_[s->id] = std::move(s);
+      return Status::OK();
+    }
+    case FrameType::kCheckpointMarker:
+      return Status::OK();
+    default:
+      break;
+  }
+  if (!r.U64(&id)) return Status::Corruption("frame too short for a stream id");
+  StreamState* s = FindLocked(id);
+  if (s == nullptr) {
+    return Status::Corruption("frame for unknown stream #" + std::to_string(id));
+  }
+  switch (type) {
+    case FrameType::kUpdateStream: {
+      StreamRetention ret;
+      std::string attrs;
+      if (!r.Retention(&ret) || !r.String(&attrs) || !r.done()) {
+        return Status::Corruption("malformed update-stream frame");
+      }
+      s->spec.retention = ret;
+      s->spec.attributes = std::move(attrs);
+      return Status::OK();
+    }
+    case FrameType::kDeleteStream: {
+      if (!r.done()) return Status::Corruption("malformed delete-stream frame");
+      DropHead(*s, s->next - s->head);
+      auto ns_it = names_.find(s->spec.ns);
+      if (ns_it != names_.end()) {
+        ns_it->second.erase(s->spec.name);
+        if (ns_it->second.empty()) names_.erase(ns_it);
+      }
+      streams_.erase(id);
+      return Status::OK();
+    }
+    case FrameType::kAppendBatch: {
+      AppendBatchHeader h;
+      std::vector<std::pair<uint32_t, uint32_t>> sizes;
+      if (!DecodeAppendBatch(body, &h, &sizes, nullptr)) {
+        return Status::Corruption("malformed append-batch frame");
+      }
+      if (h.first_offset != s->next) {
+        if (!(replay && options_.salvage)) {
+          return Status::Corruption("append-batch of stream #" + std::to_string(id) +
+                                    " starts at " + std::to_string(h.first_offset) +
+                                    " but the stream's next offset is " + std::to_string(s->next));
+        }
+        if (h.first_offset < s->next) return Status::OK();  // already present
+        DropHead(*s, s->next - s->head);
+        s->head = s->next = h.first_offset;
+      }
+      if (h.count > 0) {
+        for (const auto& [payload, key] : sizes) {
+          s->sizes.push_back(RecSize{payload, key});
+          s->bytes += store::RecordBytes(key, payload);
+        }
+        s->batches.push_back(BatchRef{h.first_offset, h.timestamp, segment, pos, len});
+        auto it = segments_.find(segment);
+        if (it != segments_.end()) it->second.live_bytes += len;
+        s->next += h.count;
+      }
+      if (h.producer) {
+        ProducerState p = std::move(*h.producer);
+        p.last_offset = h.count ? s->next - 1 : 0;
+        s->producers[p.producer_id] = std::move(p);
+      }
+      if (h.close) s->closed = true;
+      // Retention, exactly as every store applies it.
+      store::RetainedView view;
+      view.count = static_cast<size_t>(s->next - s->head);
+      view.total_bytes = s->bytes;
+      view.timestamp_at = [s](size_t i) {
+        const uint64_t off = s->head + i;
+        auto it = std::upper_bound(
+            s->batches.begin() + static_cast<std::ptrdiff_t>(s->batch_begin), s->batches.end(), off,
+            [](uint64_t o, const BatchRef& b) { return o < b.first_offset; });
+        return std::prev(it)->timestamp;
+      };
+      view.bytes_at = [s](size_t i) {
+        const RecSize& rs = s->sizes[s->size_begin + i];
+        return store::RecordBytes(rs.key, rs.payload);
+      };
+      DropHead(*s, store::RetentionDropCount(s->spec.retention, h.timestamp, view));
+      if (replay) {
+        s->reserved_next = s->next;
+        s->reserved_closed = s->closed;
+      }
+      return Status::OK();
+    }
+    case FrameType::kCursorCommit: {
+      std::string consumer;
+      uint64_t offset, now;
+      if (!r.String(&consumer) || !r.U64(&offset) || !r.U64(&now) || !r.done()) {
+        return Status::Corruption("malformed cursor-commit frame");
+      }
+      auto it = s->cursors.find(consumer);
+      if (it == s->cursors.end()) {
+        s->cursors.emplace(consumer, CursorState{consumer, offset, now});
+      } else if (offset > it->second.offset) {
+        it->second.offset = offset;
+        it->second.updated_at_ms = now;
+      }
+      return Status::OK();
+    }
+    case FrameType::kTruncateHead: {
+      uint64_t new_head;
+      if (!r.U64(&new_head) || !r.done()) return Status::Corruption("malformed truncate frame");
+      if (new_head > s->head) DropHead(*s, std::min(new_head, s->next) - s->head);
+      return Status::OK();
+    }
+    default:
+      return Status::Corruption("unknown frame type " + std::to_string(static_cast<int>(type)));
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// The writer
+
+void LogStore::Enqueue(std::shared_ptr<Op> op) {
+  {
+    std::lock_guard lock(queue_mu_);
+    if (!stopping_) {
+      queue_.push_back(std::move(op));
+      queue_cv_.notify_one();
+      return;
+    }
+  }
+  op->status = Status::Unavailable("the log store is closing");
+  op->refused = true;
+  FinishOp(*op);
+}
+
+Status LogStore::Submit(const std::shared_ptr<Op>& op) {
+  Enqueue(op);
+  std::unique_lock lock(op->mu);
+  op->cv.wait(lock, [&] { return op->finished; });
+  return op->status;
+}
+
+void LogStore::FinishOp(Op& op) {
+  if (op.kind == OpKind::kAppend) {
+    if (op.status.ok()) {
+      std::shared_ptr<const TailListener> listener;
+      {
+        std::lock_guard lock(listener_mu_);
+        listener = listener_;
+      }
+      if (listener && *listener) (*listener)(op.append.stream, op.append_result.next_offset);
+      op.append_done(op.append_result);
+    } else {
+      op.append_done(op.status);
+    }
+    return;
+  }
+  std::lock_guard lock(op.mu);
+  op.finished = true;
+  op.cv.notify_all();
+}
+
+void LogStore::WriterLoop() {
+  std::vector<std::shared_ptr<Op>> ops;
+  for (;;) {
+    bool stop = false;
+    {
+      std::unique_lock lock(queue_mu_);
+      if (queue_.empty() && !stopping_) {
+        if (unsynced_ && options_.durability.mode == LogDurability::kInterval) {
+          queue_cv_.wait_until(lock, last_sync_ + std::chrono::milliseconds(
+                                                      options_.durability.interval_ms));
+        } else {
+          queue_cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+        }
+      }
+      ops.swap(queue_);
+      stop = stopping_ && ops.empty();
+    }
+    if (stop) break;
+    std::vector<std::shared_ptr<Op>> group;
+    for (auto& op : ops) {
+      if (op->kind == OpKind::kAppend || op->kind == OpKind::kCursor) {
+        Prepare(*op);
+        group.push_back(std::move(op));
+        continue;
+      }
+      CommitGroup(group, false);
+      group.clear();
+      if (op->kind == OpKind::kCheckpoint) {
+        op->status = WriteCheckpoint();
+        FinishOp(*op);
+        continue;
+      }
+      Prepare(*op);
+      const bool force = op->kind == OpKind::kFlush;
+      group.push_back(std::move(op));
+      CommitGroup(group, force);
+      group.clear();
+    }
+    CommitGroup(group, false);
+    ops.clear();
+    if (unsynced_ && options_.durability.mode == LogDurability::kInterval &&
+        std::chrono::steady_clock::now() - last_sync_ >=
+            std::chrono::milliseconds(options_.durability.interval_ms)) {
+      Status s = SyncActive();
+      (void)s;  // a failure leaves unsynced_ set; the next group or Flush retries and reports
+    }
+    if (bytes_since_checkpoint_ >= options_.checkpoint_interval_bytes) {
+      Status s = WriteCheckpoint();
+      (void)s;  // on failure the next group retries; recovery just replays more
+    }
+  }
+  // Clean shutdown: make everything durable and checkpoint so the next open replays nothing.
+  Status s = SyncActive();
+  if (s.ok()) s = WriteCheckpoint();
+  (void)s;
+}
+
+void LogStore::Prepare(Op& op) {
+  auto refuse = [&](Status s) {
+    op.status = std::move(s);
+    op.refused = true;
+  };
+  op.frame.clear();
+  switch (op.kind) {
+    case OpKind::kAppend: {
+      AppendRequest& req = op.append;
+      StreamState* s = FindLocked(req.stream);
+      if (s == nullptr) return refuse(StreamNotFound(req.stream));
+      if (s->reserved_closed) {
+        return refuse(Status::FailedPrecondition("stream '" + s->spec.name + "' is closed"));
+      }
+      if (req.records.empty() && !req.close) {
+        return refuse(Status::InvalidArgument("an append needs at least one record"));
+      }
+      if (req.expected_offset && *req.expected_offset != s->reserved_next) {
+        return refuse(Status::Conflict("expected offset " + std::to_string(*req.expected_offset) +
+                                           " but the stream's next offset is " +
+                                           std::to_string(s->reserved_next),
+                                       *req.expected_offset, s->reserved_next));
+      }
+      const uint64_t n = req.records.size();
+      if (n > std::numeric_limits<uint64_t>::max() - s->reserved_next) {
+        return refuse(Status::OutOfRange("stream '" + s->spec.name + "' would pass the largest offset"));
+      }
+      std::string body;
+      size_t estimate = 64;
+      for (const auto& r : req.records) estimate += 9 + r.payload.size() + (r.key ? r.key->size() : 0);
+      if (req.producer) estimate += 24 + req.producer->producer_id.size();
+      if (estimate > kMaxBodySize) {
+        return refuse(Status::InvalidArgument("append batch of " + std::to_string(estimate) +
+                                              " bytes is larger than the 1 GiB limit"));
+      }
+      body.reserve(estimate);
+      EncodeAppendBatch(&body, req.stream, s->reserved_next, req.now_ms, req.records, req.close,
+                        req.producer);
+      op.frame.reserve(body.size() + kFrameHeaderSize);
+      AppendFrame(&op.frame, FrameType::kAppendBatch, body);
+      op.append_result.first_offset = n ? s->reserved_next : 0;
+      op.append_result.last_offset = n ? s->reserved_next + n - 1 : 0;
+      s->reserved_next += n;
+      op.append_result.next_offset = s->reserved_next;
+      if (req.close) s->reserved_closed = true;
+      return;
+    }
+    case OpKind::kCursor: {
+      StreamState* s = FindLocked(op.stream);
+      if (s == nullptr) return refuse(StreamNotFound(op.stream));
+      std::optional<uint64_t> current;
+      auto key = std::make_pair(op.stream, op.consumer);
+      auto pit = pending_cursors_.find(key);
+      if (pit != pending_cursors_.end()) {
+        current = pit->second;
+      } else if (auto it = s->cursors.find(op.consumer); it != s->cursors.end()) {
+        current = it->second.offset;
+      }
+      if (current && *current >= op.offset) {
+        op.u64_result = *current;
+        return;  // nothing changes, nothing to write
+      }
+      op.u64_result = op.offset;
+      pending_cursors_[key] = op.offset;
+      AppendFrame(&op.frame, FrameType::kCursorCommit,
+                  EncodeCursorCommit(op.stream, op.consumer, op.offset, op.now_ms));
+      return;
+    }
+    case OpKind::kCreate: {
+      auto ns_it = names_.find(op.spec.ns);
+      if (ns_it != names_.end() && ns_it->second.count(op.spec.name)) {
+        return refuse(Status::AlreadyExists("stream '" + op.spec.name + "' already exists in " +
+                                            op.spec.ns));
+      }
+      op.stream = next_stream_id_;
+      AppendFrame(&op.frame, FrameType::kCreateStream, EncodeCreateStream(op.stream, op.spec));
+      return;
+    }
+    case OpKind::kUpdate: {
+      if (FindLocked(op.stream) == nullptr) return refuse(StreamNotFound(op.stream));
+      AppendFrame(&op.frame, FrameType::kUpdateStream,
+                  EncodeUpdateStream(op.stream, op.retention, op.attributes));
+      return;
+    }
+    case OpKind::kDelete: {
+      if (FindLocked(op.stream) == nullptr) return refuse(StreamNotFound(op.stream));
+      AppendFrame(&op.frame, FrameType::kDeleteStream, EncodeDeleteStream(op.stream));
+      return;
+    }
+    case OpKind::kTruncate: {
+      StreamState* s = FindLocked(op.stream);
+      if (s == nullptr) return refuse(StreamNotFound(op.stream));
+      uint64_t cut = op.offset;
+      if (op.respect_cursors) {
+        for (const auto& [name, c] : s->cursors) cut = std::min(cut, c.offset);
+      }
+      const uint64_t new_head = cut >= s->next ? s->next : std::max(s->head, cut + 1);
+      op.u64_result = new_head - s->head;
+      if (new_head > s->head) {
+        AppendFrame(&op.frame, FrameType::kTruncateHead, EncodeTruncateHead(op.stream, new_head));
+      }
+      return;
+    }
+    case OpKind::kFlush:
+    case OpKind::kCheckpoint:
+      return;
+  }
+}
+
+void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_sync) {
+  if (group.empty()) return;
+  std::vector<std::string_view> pieces;
+  uint64_t total = 0;
+  for (const auto& op : group) {
+    if (!op->refused && !op->frame.empty()) {
+      pieces.push_back(op->frame);
+      total += op->frame.size();
+    }
+  }
+  uint64_t pos = 0;
+  Status written;
+  if (total > 0 || force_sync) {
+    const bool sync = force_sync || options_.durability.mode == LogDurability::kFsync;
+    written = WriteFrames(pieces, total, sync, &pos);
+  }
+  if (!written.ok()) {
+    for (auto& op : group) {
+      if (!op->refused) op->status = written;
+    }
+    // Forget what the failed group reserved.
+    for (auto& [id, s] : streams_) {
+      s->reserved_next = s->next;
+      s->reserved_closed = s->closed;
+    }
+  } else if (total > 0) {
+    std::unique_lock lock(state_mu_);
+    uint64_t at = pos;
+    for (auto& op : group) {
+      if (op->refused || op->frame.empty()) continue;
+      FrameView f;
+      FrameCheck c = ParseFrame(op->frame, &f);
+      Status s = c == FrameCheck::kOk
+                     ? ApplyFrame(f.type, f.body, static_cast<uint32_t>(active_segment_),
+                                  static_cast<uint32_t>(at), static_cast<uint32_t>(f.size), false)
+                     : Status::Internal("writer produced a bad frame");
+      at += op->frame.size();
+      if (!s.ok()) {
+        op->status = Status::Internal("applying a committed frame failed: " + s.ToString());
+        continue;
+      }
+      if (op->kind == OpKind::kCreate || op->kind == OpKind::kUpdate ||
+          op->kind == OpKind::kTruncate) {
+        if (StreamState* st = FindLocked(op->stream)) op->info = Snapshot(*st);
+      }
+    }
+    bytes_since_checkpoint_ += total;
+  }
+  pending_cursors_.clear();
+  for (auto& op : group) {
+    if (op->kind == OpKind::kCreate && op->status.ok() && op->info.id == 0) {
+      std::shared_lock lock(state_mu_);
+      if (StreamState* st = FindLocked(op->stream)) op->info = Snapshot(*st);
+    }
+    FinishOp(*op);
+  }
+}
+
+Status LogStore::SyncActive() {
+  if (!unsynced_) return Status::OK();
+  Segment* seg;
+  {
+    std::shared_lock lock(state_mu_);
+    seg = &segments_.at(active_segment_);
+  }
+  RUNNEL_RETURN_IF_ERROR(seg->file->Sync());
+  unsynced_ = false;
+  last_sync_ = std::chrono::steady_clock::now();
+  return Status::OK();
+}
+
+Status LogStore::Repair() {
+  std::shared_ptr<env::File> file;
+  {
+    std::shared_lock lock(state_mu_);
+    file = segments_.at(active_segment_).file;
+  }
+  if (options_.prezero_segments) {
+    for (uint64_t p = active_pos_; p < dirty_end_; p += kZeroChunk) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kZeroChunk, dirty_end_ - p));
+      RUNNEL_RETURN_IF_ERROR(file->WriteAt(p, std::string_view(Zeros()).substr(0, n)));
+    }
+  } else {
+    RUNNEL_RETURN_IF_ERROR(file->Truncate(active_pos_));
+  }
+  RUNNEL_RETURN_IF_ERROR(file->Sync());
+  dirty_end_ = active_pos_;
+  repair_needed_ = false;
+  return Status::OK();
+}
+
+Status LogStore::WriteFrames(const std::vector<std::string_view>& pieces, uint64_t total,
+                             bool sync, uint64_t* pos_out) {
+  if (repair_needed_) {
+    Status s = Repair();
+    if (!s.ok()) {
+      return Status::IOError("log is not writable until an earlier failed write is repaired: " +
+                             std::string(s.message()));
+    }
+  }
+  if (total > 0 && active_pos_ + total > active_capacity_ && active_pos_ > kSegmentHeaderSize) {
+    RUNNEL_RETURN_IF_ERROR(SyncActive());
+    RUNNEL_RETURN_IF_ERROR(RollSegment(total));
+  }
+  std::shared_ptr<env::File> file;
+  {
+    std::shared_lock lock(state_mu_);
+    file = segments_.at(active_segment_).file;
+  }
+  Status s;
+  if (total > 0) {
+    s = file->WriteAt(active_pos_, pieces);
+    unsynced_ = true;
+  }
+  if (s.ok() && (sync || (unsynced_ && options_.durability.mode == LogDurability::kInterval &&
+                          std::chrono::steady_clock::now() - last_sync_ >=
+                              std::chrono::milliseconds(options_.durability.interval_ms)))) {
+    s = file->Sync();
+    if (s.ok()) {
+      unsynced_ = false;
+      last_sync_ = std::chrono::steady_clock::now();
+    }
+  }
+  if (!s.ok()) {
+    // The bytes may or may not have reached the disk. Zero them again so that nothing of this
+    // group can ever be recovered; if that works the failure is definite.
+    dirty_end_ = std::max(dirty_end_, active_pos_ + total);
+    repair_needed_ = true;
+    Status repaired = Repair();
+    if (repaired.ok()) {
+      return Status::IOError("log write failed, nothing was written: " + std::string(s.message()));
+    }
+    return Status::OutcomeUnknown("log write failed (" + std::string(s.message()) +
+                                  ") and could not be undone (" +
+                                  std::string(repaired.message()) +
+                                  "); the batch may reappear after a restart");
+  }
+  *pos_out = active_pos_;
+  active_pos_ += total;
+  dirty_end_ = std::max(dirty_end_, active_pos_);
+  {
+    std::unique_lock lock(state_mu_);
+    segments_.at(active_segment_).end = active_pos_;
+  }
+  return Status::OK();
+}
+
+Status LogStore::RollSegment(uint64_t min_capacity) {
+  const uint64_t number = active_segment_ + 1;
+  const std::string path = SegmentPath(number);
+  const uint64_t capacity = std::max<uint64_t>(options_.segment_size, kSegmentHeaderSize + min_capacity);
+  auto fail = [&](Status s) {
+    Status removed = env_->RemoveFile(path);
+    (void)removed;
+    return s;
+  };
+  RUNNEL_ASSIGN_OR_RETURN(auto file, env_->OpenFile(path, true));
+  std::shared_ptr<env::File> shared(std::move(file));
+  Status s = shared->WriteAt(0, EncodeSegmentHeader(number));
+  if (s.ok() && options_.prezero_segments) {
+    for (uint64_t p = kSegmentHeaderSize; p < capacity && s.ok(); p += kZeroChunk) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kZeroChunk, capacity - p));
+      s = shared->WriteAt(p, std::string_view(Zeros()).substr(0, n));
+    }
+  }
+  if (s.ok()) s = shared->Sync();
+  if (s.ok()) s = env_->SyncDir(options_.dir);
+  if (!s.ok()) return fail(s);
+  {
+    std::unique_lock lock(state_mu_);
+    Segment& seg = segments_[number];
+    seg.number = number;
+    seg.file = std::move(shared);
+    seg.end = kSegmentHeaderSize;
+  }
+  active_segment_ = number;
+  active_pos_ = kSegmentHeaderSize;
+  dirty_end_ = active_pos_;
+  active_capacity_ = capacity;
+  unsynced_ = false;
+  return Status::OK();
+}
+
+Status LogStore::WriteCheckpoint() {
+  // The marker frame closes the replayed range; the checkpoint replays from just after it.
+  const uint64_t seq = checkpoint_seq_ + 1;
+  std::string marker;
+  AppendFrame(&marker, FrameType::kCheckpointMarker, EncodeCheckpointMarker(seq));
+  std::vector<std::string_view> pieces{marker};
+  uint64_t pos;
+  RUNNEL_RETURN_IF_ERROR(WriteFrames(pieces, marker.size(), true, &pos));
+  const uint64_t replay_segment = active_segment_;
+  const uint64_t replay_pos = active_pos_;
+
+  std::string body;
+  {
+    std::shared_lock lock(state_mu_);
+    PutU64(&body, seq);
+    PutU64(&body, replay_segment);
+    PutU64(&body, replay_pos);
+    PutU64(&body, next_stream_id_);
+    PutU64(&body, streams_.size());
+    std::vector<const StreamState*> ordered;
+    for (const auto& [id, s] : streams_) ordered.push_back(s.get());
+    std::sort(ordered.begin(), ordered.end(),
+              [](const StreamState* a, const StreamState* b) { return a->id < b->id; });
+    for (const StreamState* s : ordered) {
+      PutU64(&body, s->id);
+      PutString(&body, s->spec.ns);
+      PutString(&body, s->spec.name);
+      PutString(&body, s->spec.content_type);
+      PutRetention(&body, s->spec.retention);
+      PutU64(&body, s->spec.first_offset);
+      PutU64(&body, s->spec.created_at_ms);
+      PutString(&body, s->spec.attributes);
+      PutU64(&body, s->head);
+      PutU64(&body, s->next);
+      PutU8(&body, s->closed ? 1 : 0);
+      PutU64(&body, s->batches.size() - s->batch_begin);
+      for (size_t i = s->batch_begin; i < s->batches.size(); ++i) {
+        const BatchRef& b = s->batches[i];
+        PutU64(&body, b.first_offset);
+        PutU64(&body, b.timestamp);
+        PutU32(&body, b.segment);
+        PutU32(&body, b.pos);
+        PutU32(&body, b.len);
+      }
+      PutU64(&body, s->sizes.size() - s->size_begin);
+      for (size_t i = s->size_begin; i < s->sizes.size(); ++i) {
+        PutU32(&body, s->sizes[i].payload);
+        PutU32(&body, s->sizes[i].key);
+      }
+      PutU32(&body, static_cast<uint32_t>(s->cursors.size()));
+      for (const auto& [name, c] : s->cursors) {
+        PutString(&body, c.consumer);
+        PutU64(&body, c.offset);
+        PutU64(&body, c.updated_at_ms);
+      }
+      PutU32(&body, static_cast<uint32_t>(s->producers.size()));
+      for (const auto& [name, p] : s->producers) {
+        PutString(&body, p.producer_id);
+        PutU64(&body, p.epoch);
+        PutU64(&body, p.seq);
+        PutU64(&body, p.last_offset);
+      }
+    }
+  }
+  std::string header(kCheckpointMagic);
+  PutU32(&header, kFormatVersion);
+  PutU32(&header, 0);
+  PutU64(&header, body.size());
+  PutU32(&header, MaskCrc(Crc32c(body)));
+  PutU32(&header, 0);
+
+  const std::string final_path = env::JoinPath(options_.dir, CheckpointName(seq));
+  const std::string tmp_path = final_path + ".tmp";
+  {
+    RUNNEL_ASSIGN_OR_RETURN(auto file, env_->OpenFile(tmp_path, true));
+    RUNNEL_RETURN_IF_ERROR(file->Truncate(0));
+    std::string_view parts[] = {header, body};
+    RUNNEL_RETURN_IF_ERROR(file->WriteAt(0, parts));
+    RUNNEL_RETURN_IF_ERROR(file->Sync());
+  }
+  RUNNEL_RETURN_IF_ERROR(env_->RenameFile(tmp_path, final_path));
+  RUNNEL_RETURN_IF_ERROR(env_->SyncDir(options_.dir));
+  checkpoint_seq_ = seq;
+  bytes_since_checkpoint_ = 0;
+  // Older checkpoints are no longer needed.
+  auto names = env_->ListDir(options_.dir);
+  if (names.ok()) {
+    for (const std::string& name : *names) {
+      uint64_t n;
+      if (ParseNumbered(name, "checkpoint-", ".ckpt", &n) && n < seq) {
+        Status s = env_->RemoveFile(env::JoinPath(options_.dir, name));
+        (void)s;
+      }
+    }
+  }
+  DeleteDeadSegments(replay_segment);
+  return Status::OK();
+}
+
+void LogStore::DeleteDeadSegments(uint64_t replay_segment) {
+  std::vector<uint64_t> dead;
+  {
+    std::unique_lock lock(state_mu_);
+    for (auto it = segments_.begin(); it != segments_.end();) {
+      if (it->first < replay_segment && it->first != active_segment_ &&
+          it->second.live_bytes == 0) {
+        dead.push_back(it->first);
+        it = segments_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (uint64_t n : dead) {
+    Status s = env_->RemoveFile(SegmentPath(n));
+    (void)s;  // a leftover dead segment is removed again at the next open
+  }
+  if (!dead.empty()) {
+    Status s = env_->SyncDir(options_.dir);
+    (void)s;
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Public methods
+
+Result<StreamInfo> LogStore::CreateStream(const StreamSpec& spec) {
+  RUNNEL_RETURN_IF_ERROR(store::ValidateStreamName(spec.name));
+  RUNNEL_RETURN_IF_ERROR(store::ValidateRetention(spec.retention));
+  if (spec.first_offset == 0 || spec.first_offset == std::numeric_limits<uint64_t>::max()) {
+    return Status::InvalidArgument("first_offset must be between 1 and 2^64-2");
+  }
+  auto op = std::make_shared<Op>();
+  op->kind = OpKind::kCreate;
+  op->spec = spec;
+  RUNNEL_RETURN_IF_ERROR(Submit(op));
+  return op->info;
+}
+
+Result<StreamInfo> LogStore::GetStream(std::string_view ns, std::string_view name) {
+  std::shared_lock lock(state_mu_);
+  auto ns_it = names_.find(ns);
+  if (ns_it != names_.end()) {
+    auto it = ns_it->second.find(name);
+    if (it != ns_it->second.end()) {
+      if (StreamState* s = FindLocked(it->second)) return Snapshot(*s);
+    }
+  }
+  return Status::NotFound("stream '" + std::string(name) + "' does not exist in " +
+                          std::string(ns));
+}
+
+Result<StreamInfo> LogStore::GetStreamById(StreamId id) {
+  std::shared_lock lock(state_mu_);
+  StreamState* s = FindLocked(id);
+  if (s == nullptr) return StreamNotFound(id);
+  return Snapshot(*s);
+}
+
+Result<std::vector<StreamInfo>> LogStore::ListStreams(std::string_view ns,
+                                                      std::string_view start_after, size_t limit) {
+  std::shared_lock lock(state_mu_);
+  std::vector<StreamInfo> out;
+  auto ns_it = names_.find(ns);
+  if (ns_it == names_.end()) return out;
+  for (auto it = ns_it->second.upper_bound(start_after);
+       it != ns_it->second.end() && out.size() < limit; ++it) {
+    if (StreamState* s = FindLocked(it->second)) out.push_back(Snapshot(*s));
+  }
+  return out;
+}
+
+Status LogStore::UpdateStream(StreamId id, const StreamRetention& retention,
+                              std::string_view attributes) {
+  RUNNEL_RETURN_IF_ERROR(store::ValidateRetention(retention));
+  auto op = std::make_shared<Op>();
+  op->kind = OpKind::kUpdate;
+  op->stream = id;
+  op->retention = retention;
+  op->attributes = std::string(attributes);
+  return Submit(op);
+}
+
+Status LogStore::DeleteStream(StreamId id) {
+  auto op = std::make_shared<Op>();
+  op->kind = OpKind::kDelete;
+  op->stream = id;
+  return Submit(op);
+}
+
+void LogStore::Append(AppendRequest request, AppendCallback done) {
+  auto op = std::make_shared<Op>();
+  op->kind = OpKind::kAppend;
+  op->append = std::move(request);
+  op->append_done = std::move(done);
+  Enqueue(std::move(op));
+}
+
+Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, size_t limit,
+                                                 size_t max_bytes) {
+  struct Run {
+    std::shared_ptr<env::File> file;
+    uint64_t segment;
+    uint64_t pos;
+    uint64_t len;
+  };
+  std::vector<Run> runs;
+  uint64_t start = 0;
+  size_t count = 0;
+  {
+    std::shared_lock lock(state_mu_);
+    StreamState* s = FindLocked(id);
+    if (s == nullptr) return StreamNotFound(id);
+    if (limit == 0 || s->head >= s->next) return std::vector<StoredRecord>{};
+    start = std::max(from, s->head);
+    if (start >= s->next) return std::vector<StoredRecord>{};
+    // Decide exactly which records the read returns, from the in-memory sizes.
+    size_t bytes = 0;
+    for (uint64_t o = start; o < s->next && count < limit; ++o) {
+      const size_t size = s->sizes[s->size_begin + (o - s->head)].payload;
+      if (count > 0 && bytes + size > max_bytes) break;
+      bytes += size;
+      ++count;
+    }
+    const uint64_t end = start + count;
+    auto it = std::upper_bound(s->batches.begin() + static_cast<std::ptrdiff_t>(s->batch_begin),
+                               s->batches.end(), start,
+                               [](uint64_t o, const BatchRef& b) { return o < b.first_offset; });
+    for (--it; it != s->batches.end() && it->first_offset < end; ++it) {
+      if (!runs.empty() && runs.back().segment == it->segment &&
+          runs.back().pos + runs.back().len == it->pos) {
+        runs.back().len += it->len;
+        continue;
+      }
+      auto seg = segments_.find(it->segment);
+      if (seg == segments_.end()) {
+        return Status::Internal("stream #" + std::to_string(id) + " refers to missing segment " +
+                                SegmentName(it->segment));
+      }
+      runs.push_back(Run{seg->second.file, it->segment, it->pos, it->len});
+    }
+  }
+  std::vector<StoredRecord> out;
+  out.reserve(count);
+  std::string buf;
+  for (const Run& run : runs) {
+    buf.resize(run.len);
+    RUNNEL_ASSIGN_OR_RETURN(size_t got, run.file->ReadAt(run.pos, run.len, buf.data()));
+    std::string_view data(buf.data(), got);
+    uint64_t at = 0;
+    while (at < run.len && out.size() < count) {
+      FrameView f;
+      FrameCheck c = ParseFrame(data.substr(at), &f);
+      AppendBatchHeader h;
+      if (c != FrameCheck::kOk || f.type != FrameType::kAppendBatch ||
+          !DecodeAppendBatch(f.body, &h, nullptr, &out, start, count) || h.stream != id) {
+        return Status::Corruption("segment " + SegmentPath(run.segment) + " at byte " +
+                                  std::to_string(run.pos + at) + ", stream #" +
+                                  std::to_string(id) + ": " +
+                                  std::string(c == FrameCheck::kOk ? "unexpected frame"
+                                                                   : FrameCheckName(c)));
+      }
+      at += f.size;
+    }
+  }
+  return out;
+}
+
+Result<std::optional<StoredRecord>> LogStore::ReadAt(StreamId id, uint64_t offset) {
+  RUNNEL_ASSIGN_OR_RETURN(auto recs, Read(id, offset, 1, std::numeric_limits<size_t>::max()));
+  if (recs.empty() || recs.front().offset != offset) return std::optional<StoredRecord>();
+  return std::optional<StoredRecord>(std::move(recs.front()));
+}
+
+Result<uint64_t> LogStore::TruncatePrefix(StreamId id, uint64_t through, bool respect_cursors) {
+  auto op = std::make_shared<Op>();
+  op->kind = OpKind::kTruncate;
+  op->stream = id;
+  op->offset = through;
+  op->respect_cursors = respect_cursors;
+  RUNNEL_RETURN_IF_ERROR(Submit(op));
+  return op->u64_result;
+}
+
+Result<uint64_t> LogStore::CommitCursor(StreamId id, std::string_view consumer, uint64_t offset,
+                                        uint64_t now_ms) {
+  auto op = std::make_shared<Op>();
+  op->kind = OpKind::kCursor;
+  op->stream = id;
+  op->consumer = std::string(consumer);
+  op->offset = offset;
+  op->now_ms = now_ms;
+  RUNNEL_RETURN_IF_ERROR(Submit(op));
+  return op->u64_result;
+}
+
+Result<std::optional<CursorState>> LogStore::GetCursor(StreamId id, std::string_view consumer) {
+  std::shared_lock lock(state_mu_);
+  StreamState* s = FindLocked(id);
+  if (s == nullptr) return StreamNotFound(id);
+  auto it = s->cursors.find(consumer);
+  if (it == s->cursors.end()) return std::optional<CursorState>();
+  return std::optional<CursorState>(it->second);
+}
+
+Result<std::vector<CursorState>> LogStore::ListCursors(StreamId id) {
+  std::shared_lock lock(state_mu_);
+  StreamState* s = FindLocked(id);
+  if (s == nullptr) return StreamNotFound(id);
+  std::vector<CursorState> out;
+  for (const auto& [name, c] : s->cursors) out.push_back(c);
+  return out;
+}
+
+Result<std::optional<ProducerState>> LogStore::GetProducer(StreamId id,
+                                                           std::string_view producer_id) {
+  std::shared_lock lock(state_mu_);
+  StreamState* s = FindLocked(id);
+  if (s == nullptr) return StreamNotFound(id);
+  auto it = s->producers.find(producer_id);
+  if (it == s->producers.end()) return std::optional<ProducerState>();
+  return std::optional<ProducerState>(it->second);
+}
+
+Status LogStore::Flush() {
+  auto op = std::make_shared<Op>();
+  op->kind = OpKind::kFlush;
+  return Submit(op);
+}
+
+void LogStore::SetTailListener(TailListener listener) {
+  auto shared = listener ? std::make_shared<const TailListener>(std::move(listener)) : nullptr;
+  std::lock_guard lock(listener_mu_);
+  listener_ = std::move(shared);
+}
+
+std::vector<std::string> LogStore::RecoveryNotes() const { return recovery_notes_; }
+
+Status LogStore::CheckpointNow() {
+  auto op = std::make_shared<Op>();
+  op->kind = OpKind::kCheckpoint;
+  return Submit(op);
+}
+
+std::vector<uint64_t> LogStore::SegmentNumbers() const {
+  std::shared_lock lock(state_mu_);
+  std::vector<uint64_t> out;
+  for (const auto& [n, seg] : segments_) out.push_back(n);
+  return out;
+}
+
+}  // namespace log
+}  // namespace runnel

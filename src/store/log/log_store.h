@@ -1,0 +1,193 @@
+// LogStore: the embedded log store (see include/runnel/log_store.h for what it promises).
+//
+// Structure:
+// - One writer thread owns every mutation. Callers enqueue Ops; the writer validates them
+//   against its "reserved" view (what the stream will look like once everything queued before
+//   commits), encodes frames, writes a group with one vectored write, syncs it (per the
+//   durability mode), then applies the frames to the visible state under state_mu_ and
+//   completes the waiters. The visible state is changed by applying frame bytes, the same code
+//   recovery uses to replay the log, so a live store and a recovered one agree by construction.
+// - Catalog, create/update/delete and truncate are barriers: the writer commits the group
+//   before them and commits them alone. Appends and cursor commits share groups.
+// - The index per stream is a vector of BatchRefs (one per append frame still holding retained
+//   records: first offset, segment, byte position, frame length) plus per-record sizes. A read
+//   is a binary search, then one pread per run of adjacent frames.
+//
+// Thread-safety: all public methods may be called from any thread. state_mu_ guards the visible
+// state (readers share it, the writer takes it exclusively to apply). Fields marked
+// "writer-only" are touched by the writer thread alone (and by Open before it starts).
+// Callbacks and the tail listener run on the writer thread: they must not call the store's
+// synchronous writing methods (CreateStream, UpdateStream, DeleteStream, TruncatePrefix,
+// CommitCursor, Flush), which wait for that thread.
+#ifndef RUNNEL_STORE_LOG_LOG_STORE_H_
+#define RUNNEL_STORE_LOG_LOG_STORE_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "env/env.h"
+#include "runnel/log_store.h"
+#include "runnel/store.h"
+#include "store/log/log_format.h"
+
+namespace runnel::log {
+
+class LogStore final : public Store {
+ public:
+  static Result<std::unique_ptr<LogStore>> Open(const LogStoreOptions& options);
+  // Stops the writer after it drains the queue, writes a final checkpoint, releases the lock.
+  ~LogStore() override;
+
+  std::string_view Name() const override { return "log"; }
+  std::string Durability() const override;
+
+  Result<StreamInfo> CreateStream(const StreamSpec& spec) override;
+  Result<StreamInfo> GetStream(std::string_view ns, std::string_view name) override;
+  Result<StreamInfo> GetStreamById(StreamId id) override;
+  Result<std::vector<StreamInfo>> ListStreams(std::string_view ns, std::string_view start_after,
+                                              size_t limit) override;
+  Status UpdateStream(StreamId id, const StreamRetention& retention,
+                      std::string_view attributes) override;
+  Status DeleteStream(StreamId id) override;
+  void Append(AppendRequest request, AppendCallback done) override;
+  Result<std::vector<StoredRecord>> Read(StreamId id, uint64_t from, size_t limit,
+                                         size_t max_bytes) override;
+  Result<std::optional<StoredRecord>> ReadAt(StreamId id, uint64_t offset) override;
+  Result<uint64_t> TruncatePrefix(StreamId id, uint64_t through, bool respect_cursors) override;
+  Result<uint64_t> CommitCursor(StreamId id, std::string_view consumer, uint64_t offset,
+                                uint64_t now_ms) override;
+  Result<std::optional<CursorState>> GetCursor(StreamId id, std::string_view consumer) override;
+  Result<std::vector<CursorState>> ListCursors(StreamId id) override;
+  Result<std::optional<ProducerState>> GetProducer(StreamId id,
+                                                   std::string_view producer_id) override;
+  // Waits until everything acknowledged before the call is durable (fdatasync), in every mode.
+  Status Flush() override;
+  void SetTailListener(TailListener listener) override;
+
+  // --- introspection for tests and `runnel check` ---
+  // What recovery found and did (truncated tail, salvaged corruption), one line each.
+  std::vector<std::string> RecoveryNotes() const;
+  // Writes a checkpoint now and deletes segments nothing needs any more.
+  Status CheckpointNow();
+  // Numbers of the segment files currently in the directory.
+  std::vector<uint64_t> SegmentNumbers() const;
+
+ private:
+  struct BatchRef {
+    uint64_t first_offset = 0;
+    uint64_t timestamp = 0;
+    uint32_t segment = 0;
+    uint32_t pos = 0;
+    uint32_t len = 0;
+  };
+  struct RecSize {
+    uint32_t payload = 0;
+    uint32_t key = 0;
+  };
+  struct StreamState {
+    StreamId id = 0;
+    StreamSpec spec;
+    uint64_t head = 1;  // first retained offset; equals next when nothing is retained
+    uint64_t next = 1;
+    uint64_t bytes = 0;  // RecordBytes of the retained records
+    bool closed = false;
+    // Live entries are [batch_begin, batches.size()) and [size_begin, sizes.size()); the
+    // prefixes are compacted away lazily. Invariant: sizes[size_begin + (o - head)] is the
+    // size of offset o; batches cover [head, next) in order.
+    std::vector<BatchRef> batches;
+    size_t batch_begin = 0;
+    std::vector<RecSize> sizes;
+    size_t size_begin = 0;
+    std::map<std::string, CursorState, std::less<>> cursors;
+    std::map<std::string, ProducerState, std::less<>> producers;
+    // writer-only: the view including queued, not yet committed appends.
+    uint64_t reserved_next = 1;
+    bool reserved_closed = false;
+  };
+  struct Segment {
+    uint64_t number = 0;
+    std::shared_ptr<env::File> file;
+    uint64_t live_bytes = 0;  // bytes of frames still referenced by some BatchRef
+    uint64_t end = 0;         // end of written frames (known for replayed and written ones)
+  };
+  enum class OpKind { kAppend, kCursor, kCreate, kUpdate, kDelete, kTruncate, kFlush, kCheckpoint };
+  struct Op;
+
+  explicit LogStore(const LogStoreOptions& options);
+
+  // --- recovery ---
+  Status Recover();
+  Status LoadCheckpoint(const std::string& path, uint64_t* replay_segment, uint64_t* replay_pos);
+  Status ReplaySegment(uint64_t number, uint64_t from, bool last);
+  Status ScrubTail(Segment& seg, uint64_t from);
+  std::string SegmentPath(uint64_t number) const;
+
+  // --- applying frames (live and replay) ---
+  Status ApplyFrame(FrameType type, std::string_view body, uint32_t segment, uint32_t pos,
+                    uint32_t len, bool replay);
+  void DropHead(StreamState& s, uint64_t n);
+  static void Compact(StreamState& s);
+  StreamState* FindLocked(StreamId id) const;
+  static StreamInfo Snapshot(const StreamState& s);
+
+  // --- writer ---
+  Status Submit(const std::shared_ptr<Op>& op);  // enqueue and wait
+  void Enqueue(std::shared_ptr<Op> op);
+  void WriterLoop();
+  void Prepare(Op& op);
+  void CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_sync);
+  Status WriteFrames(const std::vector<std::string_view>& pieces, uint64_t total, bool sync,
+                     uint64_t* pos_out);
+  Status Repair();
+  Status RollSegment(uint64_t min_capacity);
+  Status SyncActive();
+  Status WriteCheckpoint();
+  void DeleteDeadSegments(uint64_t replay_segment);
+  void FinishOp(Op& op);
+
+  const LogStoreOptions options_;
+  env::Env* const env_;
+  std::unique_ptr<env::FileLock> lock_;
+  std::vector<std::string> recovery_notes_;  // written by Open only
+
+  mutable std::shared_mutex state_mu_;
+  std::unordered_map<StreamId, std::unique_ptr<StreamState>> streams_;  // GUARDED_BY(state_mu_)
+  std::map<std::string, std::map<std::string, StreamId, std::less<>>, std::less<>>
+      names_;                                                   // GUARDED_BY(state_mu_)
+  std::map<uint64_t, Segment> segments_;                        // GUARDED_BY(state_mu_)
+  StreamId next_stream_id_ = 1;                                 // GUARDED_BY(state_mu_)
+
+  // writer-only
+  uint64_t active_segment_ = 0;
+  uint64_t active_pos_ = 0;
+  uint64_t active_capacity_ = 0;
+  uint64_t dirty_end_ = 0;  // > active_pos_ when a failed write may have left bytes behind
+  bool repair_needed_ = false;
+  bool unsynced_ = false;
+  std::chrono::steady_clock::time_point last_sync_;
+  uint64_t bytes_since_checkpoint_ = 0;
+  uint64_t checkpoint_seq_ = 0;
+  std::map<std::pair<StreamId, std::string>, uint64_t> pending_cursors_;
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::vector<std::shared_ptr<Op>> queue_;  // GUARDED_BY(queue_mu_)
+  bool stopping_ = false;                   // GUARDED_BY(queue_mu_)
+  std::thread writer_;
+
+  std::mutex listener_mu_;
+  std::shared_ptr<const TailListener> listener_;  // GUARDED_BY(listener_mu_)
+};
+
+}  // namespace runnel::log
+
+#endif  // RUNNEL_STORE_LOG_LOG_STORE_H_

@@ -1,0 +1,154 @@
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "env/env.h"
+#include "env/fault_env.h"
+#include "env/mem_env.h"
+#include "log/log_harness.h"
+
+namespace runnel::env {
+namespace {
+
+using runnel::testing::TempDir;
+
+std::string ReadAll(File& f) {
+  auto size = f.Size();
+  EXPECT_TRUE(size.ok());
+  std::string out(*size, '\0');
+  auto got = f.ReadAt(0, out.size(), out.data());
+  EXPECT_TRUE(got.ok());
+  out.resize(*got);
+  return out;
+}
+
+void ExerciseBasics(Env* env, const std::string& dir) {
+  ASSERT_TRUE(env->CreateDir(dir).ok());
+  ASSERT_TRUE(env->CreateDir(dir).ok()) << "CreateDir of an existing directory is OK";
+  const std::string path = JoinPath(dir, "a");
+  EXPECT_EQ(env->OpenFile(path, false).status().code(), StatusCode::kNotFound);
+  auto f = env->OpenFile(path, true);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  std::string_view parts[] = {"hello ", "", "world"};
+  ASSERT_TRUE((*f)->WriteAt(0, parts).ok());
+  ASSERT_TRUE((*f)->WriteAt(20, std::string_view("!")).ok());
+  EXPECT_EQ(*(*f)->Size(), 21u);
+  std::string all = ReadAll(**f);
+  EXPECT_EQ(all.substr(0, 11), "hello world");
+  EXPECT_EQ(all[15], '\0') << "a hole reads as zeros";
+  ASSERT_TRUE((*f)->Sync().ok());
+  ASSERT_TRUE((*f)->Truncate(5).ok());
+  EXPECT_EQ(ReadAll(**f), "hello");
+  char buf[8];
+  auto got = (*f)->ReadAt(3, 8, buf);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(*got, 2u) << "short read at the end of the file";
+  EXPECT_EQ(*env->FileSize(path), 5u);
+  ASSERT_TRUE(env->SyncDir(dir).ok());
+  ASSERT_TRUE(env->RenameFile(path, JoinPath(dir, "b")).ok());
+  EXPECT_FALSE(env->FileExists(path));
+  EXPECT_TRUE(env->FileExists(JoinPath(dir, "b")));
+  auto names = env->ListDir(dir);
+  ASSERT_TRUE(names.ok());
+  EXPECT_EQ(*names, std::vector<std::string>{"b"});
+  ASSERT_TRUE(env->RemoveFile(JoinPath(dir, "b")).ok());
+  EXPECT_EQ(env->RemoveFile(JoinPath(dir, "b")).code(), StatusCode::kNotFound);
+
+  auto lock = env->LockFile(JoinPath(dir, "LOCK"));
+  ASSERT_TRUE(lock.ok()) << lock.status().ToString();
+  auto again = env->LockFile(JoinPath(dir, "LOCK"));
+  EXPECT_EQ(again.status().code(), StatusCode::kUnavailable) << again.status().ToString();
+  lock->reset();
+  EXPECT_TRUE(env->LockFile(JoinPath(dir, "LOCK")).ok()) << "released on destruction";
+}
+
+TEST(PosixEnvTest, FilesDirectoriesAndLocksBehave) {
+  TempDir dir;
+  ExerciseBasics(Env::Posix(), JoinPath(dir.path(), "d"));
+}
+
+TEST(PosixEnvTest, ErrorsCarryThePathAndErrnoText) {
+  auto f = Env::Posix()->OpenFile("/nonexistent-dir-for-runnel/x", true);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("/nonexistent-dir-for-runnel/x"), std::string_view::npos);
+  EXPECT_NE(f.status().message().find("No such file"), std::string_view::npos);
+}
+
+TEST(MemEnvTest, FilesDirectoriesAndLocksBehave) {
+  MemEnv env;
+  ExerciseBasics(&env, "/d");
+}
+
+TEST(MemEnvTest, CrashDropsUnsyncedWritesAndUnsyncedCreations) {
+  MemEnv env;
+  ASSERT_TRUE(env.CreateDir("/d").ok());
+  auto f = env.OpenFile("/d/f", true);
+  ASSERT_TRUE(f.ok());
+  ASSERT_TRUE(env.SyncDir("/d").ok());
+  ASSERT_TRUE((*f)->WriteAt(0, std::string_view("durable")).ok());
+  ASSERT_TRUE((*f)->Sync().ok());
+  ASSERT_TRUE((*f)->WriteAt(7, std::string_view("-lost")).ok());
+  auto g = env.OpenFile("/d/never-synced-dir", true);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(env.PendingOperations(), 1u);
+  env.DropUnsyncedData();
+  EXPECT_FALSE(env.FileExists("/d/never-synced-dir"));
+  EXPECT_EQ((*f)->Sync().code(), StatusCode::kIOError) << "old handles die with the crash";
+  auto h = env.OpenFile("/d/f", false);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(ReadAll(**h), "durable");
+}
+
+TEST(MemEnvTest, CrashCanKeepAPrefixAndTearTheNextWrite) {
+  MemEnv env;
+  ASSERT_TRUE(env.CreateDir("/d").ok());
+  auto f = env.OpenFile("/d/f", true);
+  ASSERT_TRUE(f.ok());
+  ASSERT_TRUE(env.SyncDir("/d").ok());
+  ASSERT_TRUE((*f)->WriteAt(0, std::string_view("aaaa")).ok());
+  ASSERT_TRUE((*f)->WriteAt(4, std::string_view("bbbb")).ok());
+  ASSERT_TRUE((*f)->WriteAt(8, std::string_view("cccc")).ok());
+  env.Crash([](const std::string&, size_t pending) { return pending - 2; }, 2);
+  auto h = env.OpenFile("/d/f", false);
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(ReadAll(**h), "aaaabb");
+}
+
+TEST(FaultInjectionEnvTest, FailsTheNthWriteAndSyncThenRecovers) {
+  MemEnv mem;
+  FaultInjectionEnv env(&mem);
+  ASSERT_TRUE(env.CreateDir("/d").ok());
+  auto f = env.OpenFile("/d/f", true);
+  ASSERT_TRUE(f.ok());
+  env.FailWrite(2);
+  EXPECT_TRUE((*f)->WriteAt(0, std::string_view("one")).ok());
+  Status s = (*f)->WriteAt(3, std::string_view("two"));
+  EXPECT_EQ(s.code(), StatusCode::kIOError);
+  EXPECT_NE(s.message().find("Input/output error"), std::string_view::npos);
+  EXPECT_TRUE((*f)->WriteAt(3, std::string_view("two")).ok()) << "one-shot fault";
+  env.FailSync(1);
+  EXPECT_EQ((*f)->Sync().code(), StatusCode::kIOError);
+  EXPECT_TRUE((*f)->Sync().ok());
+  EXPECT_EQ(env.injected_faults(), 2u);
+}
+
+TEST(FaultInjectionEnvTest, NoSpaceFailsWritesThatGrowTheFileUntilCleared) {
+  MemEnv mem;
+  FaultInjectionEnv env(&mem);
+  ASSERT_TRUE(env.CreateDir("/d").ok());
+  auto f = env.OpenFile("/d/f", true);
+  ASSERT_TRUE(f.ok());
+  ASSERT_TRUE((*f)->WriteAt(0, std::string_view("....")).ok());
+  env.SetNoSpace(true);
+  EXPECT_TRUE((*f)->WriteAt(0, std::string_view("ab")).ok()) << "overwrites need no space";
+  Status s = (*f)->WriteAt(2, std::string_view("cdefgh"));
+  EXPECT_EQ(s.code(), StatusCode::kIOError);
+  EXPECT_NE(s.message().find("No space left on device"), std::string_view::npos);
+  EXPECT_EQ(ReadAll(**f), "abcd") << "the part within the old size landed";
+  env.ClearFaults();
+  EXPECT_TRUE((*f)->WriteAt(4, std::string_view("efgh")).ok());
+  EXPECT_EQ(ReadAll(**f), "abcdefgh");
+}
+
+}  // namespace
+}  // namespace runnel::env

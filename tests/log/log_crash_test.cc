@@ -1,0 +1,405 @@
+// Crash and fault tests through the in-memory and fault-injecting envs.
+//
+// The promise under test (fsync mode): after a crash that loses everything not synced, every
+// acknowledged append is present exactly once at its acknowledged offsets with its bytes; an
+// append that was not acknowledged is either wholly present or wholly absent; an append refused
+// with a definite error is absent; and the next offset continues after the last present one.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <future>
+#include <thread>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "env/fault_env.h"
+#include "env/mem_env.h"
+#include "log/log_harness.h"
+#include "log/log_test_util.h"
+#include "runnel/log_store.h"
+#include "store/log/log_store.h"
+
+namespace runnel::testing {
+namespace {
+
+// One submitted batch and what the store said about it.
+struct Batch {
+  std::string stream;
+  uint64_t id = 0;
+  size_t count = 0;
+  enum State { kPending, kAcked, kDefiniteFailure, kUnknown } state = kPending;
+  uint64_t first_offset = 0;
+};
+
+// Payload: "<batch id>/<index>/<count>/" then filler, so every record names its batch.
+std::string MakePayload(uint64_t batch, size_t index, size_t count, size_t filler, char c) {
+  return std::to_string(batch) + "/" + std::to_string(index) + "/" + std::to_string(count) + "/" +
+         std::string(filler, c);
+}
+
+bool ParsePayload(const std::string& p, uint64_t* batch, size_t* index, size_t* count) {
+  size_t a = p.find('/'), b = p.find('/', a + 1), c = p.find('/', b + 1);
+  if (a == std::string::npos || b == std::string::npos || c == std::string::npos) return false;
+  *batch = std::stoull(p.substr(0, a));
+  *index = std::stoull(p.substr(a + 1, b - a - 1));
+  *count = std::stoull(p.substr(b + 1, c - b - 1));
+  const char fill = p.size() > c + 1 ? p[c + 1] : 'x';
+  for (size_t i = c + 1; i < p.size(); ++i) {
+    if (p[i] != fill) return false;
+  }
+  return true;
+}
+
+class Ledger {
+ public:
+  uint64_t Add(const std::string& stream, size_t count) {
+    std::lock_guard lock(mu_);
+    Batch b;
+    b.stream = stream;
+    b.id = batches_.size();
+    b.count = count;
+    batches_.push_back(b);
+    return b.id;
+  }
+  void Complete(uint64_t id, const Result<AppendResult>& r) {
+    std::lock_guard lock(mu_);
+    Batch& b = batches_[id];
+    if (r.ok()) {
+      b.state = Batch::kAcked;
+      b.first_offset = r->first_offset;
+      ++acked_;
+    } else if (r.status().code() == StatusCode::kOutcomeUnknown) {
+      b.state = Batch::kUnknown;
+    } else {
+      b.state = Batch::kDefiniteFailure;
+    }
+    cv_.notify_all();
+  }
+  bool WaitForAcks(uint64_t n) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(20), [&] { return acked_ >= n; });
+  }
+  uint64_t acked() {
+    std::lock_guard lock(mu_);
+    return acked_;
+  }
+  // Checks the recovered store against everything submitted so far. Afterwards every batch
+  // that turned out present counts as acknowledged (it is durable now), every absent one as
+  // failed, so later rounds check them too.
+  void Verify(Store& store, const std::vector<std::string>& streams) {
+    std::lock_guard lock(mu_);
+    std::map<uint64_t, std::vector<uint64_t>> seen;  // batch -> offsets of its records
+    std::map<uint64_t, size_t> first_index;          // batch -> index of its first record seen
+    std::map<std::string, uint64_t> heads;
+    for (const auto& name : streams) {
+      auto info = store.GetStream("global", name);
+      ASSERT_TRUE(info.ok()) << info.status().ToString();
+      heads[name] = info->event_count ? info->head_offset : info->next_offset;
+      uint64_t expect = info->event_count ? info->head_offset : info->next_offset;
+      for (uint64_t from = 1;;) {
+        auto recs = store.Read(info->id, from, 1000, 1 << 30);
+        ASSERT_TRUE(recs.ok()) << recs.status().ToString();
+        if (recs->empty()) break;
+        for (const auto& r : *recs) {
+          ASSERT_EQ(r.offset, expect) << "gap or disorder in " << name;
+          ++expect;
+          uint64_t batch;
+          size_t index, count;
+          ASSERT_TRUE(ParsePayload(r.payload, &batch, &index, &count)) << r.payload.substr(0, 40);
+          ASSERT_LT(batch, batches_.size());
+          ASSERT_EQ(batches_[batch].stream, name);
+          ASSERT_EQ(batches_[batch].count, count);
+          if (seen[batch].empty() && index > 0) {
+            // Only retention may cut a batch, and only at the head of the stream.
+            ASSERT_EQ(r.offset, heads[name]) << "batch " << batch << " starts mid-way";
+            first_index[batch] = index;
+          }
+          ASSERT_EQ(seen[batch].size() + first_index[batch], index)
+              << "record of batch " << batch << " twice or out of order";
+          seen[batch].push_back(r.offset);
+        }
+        from = recs->back().offset + 1;
+      }
+      ASSERT_EQ(expect, info->next_offset) << "next offset of " << name;
+    }
+    for (Batch& b : batches_) {
+      auto it = seen.find(b.id);
+      const bool present = it != seen.end();
+      const size_t cut = first_index.count(b.id) ? first_index[b.id] : 0;
+      if (present) {
+        ASSERT_EQ(it->second.size() + cut, b.count) << "batch " << b.id << " is half present";
+        for (size_t i = 1; i < it->second.size(); ++i) ASSERT_EQ(it->second[i], it->second[0] + i);
+      }
+      switch (b.state) {
+        case Batch::kAcked:
+          if (!present) {
+            ASSERT_LE(b.first_offset + b.count, heads[b.stream])
+                << "acknowledged batch " << b.id << " of " << b.stream << " lost";
+            break;
+          }
+          ASSERT_EQ(it->second.front(), b.first_offset + cut) << "batch " << b.id << " moved";
+          break;
+        case Batch::kDefiniteFailure:
+          ASSERT_FALSE(present) << "batch " << b.id << " was refused but is present";
+          break;
+        case Batch::kPending:
+        case Batch::kUnknown:
+          break;
+      }
+      if (present) {
+        b.state = Batch::kAcked;
+        b.first_offset = it->second.front() - cut;
+      } else if (b.state != Batch::kAcked) {
+        b.state = Batch::kDefiniteFailure;
+      }
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Batch> batches_;
+  uint64_t acked_ = 0;
+};
+
+LogStoreOptions MemOptions(env::Env* env) {
+  LogStoreOptions o;
+  o.dir = "/data";
+  o.env = env;
+  o.segment_size = 16 << 10;
+  o.checkpoint_interval_bytes = 40 << 10;
+  return o;
+}
+
+std::unique_ptr<Store> MustOpen(const LogStoreOptions& o) {
+  auto s = OpenLogStore(o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+// Appends from several threads while the "power" fails just before a random fdatasync, with a
+// random part of the unsynced writes landing (the last one possibly torn); reopens and
+// verifies, 40 times over the same directory.
+TEST(LogCrashTest, AcknowledgedAppendsSurvivePowerLossAtManyCutPoints) {
+  env::MemEnv mem;
+  env::FaultInjectionEnv env(&mem);
+  const std::vector<std::string> streams = {"s0", "s1", "s2", "s3", "s4"};
+  Ledger ledger;
+  std::mt19937_64 rng(42);
+  {
+    auto store = MustOpen(MemOptions(&env));
+    ASSERT_NE(store, nullptr);
+    for (const auto& n : streams) {
+      StreamSpec spec = Spec(n);
+      if (n == "s4") spec.retention.max_events = 20;  // lets old segments die
+      ASSERT_TRUE(store->CreateStream(spec).ok());
+    }
+  }
+  int torn_tails = 0;
+  for (int round = 0; round < 40; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    auto store = MustOpen(MemOptions(&env));
+    ASSERT_NE(store, nullptr);
+    for (const auto& note : dynamic_cast<log::LogStore&>(*store).RecoveryNotes()) {
+      if (note.find("torn tail") != std::string::npos) ++torn_tails;
+    }
+    ledger.Verify(*store, streams);
+    if (::testing::Test::HasFatalFailure()) return;
+    const uint64_t keep_seed = rng();
+    const size_t tear = rng() % 4 == 0 ? 0 : 1 + rng() % 2000;
+    std::atomic<bool> crashed{false};
+    env.BeforeSyncDo(1 + rng() % 60, [&] {
+      mem.Crash(
+          [keep_seed](const std::string& path, size_t pending) {
+            return static_cast<size_t>((keep_seed ^ std::hash<std::string>()(path)) %
+                                       (pending + 1));
+          },
+          tear);
+      crashed = true;
+    });
+    std::vector<std::thread> appenders;
+    for (int t = 0; t < 3; ++t) {
+      appenders.emplace_back([&, t] {
+        std::mt19937_64 r(static_cast<uint64_t>(round * 10 + t));
+        for (int i = 0; i < 300 && !crashed.load(); ++i) {
+          const std::string& name = streams[r() % streams.size()];
+          auto info = store->GetStream("global", name);
+          if (!info.ok()) return;
+          const size_t count = 1 + r() % 4;
+          const uint64_t id = ledger.Add(name, count);
+          AppendRequest req;
+          req.stream = info->id;
+          req.now_ms = 1000;
+          for (size_t k = 0; k < count; ++k) {
+            req.records.push_back(AppendRecord{
+                std::nullopt, MakePayload(id, k, count, r() % 900, static_cast<char>('a' + t))});
+          }
+          std::promise<void> done;
+          store->Append(std::move(req), [&ledger, id, &done](Result<AppendResult> res) {
+            ledger.Complete(id, res);
+            done.set_value();
+          });
+          done.get_future().wait();
+        }
+      });
+    }
+    for (auto& t : appenders) t.join();
+    store.reset();  // a clean close would sync: make sure the plug is pulled first
+    if (!crashed) mem.DropUnsyncedData();
+    env.ClearFaults();
+  }
+  EXPECT_GT(torn_tails, 5) << "the cut points must include torn writes";
+  auto store = MustOpen(MemOptions(&env));
+  ASSERT_NE(store, nullptr);
+  ledger.Verify(*store, streams);
+  // The next offset continues after the last present record.
+  auto info = store->GetStream("global", "s0");
+  ASSERT_TRUE(info.ok());
+  auto r = AppendPayloads(*store, info->id, {MakePayload(ledger.Add("s0", 1), 0, 1, 3, 'z')});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->first_offset, info->next_offset);
+}
+
+// The shutdown path and checkpoints: crash right after a clean close loses nothing.
+TEST(LogCrashTest, CleanCloseThenPowerLossKeepsEverything) {
+  env::MemEnv mem;
+  LogStoreOptions o = MemOptions(&mem);
+  o.durability.mode = LogDurability::kNone;
+  StreamId id;
+  {
+    auto store = MustOpen(o);
+    ASSERT_NE(store, nullptr);
+    auto info = store->CreateStream(Spec("s"));
+    ASSERT_TRUE(info.ok());
+    id = info->id;
+    for (int i = 0; i < 50; ++i) ASSERT_TRUE(AppendPayloads(*store, id, {std::string(500, 'x')}).ok());
+  }
+  mem.DropUnsyncedData();
+  auto store = MustOpen(o);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->GetStreamById(id)->next_offset, 51u);
+}
+
+TEST(LogCrashTest, FlushMakesAppendsDurableInModeNone) {
+  env::MemEnv mem;
+  LogStoreOptions o = MemOptions(&mem);
+  o.durability.mode = LogDurability::kNone;
+  auto store = MustOpen(o);
+  ASSERT_NE(store, nullptr);
+  auto info = store->CreateStream(Spec("s"));
+  ASSERT_TRUE(info.ok());
+  ASSERT_TRUE(AppendPayloads(*store, info->id, {"a", "b"}).ok());
+  EXPECT_GT(mem.PendingOperations(), 0u) << "mode none does not sync on append";
+  ASSERT_TRUE(store->Flush().ok());
+  ASSERT_TRUE(AppendPayloads(*store, info->id, {"not flushed"}).ok());
+  mem.DropUnsyncedData();
+  store.reset();
+  store = MustOpen(o);
+  ASSERT_NE(store, nullptr);
+  auto recs = store->Read(info->id, 1, 10, 1 << 20);
+  ASSERT_TRUE(recs.ok());
+  ASSERT_EQ(recs->size(), 2u) << "flushed appends survive, the later one is lost";
+  EXPECT_EQ((*recs)[1].payload, "b");
+}
+
+class LogFaultTest : public ::testing::Test {
+ protected:
+  LogFaultTest() : faults_(&mem_) {}
+  std::unique_ptr<Store> Open() { return MustOpen(MemOptions(&faults_)); }
+  env::MemEnv mem_;
+  env::FaultInjectionEnv faults_;
+};
+
+TEST_F(LogFaultTest, FailedSyncIsADefiniteErrorAndTheStoreKeepsWorking) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  auto info = store->CreateStream(Spec("s"));
+  ASSERT_TRUE(info.ok());
+  ASSERT_TRUE(AppendPayloads(*store, info->id, {"one"}).ok());
+  faults_.FailSync(1);
+  auto failed = AppendPayloads(*store, info->id, {"two"});
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), StatusCode::kIOError) << failed.status().ToString();
+  EXPECT_NE(failed.status().message().find("fdatasync"), std::string_view::npos);
+  auto ok = AppendPayloads(*store, info->id, {"three"});
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->first_offset, 2u) << "the failed append took no offset";
+  auto recs = store->Read(info->id, 1, 10, 1 << 20);
+  ASSERT_TRUE(recs.ok());
+  ASSERT_EQ(recs->size(), 2u);
+  EXPECT_EQ((*recs)[1].payload, "three");
+  store.reset();
+  mem_.DropUnsyncedData();
+  store = Open();
+  ASSERT_NE(store, nullptr);
+  recs = store->Read(info->id, 1, 10, 1 << 20);
+  ASSERT_TRUE(recs.ok());
+  ASSERT_EQ(recs->size(), 2u) << "the failed append is not resurrected by recovery";
+  EXPECT_EQ((*recs)[0].payload, "one");
+  EXPECT_EQ((*recs)[1].payload, "three");
+}
+
+TEST_F(LogFaultTest, FailedWriteIsADefiniteErrorAndTheStoreKeepsWorking) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  auto info = store->CreateStream(Spec("s"));
+  ASSERT_TRUE(info.ok());
+  faults_.FailWrite(1);
+  auto failed = AppendPayloads(*store, info->id, {"lost"});
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), StatusCode::kIOError);
+  ASSERT_TRUE(AppendPayloads(*store, info->id, {"kept"}).ok());
+  store.reset();
+  store = Open();
+  ASSERT_NE(store, nullptr);
+  auto recs = store->Read(info->id, 1, 10, 1 << 20);
+  ASSERT_TRUE(recs.ok());
+  ASSERT_EQ(recs->size(), 1u);
+  EXPECT_EQ((*recs)[0].payload, "kept");
+}
+
+TEST_F(LogFaultTest, DiskFullFailsAppendsClearlyAndRecoversWhenSpaceReturns) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  auto info = store->CreateStream(Spec("s"));
+  ASSERT_TRUE(info.ok());
+  faults_.SetNoSpace(true);
+  // Appends still fit in the pre-zeroed segment; the one that needs a new segment fails.
+  std::vector<uint64_t> acked;
+  Status failure;
+  for (int i = 0; i < 100 && failure.ok(); ++i) {
+    auto r = AppendPayloads(*store, info->id, {std::string(1000, 'a' + i % 26)});
+    if (r.ok()) {
+      acked.push_back(r->first_offset);
+    } else {
+      failure = r.status();
+    }
+  }
+  ASSERT_FALSE(failure.ok()) << "16 KiB segments must fill up within 100 KB of appends";
+  EXPECT_EQ(failure.code(), StatusCode::kIOError) << failure.ToString();
+  EXPECT_NE(failure.message().find("No space left on device"), std::string_view::npos)
+      << failure.ToString();
+  EXPECT_FALSE(acked.empty());
+  auto again = AppendPayloads(*store, info->id, {std::string(1000, '!')});
+  EXPECT_FALSE(again.ok());
+  faults_.ClearFaults();
+  auto ok = AppendPayloads(*store, info->id, {"space again"});
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->first_offset, acked.back() + 1);
+  store.reset();
+  mem_.DropUnsyncedData();
+  store = Open();
+  ASSERT_NE(store, nullptr);
+  auto recs = store->Read(info->id, 1, 1000, 1 << 30);
+  ASSERT_TRUE(recs.ok());
+  ASSERT_EQ(recs->size(), acked.size() + 1);
+  EXPECT_EQ(recs->back().payload, "space again");
+}
+
+}  // namespace
+}  // namespace runnel::testing

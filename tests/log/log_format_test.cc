@@ -1,0 +1,307 @@
+// Format tests: the golden segment, CRC32C known answers, and how recovery treats damage.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "env/env.h"
+#include "log/log_harness.h"
+#include "log/log_test_util.h"
+#include "runnel/log_store.h"
+#include "store/log/crc32c.h"
+#include "store/log/log_check.h"
+#include "store/log/log_codec.h"
+#include "store/log/log_format.h"
+#include "store/log/log_store.h"
+
+namespace runnel::testing {
+namespace {
+
+using log::FrameType;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteFile(const std::string& path, const std::string& data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << data;
+}
+
+// Segment 1 of a small log, built from the codec alone: two streams, a keyed batch with
+// producer state, a cursor commit, a truncation, a retention update, a close and a delete.
+std::string BuildGoldenSegment() {
+  std::string seg = log::EncodeSegmentHeader(1);
+  StreamSpec orders = Spec("orders");
+  orders.content_type = "application/json";
+  orders.created_at_ms = 1700000000000;
+  StreamSpec audit = Spec("audit");
+  audit.ns = "tenant:acme";
+  audit.retention.max_events = 2;
+  log::AppendFrame(&seg, FrameType::kCreateStream, log::EncodeCreateStream(1, orders));
+  log::AppendFrame(&seg, FrameType::kCreateStream, log::EncodeCreateStream(2, audit));
+  std::string body;
+  std::vector<AppendRecord> recs = {{std::string("k1"), "{\"n\":1}"}, {std::nullopt, "{\"n\":2}"}};
+  log::EncodeAppendBatch(&body, 1, 1, 1700000000100, recs, false,
+                         ProducerState{"prod-a", 3, 7, 0});
+  log::AppendFrame(&seg, FrameType::kAppendBatch, body);
+  body.clear();
+  log::EncodeAppendBatch(&body, 2, 1, 1700000000200, {{std::nullopt, "a"}, {std::nullopt, "b"},
+                                                     {std::nullopt, "c"}},
+                         false, std::nullopt);
+  log::AppendFrame(&seg, FrameType::kAppendBatch, body);
+  log::AppendFrame(&seg, FrameType::kCursorCommit,
+                   log::EncodeCursorCommit(1, "billing", 1, 1700000000300));
+  body.clear();
+  log::EncodeAppendBatch(&body, 1, 3, 1700000000400, {{std::nullopt, "{\"n\":3}"}}, true,
+                         std::nullopt);
+  log::AppendFrame(&seg, FrameType::kAppendBatch, body);
+  log::AppendFrame(&seg, FrameType::kTruncateHead, log::EncodeTruncateHead(1, 2));
+  StreamRetention r;
+  r.max_bytes = 100;
+  log::AppendFrame(&seg, FrameType::kUpdateStream, log::EncodeUpdateStream(1, r, "ttl=60"));
+  log::AppendFrame(&seg, FrameType::kDeleteStream, log::EncodeDeleteStream(2));
+  log::AppendFrame(&seg, FrameType::kCheckpointMarker, log::EncodeCheckpointMarker(1));
+  return seg;
+}
+
+std::string DescribeSegment(const std::string& seg) {
+  std::string out;
+  size_t pos = log::kSegmentHeaderSize;
+  for (;;) {
+    log::FrameView f;
+    auto c = log::ParseFrame(std::string_view(seg).substr(pos), &f);
+    if (c != log::FrameCheck::kOk) {
+      out += "@" + std::to_string(pos) + " " + std::string(log::FrameCheckName(c)) + "\n";
+      break;
+    }
+    out += "@" + std::to_string(pos) + " " + log::DescribeFrame(f.type, f.body) + "\n";
+    pos += f.size;
+  }
+  return out;
+}
+
+const std::string kGoldenDir = RUNNEL_LOG_GOLDEN_DIR;
+
+std::vector<std::string> ListNames(const std::string& dir) {
+  auto names = env::Env::Posix()->ListDir(dir);
+  EXPECT_TRUE(names.ok());
+  return names.ok() ? *names : std::vector<std::string>{};
+}
+
+TEST(LogFormatTest, Crc32cMatchesKnownAnswers) {
+  EXPECT_EQ(log::Crc32c(""), 0u);
+  EXPECT_EQ(log::Crc32c("123456789"), 0xE3069283u);  // the standard CRC-32C check value
+  EXPECT_EQ(log::Crc32c(std::string(32, '\0')), 0x8A9136AAu);  // RFC 3720 B.4
+  EXPECT_EQ(log::Crc32c(std::string(32, '\xff')), 0x62A8AB43u);
+  const std::string long_text(1000, 'q');
+  EXPECT_EQ(log::Crc32cExtend(log::Crc32c(long_text.substr(0, 333)), long_text.data() + 333, 667),
+            log::Crc32c(long_text));
+  EXPECT_EQ(log::UnmaskCrc(log::MaskCrc(0x12345678u)), 0x12345678u);
+}
+
+TEST(LogFormatTest, GoldenSegmentIsByteIdenticalAndDecodes) {
+  const std::string built = BuildGoldenSegment();
+  const std::string described = DescribeSegment(built);
+  if (std::getenv("RUNNEL_UPDATE_GOLDEN") != nullptr) {
+    WriteFile(kGoldenDir + "/00000000000000000001.log", built);
+    WriteFile(kGoldenDir + "/frames.txt", described);
+  }
+  const std::string golden = ReadFile(kGoldenDir + "/00000000000000000001.log");
+  ASSERT_FALSE(golden.empty()) << "missing golden file in " << kGoldenDir;
+  EXPECT_EQ(golden, built) << "the version-1 encoding changed; bump kFormatVersion instead";
+  EXPECT_EQ(DescribeSegment(golden), ReadFile(kGoldenDir + "/frames.txt"));
+}
+
+TEST(LogFormatTest, StoreRecoversTheGoldenDirectory) {
+  TempDir dir;
+  WriteFile(dir.path() + "/00000000000000000001.log",
+            ReadFile(kGoldenDir + "/00000000000000000001.log"));
+  auto store = OpenLogStore(SmallLogOptions(dir.path()));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto orders = (*store)->GetStream("global", "orders");
+  ASSERT_TRUE(orders.ok());
+  EXPECT_EQ(orders->head_offset, 2u);
+  EXPECT_EQ(orders->next_offset, 4u);
+  EXPECT_TRUE(orders->closed);
+  EXPECT_EQ(orders->spec.attributes, "ttl=60");
+  EXPECT_EQ(orders->spec.retention.max_bytes, 100u);
+  EXPECT_EQ(orders->spec.content_type, "application/json");
+  auto recs = (*store)->Read(orders->id, 1, 10, 1 << 20);
+  ASSERT_TRUE(recs.ok());
+  ASSERT_EQ(recs->size(), 2u);
+  EXPECT_EQ((*recs)[0].payload, "{\"n\":2}");
+  EXPECT_EQ((*recs)[1].appended_at_ms, 1700000000400u);
+  auto producer = (*store)->GetProducer(orders->id, "prod-a");
+  ASSERT_TRUE(producer.ok() && producer->has_value());
+  EXPECT_EQ((*producer)->seq, 7u);
+  EXPECT_EQ((*producer)->last_offset, 2u);
+  auto cursor = (*store)->GetCursor(orders->id, "billing");
+  ASSERT_TRUE(cursor.ok() && cursor->has_value());
+  EXPECT_EQ((*cursor)->offset, 1u);
+  EXPECT_EQ((*store)->GetStream("tenant:acme", "audit").status().code(), StatusCode::kNotFound);
+  auto created = (*store)->CreateStream(Spec("new"));
+  ASSERT_TRUE(created.ok());
+  EXPECT_EQ(created->id, 3u) << "stream ids are never reused";
+}
+
+class LogDamageTest : public ::testing::Test {
+ protected:
+  // Writes `n` single-record batches of 100 bytes, closes the store, returns the segment path.
+  std::string Populate(int n) {
+    auto store = OpenLogStore(SmallLogOptions(dir_.path()));
+    EXPECT_TRUE(store.ok());
+    auto info = (*store)->CreateStream(Spec("s"));
+    EXPECT_TRUE(info.ok());
+    for (int i = 0; i < n; ++i) {
+      EXPECT_TRUE(AppendPayloads(**store, info->id, {std::string(100, 'a' + i % 26)}).ok());
+    }
+    store->reset();
+    // Remove the checkpoint so recovery replays (and checks) every frame.
+    auto names = env::Env::Posix()->ListDir(dir_.path());
+    for (const auto& name : *names) {
+      if (name.rfind("checkpoint-", 0) == 0) std::remove((dir_.path() + "/" + name).c_str());
+    }
+    return dir_.path() + "/00000000000000000001.log";
+  }
+  void Poke(const std::string& path, size_t pos, char c) {
+    std::string data = ReadFile(path);
+    ASSERT_LT(pos, data.size());
+    data[pos] = c;
+    WriteFile(path, data);
+  }
+  // Byte position of frame #i (0-based) in the segment.
+  size_t FramePos(const std::string& path, int i) {
+    std::string data = ReadFile(path);
+    size_t pos = log::kSegmentHeaderSize;
+    for (int k = 0; k < i; ++k) pos += log::kFrameHeaderSize + log::LoadU32(data.data() + pos + 4);
+    return pos;
+  }
+  TempDir dir_;
+};
+
+TEST_F(LogDamageTest, CorruptionBeforeTheTailIsReportedByNameAndRefused) {
+  const std::string seg = Populate(10);
+  const size_t pos = FramePos(seg, 4);  // frame 0 creates the stream; 4 is the 4th batch
+  Poke(seg, pos + 40, 'X');
+  auto store = OpenLogStore(SmallLogOptions(dir_.path()));
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kCorruption);
+  const std::string msg(store.status().message());
+  EXPECT_NE(msg.find("00000000000000000001.log"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("at byte " + std::to_string(pos)), std::string::npos) << msg;
+  EXPECT_NE(msg.find("stream #1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("salvage"), std::string::npos) << msg;
+
+  LogStoreOptions o = SmallLogOptions(dir_.path());
+  o.salvage = true;
+  auto salvaged = OpenLogStore(o);
+  ASSERT_TRUE(salvaged.ok()) << salvaged.status().ToString();
+  auto info = (*salvaged)->GetStream("global", "s");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->next_offset, 4u) << "salvage keeps what precedes the corruption";
+  EXPECT_FALSE(dynamic_cast<log::LogStore&>(**salvaged).RecoveryNotes().empty());
+  auto r = AppendPayloads(**salvaged, info->id, {"after salvage"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->first_offset, 4u);
+}
+
+TEST_F(LogDamageTest, TornTailIsTruncatedAndTheLogContinues) {
+  const std::string seg = Populate(10);
+  const size_t pos = FramePos(seg, 10);  // the last batch
+  // A torn write: the batch's first 60 bytes landed, nothing after them (not even the
+  // checkpoint marker the clean close wrote).
+  std::string data = ReadFile(seg);
+  std::fill(data.begin() + static_cast<std::ptrdiff_t>(pos + 60), data.end(), '\0');
+  WriteFile(seg, data);
+  auto store = OpenLogStore(SmallLogOptions(dir_.path()));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto notes = dynamic_cast<log::LogStore&>(**store).RecoveryNotes();
+  ASSERT_FALSE(notes.empty());
+  EXPECT_NE(notes[0].find("torn tail at byte " + std::to_string(pos)), std::string::npos)
+      << notes[0];
+  auto info = (*store)->GetStream("global", "s");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->next_offset, 10u) << "the torn batch is wholly absent";
+  auto r = AppendPayloads(**store, info->id, {"next"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->first_offset, 10u);
+  store->reset();
+  store = OpenLogStore(SmallLogOptions(dir_.path()));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto recs = (*store)->Read(info->id, 9, 10, 1 << 20);
+  ASSERT_TRUE(recs.ok());
+  ASSERT_EQ(recs->size(), 2u);
+  EXPECT_EQ((*recs)[1].payload, "next");
+}
+
+TEST_F(LogDamageTest, DamagedCheckpointFallsBackToFullReplayOrIsReported) {
+  Populate(5);
+  {
+    auto store = OpenLogStore(SmallLogOptions(dir_.path()));
+    ASSERT_TRUE(store.ok());
+  }  // the clean close writes a checkpoint
+  std::string ckpt;
+  for (const auto& name : ListNames(dir_.path())) {
+    if (name.rfind("checkpoint-", 0) == 0) ckpt = dir_.path() + "/" + name;
+  }
+  ASSERT_FALSE(ckpt.empty());
+  Poke(ckpt, 50, '\x7f');
+  {
+    auto store = OpenLogStore(SmallLogOptions(dir_.path()));
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto notes = dynamic_cast<log::LogStore&>(**store).RecoveryNotes();
+    ASSERT_GE(notes.size(), 2u);
+    EXPECT_NE(notes[0].find("checksum mismatch"), std::string::npos) << notes[0];
+    EXPECT_NE(notes[1].find("replaying the whole log"), std::string::npos) << notes[1];
+    auto info = (*store)->GetStream("global", "s");
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->next_offset, 6u);
+  }
+  // Once the history before the checkpoint is gone, a damaged checkpoint cannot be replaced.
+  for (const auto& name : ListNames(dir_.path())) {
+    if (name.rfind("checkpoint-", 0) == 0) Poke(dir_.path() + "/" + name, 50, '\x7f');
+  }
+  std::rename((dir_.path() + "/00000000000000000001.log").c_str(),
+              (dir_.path() + "/00000000000000000002.log").c_str());
+  auto store = OpenLogStore(SmallLogOptions(dir_.path()));
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(store.status().message().find("checkpoint"), std::string_view::npos)
+      << store.status().ToString();
+}
+
+TEST_F(LogDamageTest, CheckReportsHealthyTornAndCorruptDirectories) {
+  const std::string seg = Populate(10);
+  auto healthy = log::CheckLogDirectory(env::Env::Posix(), dir_.path());
+  ASSERT_TRUE(healthy.ok()) << healthy.status().ToString();
+  EXPECT_TRUE(healthy->corruption.empty());
+  EXPECT_FALSE(healthy->torn_tail);
+  EXPECT_EQ(healthy->records, 10u);
+  EXPECT_EQ(healthy->streams_created, 1u);
+
+  {
+    auto store = OpenLogStore(SmallLogOptions(dir_.path()));
+    ASSERT_TRUE(store.ok());
+    auto busy = log::CheckLogDirectory(env::Env::Posix(), dir_.path());
+    EXPECT_EQ(busy.status().code(), StatusCode::kUnavailable) << "a live store's directory";
+  }
+  const size_t pos = FramePos(seg, 3);
+  Poke(seg, pos + 30, 'Q');
+  auto corrupt = log::CheckLogDirectory(env::Env::Posix(), dir_.path());
+  ASSERT_TRUE(corrupt.ok());
+  ASSERT_EQ(corrupt->corruption.size(), 1u);
+  EXPECT_NE(corrupt->corruption[0].find("at byte " + std::to_string(pos)), std::string::npos)
+      << corrupt->corruption[0];
+  EXPECT_EQ(log::CheckLogDirectory(env::Env::Posix(), dir_.path() + "/nope").status().code(),
+            StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace runnel::testing
