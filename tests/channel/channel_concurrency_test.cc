@@ -1,6 +1,7 @@
 // Several channel instances on one store, in threads (S3, S5). No timing assumptions: every
 // loop is bounded by a count, and the checks read the partitions after the threads joined.
 #include <algorithm>
+#include <latch>
 #include <map>
 #include <set>
 #include <string>
@@ -30,8 +31,9 @@ struct WriterLog {
   std::string failure;
 };
 
-void RunWriter(StreamRegistry registry, int writer, WriterLog* log) {
+void RunWriter(StreamRegistry registry, int writer, std::latch* start, WriterLog* log) {
   auto ch = DurableChannel::WithPartitionKey("busy", kPartitions, registry, HashKeyPartitioner);
+  start->arrive_and_wait();
   if (!ch.ok()) {
     log->failure = ch.status().ToString();
     return;
@@ -69,11 +71,16 @@ TEST_P(ChannelConcurrencyTest, S3_TwoInstancesNeverCommitTheSamePositionAndLoseN
                                                HashKeyPartitioner)
                   .ok());
   WriterLog logs[2];
-  std::thread a(RunWriter, registry(), 0, &logs[0]);
-  std::thread b(RunWriter, registry(), 1, &logs[1]);
+  std::latch start(2);
+  const uint64_t appends_before = faulty().appends();
+  std::thread a(RunWriter, registry(), 0, &start, &logs[0]);
+  std::thread b(RunWriter, registry(), 1, &start, &logs[1]);
   a.join();
   b.join();
   for (const WriterLog& log : logs) ASSERT_TRUE(log.failure.empty()) << log.failure;
+  // How contended the run was (informational: interleaving is up to the scheduler).
+  RecordProperty("conflicts_refused", logs[0].conflicts + logs[1].conflicts);
+  RecordProperty("appends_sent", static_cast<int>(faulty().appends() - appends_before));
 
   // Every publish was committed exactly once: no duplicate receipts, no shared positions.
   std::set<std::pair<size_t, uint64_t>> positions;
@@ -131,8 +138,10 @@ TEST_P(ChannelConcurrencyTest, S3_ConcurrentRetriesOfOneKeyCommitItOnce) {
   constexpr int kKeys = 200;
   std::vector<std::vector<PublishReceipt>> got(2);
   std::vector<std::string> failures(2);
+  std::latch start(2);
   auto run = [&](int w) {
     auto ch = DurableChannel::WithPartitionKey("retry", 2, registry(), HashKeyPartitioner);
+    start.arrive_and_wait();
     if (!ch.ok()) {
       failures[w] = ch.status().ToString();
       return;
