@@ -29,9 +29,10 @@
 //   - any other error is a definite refusal and is returned with nothing pending.
 //
 // Idempotency keys (I1-I5). An envelope may carry an idempotency key. The channel holds an
-// in-memory index key -> (partition, slot) that answers "was this key committed?" without a
-// scan per publish. Invariant: for every partition p the index holds every key of every row in
-// slots [0, scanned[p]) — the first occurrence of each key — and nothing else. It is built by
+// in-memory index hash(key) -> (partition, slot) that answers "was this key committed?" without
+// a scan per publish; a hash hit is confirmed by reading that one row and comparing the key, so
+// the answer is exact (only duplicates pay that read). Invariant: for every partition p the
+// index holds every keyed row in slots [0, scanned[p]) and nothing else. It is built by
 // reading every partition at open (1024 records a page) and kept current by indexing every row
 // this channel commits, and every row it reads past: the gap read after a conflict and a
 // foreign row found by ResolvePending. Because each append is position-guarded at next[p], and
@@ -69,8 +70,8 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <memory>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "runnel/registry.h"
@@ -78,6 +79,10 @@
 #include "runnel/types.h"
 
 namespace runnel {
+
+namespace channel {
+class KeyIndex;
+}  // namespace channel
 
 // ---------------------------------------------------------------------------------------------
 // Envelope
@@ -282,8 +287,9 @@ class DurableChannel {
   static Result<DurableChannel> FromConfig(std::string channel_id, const DurabilityConfig& config,
                                            StreamRegistry registry, ChannelOptions options = {});
 
-  DurableChannel(DurableChannel&&) noexcept = default;
-  DurableChannel& operator=(DurableChannel&&) noexcept = default;
+  DurableChannel(DurableChannel&&) noexcept;
+  DurableChannel& operator=(DurableChannel&&) noexcept;
+  ~DurableChannel();
   DurableChannel(const DurableChannel&) = delete;
   DurableChannel& operator=(const DurableChannel&) = delete;
 
@@ -340,12 +346,7 @@ class DurableChannel {
   const std::optional<ChannelError>& LastError() const { return last_error_; }
 
  private:
-  struct IndexEntry {
-    size_t partition;
-    uint64_t sequence;
-  };
-
-  DurableChannel() = default;
+  DurableChannel();
   static Result<DurableChannel> OpenImpl(std::string channel_id, size_t partition_count,
                                          StreamRegistry registry, ChannelOptions options,
                                          std::optional<std::vector<uint64_t>> next_sequences);
@@ -354,7 +355,9 @@ class DurableChannel {
   // scanned_[p] past each one.
   Status CatchUp(size_t p);
   void IndexRow(size_t p, uint64_t sequence, const MessageEnvelope& envelope);
-  std::optional<AppendResolution> IndexLookup(std::string_view key) const;
+  // The first indexed row carrying `key`, confirmed by reading it (the index holds hashes);
+  // read and decode errors are returned, never taken for "absent".
+  Result<std::optional<AppendResolution>> IndexLookup(std::string_view key) const;
   Result<AppendResult> AppendAt(size_t p, uint64_t sequence, const std::string& bytes,
                                 const std::optional<std::string>& record_key, uint64_t now_ms);
   Result<std::optional<AppendResolution>> ResolveImpl();
@@ -370,9 +373,9 @@ class DurableChannel {
   std::vector<StreamId> stream_ids_;
   // Invariant: next_[p] is the slot the next publish to p reserves.
   std::vector<uint64_t> next_;
-  // Invariant: the index holds the first occurrence of every key in slots [0, scanned_[p]).
+  // Invariant: index_ holds every keyed row in slots [0, scanned_[p]) of every partition p.
   std::vector<uint64_t> scanned_;
-  std::unordered_map<std::string, IndexEntry> index_;
+  std::unique_ptr<channel::KeyIndex> index_;
   std::optional<UnresolvedAppend> pending_;
   std::optional<ChannelError> last_error_;
   uint64_t since_flush_ = 0;

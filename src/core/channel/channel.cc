@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/channel/envelope_format.h"
+#include "core/channel/key_index.h"
 
 namespace runnel {
 namespace {
@@ -108,6 +109,11 @@ Result<AppendResolution> KeyLookup::Find(std::string_view key,
 }
 
 // ---- DurableChannel: construction and recovery ----
+
+DurableChannel::DurableChannel() : index_(std::make_unique<channel::KeyIndex>()) {}
+DurableChannel::DurableChannel(DurableChannel&&) noexcept = default;
+DurableChannel& DurableChannel::operator=(DurableChannel&&) noexcept = default;
+DurableChannel::~DurableChannel() = default;
 
 Result<DurableChannel> DurableChannel::Open(std::string channel_id, size_t partition_count,
                                             StreamRegistry registry, ChannelOptions options) {
@@ -241,13 +247,39 @@ Status DurableChannel::CatchUp(size_t p) {
 
 void DurableChannel::IndexRow(size_t p, uint64_t sequence, const MessageEnvelope& envelope) {
   if (!envelope.idempotency_key) return;
-  index_.try_emplace(*envelope.idempotency_key, IndexEntry{p, sequence});
+  index_->Insert(channel::KeyIndex::Hash(*envelope.idempotency_key), p, sequence);
 }
 
-std::optional<AppendResolution> DurableChannel::IndexLookup(std::string_view key) const {
-  auto it = index_.find(std::string(key));
-  if (it == index_.end()) return std::nullopt;
-  return AppendResolution::Committed(it->second.partition, it->second.sequence);
+Result<std::optional<AppendResolution>> DurableChannel::IndexLookup(std::string_view key) const {
+  Store& store = registry_->store();
+  Status error;
+  std::optional<AppendResolution> found;
+  index_->ForEachCandidate(channel::KeyIndex::Hash(key), [&](size_t p, uint64_t sequence) {
+    auto row = store.ReadAt(stream_ids_[p], sequence + 1);
+    if (!row.ok()) {
+      error = row.status().Annotate("StoreError: confirming an idempotency key at " +
+                                    Where(stream_keys_[p], sequence));
+      return true;
+    }
+    if (!row->has_value()) {
+      // Retention removed the row after it was indexed: the key was seen there, and nothing
+      // else can be there, so the hash match stands.
+      found = AppendResolution::Committed(p, sequence);
+      return true;
+    }
+    auto env = DecodeEnvelope((*row)->payload);
+    if (!env.ok()) {
+      error = EnvelopeErrorAt(stream_keys_[p], sequence, env.status());
+      return true;
+    }
+    if (env->idempotency_key && *env->idempotency_key == key) {
+      found = AppendResolution::Committed(p, sequence);
+      return true;
+    }
+    return false;  // another key with the same hash
+  });
+  if (!error.ok()) return error;
+  return found;
 }
 
 // ---- Accessors ----
@@ -306,12 +338,16 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
     auto settled = ResolveImpl();
     if (!settled.ok()) return settled.status();
   }
+  const std::optional<std::string>& key = envelope.idempotency_key;
+  // Start loading the key's index slot now; validation and encoding hide the memory latency.
+  const uint64_t key_hash = key ? channel::KeyIndex::Hash(*key) : 0;
+  if (key) index_->Prefetch(key_hash);
   if (Status valid = ValidateEnvelope(envelope); !valid.ok()) {
     return Fail({ChannelError::Kind::kEnvelopeError, Status::InvalidArgument(
                      "EnvelopeError: " + std::string(valid.message()))});
   }
   const size_t p = PartitionFor(envelope);
-  const std::optional<std::string>& key = envelope.idempotency_key;
+  const std::string bytes = EncodeEnvelope(envelope);
   auto duplicate = [](const AppendResolution& r) {
     return PublishReceipt{r.partition, r.sequence, r.offset, true};
   };
@@ -325,9 +361,10 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
     if (scanned_[p] < next_[p]) {
       if (Status s = CatchUp(p); !s.ok()) return fail_read(s);
     }
-    if (auto hit = IndexLookup(*key)) return duplicate(*hit);  // I4
+    auto hit = IndexLookup(*key);
+    if (!hit.ok()) return fail_read(hit.status());
+    if (*hit) return duplicate(**hit);  // I4
   }
-  const std::string bytes = EncodeEnvelope(envelope);
   for (int attempt = 0;; ++attempt) {
     const uint64_t sequence = next_[p];
     if (sequence > kMaxSequence) {
@@ -360,7 +397,7 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
       }
       next_[p] = sequence + 1;
       if (scanned_[p] == sequence) {
-        IndexRow(p, sequence, envelope);
+        if (key) index_->Insert(key_hash, p, sequence);
         scanned_[p] = sequence + 1;
       }
       PublishReceipt receipt{p, sequence, sequence + 1, false};
@@ -392,7 +429,9 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
       const uint64_t actual = status.conflict_actual().value_or(1);
       next_[p] = std::max(scanned_[p], actual == 0 ? 0 : actual - 1);
       if (key) {
-        if (auto hit = IndexLookup(*key)) return duplicate(*hit);
+        auto hit = IndexLookup(*key);
+        if (!hit.ok()) return fail_read(hit.status());
+        if (*hit) return duplicate(**hit);
       }
       if (attempt == 0) continue;
       ChannelError e{ChannelError::Kind::kSequenceConflict,
@@ -514,11 +553,18 @@ Result<AppendResolution> DurableChannel::FindIdempotencyKey(std::string_view key
     }
   }
   auto hit = IndexLookup(key);
-  if (!hit) return AppendResolution::Absent();
-  if (hit->partition < from.size() && hit->sequence < from[hit->partition]) {
+  if (!hit.ok()) {
+    return Fail({hit.status().code() == StatusCode::kCorruption
+                     ? ChannelError::Kind::kEnvelopeError
+                     : ChannelError::Kind::kStoreError,
+                 hit.status()});
+  }
+  if (!*hit) return AppendResolution::Absent();
+  const AppendResolution& r = **hit;
+  if (r.partition < from.size() && r.sequence < from[r.partition]) {
     return AppendResolution::Absent();
   }
-  return *hit;
+  return r;
 }
 
 // ---- EphemeralChannel ----
