@@ -243,6 +243,40 @@ TEST_P(ChannelFaultsTest, U4_SlotRemovedByRetentionIsNotCalledAbsent) {
   EXPECT_EQ(*next, 3u);
 }
 
+TEST_P(ChannelFaultsTest, I3_KeyHeldByAnUnresolvedAppendIsLookedUpOnlyAfterSettling) {
+  OpenChannel();
+  faulty().InjectAppendFault(Fault::kLandedReplyLost);
+  ASSERT_FALSE(ch().Publish(Env("m", "held")).ok());
+  const uint64_t reads = faulty().reads() + faulty().read_ats();
+  auto early = ch().FindIdempotencyKey("held");
+  ASSERT_FALSE(early.ok());
+  EXPECT_EQ(early.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(early.status().message().rfind("AppendUnresolved: ", 0), 0u);
+  EXPECT_EQ(faulty().reads() + faulty().read_ats(), reads) << "looked up before settling";
+  // Other keys are not held.
+  auto other = ch().FindIdempotencyKey("other");
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(other->committed());
+  ASSERT_TRUE(ch().ResolvePending().ok());
+  auto settled = ch().FindIdempotencyKey("held");
+  ASSERT_TRUE(settled.ok());
+  EXPECT_EQ(*settled, AppendResolution::Committed(0, 0));
+}
+
+TEST_P(ChannelFaultsTest, I2_FailedConfirmationReadIsAnErrorNotAbsentOrNew) {
+  OpenChannel();
+  ASSERT_TRUE(ch().Publish(Env("m", "k")).ok());
+  faulty().FailReadAts(1);
+  const uint64_t appends = faulty().appends();
+  auto r = ch().PublishWithReceipt(Env("m", "k"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kIOError);
+  EXPECT_EQ(faulty().appends(), appends) << "a failed read was taken for absence";
+  auto again = ch().PublishWithReceipt(Env("m", "k"));
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->duplicate);
+}
+
 // ---- S: sequence conflicts ----
 
 TEST_P(ChannelFaultsTest, S1_AGuardedAppendAtATakenPositionIsRefusedAndWritesNoRow) {
