@@ -47,8 +47,12 @@
 //     is found whatever partition the new envelope routes to;
 //   - FindIdempotencyKey first catches the index up on every partition, so it agrees with a
 //     full scan (KeyLookup::Find) of the partitions as they were when it started reading.
-// Not covered: two instances publishing the same idempotency key *concurrently* with
-// envelopes that route to *different* partitions; no partition guard orders those two writes.
+// A key committed by another instance, after this one opened, in a partition other than the
+// one the new envelope routes to is found only with ChannelOptions::check_all_partitions_for_keys
+// (which catches up every partition before a keyed publish: one catalog read per partition,
+// plus a read of any new rows). Never covered: two instances publishing the same key
+// *concurrently* with envelopes that route to *different* partitions; no partition guard
+// orders those two writes.
 // A failed read or an undecodable row is an error, never "absent" (I2).
 //
 // Recovery (V1-V7). Opening a channel creates missing partition streams (tagging them with the
@@ -69,8 +73,8 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
-#include <string>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -251,6 +255,9 @@ struct ChannelOptions {
   // Empty: every envelope goes to partition 0 (K2).
   PartitionKeyFn partition_key;
   CheckpointPolicy checkpoint_policy = CheckpointPolicy::ExplicitFlush();
+  // Before each publish with an idempotency key, catch the index up on every partition, not
+  // only the target one (see the file comment). Costs one catalog read per partition.
+  bool check_all_partitions_for_keys = false;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -287,6 +294,7 @@ class DurableChannel {
   static Result<DurableChannel> FromConfig(std::string channel_id, const DurabilityConfig& config,
                                            StreamRegistry registry, ChannelOptions options = {});
 
+  // A moved-from channel may only be destroyed or assigned to.
   DurableChannel(DurableChannel&&) noexcept;
   DurableChannel& operator=(DurableChannel&&) noexcept;
   ~DurableChannel();
@@ -369,6 +377,7 @@ class DurableChannel {
   std::optional<StreamRegistry> registry_;
   PartitionKeyFn partition_key_;
   CheckpointPolicy policy_;
+  bool check_all_partitions_ = false;
   std::vector<std::string> stream_keys_;
   std::vector<StreamId> stream_ids_;
   // Invariant: next_[p] is the slot the next publish to p reserves.

@@ -257,6 +257,8 @@ TEST_P(ChannelRulesTest, I1_IndexAgreesWithAScanOfThePartitions) {
 TEST_P(ChannelRulesTest, I2_FailedReadNeverYieldsAbsent) {
   auto ch = DurableChannel::Open("i2", 2, registry());
   ASSERT_TRUE(ch.ok());
+  // A row this channel has not seen, so the lookup must read the partition.
+  AppendRaw("i2:1", EncodeEnvelope(Env("theirs", "their-key")));
   faulty().FailReads(1);
   auto indexed = ch->FindIdempotencyKey("missing");
   ASSERT_FALSE(indexed.ok());
@@ -269,6 +271,26 @@ TEST_P(ChannelRulesTest, I2_FailedReadNeverYieldsAbsent) {
   auto later = ch->FindIdempotencyKey("missing");
   ASSERT_TRUE(later.ok());
   EXPECT_FALSE(later->committed());
+  auto theirs = ch->FindIdempotencyKey("their-key");
+  ASSERT_TRUE(theirs.ok());
+  EXPECT_EQ(*theirs, AppendResolution::Committed(1, 0));
+}
+
+TEST_P(ChannelRulesTest, I4_WithAllPartitionChecksAKeyCommittedElsewhereByAnotherInstanceIsFound) {
+  ChannelOptions options;
+  options.partition_key = FirstByte;
+  options.check_all_partitions_for_keys = true;
+  auto a = DurableChannel::Open("wide", 4, registry(), options);
+  auto b = DurableChannel::Open("wide", 4, registry(), options);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto original = a->PublishWithReceipt(Env("\x01", "k"));
+  ASSERT_TRUE(original.ok());
+  // b routes the retry to another partition; its index is caught up on all of them first.
+  auto retry = b->PublishWithReceipt(Env("\x02", "k"));
+  ASSERT_TRUE(retry.ok()) << retry.status().ToString();
+  EXPECT_TRUE(retry->duplicate);
+  EXPECT_EQ(retry->partition, 1u);
+  EXPECT_TRUE(ReadAll("wide:2").empty());
 }
 
 TEST_P(ChannelRulesTest, I2_UndecodableRowFailsTheLookupInsteadOfBeingSkipped) {

@@ -171,6 +171,7 @@ Result<DurableChannel> DurableChannel::OpenImpl(
   ch.registry_.emplace(std::move(registry));
   ch.partition_key_ = std::move(options.partition_key);
   ch.policy_ = options.checkpoint_policy;
+  ch.check_all_partitions_ = options.check_all_partitions_for_keys;
   for (size_t i = 0; i < partition_count; ++i) ch.stream_keys_.push_back(ch.StreamKeyFor(i));
   ch.stream_ids_.assign(partition_count, 0);
   ch.next_.assign(partition_count, 0);
@@ -228,7 +229,7 @@ Status DurableChannel::CatchUp(size_t p) {
   auto info = store.GetStreamById(stream_ids_[p]);
   if (!info.ok()) return info.status().Annotate("StoreError: reading " + stream_keys_[p]);
   const uint64_t known_end = info->next_offset - 1;
-  for (;;) {
+  while (scanned_[p] < known_end) {
     auto rows = store.Read(stream_ids_[p], scanned_[p] + 1, kReadBatchSize,
                            StreamRegistry::kMaxReadBytes);
     if (!rows.ok()) return rows.status().Annotate("StoreError: reading " + stream_keys_[p]);
@@ -360,6 +361,16 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
     // The index must cover every slot below the one this append reserves (see header).
     if (scanned_[p] < next_[p]) {
       if (Status s = CatchUp(p); !s.ok()) return fail_read(s);
+    }
+    if (check_all_partitions_) {
+      for (size_t q = 0; q < stream_keys_.size(); ++q) {
+        if (q == p) continue;
+        if (Status s = CatchUp(q); !s.ok()) {
+          return Fail({s.code() == StatusCode::kCorruption ? ChannelError::Kind::kEnvelopeError
+                                                           : ChannelError::Kind::kStoreError,
+                       s, stream_keys_[q]});
+        }
+      }
     }
     auto hit = IndexLookup(*key);
     if (!hit.ok()) return fail_read(hit.status());
