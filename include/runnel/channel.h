@@ -102,7 +102,8 @@ struct CausalContext {
 struct MessageEnvelope {
   std::string payload;
   std::optional<CausalContext> causal_context;
-  // Milliseconds since the epoch, from the publisher; also the record's appended_at_ms.
+  // Milliseconds since the epoch, from the publisher. Kept in the envelope only: the record's
+  // appended_at_ms (which age retention uses) comes from the registry's clock.
   uint64_t timestamp_ms = 0;
   std::string publisher_id;
   // The producer's key for duplicate suppression (I1-I5).

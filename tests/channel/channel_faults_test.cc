@@ -349,6 +349,36 @@ TEST_P(ChannelFaultsTest, S2_AKeyLearnedFromTheConflictGapIsADuplicate) {
   EXPECT_EQ(ReadAll("orders:0").size(), 1u);
 }
 
+TEST_P(ChannelFaultsTest, V7_UndecodableRowInTheConflictGapIsReportedByName) {
+  OpenChannel();
+  ASSERT_EQ(AppendRaw("orders:0", "garbage"), 1u);
+  const uint64_t appends = faulty().appends();
+  auto r = ch().Publish(Env("mine"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
+  EXPECT_EQ(r.status().message().rfind("EnvelopeError: stream orders:0 sequence 0 (offset 1)", 0),
+            0u)
+      << r.status().ToString();
+  EXPECT_EQ(faulty().appends(), appends + 1) << "retried past a row it could not read";
+  EXPECT_FALSE(ch().PendingAppend().has_value());
+  ASSERT_TRUE(ch().LastError().has_value());
+  EXPECT_EQ(ch().LastError()->kind, ChannelError::Kind::kEnvelopeError);
+}
+
+TEST_P(ChannelFaultsTest, U4_KeyedAppendLostToAForeignRowLandsAfterItWhenPublishedAgain) {
+  OpenChannel();
+  faulty().InjectAppendFault(Fault::kForeignInSlotThenUnknown);
+  ASSERT_FALSE(ch().Publish(Env("mine", "k")).ok());
+  auto r = ch().ResolvePending();
+  ASSERT_TRUE(r.ok() && r->has_value());
+  EXPECT_FALSE((*r)->committed());
+  EXPECT_EQ(ch().NextExpectedSequence(0), 1u);
+  auto again = ch().PublishWithReceipt(Env("mine", "k"));
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->duplicate);
+  EXPECT_EQ(again->offset, 2u);
+}
+
 TEST_P(ChannelFaultsTest, S4_AnUnknownOutcomeNeverTakesTheConflictPath) {
   OpenChannel();
   faulty().InjectAppendFault(Fault::kForeignInSlotThenUnknown);

@@ -396,7 +396,7 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
     evidence.idempotency_key = key;
     pending_ = std::move(evidence);
 
-    auto appended = AppendAt(p, sequence, bytes, envelope.key, envelope.timestamp_ms);
+    auto appended = AppendAt(p, sequence, bytes, envelope.key, registry_->clock().NowMs());
     if (appended.ok()) {
       pending_.reset();
       if (appended->first_offset != sequence + 1) {
