@@ -6,6 +6,12 @@
 // Two channels (each on its own memory store) are fed alternately, `chunk` messages at a time,
 // swapping which goes first every chunk, and the time of each mode is summed. Interleaving
 // this finely keeps machine-load drift out of the ratio, which matters on a shared machine.
+//
+// Build (there is no bench/CMakeLists.txt yet):
+//   cmake -S . -B build/rel -G Ninja -DCMAKE_BUILD_TYPE=Release -DRUNNEL_BUILD_TESTS=OFF
+//   ninja -C build/rel runnel_lib
+//   g++ -std=c++20 -O2 -Iinclude bench/channel_bench.cc build/rel/librunnel.a -lpthread \
+//       -o build/rel/channel_bench
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
