@@ -342,6 +342,18 @@ class DurableChannel {
   Result<AppendResolution> FindIdempotencyKey(std::string_view key,
                                               const std::vector<uint64_t>& from = {});
 
+  // For a caller that timed out on a publish with `key` (e.g. an HTTP client asking later):
+  // if the pending append holds `key`, settles it with ResolvePending (one read) and returns
+  // its outcome; otherwise FindIdempotencyKey(key). Errors as those two calls.
+  Result<AppendResolution> ResolveIdempotencyKey(std::string_view key);
+
+  // The partition count recorded in the attributes of `<channel_id>:0` in `scope`, for
+  // reopening a channel whose count the caller does not know. kNotFound if that stream does
+  // not exist; kInvalidArgument "ConfigError" if it is not a channel partition.
+  static Result<size_t> StoredPartitionCount(const StreamRegistry& registry,
+                                             const StreamScope& scope,
+                                             std::string_view channel_id);
+
   // Store::Flush, errors propagated (F3). Resets the checkpoint counter on success.
   Status FlushStore();
   // F4 bookkeeping: committed publishes since the last successful flush, and how many flushes

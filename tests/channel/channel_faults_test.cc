@@ -277,6 +277,24 @@ TEST_P(ChannelFaultsTest, I2_FailedConfirmationReadIsAnErrorNotAbsentOrNew) {
   EXPECT_TRUE(again->duplicate);
 }
 
+TEST_P(ChannelFaultsTest, I1_ResolveIdempotencyKeySettlesThePendingAppendThatHoldsIt) {
+  OpenChannel();
+  faulty().InjectAppendFault(Fault::kLandedReplyLost);
+  ASSERT_FALSE(ch().Publish(Env("m", "timed-out")).ok());
+  auto r = ch().ResolveIdempotencyKey("timed-out");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, AppendResolution::Committed(0, 0));
+  EXPECT_FALSE(ch().PendingAppend().has_value());
+  faulty().InjectAppendFault(Fault::kNotLanded);
+  ASSERT_FALSE(ch().Publish(Env("n", "lost")).ok());
+  auto lost = ch().ResolveIdempotencyKey("lost");
+  ASSERT_TRUE(lost.ok());
+  EXPECT_FALSE(lost->committed());
+  auto other = ch().ResolveIdempotencyKey("timed-out");
+  ASSERT_TRUE(other.ok());
+  EXPECT_TRUE(other->committed());
+}
+
 // ---- S: sequence conflicts ----
 
 TEST_P(ChannelFaultsTest, S1_AGuardedAppendAtATakenPositionIsRefusedAndWritesNoRow) {

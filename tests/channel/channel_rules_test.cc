@@ -458,6 +458,22 @@ TEST_P(ChannelRulesTest, V2_ReopeningWithAnotherPartitionCountIsConfigError) {
   EXPECT_TRUE(DurableChannel::Open("count", 3, registry()).ok());
 }
 
+TEST_P(ChannelRulesTest, V2_StoredPartitionCountLetsACallerReopenWithoutKnowingIt) {
+  EXPECT_EQ(DurableChannel::StoredPartitionCount(registry(), StreamScope::Global(), "later")
+                .status()
+                .code(),
+            StatusCode::kNotFound);
+  ASSERT_TRUE(DurableChannel::Open("later", 12, registry()).ok());
+  auto count = DurableChannel::StoredPartitionCount(registry(), StreamScope::Global(), "later");
+  ASSERT_TRUE(count.ok()) << count.status().ToString();
+  EXPECT_EQ(*count, 12u);
+  ASSERT_TRUE(registry().CreateStream(StreamScope::Global(), "plain:0", StreamRetention{}).ok());
+  EXPECT_EQ(DurableChannel::StoredPartitionCount(registry(), StreamScope::Global(), "plain")
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST_P(ChannelRulesTest, V2_AnUnrelatedStreamOfThatNameIsRefused) {
   CreateStreamOptions options;
   options.attributes = "ttl=60";

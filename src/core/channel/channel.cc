@@ -578,6 +578,38 @@ Result<AppendResolution> DurableChannel::FindIdempotencyKey(std::string_view key
   return r;
 }
 
+Result<AppendResolution> DurableChannel::ResolveIdempotencyKey(std::string_view key) {
+  if (pending_ && pending_->idempotency_key && *pending_->idempotency_key == key) {
+    RUNNEL_ASSIGN_OR_RETURN(std::optional<AppendResolution> settled, ResolvePending());
+    if (settled) return *settled;
+  }
+  return FindIdempotencyKey(key);
+}
+
+Result<size_t> DurableChannel::StoredPartitionCount(const StreamRegistry& registry,
+                                                    const StreamScope& scope,
+                                                    std::string_view channel_id) {
+  const std::string name = std::string(channel_id) + ":0";
+  RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry.store().GetStream(scope.Label(), name));
+  const std::string& attributes = info.spec.attributes;
+  constexpr std::string_view kField = "partitions=";
+  if (attributes.rfind(kAttributePrefix, 0) != 0) {
+    return ConfigError("stream " + name + " is not a partition of a runnel channel");
+  }
+  const size_t at = attributes.find(kField, kAttributePrefix.size());
+  if (at == std::string::npos) return ConfigError("stream " + name + " has no partition count");
+  size_t count = 0;
+  size_t i = at + kField.size();
+  for (; i < attributes.size() && attributes[i] >= '0' && attributes[i] <= '9'; ++i) {
+    if (count > (~size_t{0} - 9) / 10) return ConfigError("partition count out of range");
+    count = count * 10 + static_cast<size_t>(attributes[i] - '0');
+  }
+  if (i == at + kField.size() || count == 0) {
+    return ConfigError("stream " + name + " has a malformed partition count");
+  }
+  return count;
+}
+
 // ---- EphemeralChannel ----
 
 Result<EphemeralChannel> EphemeralChannel::Create(std::string channel_id, size_t partition_count,
