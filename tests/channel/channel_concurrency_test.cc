@@ -16,8 +16,6 @@
 namespace runnel::testing {
 namespace {
 
-using ChannelConcurrencyTest = ChannelTestBase;
-
 constexpr size_t kPartitions = 3;
 constexpr int kPerWriter = 400;
 // A publish refused by two conflicts is retried; each refusal means another writer committed,
@@ -31,8 +29,9 @@ struct WriterLog {
   std::string failure;
 };
 
-void RunWriter(StreamRegistry registry, int writer, std::latch* start, WriterLog* log) {
-  auto ch = DurableChannel::WithPartitionKey("busy", kPartitions, registry, HashKeyPartitioner);
+void RunWriter(StreamRegistry registry, std::string channel, size_t partitions, int writer,
+               std::latch* start, WriterLog* log) {
+  auto ch = DurableChannel::WithPartitionKey(channel, partitions, registry, HashKeyPartitioner);
   start->arrive_and_wait();
   if (!ch.ok()) {
     log->failure = ch.status().ToString();
@@ -48,6 +47,8 @@ void RunWriter(StreamRegistry registry, int writer, std::latch* start, WriterLog
     bool done = false;
     for (int attempt = 0; attempt < kMaxAttempts && !done; ++attempt) {
       auto r = ch->PublishWithReceipt(e);
+      // Invite the other writer in between publishes, so their appends interleave.
+      std::this_thread::yield();
       if (r.ok()) {
         log->receipts.emplace(*e.idempotency_key, *r);
         done = true;
@@ -65,16 +66,22 @@ void RunWriter(StreamRegistry registry, int writer, std::latch* start, WriterLog
   }
 }
 
-TEST_P(ChannelConcurrencyTest, S3_TwoInstancesNeverCommitTheSamePositionAndLoseNothing) {
+class ChannelConcurrencyTest : public ChannelTestBase {
+ protected:
+  // Two instances of `channel` publish kPerWriter messages each from two threads; then every
+  // receipt and every stored row are checked against each other.
+  void TwoWriters(const std::string& channel, size_t partitions);
+};
+
+void ChannelConcurrencyTest::TwoWriters(const std::string& channel, size_t partitions) {
   // Open once first so both writers find the partitions created.
-  ASSERT_TRUE(DurableChannel::WithPartitionKey("busy", kPartitions, registry(),
-                                               HashKeyPartitioner)
-                  .ok());
+  ASSERT_TRUE(
+      DurableChannel::WithPartitionKey(channel, partitions, registry(), HashKeyPartitioner).ok());
   WriterLog logs[2];
   std::latch start(2);
   const uint64_t appends_before = faulty().appends();
-  std::thread a(RunWriter, registry(), 0, &start, &logs[0]);
-  std::thread b(RunWriter, registry(), 1, &start, &logs[1]);
+  std::thread a(RunWriter, registry(), channel, partitions, 0, &start, &logs[0]);
+  std::thread b(RunWriter, registry(), channel, partitions, 1, &start, &logs[1]);
   a.join();
   b.join();
   for (const WriterLog& log : logs) ASSERT_TRUE(log.failure.empty()) << log.failure;
@@ -99,8 +106,8 @@ TEST_P(ChannelConcurrencyTest, S3_TwoInstancesNeverCommitTheSamePositionAndLoseN
 
   // The partitions hold exactly those rows, each at the position its receipt named.
   std::map<std::string, std::pair<size_t, uint64_t>> stored;
-  for (size_t p = 0; p < kPartitions; ++p) {
-    auto events = ReadAll("busy:" + std::to_string(p));
+  for (size_t p = 0; p < partitions; ++p) {
+    auto events = ReadAll(channel + ":" + std::to_string(p));
     for (size_t i = 0; i < events.size(); ++i) {
       EXPECT_EQ(events[i].offset, i + 1) << "gap in partition " << p;
       auto env = DecodeEnvelope(events[i].payload);
@@ -133,6 +140,14 @@ TEST_P(ChannelConcurrencyTest, S3_TwoInstancesNeverCommitTheSamePositionAndLoseN
   }
 }
 
+TEST_P(ChannelConcurrencyTest, S3_TwoInstancesNeverCommitTheSamePositionAndLoseNothing) {
+  TwoWriters("busy", kPartitions);
+}
+
+TEST_P(ChannelConcurrencyTest, S3_TwoInstancesOnOnePartitionNeverCommitTheSamePosition) {
+  TwoWriters("hot", 1);
+}
+
 TEST_P(ChannelConcurrencyTest, S3_ConcurrentRetriesOfOneKeyCommitItOnce) {
   ASSERT_TRUE(DurableChannel::WithPartitionKey("retry", 2, registry(), HashKeyPartitioner).ok());
   constexpr int kKeys = 200;
@@ -155,6 +170,7 @@ TEST_P(ChannelConcurrencyTest, S3_ConcurrentRetriesOfOneKeyCommitItOnce) {
       e.payload = "body " + std::to_string(i);
       for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
         auto r = ch->PublishWithReceipt(e);
+        std::this_thread::yield();
         if (r.ok()) {
           got[w].push_back(*r);
           break;
