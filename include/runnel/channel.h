@@ -72,8 +72,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -205,7 +205,9 @@ struct UnresolvedAppend {
   std::string cause = std::string(kDefaultCause);
 };
 
-// Which seed error a failed channel call corresponds to, with its structured fields.
+// Which seed error a failed channel call corresponds to, with its structured fields
+// (DurableChannel::LastError). kConfigError is never recorded there: constructors return their
+// ConfigError as a Status only, since no channel exists to hold it.
 struct ChannelError {
   enum class Kind {
     kConfigError,
