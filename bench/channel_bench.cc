@@ -10,8 +10,8 @@
 // Build (there is no bench/CMakeLists.txt yet):
 //   cmake -S . -B build/rel -G Ninja -DCMAKE_BUILD_TYPE=Release -DRUNNEL_BUILD_TESTS=OFF
 //   ninja -C build/rel runnel_lib
-//   g++ -std=c++20 -O2 -Iinclude bench/channel_bench.cc build/rel/librunnel.a -lpthread \
-//       -o build/rel/channel_bench
+//   g++ -std=c++20 -O2 -Iinclude bench/channel_bench.cc build/rel/librunnel.a -lpthread
+//       -o build/rel/channel_bench      (one command line)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
