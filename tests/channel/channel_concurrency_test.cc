@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "channel/channel_test_base.h"
+#include "log/log_harness.h"
 
 namespace runnel::testing {
 namespace {
@@ -220,7 +221,7 @@ TEST_P(ChannelConcurrencyTest, S5_ConcurrentAcksOnAPartitionKeepTheMaximum) {
   EXPECT_EQ(*registry().GetOffset(StreamScope::Global(), "acks:0", "g"), 50u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Memory, ChannelConcurrencyTest, ::testing::Values(MemoryStoreParam()),
+INSTANTIATE_TEST_SUITE_P(Memory, ChannelConcurrencyTest, ::testing::Values(MemoryStoreParam(), LogStoreParam()),
                          StoreParamName);
 
 }  // namespace

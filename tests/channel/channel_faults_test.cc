@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "channel/channel_test_base.h"
+#include "log/log_harness.h"
 
 namespace runnel::testing {
 namespace {
@@ -423,7 +424,7 @@ TEST_P(ChannelFaultsTest, V2_StoreOverflowRefusalIsDefiniteAndLeavesNothingPendi
   EXPECT_EQ(ch().NextExpectedSequence(0), 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Memory, ChannelFaultsTest, ::testing::Values(MemoryStoreParam()),
+INSTANTIATE_TEST_SUITE_P(Memory, ChannelFaultsTest, ::testing::Values(MemoryStoreParam(), LogStoreParam()),
                          StoreParamName);
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "channel/channel_test_base.h"
+#include "log/log_harness.h"
 
 namespace runnel::testing {
 namespace {
@@ -681,7 +682,7 @@ TEST_P(ChannelRulesTest, F5_TheStoreDeclaresItsDurability) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Memory, ChannelRulesTest, ::testing::Values(MemoryStoreParam()),
+INSTANTIATE_TEST_SUITE_P(Memory, ChannelRulesTest, ::testing::Values(MemoryStoreParam(), LogStoreParam()),
                          StoreParamName);
 
 }  // namespace
