@@ -10,8 +10,10 @@ BENCH_DIR   := $(BUILD)/bench
 LISTEN      ?= 127.0.0.1:4437
 DATA        ?= ./data
 CMAKE_GEN   := -G Ninja
-# Tests that exercise threads; they run again under ThreadSanitizer.
-TSAN_REGEX  ?= Concurren|A8_|D6_|C8_|N1_|TwoInstances|TwoWriters
+# Tests that exercise threads; they run again under ThreadSanitizer (only their binaries are
+# built in that configuration).
+TSAN_REGEX   ?= Concurren|A8_|D6_|C8_|N1_|TwoInstances|TwoWriters
+TSAN_TARGETS ?= runnel_tests runnel_channel_tests runnel_log_tests
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
 
 .PHONY: fuzz
@@ -57,7 +59,7 @@ test-asan: deps
 test-tsan: deps
 	cmake -S . -B $(TSAN_DIR) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUNNEL_BUILD_TESTS=ON \
 	  -DRUNNEL_SANITIZE=thread
-	cmake --build $(TSAN_DIR) -j $(JOBS)
+	cmake --build $(TSAN_DIR) -j $(JOBS) --target $(TSAN_TARGETS)
 	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  ctest -j $(JOBS) --output-on-failure -R '$(TSAN_REGEX)' -LE no-sanitizer
 
