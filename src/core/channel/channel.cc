@@ -5,17 +5,34 @@
 #include <string>
 #include <utility>
 
+#include "core/attributes.h"
 #include "core/channel/envelope_format.h"
 #include "core/channel/key_index.h"
 
 namespace runnel {
 namespace {
 
-constexpr std::string_view kAttributePrefix = "runnel-channel/1 ";
+// The partition tag lives under this key of the stream's attributes (see core/attributes.h).
+constexpr std::string_view kAttributeKey = "runnel.channel";
 
-std::string PartitionAttributes(size_t partition_count, size_t partition) {
-  return std::string(kAttributePrefix) + "partitions=" + std::to_string(partition_count) +
-         " partition=" + std::to_string(partition);
+// The tag's JSON text; keys in sorted order, as a JSON library would print them back.
+std::string PartitionTag(size_t partition_count, size_t partition) {
+  return "{\"partition\":" + std::to_string(partition) +
+         ",\"partitions\":" + std::to_string(partition_count) + "}";
+}
+
+// The partition count of a tag, or 0 when the tag is malformed.
+size_t TagPartitionCount(std::string_view tag) {
+  constexpr std::string_view kField = "\"partitions\":";
+  const size_t at = tag.find(kField);
+  if (at == std::string_view::npos) return 0;
+  size_t count = 0;
+  size_t i = at + kField.size();
+  for (; i < tag.size() && tag[i] >= '0' && tag[i] <= '9'; ++i) {
+    if (count > (~size_t{0} - 9) / 10) return 0;
+    count = count * 10 + static_cast<size_t>(tag[i] - '0');
+  }
+  return count;
 }
 
 Status ConfigError(std::string_view what) {
@@ -189,11 +206,11 @@ Status DurableChannel::OpenPartitions() {
   Store& store = registry_->store();
   const std::string ns = scope_.Label();
   for (size_t i = 0; i < stream_keys_.size(); ++i) {
-    const std::string attributes = PartitionAttributes(stream_keys_.size(), i);
+    const std::string tag = PartitionTag(stream_keys_.size(), i);
     auto info = store.GetStream(ns, stream_keys_[i]);
     if (!info.ok() && info.status().code() == StatusCode::kNotFound) {
       CreateStreamOptions create;
-      create.attributes = attributes;
+      RUNNEL_ASSIGN_OR_RETURN(create.attributes, attributes::Set("", kAttributeKey, tag));
       Status created = registry_->CreateStream(scope_, stream_keys_[i], create);
       // Another instance may have created it in between; it is checked below like any other.
       if (!created.ok() && created.code() != StatusCode::kAlreadyExists) {
@@ -202,19 +219,21 @@ Status DurableChannel::OpenPartitions() {
       info = store.GetStream(ns, stream_keys_[i]);
     }
     if (!info.ok()) return info.status().Annotate("StoreError: opening " + stream_keys_[i]);
-    const std::string& found = info->spec.attributes;
-    if (found.empty()) {
-      // An untagged stream of that name is adopted as the partition.
-      RUNNEL_RETURN_IF_ERROR(store.UpdateStream(info->id, info->spec.retention, attributes)
-                                 .Annotate("StoreError: tagging " + stream_keys_[i]));
-    } else if (found != attributes) {
-      if (found.rfind(kAttributePrefix, 0) == 0) {
-        return ConfigError("stream " + stream_keys_[i] + " is tagged '" + found +
-                           "', not '" + attributes + "': the channel was created with another "
-                           "partition count");
-      }
+    auto found = attributes::Get(info->spec.attributes, kAttributeKey);
+    if (!found.ok()) {
       return ConfigError("stream " + stream_keys_[i] +
                          " exists and is not a partition of a runnel channel");
+    }
+    if (!found->has_value()) {
+      // An untagged stream of that name is adopted as the partition; other layers' attributes
+      // are kept.
+      RUNNEL_ASSIGN_OR_RETURN(std::string tagged,
+                              attributes::Set(info->spec.attributes, kAttributeKey, tag));
+      RUNNEL_RETURN_IF_ERROR(store.UpdateStream(info->id, info->spec.retention, tagged)
+                                 .Annotate("StoreError: tagging " + stream_keys_[i]));
+    } else if (**found != tag) {
+      return ConfigError("stream " + stream_keys_[i] + " is tagged " + **found + ", not " + tag +
+                         ": the channel was created with another partition count");
     }
     stream_ids_[i] = info->id;
     RUNNEL_RETURN_IF_ERROR(CatchUp(i));
@@ -591,22 +610,12 @@ Result<size_t> DurableChannel::StoredPartitionCount(const StreamRegistry& regist
                                                     std::string_view channel_id) {
   const std::string name = std::string(channel_id) + ":0";
   RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry.store().GetStream(scope.Label(), name));
-  const std::string& attributes = info.spec.attributes;
-  constexpr std::string_view kField = "partitions=";
-  if (attributes.rfind(kAttributePrefix, 0) != 0) {
+  auto tag = attributes::Get(info.spec.attributes, kAttributeKey);
+  if (!tag.ok() || !tag->has_value()) {
     return ConfigError("stream " + name + " is not a partition of a runnel channel");
   }
-  const size_t at = attributes.find(kField, kAttributePrefix.size());
-  if (at == std::string::npos) return ConfigError("stream " + name + " has no partition count");
-  size_t count = 0;
-  size_t i = at + kField.size();
-  for (; i < attributes.size() && attributes[i] >= '0' && attributes[i] <= '9'; ++i) {
-    if (count > (~size_t{0} - 9) / 10) return ConfigError("partition count out of range");
-    count = count * 10 + static_cast<size_t>(attributes[i] - '0');
-  }
-  if (i == at + kField.size() || count == 0) {
-    return ConfigError("stream " + name + " has a malformed partition count");
-  }
+  const size_t count = TagPartitionCount(**tag);
+  if (count == 0) return ConfigError("stream " + name + " has a malformed partition count");
   return count;
 }
 
