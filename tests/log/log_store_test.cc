@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "env/env.h"
 #include "env/mem_env.h"
 #include "log/log_harness.h"
 #include "log/log_test_util.h"
@@ -73,6 +74,56 @@ TEST_F(LogStoreTest, DurabilityModesParseAndAreReported) {
   ASSERT_TRUE(store.ok());
   EXPECT_EQ((*store)->Name(), "log");
   EXPECT_NE((*store)->Durability().find("fsync"), std::string::npos);
+}
+
+// Continuous appends to a stream with retention, interleaved with rare appends to a stream that
+// keeps everything: without the cleaner the rare records would pin every old segment.
+TEST_F(LogStoreTest, DiskStaysBoundedUnderContinuousAppendsWithRetention) {
+  LogStoreOptions o = SmallLogOptions(dir_.path());
+  o.segment_size = 32 << 10;
+  o.checkpoint_interval_bytes = 64 << 10;
+  o.durability.mode = LogDurability::kNone;  // the bound, not the sync, is under test
+  auto opened = OpenLogStore(o);
+  ASSERT_TRUE(opened.ok());
+  std::unique_ptr<Store> store = std::move(*opened);
+  StreamSpec busy_spec = Spec("busy");
+  busy_spec.retention.max_events = 50;
+  auto busy = store->CreateStream(busy_spec);
+  auto pinned = store->CreateStream(Spec("pinned"));
+  ASSERT_TRUE(busy.ok() && pinned.ok());
+  std::vector<std::string> kept;
+  uint64_t max_segment_bytes = 0;
+  for (int i = 0; i < 6000; ++i) {
+    ASSERT_TRUE(AppendPayloads(*store, busy->id, {std::string(1000, 'b')}).ok());
+    if (i % 100 == 0) {
+      kept.push_back("pinned-" + std::to_string(i));
+      ASSERT_TRUE(AppendPayloads(*store, pinned->id, {kept.back()}).ok());
+    }
+    if (i % 500 == 499) {
+      uint64_t bytes = 0;
+      auto names = env::Env::Posix()->ListDir(dir_.path());
+      ASSERT_TRUE(names.ok());
+      for (const auto& name : *names) {
+        if (name.size() == 24 && name.substr(20) == ".log") {
+          bytes += *env::Env::Posix()->FileSize(dir_.path() + "/" + name);
+        }
+      }
+      max_segment_bytes = std::max(max_segment_bytes, bytes);
+    }
+  }
+  // ~6 MB were appended; the live data is ~50 KB of busy records plus 60 pinned ones.
+  EXPECT_LT(max_segment_bytes, 20u * (32 << 10)) << "segments are reclaimed";
+  store.reset();
+  opened = OpenLogStore(o);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  store = std::move(*opened);
+  auto recs = store->Read(pinned->id, 1, 1000, 1 << 30);
+  ASSERT_TRUE(recs.ok()) << recs.status().ToString();
+  ASSERT_EQ(recs->size(), kept.size());
+  for (size_t i = 0; i < kept.size(); ++i) EXPECT_EQ((*recs)[i].payload, kept[i]);
+  auto tail = store->Read(busy->id, 1, 1000, 1 << 30);
+  ASSERT_TRUE(tail.ok());
+  EXPECT_EQ(tail->size(), 50u);
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ std::string_view TypeName(FrameType t) {
     case FrameType::kCursorCommit: return "cursor";
     case FrameType::kTruncateHead: return "truncate";
     case FrameType::kCheckpointMarker: return "checkpoint-marker";
+    case FrameType::kRelocatedBatch: return "relocated";
   }
   return "?";
 }

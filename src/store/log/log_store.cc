@@ -637,6 +637,26 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
       }
       return Status::OK();
     }
+    case FrameType::kRelocatedBatch: {
+      AppendBatchHeader h;
+      if (!DecodeAppendBatch(body, &h, nullptr, nullptr)) {
+        return Status::Corruption("malformed relocated-batch frame");
+      }
+      auto begin = s->batches.begin() + static_cast<std::ptrdiff_t>(s->batch_begin);
+      auto it = std::lower_bound(begin, s->batches.end(), h.first_offset,
+                                 [](const BatchRef& b, uint64_t o) { return b.first_offset < o; });
+      if (it == s->batches.end() || it->first_offset != h.first_offset) return Status::OK();
+      auto old_seg = segments_.find(it->segment);
+      if (old_seg != segments_.end()) {
+        old_seg->second.live_bytes -= std::min<uint64_t>(it->len, old_seg->second.live_bytes);
+      }
+      it->segment = segment;
+      it->pos = pos;
+      it->len = len;
+      auto new_seg = segments_.find(segment);
+      if (new_seg != segments_.end()) new_seg->second.live_bytes += len;
+      return Status::OK();
+    }
     case FrameType::kTruncateHead: {
       uint64_t new_head;
       if (!r.U64(&new_head) || !r.done()) return Status::Corruption("malformed truncate frame");
@@ -739,7 +759,8 @@ void LogStore::WriterLoop() {
       (void)s;  // a failure leaves unsynced_ set; the next group or Flush retries and reports
     }
     if (bytes_since_checkpoint_ >= options_.checkpoint_interval_bytes) {
-      Status s = WriteCheckpoint();
+      Status s = Clean();
+      if (s.ok()) s = WriteCheckpoint();
       (void)s;  // on failure the next group retries; recovery just replays more
     }
   }
@@ -1164,6 +1185,85 @@ void LogStore::DeleteDeadSegments(uint64_t replay_segment) {
   }
 }
 
+Status LogStore::Clean() {
+  if (options_.cleaner_live_ratio <= 0) return Status::OK();
+  constexpr size_t kMaxVictims = 4;
+  constexpr uint64_t kGroupBytes = 1u << 20;
+  struct Item {
+    StreamId stream;
+    uint64_t first_offset;
+    uint32_t segment, pos, len;
+    std::shared_ptr<env::File> file;
+  };
+  std::vector<Item> items;
+  {
+    std::shared_lock lock(state_mu_);
+    std::vector<uint64_t> victims;
+    for (const auto& [n, seg] : segments_) {
+      if (n >= active_segment_ || victims.size() >= kMaxVictims) break;
+      if (seg.live_bytes > 0 &&
+          static_cast<double>(seg.live_bytes) <
+              options_.cleaner_live_ratio * static_cast<double>(options_.segment_size)) {
+        victims.push_back(n);
+      }
+    }
+    if (victims.empty()) return Status::OK();
+    for (const auto& [id, s] : streams_) {
+      for (size_t i = s->batch_begin; i < s->batches.size(); ++i) {
+        const BatchRef& b = s->batches[i];
+        if (std::binary_search(victims.begin(), victims.end(), uint64_t{b.segment})) {
+          auto seg = segments_.find(b.segment);
+          if (seg == segments_.end()) continue;
+          items.push_back(Item{id, b.first_offset, b.segment, b.pos, b.len, seg->second.file});
+        }
+      }
+    }
+  }
+  // Grouped by stream, in offset order, so each stream's history becomes contiguous.
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    return a.stream != b.stream ? a.stream < b.stream : a.first_offset < b.first_offset;
+  });
+  std::vector<std::string> frames;
+  uint64_t group_bytes = 0;
+  auto flush = [&]() -> Status {
+    if (frames.empty()) return Status::OK();
+    std::vector<std::string_view> pieces(frames.begin(), frames.end());
+    uint64_t pos;
+    RUNNEL_RETURN_IF_ERROR(WriteFrames(pieces, group_bytes, true, &pos));
+    std::unique_lock lock(state_mu_);
+    for (const std::string& frame : frames) {
+      FrameView f;
+      if (ParseFrame(frame, &f) == FrameCheck::kOk) {
+        Status s = ApplyFrame(f.type, f.body, static_cast<uint32_t>(active_segment_),
+                              static_cast<uint32_t>(pos), static_cast<uint32_t>(f.size), false);
+        (void)s;  // a relocation of records that are gone by now is a no-op
+      }
+      pos += frame.size();
+    }
+    frames.clear();
+    group_bytes = 0;
+    return Status::OK();
+  };
+  std::string buf;
+  for (const Item& item : items) {
+    buf.resize(item.len);
+    RUNNEL_ASSIGN_OR_RETURN(size_t got, item.file->ReadAt(item.pos, item.len, buf.data()));
+    FrameView f;
+    if (got != item.len || ParseFrame(std::string_view(buf.data(), got), &f) != FrameCheck::kOk ||
+        (f.type != FrameType::kAppendBatch && f.type != FrameType::kRelocatedBatch)) {
+      return Status::Corruption("segment " + SegmentPath(item.segment) + " at byte " +
+                                std::to_string(item.pos) + ", stream #" +
+                                std::to_string(item.stream) + ": live batch is unreadable");
+    }
+    std::string frame;
+    AppendFrame(&frame, FrameType::kRelocatedBatch, f.body);
+    group_bytes += frame.size();
+    frames.push_back(std::move(frame));
+    if (group_bytes >= kGroupBytes) RUNNEL_RETURN_IF_ERROR(flush());
+  }
+  return flush();
+}
+
 // ------------------------------------------------------------------------------------------
 // Public methods
 
@@ -1295,7 +1395,8 @@ Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, siz
       FrameView f;
       FrameCheck c = ParseFrame(data.substr(at), &f);
       AppendBatchHeader h;
-      if (c != FrameCheck::kOk || f.type != FrameType::kAppendBatch ||
+      if (c != FrameCheck::kOk ||
+          (f.type != FrameType::kAppendBatch && f.type != FrameType::kRelocatedBatch) ||
           !DecodeAppendBatch(f.body, &h, nullptr, &out, start, count) || h.stream != id) {
         return Status::Corruption("segment " + SegmentPath(run.segment) + " at byte " +
                                   std::to_string(run.pos + at) + ", stream #" +

@@ -152,6 +152,9 @@ class LogStore final : public Store {
   Status SyncActive();
   Status WriteCheckpoint();
   void DeleteDeadSegments(uint64_t replay_segment);
+  // The cleaner: copies the live batches of mostly-dead old segments to the head of the log,
+  // grouped by stream, so the next checkpoint can delete those segments.
+  Status Clean();
   void FinishOp(Op& op);
 
   const LogStoreOptions options_;
