@@ -915,10 +915,25 @@ void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_s
                      ? ApplyFrame(f.type, f.body, static_cast<uint32_t>(active_segment_),
                                   static_cast<uint32_t>(at), static_cast<uint32_t>(f.size), false)
                      : Status::Internal("writer produced a bad frame");
+      const uint64_t frame_pos = at;
       at += op->frame.size();
       if (!s.ok()) {
         op->status = Status::Internal("applying a committed frame failed: " + s.ToString());
         continue;
+      }
+      if (op->kind == OpKind::kAppend && options_.tail_cache_bytes > 0 &&
+          !op->append.records.empty()) {
+        const uint64_t key = (active_segment_ << 32) | frame_pos;
+        cache_bytes_ += op->frame.size();
+        cache_.emplace(key, std::make_shared<const std::string>(std::move(op->frame)));
+        cache_order_.push_back(key);
+        while (cache_bytes_ > options_.tail_cache_bytes && !cache_order_.empty()) {
+          auto it = cache_.find(cache_order_.front());
+          cache_order_.pop_front();
+          if (it == cache_.end()) continue;
+          cache_bytes_ -= it->second->size();
+          cache_.erase(it);
+        }
       }
       if (op->kind == OpKind::kCreate || op->kind == OpKind::kUpdate ||
           op->kind == OpKind::kTruncate) {
@@ -1341,11 +1356,13 @@ void LogStore::Append(AppendRequest request, AppendCallback done) {
 
 Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, size_t limit,
                                                  size_t max_bytes) {
+  // A run of adjacent frames to pread, or one cached frame.
   struct Run {
     std::shared_ptr<env::File> file;
     uint64_t segment;
     uint64_t pos;
     uint64_t len;
+    std::shared_ptr<const std::string> cached;
   };
   std::vector<Run> runs;
   uint64_t start = 0;
@@ -1370,7 +1387,16 @@ Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, siz
                                s->batches.end(), start,
                                [](uint64_t o, const BatchRef& b) { return o < b.first_offset; });
     for (--it; it != s->batches.end() && it->first_offset < end; ++it) {
-      if (!runs.empty() && runs.back().segment == it->segment &&
+      if (!cache_.empty()) {
+        auto hit = cache_.find((uint64_t{it->segment} << 32) | it->pos);
+        if (hit != cache_.end()) {
+          runs.push_back(Run{nullptr, it->segment, it->pos, it->len, hit->second});
+          cache_hits_.fetch_add(1, std::memory_order_relaxed);
+          continue;
+        }
+      }
+      cache_misses_.fetch_add(1, std::memory_order_relaxed);
+      if (!runs.empty() && !runs.back().cached && runs.back().segment == it->segment &&
           runs.back().pos + runs.back().len == it->pos) {
         runs.back().len += it->len;
         continue;
@@ -1380,16 +1406,21 @@ Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, siz
         return Status::Internal("stream #" + std::to_string(id) + " refers to missing segment " +
                                 SegmentName(it->segment));
       }
-      runs.push_back(Run{seg->second.file, it->segment, it->pos, it->len});
+      runs.push_back(Run{seg->second.file, it->segment, it->pos, it->len, nullptr});
     }
   }
   std::vector<StoredRecord> out;
   out.reserve(count);
   std::string buf;
   for (const Run& run : runs) {
-    buf.resize(run.len);
-    RUNNEL_ASSIGN_OR_RETURN(size_t got, run.file->ReadAt(run.pos, run.len, buf.data()));
-    std::string_view data(buf.data(), got);
+    std::string_view data;
+    if (run.cached) {
+      data = *run.cached;
+    } else {
+      buf.resize(run.len);
+      RUNNEL_ASSIGN_OR_RETURN(size_t got, run.file->ReadAt(run.pos, run.len, buf.data()));
+      data = std::string_view(buf.data(), got);
+    }
     uint64_t at = 0;
     while (at < run.len && out.size() < count) {
       FrameView f;

@@ -22,8 +22,10 @@
 #ifndef RUNNEL_STORE_LOG_LOG_STORE_H_
 #define RUNNEL_STORE_LOG_LOG_STORE_H_
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -76,6 +78,9 @@ class LogStore final : public Store {
   // --- introspection for tests and `runnel check` ---
   // What recovery found and did (truncated tail, salvaged corruption), one line each.
   std::vector<std::string> RecoveryNotes() const;
+  // How many reads were served (partly) from the tail cache, and how many batches needed a pread.
+  uint64_t cache_hits() const { return cache_hits_.load(); }
+  uint64_t cache_misses() const { return cache_misses_.load(); }
   // Writes a checkpoint now and deletes segments nothing needs any more.
   Status CheckpointNow();
   // Numbers of the segment files currently in the directory.
@@ -168,6 +173,11 @@ class LogStore final : public Store {
       names_;                                                   // GUARDED_BY(state_mu_)
   std::map<uint64_t, Segment> segments_;                        // GUARDED_BY(state_mu_)
   StreamId next_stream_id_ = 1;                                 // GUARDED_BY(state_mu_)
+  // The tail cache: frames of recently committed append batches by (segment << 32 | position),
+  // evicted oldest first beyond options_.tail_cache_bytes. Reads take it instead of a pread.
+  std::unordered_map<uint64_t, std::shared_ptr<const std::string>> cache_;  // GUARDED_BY(state_mu_)
+  std::deque<uint64_t> cache_order_;                                        // GUARDED_BY(state_mu_)
+  uint64_t cache_bytes_ = 0;                                                // GUARDED_BY(state_mu_)
 
   // writer-only
   uint64_t active_segment_ = 0;
@@ -186,6 +196,9 @@ class LogStore final : public Store {
   std::vector<std::shared_ptr<Op>> queue_;  // GUARDED_BY(queue_mu_)
   bool stopping_ = false;                   // GUARDED_BY(queue_mu_)
   std::thread writer_;
+
+  std::atomic<uint64_t> cache_hits_{0};
+  std::atomic<uint64_t> cache_misses_{0};
 
   std::mutex listener_mu_;
   std::shared_ptr<const TailListener> listener_;  // GUARDED_BY(listener_mu_)
