@@ -242,19 +242,22 @@ Status LogStore::Recover() {
   }
   // Live bytes per segment, from the index.
   for (auto& [n, seg] : segments_) seg.live_bytes = 0;
-  for (auto& [id, s] : streams_) {
-    for (size_t i = s->batch_begin; i < s->batches.size(); ++i) {
-      auto it = segments_.find(s->batches[i].segment);
+  Status missing;
+  streams_.ForEach([&](StreamState& s) {
+    for (size_t i = s.batch_begin; i < s.batches.size(); ++i) {
+      auto it = segments_.find(s.batches[i].segment);
       if (it == segments_.end()) {
-        return Status::Corruption("stream '" + s->spec.name + "' (#" + std::to_string(id) +
-                                  ") has records in missing segment " +
-                                  SegmentName(s->batches[i].segment));
+        missing = Status::Corruption("stream '" + s.spec.name + "' (#" + std::to_string(s.id) +
+                                     ") has records in missing segment " +
+                                     SegmentName(s.batches[i].segment));
+        return;
       }
-      it->second.live_bytes += s->batches[i].len;
+      it->second.live_bytes += s.batches[i].len;
     }
-    s->reserved_next = s->next;
-    s->reserved_closed = s->closed;
-  }
+    s.reserved_next = s.next;
+    s.reserved_closed = s.closed;
+  });
+  RUNNEL_RETURN_IF_ERROR(missing);
   if (replay.empty()) {
     if (have_checkpoint) {
       return Status::Corruption("segment " + SegmentName(replay_seg) +
@@ -330,7 +333,7 @@ Status LogStore::LoadCheckpoint(const std::string& path, uint64_t* replay_segmen
       if (!r.String(&cs.consumer) || !r.U64(&cs.offset) || !r.U64(&cs.updated_at_ms)) {
         return bad("truncated cursor");
       }
-      s->cursors.emplace(cs.consumer, cs);
+      s->mut().cursors.emplace(cs.consumer, cs);
     }
     if (!r.U32(&nproducers)) return bad("truncated producers");
     for (uint32_t p = 0; p < nproducers; ++p) {
@@ -339,10 +342,13 @@ Status LogStore::LoadCheckpoint(const std::string& path, uint64_t* replay_segmen
           !r.U64(&ps.last_offset)) {
         return bad("truncated producer");
       }
-      s->producers.emplace(ps.producer_id, ps);
+      s->mut().producers.emplace(ps.producer_id, ps);
+    }
+    if (s->id == 0 || s->id >= next_stream_id_ || streams_.Find(s->id) != nullptr) {
+      return bad("bad stream id");
     }
     names_[s->spec.ns][s->spec.name] = s->id;
-    streams_[s->id] = std::move(s);
+    streams_.Insert(std::move(s));
   }
   if (!r.done()) return bad("trailing bytes");
   return Status::OK();
@@ -449,8 +455,7 @@ Status LogStore::ScrubTail(Segment& seg, uint64_t from) {
 // Applying frames
 
 LogStore::StreamState* LogStore::FindLocked(StreamId id) const {
-  auto it = streams_.find(id);
-  return it == streams_.end() ? nullptr : it->second.get();
+  return streams_.Find(id);
 }
 
 StreamInfo LogStore::Snapshot(const StreamState& s) {
@@ -478,11 +483,11 @@ void LogStore::Compact(StreamState& s) {
     s.size_begin = 0;
   }
   if (s.batch_begin == s.batches.size()) {
-    s.batches.clear();
+    std::vector<BatchRef>().swap(s.batches);
     s.batch_begin = 0;
   }
   if (s.size_begin == s.sizes.size()) {
-    s.sizes.clear();
+    std::vector<RecSize>().swap(s.sizes);
     s.size_begin = 0;
   }
 }
@@ -494,7 +499,7 @@ void LogStore::DropHead(StreamState& s, uint64_t n) {
     const RecSize& rs = s.sizes[s.size_begin + i];
     s.bytes -= store::RecordBytes(rs.key, rs.payload);
   }
-  s.size_begin += n;
+  s.size_begin += static_cast<uint32_t>(n);
   s.head += n;
   // Release every batch whose records are all below the new head.
   while (s.batch_begin < s.batches.size()) {
@@ -523,7 +528,10 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
           !r.String(&s->spec.attributes) || !r.done()) {
         return Status::Corruption("malformed create-stream frame");
       }
-      if (streams_.count(s->id)) {
+      if (s->id == 0 || s->id > next_stream_id_ + (1u << 20)) {
+        return Status::Corruption("create-stream with implausible id " + std::to_string(s->id));
+      }
+      if (streams_.Find(s->id) != nullptr) {
         return Status::Corruption("create-stream of existing stream #" + std::to_string(s->id));
       }
       auto& names = names_[s->spec.ns];
@@ -533,7 +541,7 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
       s->head = s->next = s->reserved_next = s->spec.first_offset;
       names[s->spec.name] = s->id;
       next_stream_id_ = std::max(next_stream_id_, s->id + 1);
-      streams_[s->id] = std::move(s);
+      streams_.Insert(std::move(s));
       return Status::OK();
     }
     case FrameType::kCheckpointMarker:
@@ -565,7 +573,7 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
         ns_it->second.erase(s->spec.name);
         if (ns_it->second.empty()) names_.erase(ns_it);
       }
-      streams_.erase(id);
+      streams_.Erase(id);
       return Status::OK();
     }
     case FrameType::kAppendBatch: {
@@ -597,7 +605,7 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
       if (h.producer) {
         ProducerState p = std::move(*h.producer);
         p.last_offset = h.count ? s->next - 1 : 0;
-        s->producers[p.producer_id] = std::move(p);
+        s->mut().producers[p.producer_id] = std::move(p);
       }
       if (h.close) s->closed = true;
       // Retention, exactly as every store applies it.
@@ -628,9 +636,10 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
       if (!r.String(&consumer) || !r.U64(&offset) || !r.U64(&now) || !r.done()) {
         return Status::Corruption("malformed cursor-commit frame");
       }
-      auto it = s->cursors.find(consumer);
-      if (it == s->cursors.end()) {
-        s->cursors.emplace(consumer, CursorState{consumer, offset, now});
+      auto& cursors = s->mut().cursors;
+      auto it = cursors.find(consumer);
+      if (it == cursors.end()) {
+        cursors.emplace(consumer, CursorState{consumer, offset, now});
       } else if (offset > it->second.offset) {
         it->second.offset = offset;
         it->second.updated_at_ms = now;
@@ -825,7 +834,7 @@ void LogStore::Prepare(Op& op) {
       auto pit = pending_cursors_.find(key);
       if (pit != pending_cursors_.end()) {
         current = pit->second;
-      } else if (auto it = s->cursors.find(op.consumer); it != s->cursors.end()) {
+      } else if (auto it = s->view().cursors.find(op.consumer); it != s->view().cursors.end()) {
         current = it->second.offset;
       }
       if (current && *current >= op.offset) {
@@ -864,7 +873,7 @@ void LogStore::Prepare(Op& op) {
       if (s == nullptr) return refuse(StreamNotFound(op.stream));
       uint64_t cut = op.offset;
       if (op.respect_cursors) {
-        for (const auto& [name, c] : s->cursors) cut = std::min(cut, c.offset);
+        for (const auto& [name, c] : s->view().cursors) cut = std::min(cut, c.offset);
       }
       const uint64_t new_head = cut >= s->next ? s->next : std::max(s->head, cut + 1);
       op.u64_result = new_head - s->head;
@@ -900,10 +909,10 @@ void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_s
       if (!op->refused) op->status = written;
     }
     // Forget what the failed group reserved.
-    for (auto& [id, s] : streams_) {
-      s->reserved_next = s->next;
-      s->reserved_closed = s->closed;
-    }
+    streams_.ForEach([](StreamState& s) {
+      s.reserved_next = s.next;
+      s.reserved_closed = s.closed;
+    });
   } else if (total > 0) {
     std::unique_lock lock(state_mu_);
     uint64_t at = pos;
@@ -1097,9 +1106,8 @@ Status LogStore::WriteCheckpoint() {
     PutU64(&body, next_stream_id_);
     PutU64(&body, streams_.size());
     std::vector<const StreamState*> ordered;
-    for (const auto& [id, s] : streams_) ordered.push_back(s.get());
-    std::sort(ordered.begin(), ordered.end(),
-              [](const StreamState* a, const StreamState* b) { return a->id < b->id; });
+    ordered.reserve(streams_.size());
+    streams_.ForEach([&](const StreamState& s) { ordered.push_back(&s); });
     for (const StreamState* s : ordered) {
       PutU64(&body, s->id);
       PutString(&body, s->spec.ns);
@@ -1126,14 +1134,14 @@ Status LogStore::WriteCheckpoint() {
         PutU32(&body, s->sizes[i].payload);
         PutU32(&body, s->sizes[i].key);
       }
-      PutU32(&body, static_cast<uint32_t>(s->cursors.size()));
-      for (const auto& [name, c] : s->cursors) {
+      PutU32(&body, static_cast<uint32_t>(s->view().cursors.size()));
+      for (const auto& [name, c] : s->view().cursors) {
         PutString(&body, c.consumer);
         PutU64(&body, c.offset);
         PutU64(&body, c.updated_at_ms);
       }
-      PutU32(&body, static_cast<uint32_t>(s->producers.size()));
-      for (const auto& [name, p] : s->producers) {
+      PutU32(&body, static_cast<uint32_t>(s->view().producers.size()));
+      for (const auto& [name, p] : s->view().producers) {
         PutString(&body, p.producer_id);
         PutU64(&body, p.epoch);
         PutU64(&body, p.seq);
@@ -1223,16 +1231,17 @@ Status LogStore::Clean() {
       }
     }
     if (victims.empty()) return Status::OK();
-    for (const auto& [id, s] : streams_) {
-      for (size_t i = s->batch_begin; i < s->batches.size(); ++i) {
-        const BatchRef& b = s->batches[i];
+    streams_.ForEach([&](const StreamState& s) {
+      const StreamId id = s.id;
+      for (size_t i = s.batch_begin; i < s.batches.size(); ++i) {
+        const BatchRef& b = s.batches[i];
         if (std::binary_search(victims.begin(), victims.end(), uint64_t{b.segment})) {
           auto seg = segments_.find(b.segment);
           if (seg == segments_.end()) continue;
           items.push_back(Item{id, b.first_offset, b.segment, b.pos, b.len, seg->second.file});
         }
       }
-    }
+    });
   }
   // Grouped by stream, in offset order, so each stream's history becomes contiguous.
   std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
@@ -1473,8 +1482,8 @@ Result<std::optional<CursorState>> LogStore::GetCursor(StreamId id, std::string_
   std::shared_lock lock(state_mu_);
   StreamState* s = FindLocked(id);
   if (s == nullptr) return StreamNotFound(id);
-  auto it = s->cursors.find(consumer);
-  if (it == s->cursors.end()) return std::optional<CursorState>();
+  auto it = s->view().cursors.find(consumer);
+  if (it == s->view().cursors.end()) return std::optional<CursorState>();
   return std::optional<CursorState>(it->second);
 }
 
@@ -1483,7 +1492,7 @@ Result<std::vector<CursorState>> LogStore::ListCursors(StreamId id) {
   StreamState* s = FindLocked(id);
   if (s == nullptr) return StreamNotFound(id);
   std::vector<CursorState> out;
-  for (const auto& [name, c] : s->cursors) out.push_back(c);
+  for (const auto& [name, c] : s->view().cursors) out.push_back(c);
   return out;
 }
 
@@ -1492,8 +1501,8 @@ Result<std::optional<ProducerState>> LogStore::GetProducer(StreamId id,
   std::shared_lock lock(state_mu_);
   StreamState* s = FindLocked(id);
   if (s == nullptr) return StreamNotFound(id);
-  auto it = s->producers.find(producer_id);
-  if (it == s->producers.end()) return std::optional<ProducerState>();
+  auto it = s->view().producers.find(producer_id);
+  if (it == s->view().producers.end()) return std::optional<ProducerState>();
   return std::optional<ProducerState>(it->second);
 }
 

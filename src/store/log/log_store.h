@@ -98,25 +98,72 @@ class LogStore final : public Store {
     uint32_t payload = 0;
     uint32_t key = 0;
   };
+  // Cursors and producers, allocated only for streams that have any (most have none).
+  struct StreamExtras {
+    std::map<std::string, CursorState, std::less<>> cursors;
+    std::map<std::string, ProducerState, std::less<>> producers;
+  };
+  // Kept small: a data directory may hold millions of idle streams.
   struct StreamState {
     StreamId id = 0;
     StreamSpec spec;
     uint64_t head = 1;  // first retained offset; equals next when nothing is retained
     uint64_t next = 1;
     uint64_t bytes = 0;  // RecordBytes of the retained records
-    bool closed = false;
+    // writer-only: the view including queued, not yet committed appends.
+    uint64_t reserved_next = 1;
     // Live entries are [batch_begin, batches.size()) and [size_begin, sizes.size()); the
     // prefixes are compacted away lazily. Invariant: sizes[size_begin + (o - head)] is the
     // size of offset o; batches cover [head, next) in order.
     std::vector<BatchRef> batches;
-    size_t batch_begin = 0;
     std::vector<RecSize> sizes;
-    size_t size_begin = 0;
-    std::map<std::string, CursorState, std::less<>> cursors;
-    std::map<std::string, ProducerState, std::less<>> producers;
-    // writer-only: the view including queued, not yet committed appends.
-    uint64_t reserved_next = 1;
-    bool reserved_closed = false;
+    uint32_t batch_begin = 0;
+    uint32_t size_begin = 0;
+    bool closed = false;
+    bool reserved_closed = false;  // writer-only, like reserved_next
+    std::unique_ptr<StreamExtras> extras;
+
+    StreamExtras& mut() {
+      if (!extras) extras = std::make_unique<StreamExtras>();
+      return *extras;
+    }
+    const StreamExtras& view() const {
+      static const StreamExtras kEmpty;
+      return extras ? *extras : kEmpty;
+    }
+  };
+  // Streams by id. Ids are dense (assigned 1, 2, ... by the writer), so a vector indexed by id
+  // costs one pointer per stream.
+  class StreamTable {
+   public:
+    StreamState* Find(StreamId id) const { return id < v_.size() ? v_[id].get() : nullptr; }
+    void Insert(std::unique_ptr<StreamState> s) {
+      if (s->id >= v_.size()) v_.resize(s->id + 1);
+      if (!v_[s->id]) ++count_;
+      v_[s->id] = std::move(s);
+    }
+    void Erase(StreamId id) {
+      if (Find(id) != nullptr) {
+        v_[id].reset();
+        --count_;
+      }
+    }
+    size_t size() const { return count_; }
+    void clear() {
+      v_.clear();
+      count_ = 0;
+    }
+    // Calls f(StreamState&) for every stream in ascending id order.
+    template <typename F>
+    void ForEach(F&& f) const {
+      for (const auto& p : v_) {
+        if (p) f(*p);
+      }
+    }
+
+   private:
+    std::vector<std::unique_ptr<StreamState>> v_;
+    size_t count_ = 0;
   };
   struct Segment {
     uint64_t number = 0;
@@ -168,9 +215,10 @@ class LogStore final : public Store {
   std::vector<std::string> recovery_notes_;  // written by Open only
 
   mutable std::shared_mutex state_mu_;
-  std::unordered_map<StreamId, std::unique_ptr<StreamState>> streams_;  // GUARDED_BY(state_mu_)
-  std::map<std::string, std::map<std::string, StreamId, std::less<>>, std::less<>>
-      names_;                                                   // GUARDED_BY(state_mu_)
+  StreamTable streams_;  // GUARDED_BY(state_mu_)
+  // ns -> name -> id; the inner keys view the names inside the StreamStates.
+  std::map<std::string, std::map<std::string_view, StreamId, std::less<>>, std::less<>>
+      names_;  // GUARDED_BY(state_mu_)
   std::map<uint64_t, Segment> segments_;                        // GUARDED_BY(state_mu_)
   StreamId next_stream_id_ = 1;                                 // GUARDED_BY(state_mu_)
   // The tail cache: frames of recently committed append batches by (segment << 32 | position),
