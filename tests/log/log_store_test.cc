@@ -10,6 +10,7 @@
 #include "log/log_harness.h"
 #include "log/log_test_util.h"
 #include "runnel/log_store.h"
+#include "runnel/registry.h"
 #include "store/log/log_store.h"
 
 namespace runnel::testing {
@@ -180,6 +181,34 @@ TEST(LogIntervalTest, IntervalModeSyncsInTheBackground) {
   opened = OpenLogStore(o);
   ASSERT_TRUE(opened.ok());
   EXPECT_EQ((*opened)->GetStreamById(info->id)->next_offset, 2u);
+}
+
+TEST_F(LogStoreTest, RegistryOpensTheLogStoreByName) {
+  RegistryOptions options;
+  options.store = "log";
+  options.data_dir = dir_.path();
+  {
+    auto registry = StreamRegistry::Open(options);
+    ASSERT_TRUE(registry.ok()) << registry.status().ToString();
+    EXPECT_EQ(registry->store().Name(), "log");
+    ASSERT_TRUE(registry->CreateStream(StreamScope::Global(), "orders", StreamRetention{}).ok());
+    auto offset = registry->Append(StreamScope::Global(), "orders", std::nullopt, "hello", 5);
+    ASSERT_TRUE(offset.ok()) << offset.status().ToString();
+    EXPECT_EQ(*offset, 1u);
+  }
+  auto registry = StreamRegistry::Open(options);
+  ASSERT_TRUE(registry.ok()) << registry.status().ToString();
+  auto d = registry->Describe(StreamScope::Global(), "orders");
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->next_offset, 2u);
+
+  RegistryOptions bad = options;
+  bad.data_dir = dir_.path() + "/other";
+  bad.durability = "sometimes";
+  EXPECT_EQ(StreamRegistry::Open(bad).status().code(), StatusCode::kInvalidArgument);
+  bad.durability = "fsync";
+  bad.data_dir.clear();
+  EXPECT_EQ(StreamRegistry::Open(bad).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -84,6 +84,7 @@ bool ParseNumbered(std::string_view name, std::string_view prefix, std::string_v
 }
 
 constexpr size_t kZeroChunk = 1u << 20;
+constexpr uint64_t kMaxGroupBytes = 64u << 20;
 
 const std::string& Zeros() {
   static const std::string* zeros = new std::string(kZeroChunk, '\0');
@@ -740,12 +741,21 @@ void LogStore::WriterLoop() {
     }
     if (stop) break;
     std::vector<std::shared_ptr<Op>> group;
+    uint64_t group_bytes = 0;
     for (auto& op : ops) {
       if (op->kind == OpKind::kAppend || op->kind == OpKind::kCursor) {
         Prepare(*op);
+        group_bytes += op->frame.size();
         group.push_back(std::move(op));
+        // Bounded groups keep frame positions within a segment's 32-bit range.
+        if (group_bytes >= kMaxGroupBytes) {
+          CommitGroup(group, false);
+          group.clear();
+          group_bytes = 0;
+        }
         continue;
       }
+      group_bytes = 0;
       CommitGroup(group, false);
       group.clear();
       if (op->kind == OpKind::kCheckpoint) {
