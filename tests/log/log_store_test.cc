@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -209,6 +212,41 @@ TEST_F(LogStoreTest, RegistryOpensTheLogStoreByName) {
   bad.durability = "fsync";
   bad.data_dir.clear();
   EXPECT_EQ(StreamRegistry::Open(bad).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(LogStoreTest, ConcurrentCreatesShareCommitsAndEachNameWinsOnce) {
+  std::set<StreamId> ids;
+  {
+    auto opened = Open();
+    ASSERT_TRUE(opened.ok());
+    Store& store = **opened;
+    std::mutex mu;
+    std::map<std::string, int> wins;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t) {
+      threads.emplace_back([&] {
+        for (int i = 0; i < 40; ++i) {
+          auto info = store.CreateStream(Spec("n" + std::to_string(i)));
+          std::lock_guard lock(mu);
+          if (info.ok()) {
+            ++wins[info->spec.name];
+            EXPECT_TRUE(ids.insert(info->id).second) << "id " << info->id << " given twice";
+          } else {
+            EXPECT_EQ(info.status().code(), StatusCode::kAlreadyExists);
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    ASSERT_EQ(wins.size(), 40u);
+    for (const auto& [name, n] : wins) EXPECT_EQ(n, 1) << name;
+  }
+  auto opened = Open();
+  ASSERT_TRUE(opened.ok());
+  auto list = (*opened)->ListStreams("global", "", 100);
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 40u);
+  for (const auto& info : *list) EXPECT_TRUE(ids.count(info.id)) << info.spec.name;
 }
 
 }  // namespace

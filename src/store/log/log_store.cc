@@ -153,6 +153,7 @@ Result<std::unique_ptr<LogStore>> LogStore::Open(const LogStoreOptions& options)
                           store->env_->LockFile(env::JoinPath(options.dir, "LOCK")));
   RUNNEL_RETURN_IF_ERROR(store->Recover());
   store->last_sync_ = std::chrono::steady_clock::now();
+  store->reserved_next_id_ = store->next_stream_id_;
   store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
   return store;
 }
@@ -743,7 +744,8 @@ void LogStore::WriterLoop() {
     std::vector<std::shared_ptr<Op>> group;
     uint64_t group_bytes = 0;
     for (auto& op : ops) {
-      if (op->kind == OpKind::kAppend || op->kind == OpKind::kCursor) {
+      if (op->kind == OpKind::kAppend || op->kind == OpKind::kCursor ||
+          op->kind == OpKind::kCreate) {
         Prepare(*op);
         group_bytes += op->frame.size();
         group.push_back(std::move(op));
@@ -859,11 +861,12 @@ void LogStore::Prepare(Op& op) {
     }
     case OpKind::kCreate: {
       auto ns_it = names_.find(op.spec.ns);
-      if (ns_it != names_.end() && ns_it->second.count(op.spec.name)) {
+      if ((ns_it != names_.end() && ns_it->second.count(op.spec.name)) ||
+          !pending_names_.emplace(op.spec.ns, op.spec.name).second) {
         return refuse(Status::AlreadyExists("stream '" + op.spec.name + "' already exists in " +
                                             op.spec.ns));
       }
-      op.stream = next_stream_id_;
+      op.stream = reserved_next_id_++;
       AppendFrame(&op.frame, FrameType::kCreateStream, EncodeCreateStream(op.stream, op.spec));
       return;
     }
@@ -962,6 +965,8 @@ void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_s
     bytes_since_checkpoint_ += total;
   }
   pending_cursors_.clear();
+  pending_names_.clear();
+  reserved_next_id_ = next_stream_id_;
   for (auto& op : group) {
     if (op->kind == OpKind::kCreate && op->status.ok() && op->info.id == 0) {
       std::shared_lock lock(state_mu_);

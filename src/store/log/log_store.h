@@ -7,8 +7,8 @@
 //   durability mode), then applies the frames to the visible state under state_mu_ and
 //   completes the waiters. The visible state is changed by applying frame bytes, the same code
 //   recovery uses to replay the log, so a live store and a recovered one agree by construction.
-// - Catalog, create/update/delete and truncate are barriers: the writer commits the group
-//   before them and commits them alone. Appends and cursor commits share groups.
+// - Update, delete and truncate are barriers: the writer commits the group before them and
+//   commits them alone. Appends, cursor commits and stream creations share groups.
 // - The index per stream is a vector of BatchRefs (one per append frame still holding retained
 //   records: first offset, segment, byte position, frame length) plus per-record sizes. A read
 //   is a binary search, then one pread per run of adjacent frames.
@@ -28,6 +28,7 @@
 #include <deque>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -238,6 +239,9 @@ class LogStore final : public Store {
   uint64_t bytes_since_checkpoint_ = 0;
   uint64_t checkpoint_seq_ = 0;
   std::map<std::pair<StreamId, std::string>, uint64_t> pending_cursors_;
+  // Creates queued in the current group: their names, and the id the next one gets.
+  std::set<std::pair<std::string, std::string>> pending_names_;
+  StreamId reserved_next_id_ = 1;
 
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;
