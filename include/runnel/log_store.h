@@ -74,6 +74,9 @@ struct LogStoreOptions {
   // Old segments whose live bytes fall below this fraction are compacted by the cleaner, which
   // copies their live records to the head of the log (grouped by stream). 0 disables it.
   double cleaner_live_ratio = 0.5;
+  // Bytes of recently written batches kept in memory, so live readers (long-poll, SSE) are
+  // served without a pread. 0 disables the cache.
+  uint64_t tail_cache_bytes = 32ull << 20;
 };
 
 // Opens (creating if needed) the log store in options.dir, recovering it as described above.

@@ -73,6 +73,9 @@ TEST_P(LogDifferentialTest, LogStoreMatchesTheMemoryStore) {
   LogStoreOptions options = SmallLogOptions(dir.path());
   options.segment_size = 8 << 10;
   options.checkpoint_interval_bytes = 24 << 10;
+  // Reads go through pread only, through a cache that holds a few batches, or mostly the cache.
+  const uint64_t cache_sizes[] = {0, 2048, 32 << 20};
+  options.tail_cache_bytes = cache_sizes[GetParam() % 3];
   auto mem = NewMemoryStore();
   auto opened = OpenLogStore(options);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();

@@ -1,12 +1,19 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "env/env.h"
 #include "env/mem_env.h"
 #include "log/log_harness.h"
 #include "log/log_test_util.h"
 #include "runnel/log_store.h"
+#include "runnel/registry.h"
 #include "store/log/log_store.h"
 
 namespace runnel::testing {
@@ -73,6 +80,173 @@ TEST_F(LogStoreTest, DurabilityModesParseAndAreReported) {
   ASSERT_TRUE(store.ok());
   EXPECT_EQ((*store)->Name(), "log");
   EXPECT_NE((*store)->Durability().find("fsync"), std::string::npos);
+}
+
+// Continuous appends to a stream with retention, interleaved with rare appends to a stream that
+// keeps everything: without the cleaner the rare records would pin every old segment.
+TEST_F(LogStoreTest, DiskStaysBoundedUnderContinuousAppendsWithRetention) {
+  LogStoreOptions o = SmallLogOptions(dir_.path());
+  o.segment_size = 32 << 10;
+  o.checkpoint_interval_bytes = 64 << 10;
+  o.durability.mode = LogDurability::kNone;  // the bound, not the sync, is under test
+  auto opened = OpenLogStore(o);
+  ASSERT_TRUE(opened.ok());
+  std::unique_ptr<Store> store = std::move(*opened);
+  StreamSpec busy_spec = Spec("busy");
+  busy_spec.retention.max_events = 50;
+  auto busy = store->CreateStream(busy_spec);
+  auto pinned = store->CreateStream(Spec("pinned"));
+  ASSERT_TRUE(busy.ok() && pinned.ok());
+  std::vector<std::string> kept;
+  uint64_t max_segment_bytes = 0;
+  for (int i = 0; i < 6000; ++i) {
+    ASSERT_TRUE(AppendPayloads(*store, busy->id, {std::string(1000, 'b')}).ok());
+    if (i % 100 == 0) {
+      kept.push_back("pinned-" + std::to_string(i));
+      ASSERT_TRUE(AppendPayloads(*store, pinned->id, {kept.back()}).ok());
+    }
+    if (i % 500 == 499) {
+      uint64_t bytes = 0;
+      auto names = env::Env::Posix()->ListDir(dir_.path());
+      ASSERT_TRUE(names.ok());
+      for (const auto& name : *names) {
+        if (name.size() == 24 && name.substr(20) == ".log") {
+          bytes += *env::Env::Posix()->FileSize(dir_.path() + "/" + name);
+        }
+      }
+      max_segment_bytes = std::max(max_segment_bytes, bytes);
+    }
+  }
+  // ~6 MB were appended; the live data is ~50 KB of busy records plus 60 pinned ones.
+  EXPECT_LT(max_segment_bytes, 20u * (32 << 10)) << "segments are reclaimed";
+  store.reset();
+  opened = OpenLogStore(o);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  store = std::move(*opened);
+  auto recs = store->Read(pinned->id, 1, 1000, 1 << 30);
+  ASSERT_TRUE(recs.ok()) << recs.status().ToString();
+  ASSERT_EQ(recs->size(), kept.size());
+  for (size_t i = 0; i < kept.size(); ++i) EXPECT_EQ((*recs)[i].payload, kept[i]);
+  auto tail = store->Read(busy->id, 1, 1000, 1 << 30);
+  ASSERT_TRUE(tail.ok());
+  EXPECT_EQ(tail->size(), 50u);
+}
+
+TEST_F(LogStoreTest, LiveReadsAreServedFromTheTailCache) {
+  auto opened = OpenLogStore(SmallLogOptions(dir_.path()));
+  ASSERT_TRUE(opened.ok());
+  auto& store = dynamic_cast<log::LogStore&>(**opened);
+  auto info = store.CreateStream(Spec("s"));
+  ASSERT_TRUE(info.ok());
+  ASSERT_TRUE(AppendPayloads(store, info->id, {"x", "y"}).ok());
+  auto recs = store.Read(info->id, 2, 10, 1 << 20);
+  ASSERT_TRUE(recs.ok());
+  ASSERT_EQ(recs->size(), 1u);
+  EXPECT_EQ((*recs)[0].payload, "y");
+  EXPECT_EQ(store.cache_hits(), 1u);
+  EXPECT_EQ(store.cache_misses(), 0u);
+  opened->reset();
+  // After a restart the cache is empty: the same read is a pread.
+  LogStoreOptions o = SmallLogOptions(dir_.path());
+  opened = OpenLogStore(o);
+  ASSERT_TRUE(opened.ok());
+  auto& reopened = dynamic_cast<log::LogStore&>(**opened);
+  recs = reopened.Read(info->id, 2, 10, 1 << 20);
+  ASSERT_TRUE(recs.ok());
+  ASSERT_EQ(recs->size(), 1u);
+  EXPECT_EQ((*recs)[0].payload, "y");
+  EXPECT_EQ(reopened.cache_hits(), 0u);
+  EXPECT_EQ(reopened.cache_misses(), 1u);
+}
+
+TEST(LogIntervalTest, IntervalModeSyncsInTheBackground) {
+  env::MemEnv mem;
+  LogStoreOptions o;
+  o.dir = "/data";
+  o.env = &mem;
+  o.segment_size = 64 << 10;
+  o.durability = *ParseLogDurability("interval:5");
+  auto opened = OpenLogStore(o);
+  ASSERT_TRUE(opened.ok());
+  EXPECT_NE((*opened)->Durability().find("interval:5"), std::string::npos);
+  auto info = (*opened)->CreateStream(Spec("s"));
+  ASSERT_TRUE(info.ok());
+  ASSERT_TRUE(AppendPayloads(**opened, info->id, {"a"}).ok());
+  // Nothing more is appended; the writer must sync on its own. Bounded wait (10 s).
+  bool synced = false;
+  for (int i = 0; i < 1000 && !synced; ++i) {
+    synced = mem.PendingOperations() == 0;
+    if (!synced) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(synced) << "interval mode left acknowledged data unsynced";
+  mem.DropUnsyncedData();
+  opened->reset();
+  opened = OpenLogStore(o);
+  ASSERT_TRUE(opened.ok());
+  EXPECT_EQ((*opened)->GetStreamById(info->id)->next_offset, 2u);
+}
+
+TEST_F(LogStoreTest, RegistryOpensTheLogStoreByName) {
+  RegistryOptions options;
+  options.store = "log";
+  options.data_dir = dir_.path();
+  {
+    auto registry = StreamRegistry::Open(options);
+    ASSERT_TRUE(registry.ok()) << registry.status().ToString();
+    EXPECT_EQ(registry->store().Name(), "log");
+    ASSERT_TRUE(registry->CreateStream(StreamScope::Global(), "orders", StreamRetention{}).ok());
+    auto offset = registry->Append(StreamScope::Global(), "orders", std::nullopt, "hello", 5);
+    ASSERT_TRUE(offset.ok()) << offset.status().ToString();
+    EXPECT_EQ(*offset, 1u);
+  }
+  auto registry = StreamRegistry::Open(options);
+  ASSERT_TRUE(registry.ok()) << registry.status().ToString();
+  auto d = registry->Describe(StreamScope::Global(), "orders");
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->next_offset, 2u);
+
+  RegistryOptions bad = options;
+  bad.data_dir = dir_.path() + "/other";
+  bad.durability = "sometimes";
+  EXPECT_EQ(StreamRegistry::Open(bad).status().code(), StatusCode::kInvalidArgument);
+  bad.durability = "fsync";
+  bad.data_dir.clear();
+  EXPECT_EQ(StreamRegistry::Open(bad).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(LogStoreTest, ConcurrentCreatesShareCommitsAndEachNameWinsOnce) {
+  std::set<StreamId> ids;
+  {
+    auto opened = Open();
+    ASSERT_TRUE(opened.ok());
+    Store& store = **opened;
+    std::mutex mu;
+    std::map<std::string, int> wins;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t) {
+      threads.emplace_back([&] {
+        for (int i = 0; i < 40; ++i) {
+          auto info = store.CreateStream(Spec("n" + std::to_string(i)));
+          std::lock_guard lock(mu);
+          if (info.ok()) {
+            ++wins[info->spec.name];
+            EXPECT_TRUE(ids.insert(info->id).second) << "id " << info->id << " given twice";
+          } else {
+            EXPECT_EQ(info.status().code(), StatusCode::kAlreadyExists);
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    ASSERT_EQ(wins.size(), 40u);
+    for (const auto& [name, n] : wins) EXPECT_EQ(n, 1) << name;
+  }
+  auto opened = Open();
+  ASSERT_TRUE(opened.ok());
+  auto list = (*opened)->ListStreams("global", "", 100);
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 40u);
+  for (const auto& info : *list) EXPECT_TRUE(ids.count(info.id)) << info.spec.name;
 }
 
 }  // namespace

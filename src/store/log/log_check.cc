@@ -40,6 +40,7 @@ std::string_view TypeName(FrameType t) {
     case FrameType::kCursorCommit: return "cursor";
     case FrameType::kTruncateHead: return "truncate";
     case FrameType::kCheckpointMarker: return "checkpoint-marker";
+    case FrameType::kRelocatedBatch: return "relocated";
   }
   return "?";
 }
@@ -181,7 +182,9 @@ Result<CheckReport> CheckLogDirectory(env::Env* env, const std::string& dir) {
     }
     std::string summary = std::string(fname) + ": " + std::to_string(data.size()) +
                           " bytes, data ends at byte " + std::to_string(pos) + ";";
-    for (const auto& [type, n] : counts) summary += " " + std::string(type) + "=" + std::to_string(n);
+    for (const auto& [type, n] : counts) {
+      summary.append(" ").append(type).append("=").append(std::to_string(n));
+    }
     report.lines.push_back(summary);
     if (!problem.empty()) {
       report.corruption.push_back(problem);

@@ -145,7 +145,7 @@ FrameCheck ParseFrame(std::string_view in, FrameView* out) {
   const uint32_t crc = Crc32cExtend(0, in.data() + 4, kFrameHeaderSize - 4 + len);
   if (UnmaskCrc(LoadU32(in.data())) != crc) return FrameCheck::kBadCrc;
   const uint8_t type = static_cast<uint8_t>(in[8]);
-  if (type < 1 || type > 7) return FrameCheck::kBadCrc;
+  if (type < 1 || type > kMaxFrameType) return FrameCheck::kBadCrc;
   out->type = static_cast<FrameType>(type);
   out->body = in.substr(kFrameHeaderSize, len);
   out->size = kFrameHeaderSize + len;
@@ -302,11 +302,13 @@ std::string DescribeFrame(FrameType type, std::string_view body) {
     case FrameType::kDeleteStream:
       r.U64(&id);
       return "delete-stream id=" + std::to_string(id);
-    case FrameType::kAppendBatch: {
+    case FrameType::kAppendBatch:
+    case FrameType::kRelocatedBatch: {
       AppendBatchHeader h;
       std::vector<StoredRecord> recs;
       if (!DecodeAppendBatch(body, &h, nullptr, &recs)) return "append-batch (malformed)";
-      std::string out = "append-batch id=" + std::to_string(h.stream) +
+      std::string out = std::string(type == FrameType::kAppendBatch ? "append-batch" : "relocated-batch") +
+                        " id=" + std::to_string(h.stream) +
                         " first_offset=" + std::to_string(h.first_offset) +
                         " ts=" + std::to_string(h.timestamp) + " count=" + std::to_string(h.count);
       if (h.close) out += " close";

@@ -71,7 +71,12 @@ enum class FrameType : uint8_t {
   // u64 checkpoint sequence: written just before the checkpoint of that sequence is saved;
   // that checkpoint's replay position is the end of this frame.
   kCheckpointMarker = 7,
+  // The body of an append batch (type 4), copied unchanged by the cleaner out of an old
+  // segment. Replay points the stream's index entry for that first offset at this frame (and
+  // ignores it when those records are gone by then); offsets do not change.
+  kRelocatedBatch = 8,
 };
+inline constexpr uint8_t kMaxFrameType = 8;
 
 // Retention: u8 flags (bit 0 max_events, bit 1 max_age_ms, bit 2 max_bytes), then a u64 for
 // each set flag, in that order.

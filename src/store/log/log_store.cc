@@ -84,6 +84,7 @@ bool ParseNumbered(std::string_view name, std::string_view prefix, std::string_v
 }
 
 constexpr size_t kZeroChunk = 1u << 20;
+constexpr uint64_t kMaxGroupBytes = 64u << 20;
 
 const std::string& Zeros() {
   static const std::string* zeros = new std::string(kZeroChunk, '\0');
@@ -152,6 +153,7 @@ Result<std::unique_ptr<LogStore>> LogStore::Open(const LogStoreOptions& options)
                           store->env_->LockFile(env::JoinPath(options.dir, "LOCK")));
   RUNNEL_RETURN_IF_ERROR(store->Recover());
   store->last_sync_ = std::chrono::steady_clock::now();
+  store->reserved_next_id_ = store->next_stream_id_;
   store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
   return store;
 }
@@ -242,19 +244,22 @@ Status LogStore::Recover() {
   }
   // Live bytes per segment, from the index.
   for (auto& [n, seg] : segments_) seg.live_bytes = 0;
-  for (auto& [id, s] : streams_) {
-    for (size_t i = s->batch_begin; i < s->batches.size(); ++i) {
-      auto it = segments_.find(s->batches[i].segment);
+  Status missing;
+  streams_.ForEach([&](StreamState& s) {
+    for (size_t i = s.batch_begin; i < s.batches.size(); ++i) {
+      auto it = segments_.find(s.batches[i].segment);
       if (it == segments_.end()) {
-        return Status::Corruption("stream '" + s->spec.name + "' (#" + std::to_string(id) +
-                                  ") has records in missing segment " +
-                                  SegmentName(s->batches[i].segment));
+        missing = Status::Corruption("stream '" + s.spec.name + "' (#" + std::to_string(s.id) +
+                                     ") has records in missing segment " +
+                                     SegmentName(s.batches[i].segment));
+        return;
       }
-      it->second.live_bytes += s->batches[i].len;
+      it->second.live_bytes += s.batches[i].len;
     }
-    s->reserved_next = s->next;
-    s->reserved_closed = s->closed;
-  }
+    s.reserved_next = s.next;
+    s.reserved_closed = s.closed;
+  });
+  RUNNEL_RETURN_IF_ERROR(missing);
   if (replay.empty()) {
     if (have_checkpoint) {
       return Status::Corruption("segment " + SegmentName(replay_seg) +
@@ -330,7 +335,7 @@ Status LogStore::LoadCheckpoint(const std::string& path, uint64_t* replay_segmen
       if (!r.String(&cs.consumer) || !r.U64(&cs.offset) || !r.U64(&cs.updated_at_ms)) {
         return bad("truncated cursor");
       }
-      s->cursors.emplace(cs.consumer, cs);
+      s->mut().cursors.emplace(cs.consumer, cs);
     }
     if (!r.U32(&nproducers)) return bad("truncated producers");
     for (uint32_t p = 0; p < nproducers; ++p) {
@@ -339,10 +344,13 @@ Status LogStore::LoadCheckpoint(const std::string& path, uint64_t* replay_segmen
           !r.U64(&ps.last_offset)) {
         return bad("truncated producer");
       }
-      s->producers.emplace(ps.producer_id, ps);
+      s->mut().producers.emplace(ps.producer_id, ps);
+    }
+    if (s->id == 0 || s->id >= next_stream_id_ || streams_.Find(s->id) != nullptr) {
+      return bad("bad stream id");
     }
     names_[s->spec.ns][s->spec.name] = s->id;
-    streams_[s->id] = std::move(s);
+    streams_.Insert(std::move(s));
   }
   if (!r.done()) return bad("trailing bytes");
   return Status::OK();
@@ -449,8 +457,7 @@ Status LogStore::ScrubTail(Segment& seg, uint64_t from) {
 // Applying frames
 
 LogStore::StreamState* LogStore::FindLocked(StreamId id) const {
-  auto it = streams_.find(id);
-  return it == streams_.end() ? nullptr : it->second.get();
+  return streams_.Find(id);
 }
 
 StreamInfo LogStore::Snapshot(const StreamState& s) {
@@ -478,11 +485,11 @@ void LogStore::Compact(StreamState& s) {
     s.size_begin = 0;
   }
   if (s.batch_begin == s.batches.size()) {
-    s.batches.clear();
+    std::vector<BatchRef>().swap(s.batches);
     s.batch_begin = 0;
   }
   if (s.size_begin == s.sizes.size()) {
-    s.sizes.clear();
+    std::vector<RecSize>().swap(s.sizes);
     s.size_begin = 0;
   }
 }
@@ -494,7 +501,7 @@ void LogStore::DropHead(StreamState& s, uint64_t n) {
     const RecSize& rs = s.sizes[s.size_begin + i];
     s.bytes -= store::RecordBytes(rs.key, rs.payload);
   }
-  s.size_begin += n;
+  s.size_begin += static_cast<uint32_t>(n);
   s.head += n;
   // Release every batch whose records are all below the new head.
   while (s.batch_begin < s.batches.size()) {
@@ -523,7 +530,10 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
           !r.String(&s->spec.attributes) || !r.done()) {
         return Status::Corruption("malformed create-stream frame");
       }
-      if (streams_.count(s->id)) {
+      if (s->id == 0 || s->id > next_stream_id_ + (1u << 20)) {
+        return Status::Corruption("create-stream with implausible id " + std::to_string(s->id));
+      }
+      if (streams_.Find(s->id) != nullptr) {
         return Status::Corruption("create-stream of existing stream #" + std::to_string(s->id));
       }
       auto& names = names_[s->spec.ns];
@@ -533,7 +543,7 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
       s->head = s->next = s->reserved_next = s->spec.first_offset;
       names[s->spec.name] = s->id;
       next_stream_id_ = std::max(next_stream_id_, s->id + 1);
-      streams_[s->id] = std::move(s);
+      streams_.Insert(std::move(s));
       return Status::OK();
     }
     case FrameType::kCheckpointMarker:
@@ -565,7 +575,7 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
         ns_it->second.erase(s->spec.name);
         if (ns_it->second.empty()) names_.erase(ns_it);
       }
-      streams_.erase(id);
+      streams_.Erase(id);
       return Status::OK();
     }
     case FrameType::kAppendBatch: {
@@ -597,7 +607,7 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
       if (h.producer) {
         ProducerState p = std::move(*h.producer);
         p.last_offset = h.count ? s->next - 1 : 0;
-        s->producers[p.producer_id] = std::move(p);
+        s->mut().producers[p.producer_id] = std::move(p);
       }
       if (h.close) s->closed = true;
       // Retention, exactly as every store applies it.
@@ -628,13 +638,34 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
       if (!r.String(&consumer) || !r.U64(&offset) || !r.U64(&now) || !r.done()) {
         return Status::Corruption("malformed cursor-commit frame");
       }
-      auto it = s->cursors.find(consumer);
-      if (it == s->cursors.end()) {
-        s->cursors.emplace(consumer, CursorState{consumer, offset, now});
+      auto& cursors = s->mut().cursors;
+      auto it = cursors.find(consumer);
+      if (it == cursors.end()) {
+        cursors.emplace(consumer, CursorState{consumer, offset, now});
       } else if (offset > it->second.offset) {
         it->second.offset = offset;
         it->second.updated_at_ms = now;
       }
+      return Status::OK();
+    }
+    case FrameType::kRelocatedBatch: {
+      AppendBatchHeader h;
+      if (!DecodeAppendBatch(body, &h, nullptr, nullptr)) {
+        return Status::Corruption("malformed relocated-batch frame");
+      }
+      auto begin = s->batches.begin() + static_cast<std::ptrdiff_t>(s->batch_begin);
+      auto it = std::lower_bound(begin, s->batches.end(), h.first_offset,
+                                 [](const BatchRef& b, uint64_t o) { return b.first_offset < o; });
+      if (it == s->batches.end() || it->first_offset != h.first_offset) return Status::OK();
+      auto old_seg = segments_.find(it->segment);
+      if (old_seg != segments_.end()) {
+        old_seg->second.live_bytes -= std::min<uint64_t>(it->len, old_seg->second.live_bytes);
+      }
+      it->segment = segment;
+      it->pos = pos;
+      it->len = len;
+      auto new_seg = segments_.find(segment);
+      if (new_seg != segments_.end()) new_seg->second.live_bytes += len;
       return Status::OK();
     }
     case FrameType::kTruncateHead: {
@@ -711,12 +742,22 @@ void LogStore::WriterLoop() {
     }
     if (stop) break;
     std::vector<std::shared_ptr<Op>> group;
+    uint64_t group_bytes = 0;
     for (auto& op : ops) {
-      if (op->kind == OpKind::kAppend || op->kind == OpKind::kCursor) {
+      if (op->kind == OpKind::kAppend || op->kind == OpKind::kCursor ||
+          op->kind == OpKind::kCreate) {
         Prepare(*op);
+        group_bytes += op->frame.size();
         group.push_back(std::move(op));
+        // Bounded groups keep frame positions within a segment's 32-bit range.
+        if (group_bytes >= kMaxGroupBytes) {
+          CommitGroup(group, false);
+          group.clear();
+          group_bytes = 0;
+        }
         continue;
       }
+      group_bytes = 0;
       CommitGroup(group, false);
       group.clear();
       if (op->kind == OpKind::kCheckpoint) {
@@ -739,7 +780,8 @@ void LogStore::WriterLoop() {
       (void)s;  // a failure leaves unsynced_ set; the next group or Flush retries and reports
     }
     if (bytes_since_checkpoint_ >= options_.checkpoint_interval_bytes) {
-      Status s = WriteCheckpoint();
+      Status s = Clean();
+      if (s.ok()) s = WriteCheckpoint();
       (void)s;  // on failure the next group retries; recovery just replays more
     }
   }
@@ -804,7 +846,7 @@ void LogStore::Prepare(Op& op) {
       auto pit = pending_cursors_.find(key);
       if (pit != pending_cursors_.end()) {
         current = pit->second;
-      } else if (auto it = s->cursors.find(op.consumer); it != s->cursors.end()) {
+      } else if (auto it = s->view().cursors.find(op.consumer); it != s->view().cursors.end()) {
         current = it->second.offset;
       }
       if (current && *current >= op.offset) {
@@ -819,11 +861,12 @@ void LogStore::Prepare(Op& op) {
     }
     case OpKind::kCreate: {
       auto ns_it = names_.find(op.spec.ns);
-      if (ns_it != names_.end() && ns_it->second.count(op.spec.name)) {
+      if ((ns_it != names_.end() && ns_it->second.count(op.spec.name)) ||
+          !pending_names_.emplace(op.spec.ns, op.spec.name).second) {
         return refuse(Status::AlreadyExists("stream '" + op.spec.name + "' already exists in " +
                                             op.spec.ns));
       }
-      op.stream = next_stream_id_;
+      op.stream = reserved_next_id_++;
       AppendFrame(&op.frame, FrameType::kCreateStream, EncodeCreateStream(op.stream, op.spec));
       return;
     }
@@ -843,7 +886,7 @@ void LogStore::Prepare(Op& op) {
       if (s == nullptr) return refuse(StreamNotFound(op.stream));
       uint64_t cut = op.offset;
       if (op.respect_cursors) {
-        for (const auto& [name, c] : s->cursors) cut = std::min(cut, c.offset);
+        for (const auto& [name, c] : s->view().cursors) cut = std::min(cut, c.offset);
       }
       const uint64_t new_head = cut >= s->next ? s->next : std::max(s->head, cut + 1);
       op.u64_result = new_head - s->head;
@@ -879,10 +922,10 @@ void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_s
       if (!op->refused) op->status = written;
     }
     // Forget what the failed group reserved.
-    for (auto& [id, s] : streams_) {
-      s->reserved_next = s->next;
-      s->reserved_closed = s->closed;
-    }
+    streams_.ForEach([](StreamState& s) {
+      s.reserved_next = s.next;
+      s.reserved_closed = s.closed;
+    });
   } else if (total > 0) {
     std::unique_lock lock(state_mu_);
     uint64_t at = pos;
@@ -894,10 +937,25 @@ void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_s
                      ? ApplyFrame(f.type, f.body, static_cast<uint32_t>(active_segment_),
                                   static_cast<uint32_t>(at), static_cast<uint32_t>(f.size), false)
                      : Status::Internal("writer produced a bad frame");
+      const uint64_t frame_pos = at;
       at += op->frame.size();
       if (!s.ok()) {
         op->status = Status::Internal("applying a committed frame failed: " + s.ToString());
         continue;
+      }
+      if (op->kind == OpKind::kAppend && options_.tail_cache_bytes > 0 &&
+          !op->append.records.empty()) {
+        const uint64_t key = (active_segment_ << 32) | frame_pos;
+        cache_bytes_ += op->frame.size();
+        cache_.emplace(key, std::make_shared<const std::string>(std::move(op->frame)));
+        cache_order_.push_back(key);
+        while (cache_bytes_ > options_.tail_cache_bytes && !cache_order_.empty()) {
+          auto it = cache_.find(cache_order_.front());
+          cache_order_.pop_front();
+          if (it == cache_.end()) continue;
+          cache_bytes_ -= it->second->size();
+          cache_.erase(it);
+        }
       }
       if (op->kind == OpKind::kCreate || op->kind == OpKind::kUpdate ||
           op->kind == OpKind::kTruncate) {
@@ -907,6 +965,8 @@ void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_s
     bytes_since_checkpoint_ += total;
   }
   pending_cursors_.clear();
+  pending_names_.clear();
+  reserved_next_id_ = next_stream_id_;
   for (auto& op : group) {
     if (op->kind == OpKind::kCreate && op->status.ok() && op->info.id == 0) {
       std::shared_lock lock(state_mu_);
@@ -1061,9 +1121,8 @@ Status LogStore::WriteCheckpoint() {
     PutU64(&body, next_stream_id_);
     PutU64(&body, streams_.size());
     std::vector<const StreamState*> ordered;
-    for (const auto& [id, s] : streams_) ordered.push_back(s.get());
-    std::sort(ordered.begin(), ordered.end(),
-              [](const StreamState* a, const StreamState* b) { return a->id < b->id; });
+    ordered.reserve(streams_.size());
+    streams_.ForEach([&](const StreamState& s) { ordered.push_back(&s); });
     for (const StreamState* s : ordered) {
       PutU64(&body, s->id);
       PutString(&body, s->spec.ns);
@@ -1090,14 +1149,14 @@ Status LogStore::WriteCheckpoint() {
         PutU32(&body, s->sizes[i].payload);
         PutU32(&body, s->sizes[i].key);
       }
-      PutU32(&body, static_cast<uint32_t>(s->cursors.size()));
-      for (const auto& [name, c] : s->cursors) {
+      PutU32(&body, static_cast<uint32_t>(s->view().cursors.size()));
+      for (const auto& [name, c] : s->view().cursors) {
         PutString(&body, c.consumer);
         PutU64(&body, c.offset);
         PutU64(&body, c.updated_at_ms);
       }
-      PutU32(&body, static_cast<uint32_t>(s->producers.size()));
-      for (const auto& [name, p] : s->producers) {
+      PutU32(&body, static_cast<uint32_t>(s->view().producers.size()));
+      for (const auto& [name, p] : s->view().producers) {
         PutString(&body, p.producer_id);
         PutU64(&body, p.epoch);
         PutU64(&body, p.seq);
@@ -1162,6 +1221,86 @@ void LogStore::DeleteDeadSegments(uint64_t replay_segment) {
     Status s = env_->SyncDir(options_.dir);
     (void)s;
   }
+}
+
+Status LogStore::Clean() {
+  if (options_.cleaner_live_ratio <= 0) return Status::OK();
+  constexpr size_t kMaxVictims = 4;
+  constexpr uint64_t kGroupBytes = 1u << 20;
+  struct Item {
+    StreamId stream;
+    uint64_t first_offset;
+    uint32_t segment, pos, len;
+    std::shared_ptr<env::File> file;
+  };
+  std::vector<Item> items;
+  {
+    std::shared_lock lock(state_mu_);
+    std::vector<uint64_t> victims;
+    for (const auto& [n, seg] : segments_) {
+      if (n >= active_segment_ || victims.size() >= kMaxVictims) break;
+      if (seg.live_bytes > 0 &&
+          static_cast<double>(seg.live_bytes) <
+              options_.cleaner_live_ratio * static_cast<double>(options_.segment_size)) {
+        victims.push_back(n);
+      }
+    }
+    if (victims.empty()) return Status::OK();
+    streams_.ForEach([&](const StreamState& s) {
+      const StreamId id = s.id;
+      for (size_t i = s.batch_begin; i < s.batches.size(); ++i) {
+        const BatchRef& b = s.batches[i];
+        if (std::binary_search(victims.begin(), victims.end(), uint64_t{b.segment})) {
+          auto seg = segments_.find(b.segment);
+          if (seg == segments_.end()) continue;
+          items.push_back(Item{id, b.first_offset, b.segment, b.pos, b.len, seg->second.file});
+        }
+      }
+    });
+  }
+  // Grouped by stream, in offset order, so each stream's history becomes contiguous.
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    return a.stream != b.stream ? a.stream < b.stream : a.first_offset < b.first_offset;
+  });
+  std::vector<std::string> frames;
+  uint64_t group_bytes = 0;
+  auto flush = [&]() -> Status {
+    if (frames.empty()) return Status::OK();
+    std::vector<std::string_view> pieces(frames.begin(), frames.end());
+    uint64_t pos;
+    RUNNEL_RETURN_IF_ERROR(WriteFrames(pieces, group_bytes, true, &pos));
+    std::unique_lock lock(state_mu_);
+    for (const std::string& frame : frames) {
+      FrameView f;
+      if (ParseFrame(frame, &f) == FrameCheck::kOk) {
+        Status s = ApplyFrame(f.type, f.body, static_cast<uint32_t>(active_segment_),
+                              static_cast<uint32_t>(pos), static_cast<uint32_t>(f.size), false);
+        (void)s;  // a relocation of records that are gone by now is a no-op
+      }
+      pos += frame.size();
+    }
+    frames.clear();
+    group_bytes = 0;
+    return Status::OK();
+  };
+  std::string buf;
+  for (const Item& item : items) {
+    buf.resize(item.len);
+    RUNNEL_ASSIGN_OR_RETURN(size_t got, item.file->ReadAt(item.pos, item.len, buf.data()));
+    FrameView f;
+    if (got != item.len || ParseFrame(std::string_view(buf.data(), got), &f) != FrameCheck::kOk ||
+        (f.type != FrameType::kAppendBatch && f.type != FrameType::kRelocatedBatch)) {
+      return Status::Corruption("segment " + SegmentPath(item.segment) + " at byte " +
+                                std::to_string(item.pos) + ", stream #" +
+                                std::to_string(item.stream) + ": live batch is unreadable");
+    }
+    std::string frame;
+    AppendFrame(&frame, FrameType::kRelocatedBatch, f.body);
+    group_bytes += frame.size();
+    frames.push_back(std::move(frame));
+    if (group_bytes >= kGroupBytes) RUNNEL_RETURN_IF_ERROR(flush());
+  }
+  return flush();
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1241,11 +1380,13 @@ void LogStore::Append(AppendRequest request, AppendCallback done) {
 
 Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, size_t limit,
                                                  size_t max_bytes) {
+  // A run of adjacent frames to pread, or one cached frame.
   struct Run {
     std::shared_ptr<env::File> file;
     uint64_t segment;
     uint64_t pos;
     uint64_t len;
+    std::shared_ptr<const std::string> cached;
   };
   std::vector<Run> runs;
   uint64_t start = 0;
@@ -1270,7 +1411,16 @@ Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, siz
                                s->batches.end(), start,
                                [](uint64_t o, const BatchRef& b) { return o < b.first_offset; });
     for (--it; it != s->batches.end() && it->first_offset < end; ++it) {
-      if (!runs.empty() && runs.back().segment == it->segment &&
+      if (!cache_.empty()) {
+        auto hit = cache_.find((uint64_t{it->segment} << 32) | it->pos);
+        if (hit != cache_.end()) {
+          runs.push_back(Run{nullptr, it->segment, it->pos, it->len, hit->second});
+          cache_hits_.fetch_add(1, std::memory_order_relaxed);
+          continue;
+        }
+      }
+      cache_misses_.fetch_add(1, std::memory_order_relaxed);
+      if (!runs.empty() && !runs.back().cached && runs.back().segment == it->segment &&
           runs.back().pos + runs.back().len == it->pos) {
         runs.back().len += it->len;
         continue;
@@ -1280,22 +1430,28 @@ Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, siz
         return Status::Internal("stream #" + std::to_string(id) + " refers to missing segment " +
                                 SegmentName(it->segment));
       }
-      runs.push_back(Run{seg->second.file, it->segment, it->pos, it->len});
+      runs.push_back(Run{seg->second.file, it->segment, it->pos, it->len, nullptr});
     }
   }
   std::vector<StoredRecord> out;
   out.reserve(count);
   std::string buf;
   for (const Run& run : runs) {
-    buf.resize(run.len);
-    RUNNEL_ASSIGN_OR_RETURN(size_t got, run.file->ReadAt(run.pos, run.len, buf.data()));
-    std::string_view data(buf.data(), got);
+    std::string_view data;
+    if (run.cached) {
+      data = *run.cached;
+    } else {
+      buf.resize(run.len);
+      RUNNEL_ASSIGN_OR_RETURN(size_t got, run.file->ReadAt(run.pos, run.len, buf.data()));
+      data = std::string_view(buf.data(), got);
+    }
     uint64_t at = 0;
     while (at < run.len && out.size() < count) {
       FrameView f;
       FrameCheck c = ParseFrame(data.substr(at), &f);
       AppendBatchHeader h;
-      if (c != FrameCheck::kOk || f.type != FrameType::kAppendBatch ||
+      if (c != FrameCheck::kOk ||
+          (f.type != FrameType::kAppendBatch && f.type != FrameType::kRelocatedBatch) ||
           !DecodeAppendBatch(f.body, &h, nullptr, &out, start, count) || h.stream != id) {
         return Status::Corruption("segment " + SegmentPath(run.segment) + " at byte " +
                                   std::to_string(run.pos + at) + ", stream #" +
@@ -1341,8 +1497,8 @@ Result<std::optional<CursorState>> LogStore::GetCursor(StreamId id, std::string_
   std::shared_lock lock(state_mu_);
   StreamState* s = FindLocked(id);
   if (s == nullptr) return StreamNotFound(id);
-  auto it = s->cursors.find(consumer);
-  if (it == s->cursors.end()) return std::optional<CursorState>();
+  auto it = s->view().cursors.find(consumer);
+  if (it == s->view().cursors.end()) return std::optional<CursorState>();
   return std::optional<CursorState>(it->second);
 }
 
@@ -1351,7 +1507,7 @@ Result<std::vector<CursorState>> LogStore::ListCursors(StreamId id) {
   StreamState* s = FindLocked(id);
   if (s == nullptr) return StreamNotFound(id);
   std::vector<CursorState> out;
-  for (const auto& [name, c] : s->cursors) out.push_back(c);
+  for (const auto& [name, c] : s->view().cursors) out.push_back(c);
   return out;
 }
 
@@ -1360,8 +1516,8 @@ Result<std::optional<ProducerState>> LogStore::GetProducer(StreamId id,
   std::shared_lock lock(state_mu_);
   StreamState* s = FindLocked(id);
   if (s == nullptr) return StreamNotFound(id);
-  auto it = s->producers.find(producer_id);
-  if (it == s->producers.end()) return std::optional<ProducerState>();
+  auto it = s->view().producers.find(producer_id);
+  if (it == s->view().producers.end()) return std::optional<ProducerState>();
   return std::optional<ProducerState>(it->second);
 }
 

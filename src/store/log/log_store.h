@@ -7,8 +7,8 @@
 //   durability mode), then applies the frames to the visible state under state_mu_ and
 //   completes the waiters. The visible state is changed by applying frame bytes, the same code
 //   recovery uses to replay the log, so a live store and a recovered one agree by construction.
-// - Catalog, create/update/delete and truncate are barriers: the writer commits the group
-//   before them and commits them alone. Appends and cursor commits share groups.
+// - Update, delete and truncate are barriers: the writer commits the group before them and
+//   commits them alone. Appends, cursor commits and stream creations share groups.
 // - The index per stream is a vector of BatchRefs (one per append frame still holding retained
 //   records: first offset, segment, byte position, frame length) plus per-record sizes. A read
 //   is a binary search, then one pread per run of adjacent frames.
@@ -22,10 +22,13 @@
 #ifndef RUNNEL_STORE_LOG_LOG_STORE_H_
 #define RUNNEL_STORE_LOG_LOG_STORE_H_
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -76,6 +79,9 @@ class LogStore final : public Store {
   // --- introspection for tests and `runnel check` ---
   // What recovery found and did (truncated tail, salvaged corruption), one line each.
   std::vector<std::string> RecoveryNotes() const;
+  // How many reads were served (partly) from the tail cache, and how many batches needed a pread.
+  uint64_t cache_hits() const { return cache_hits_.load(); }
+  uint64_t cache_misses() const { return cache_misses_.load(); }
   // Writes a checkpoint now and deletes segments nothing needs any more.
   Status CheckpointNow();
   // Numbers of the segment files currently in the directory.
@@ -93,25 +99,72 @@ class LogStore final : public Store {
     uint32_t payload = 0;
     uint32_t key = 0;
   };
+  // Cursors and producers, allocated only for streams that have any (most have none).
+  struct StreamExtras {
+    std::map<std::string, CursorState, std::less<>> cursors;
+    std::map<std::string, ProducerState, std::less<>> producers;
+  };
+  // Kept small: a data directory may hold millions of idle streams.
   struct StreamState {
     StreamId id = 0;
     StreamSpec spec;
     uint64_t head = 1;  // first retained offset; equals next when nothing is retained
     uint64_t next = 1;
     uint64_t bytes = 0;  // RecordBytes of the retained records
-    bool closed = false;
+    // writer-only: the view including queued, not yet committed appends.
+    uint64_t reserved_next = 1;
     // Live entries are [batch_begin, batches.size()) and [size_begin, sizes.size()); the
     // prefixes are compacted away lazily. Invariant: sizes[size_begin + (o - head)] is the
     // size of offset o; batches cover [head, next) in order.
     std::vector<BatchRef> batches;
-    size_t batch_begin = 0;
     std::vector<RecSize> sizes;
-    size_t size_begin = 0;
-    std::map<std::string, CursorState, std::less<>> cursors;
-    std::map<std::string, ProducerState, std::less<>> producers;
-    // writer-only: the view including queued, not yet committed appends.
-    uint64_t reserved_next = 1;
-    bool reserved_closed = false;
+    uint32_t batch_begin = 0;
+    uint32_t size_begin = 0;
+    bool closed = false;
+    bool reserved_closed = false;  // writer-only, like reserved_next
+    std::unique_ptr<StreamExtras> extras;
+
+    StreamExtras& mut() {
+      if (!extras) extras = std::make_unique<StreamExtras>();
+      return *extras;
+    }
+    const StreamExtras& view() const {
+      static const StreamExtras kEmpty;
+      return extras ? *extras : kEmpty;
+    }
+  };
+  // Streams by id. Ids are dense (assigned 1, 2, ... by the writer), so a vector indexed by id
+  // costs one pointer per stream.
+  class StreamTable {
+   public:
+    StreamState* Find(StreamId id) const { return id < v_.size() ? v_[id].get() : nullptr; }
+    void Insert(std::unique_ptr<StreamState> s) {
+      if (s->id >= v_.size()) v_.resize(s->id + 1);
+      if (!v_[s->id]) ++count_;
+      v_[s->id] = std::move(s);
+    }
+    void Erase(StreamId id) {
+      if (Find(id) != nullptr) {
+        v_[id].reset();
+        --count_;
+      }
+    }
+    size_t size() const { return count_; }
+    void clear() {
+      v_.clear();
+      count_ = 0;
+    }
+    // Calls f(StreamState&) for every stream in ascending id order.
+    template <typename F>
+    void ForEach(F&& f) const {
+      for (const auto& p : v_) {
+        if (p) f(*p);
+      }
+    }
+
+   private:
+    std::vector<std::unique_ptr<StreamState>> v_;
+    size_t count_ = 0;
   };
   struct Segment {
     uint64_t number = 0;
@@ -152,6 +205,9 @@ class LogStore final : public Store {
   Status SyncActive();
   Status WriteCheckpoint();
   void DeleteDeadSegments(uint64_t replay_segment);
+  // The cleaner: copies the live batches of mostly-dead old segments to the head of the log,
+  // grouped by stream, so the next checkpoint can delete those segments.
+  Status Clean();
   void FinishOp(Op& op);
 
   const LogStoreOptions options_;
@@ -160,11 +216,17 @@ class LogStore final : public Store {
   std::vector<std::string> recovery_notes_;  // written by Open only
 
   mutable std::shared_mutex state_mu_;
-  std::unordered_map<StreamId, std::unique_ptr<StreamState>> streams_;  // GUARDED_BY(state_mu_)
-  std::map<std::string, std::map<std::string, StreamId, std::less<>>, std::less<>>
-      names_;                                                   // GUARDED_BY(state_mu_)
+  StreamTable streams_;  // GUARDED_BY(state_mu_)
+  // ns -> name -> id; the inner keys view the names inside the StreamStates.
+  std::map<std::string, std::map<std::string_view, StreamId, std::less<>>, std::less<>>
+      names_;  // GUARDED_BY(state_mu_)
   std::map<uint64_t, Segment> segments_;                        // GUARDED_BY(state_mu_)
   StreamId next_stream_id_ = 1;                                 // GUARDED_BY(state_mu_)
+  // The tail cache: frames of recently committed append batches by (segment << 32 | position),
+  // evicted oldest first beyond options_.tail_cache_bytes. Reads take it instead of a pread.
+  std::unordered_map<uint64_t, std::shared_ptr<const std::string>> cache_;  // GUARDED_BY(state_mu_)
+  std::deque<uint64_t> cache_order_;                                        // GUARDED_BY(state_mu_)
+  uint64_t cache_bytes_ = 0;                                                // GUARDED_BY(state_mu_)
 
   // writer-only
   uint64_t active_segment_ = 0;
@@ -177,12 +239,18 @@ class LogStore final : public Store {
   uint64_t bytes_since_checkpoint_ = 0;
   uint64_t checkpoint_seq_ = 0;
   std::map<std::pair<StreamId, std::string>, uint64_t> pending_cursors_;
+  // Creates queued in the current group: their names, and the id the next one gets.
+  std::set<std::pair<std::string, std::string>> pending_names_;
+  StreamId reserved_next_id_ = 1;
 
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;
   std::vector<std::shared_ptr<Op>> queue_;  // GUARDED_BY(queue_mu_)
   bool stopping_ = false;                   // GUARDED_BY(queue_mu_)
   std::thread writer_;
+
+  std::atomic<uint64_t> cache_hits_{0};
+  std::atomic<uint64_t> cache_misses_{0};
 
   std::mutex listener_mu_;
   std::shared_ptr<const TailListener> listener_;  // GUARDED_BY(listener_mu_)
