@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "cli/serve_command.h"
 #include "runnel/registry.h"
 
 int main(int argc, char** argv) {
@@ -9,6 +10,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   auto* version = app.add_subcommand("version", "Print the version and exit");
   version->callback([] { std::printf("runnel 0.1.0\n"); });
+  runnel::cli::AddServeCommand(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }
