@@ -181,18 +181,25 @@ class HttpServer::Impl {
     co_return !ec;
   }
 
-  // Awaits a StreamService write, whose callback may run on any thread.
-  net::awaitable<HttpResponse> AwaitWrite(Route route, HttpRequest request) {
-    StreamService* service = &service_;
-    co_return co_await net::async_initiate<decltype(net::use_awaitable), void(HttpResponse)>(
-        [service, route = std::move(route), request = std::move(request)](auto handler) mutable {
-          auto ex = net::get_associated_executor(handler);
-          auto shared = std::make_shared<decltype(handler)>(std::move(handler));
-          service->HandleWrite(route, std::move(request), [shared, ex](HttpResponse r) {
-            net::post(ex, [shared, r = std::move(r)]() mutable { (*shared)(std::move(r)); });
-          });
-        },
-        net::use_awaitable);
+  // Starts a StreamService write and returns an awaitable for its response; the service's
+  // callback (any thread) is posted back to the awaiting coroutine's executor. Deliberately not
+  // a coroutine itself: GCC 12 mishandles lambda captures of coroutine parameters.
+  struct WriteInitiation {
+    StreamService* service;
+    Route route;
+    std::shared_ptr<HttpRequest> request;
+    template <typename Handler>
+    void operator()(Handler handler) {
+      auto ex = net::get_associated_executor(handler);
+      auto shared = std::make_shared<Handler>(std::move(handler));
+      service->HandleWrite(route, std::move(*request), [shared, ex](HttpResponse r) {
+        net::post(ex, [shared, r = std::move(r)]() mutable { (*shared)(std::move(r)); });
+      });
+    }
+  };
+  auto AwaitWrite(const Route& route, std::shared_ptr<HttpRequest> request) {
+    return net::async_initiate<decltype(net::use_awaitable), void(HttpResponse)>(
+        WriteInitiation{&service_, route, std::move(request)}, net::use_awaitable);
   }
 
   std::shared_ptr<Waker> NewWaker(const net::any_io_executor& ex) {
@@ -344,7 +351,8 @@ class HttpServer::Impl {
         break;
     }
     if (method == "PUT" || method == "POST" || method == "DELETE") {
-      HttpResponse r = co_await AwaitWrite(route, std::move(request));
+      HttpResponse r =
+          co_await AwaitWrite(route, std::make_shared<HttpRequest>(std::move(request)));
       co_return co_await Write(stream, std::move(r), keep_alive, false, route.label, method);
     }
     if (method == "HEAD") {
@@ -375,6 +383,21 @@ class HttpServer::Impl {
     co_return co_await Write(stream, std::move(r), keep_alive, false, route.label, method);
   }
 
+  // After an error response on a connection we are closing: stop sending, then read and discard
+  // (bounded in bytes and time) what the client still sends, so closing does not reset the
+  // connection before the client has read the response.
+  net::awaitable<void> DiscardInput(beast::tcp_stream& stream) {
+    boost::system::error_code ec;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream.expires_after(std::chrono::seconds(1));
+    std::vector<char> scratch(64 * 1024);
+    size_t total = 0;
+    while (!ec && total < (16u << 20)) {
+      total += co_await stream.async_read_some(net::buffer(scratch),
+                                               net::redirect_error(net::use_awaitable, ec));
+    }
+  }
+
   net::awaitable<void> Session(beast::tcp_stream stream) {
     metrics_.ConnectionOpened();
     beast::flat_buffer buffer;
@@ -391,6 +414,15 @@ class HttpServer::Impl {
             Status::ResourceExhausted("request headers are too large"));
         r.status = 431;
         co_await Write(stream, std::move(r), false, false, "other", "-");
+        co_await DiscardInput(stream);
+        break;
+      }
+      if (ec == http::error::body_limit) {
+        HttpResponse r = StreamService::ErrorResponse(
+            Status::ResourceExhausted("request body is larger than the server's limit"));
+        r.status = 413;
+        co_await Write(stream, std::move(r), false, false, "other", "-");
+        co_await DiscardInput(stream);
         break;
       }
       if (ec) break;
@@ -399,6 +431,7 @@ class HttpServer::Impl {
             StreamService::ErrorResponse(Status::ResourceExhausted("request URL is too long"));
         r.status = 414;
         co_await Write(stream, std::move(r), false, false, "other", "-");
+        co_await DiscardInput(stream);
         break;
       }
       if (auto length = parser.content_length(); length && *length > options_.max_body_bytes) {
@@ -406,6 +439,7 @@ class HttpServer::Impl {
             Status::ResourceExhausted("request body is larger than the server's limit"));
         r.status = 413;
         co_await Write(stream, std::move(r), false, false, "other", "-");
+        co_await DiscardInput(stream);
         break;
       }
       stream.expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
@@ -416,6 +450,7 @@ class HttpServer::Impl {
             Status::ResourceExhausted("request body is larger than the server's limit"));
         r.status = 413;
         co_await Write(stream, std::move(r), false, false, "other", "-");
+        co_await DiscardInput(stream);
         break;
       }
       if (ec) break;

@@ -135,6 +135,12 @@ bool IsBase64ContentType(std::string_view content_type) {
   return !(normalized.starts_with("text/") || normalized == "application/json");
 }
 
+// The absolute URL of the request, for Location headers.
+std::string LocationOf(const HttpRequest& request) {
+  auto host = request.Header("host");
+  return "http://" + std::string(host ? *host : "localhost") + request.path;
+}
+
 HttpResponse Gone() {
   HttpResponse r = StreamService::ErrorResponse(Status::NotFound("stream was deleted"));
   r.status = 410;
@@ -267,7 +273,8 @@ Result<StreamService::Found> StreamService::Lookup(const StreamScope& scope,
     }
     return info.status();
   }
-  Found found{std::move(*info), Meta::Parse(info->spec.attributes)};
+  Meta meta = Meta::Parse(info->spec.attributes);
+  Found found{std::move(*info), std::move(meta)};
   if (!found.meta.soft_deleted && Expired(found.info, found.meta)) {
     Status removed = Remove(found.info, found.meta);
     (void)removed;
@@ -411,6 +418,7 @@ struct CreateConfig {
   std::optional<std::string> fork_from;
   std::optional<std::string> fork_offset;
   uint64_t fork_sub_offset = 0;
+  bool has_sub_offset = false;
 };
 
 Result<CreateConfig> ParseCreateConfig(const HttpRequest& request) {
@@ -437,8 +445,9 @@ Result<CreateConfig> ParseCreateConfig(const HttpRequest& request) {
     auto parsed = ParseUint(*sub, kMaxSafeInteger);
     if (!parsed) return Status::InvalidArgument("Stream-Fork-Sub-Offset must be a non-negative integer");
     c.fork_sub_offset = *parsed;
+    c.has_sub_offset = true;
   }
-  if (!c.fork_from && (c.fork_offset || c.fork_sub_offset)) {
+  if (!c.fork_from && (c.fork_offset || c.has_sub_offset)) {
     return Status::InvalidArgument("fork headers require Stream-Forked-From");
   }
   return c;
@@ -525,7 +534,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
     auto src = Lookup(*source_scope, source_name);
     if (!src.ok()) return finish(ErrorResponse(src.status()));
     if (src->meta.soft_deleted) {
-      return finish(ErrorResponse(Status::NotFound("fork source was deleted")));
+      return finish(ErrorResponse(Status::FailedPrecondition("fork source was deleted")));
     }
     source = std::move(*src);
     const StreamInfo& sinfo = source->info;
@@ -634,7 +643,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
     auto now_info = registry_.store().GetStreamById(info->id);
     HttpResponse r;
     r.status = 201;
-    r.Set("Location", request.path);
+    r.Set("Location", LocationOf(request));
     r.Set("Content-Type", content_type);
     r.Set("Stream-Next-Offset",
           FormatOffset(now_info.ok() ? TailPosition(*now_info) : TailPosition(*info)));
@@ -642,7 +651,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   }
   AppendOptions append_options;
   append_options.close = close;
-  std::string path = request.path;
+  std::string path = LocationOf(request);
   registry_.AppendBatchAsync(
       route.scope, route.name, std::move(initial), append_options,
       [release = std::move(release), done = std::move(done), content_type, close,
@@ -793,12 +802,13 @@ void StreamService::Append(const Route& route, const HttpRequest& request, Relea
   AppendOptions options;
   options.producer = producer;
   options.close = close;
+  const bool empty = records.empty();
   auto started = std::chrono::steady_clock::now();
   StreamId id = info.id;
   registry_.AppendBatchAsync(
       route.scope, route.name, std::move(records), options,
       [this, release = std::move(release), done = std::move(done), producer, close, stream_seq,
-       id, started](Result<AppendResult> result) mutable {
+       id, started, empty](Result<AppendResult> result) mutable {
         HttpResponse r;
         if (!result.ok()) {
           r = ErrorResponse(result.status());
@@ -807,7 +817,7 @@ void StreamService::Append(const Route& route, const HttpRequest& request, Relea
             Status saved = UpdateMeta(id, [&](Meta* m) { m->stream_seq = stream_seq; });
             (void)saved;
           }
-          r.status = producer ? 200 : 204;
+          r.status = producer && !empty ? 200 : 204;
           r.Set("Stream-Next-Offset", FormatOffset(result->next_offset - 1));
           if (close) r.Set("Stream-Closed", "true");
           if (producer) {
