@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "cli/client_commands.h"
 #include "cli/serve_command.h"
 #include "runnel/registry.h"
 
@@ -11,6 +12,7 @@ int main(int argc, char** argv) {
   auto* version = app.add_subcommand("version", "Print the version and exit");
   version->callback([] { std::printf("runnel 0.1.0\n"); });
   runnel::cli::AddServeCommand(app);
+  runnel::cli::AddClientCommands(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

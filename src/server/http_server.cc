@@ -347,6 +347,14 @@ class HttpServer::Impl {
         co_return co_await Write(stream,
                                  StreamService::ErrorResponse(Status::NotFound("no such route")),
                                  keep_alive, method == "HEAD", route.label, method);
+      case Route::Kind::kList:
+        if (method == "GET") {
+          co_return co_await Write(stream, service_.HandleList(route, request), keep_alive, false,
+                                   route.label, method);
+        }
+        co_return co_await Write(
+            stream, StreamService::ErrorResponse(Status::InvalidArgument("use GET to list streams")),
+            keep_alive, false, route.label, method);
       case Route::Kind::kStream:
         break;
     }

@@ -26,6 +26,11 @@ Route ParseRoute(std::string_view path, bool allow_tenants) {
     route.label = "metrics";
     return route;
   }
+  if (path == "/v1/streams") {
+    route.kind = Route::Kind::kList;
+    route.label = "streams";
+    return route;
+  }
   constexpr std::string_view kStreamPrefix = "/v1/stream/";
   constexpr std::string_view kTenantPrefix = "/v1/tenants/";
   if (path.starts_with(kStreamPrefix)) {

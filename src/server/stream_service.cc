@@ -837,7 +837,58 @@ void StreamService::Append(const Route& route, const HttpRequest& request, Relea
 }
 
 // ---------------------------------------------------------------------------------------------
-// HEAD and reads
+// HEAD, listing and reads
+
+HttpResponse StreamService::HandleList(const Route& route, const HttpRequest& request) {
+  std::string prefix(request.Query("prefix").value_or(""));
+  std::string after(request.Query("after").value_or(""));
+  size_t limit = 1000;
+  if (auto l = request.Query("limit")) {
+    auto parsed = ParseCanonicalUint(*l, 10000);
+    if (!parsed || *parsed == 0) {
+      return ErrorResponse(Status::InvalidArgument("limit must be an integer in 1..10000"));
+    }
+    limit = *parsed;
+  }
+  json streams = json::array();
+  std::string cursor = after;
+  bool more = false;
+  while (streams.size() < limit) {
+    auto page = registry_.store().ListStreams(route.scope.Label(), cursor, 1000);
+    if (!page.ok()) return ErrorResponse(page.status());
+    if (page->empty()) break;
+    for (const StreamInfo& info : *page) {
+      cursor = info.spec.name;
+      if (!info.spec.name.starts_with(prefix)) {
+        if (info.spec.name > prefix) {
+          page->clear();
+          break;
+        }
+        continue;
+      }
+      Meta meta = Meta::Parse(info.spec.attributes);
+      if (meta.soft_deleted || Expired(info, meta)) continue;
+      if (streams.size() == limit) {
+        more = true;
+        break;
+      }
+      streams.push_back({{"name", info.spec.name},
+                         {"content_type", info.spec.content_type},
+                         {"next_offset", FormatOffset(TailPosition(info))},
+                         {"closed", info.closed},
+                         {"event_count", info.event_count},
+                         {"retained_bytes", info.retained_bytes}});
+    }
+    if (more || page->empty()) break;
+  }
+  json body = {{"streams", streams}};
+  if (more && !streams.empty()) body["next_after"] = streams.back()["name"];
+  HttpResponse r;
+  r.Set("Content-Type", "application/json");
+  r.Set("Cache-Control", "no-store");
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
+}
 
 HttpResponse StreamService::HandleHead(const Route& route, const HttpRequest&) {
   auto found = Lookup(route.scope, route.name);

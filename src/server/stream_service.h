@@ -90,6 +90,9 @@ class StreamService {
 
   // PUT (create/fork), POST (append/close) and DELETE. `done` runs exactly once.
   void HandleWrite(const Route& route, HttpRequest request, Done done);
+  // GET /v1/streams?prefix=&after=&limit= (runnel extension): streams of the route's scope in
+  // name order as {"streams":[{name, content_type, next_offset, closed, ...}], "next_after"}.
+  HttpResponse HandleList(const Route& route, const HttpRequest& request);
   // HEAD.
   HttpResponse HandleHead(const Route& route, const HttpRequest& request);
 
