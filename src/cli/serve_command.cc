@@ -101,10 +101,14 @@ int RunServe(const ServeFlags& flags) {
     std::fprintf(stderr, "runnel serve: %s\n", server.status().ToString().c_str());
     return 1;
   }
-  std::printf("runnel serve: listening on http://%s:%u (store: %s, data: %s, durability: %s; %s)\n",
-              options.host.c_str(), (*server)->port(), registry_options.store.c_str(),
-              registry_options.store == "memory" ? "-" : flags.data.c_str(),
-              flags.durability.c_str(), durability.c_str());
+  // RegistryOptions has no durability setting yet, so --durability is validated and reported
+  // but the store's own guarantee is what holds.
+  std::printf(
+      "runnel serve: listening on http://%s:%u (store: %s, data: %s, durability: %s; "
+      "requested --durability %s)\n",
+      options.host.c_str(), (*server)->port(), registry_options.store.c_str(),
+      registry_options.store == "memory" ? "-" : flags.data.c_str(), durability.c_str(),
+      flags.durability.c_str());
   std::fflush(stdout);
   (*server)->Run();
   std::printf("runnel serve: stopped\n");
