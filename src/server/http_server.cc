@@ -451,6 +451,12 @@ class HttpServer::Impl {
         break;
       }
       stream.expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
+      if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+        static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+        co_await net::async_write(stream, net::buffer(kContinue.data(), kContinue.size()),
+                                  net::redirect_error(net::use_awaitable, ec));
+        if (ec) break;
+      }
       co_await http::async_read(stream, buffer, parser,
                                 net::redirect_error(net::use_awaitable, ec));
       if (ec == http::error::body_limit) {

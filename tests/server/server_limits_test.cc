@@ -242,5 +242,16 @@ TEST_F(ServerLimitsTest, CatchUpReadReturnsAppendedBytes) {
             std::string::npos);
 }
 
+TEST_F(ServerLimitsTest, ExpectContinueGets100BeforeTheBody) {
+  StartServer({});
+  Connection c(port());
+  ASSERT_TRUE(c.Send("PUT /v1/stream/e HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+                     "Expect: 100-continue\r\nContent-Length: 5\r\n\r\n"));
+  EXPECT_EQ(c.Receive().status, 100);
+  ASSERT_TRUE(c.Send("hello"));
+  EXPECT_EQ(c.Receive().status, 201);
+  EXPECT_EQ(c.Request(Get("/v1/stream/e")).body, "hello");
+}
+
 }  // namespace
 }  // namespace runnel::server
