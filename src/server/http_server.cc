@@ -48,7 +48,13 @@ class HttpServer::Impl {
       : options_(options),
         ioc_(static_cast<int>(options.threads)),
         acceptor_(ioc_),
-        service_(std::move(registry), options.service, &metrics_) {}
+        service_(std::move(registry), WithExecutor(options.service, &ioc_), &metrics_) {}
+
+  // Store callbacks continue on the io threads, never on a store's writer thread.
+  static StreamServiceOptions WithExecutor(StreamServiceOptions options, net::io_context* ioc) {
+    options.executor = [ioc](std::function<void()> fn) { net::post(*ioc, std::move(fn)); };
+    return options;
+  }
 
   Status Listen() {
     boost::system::error_code ec;

@@ -215,6 +215,14 @@ std::string StreamService::LaneKey(const StreamScope& scope, std::string_view na
   return key;
 }
 
+void StreamService::Defer(std::function<void()> fn) {
+  if (options_.executor) {
+    options_.executor(std::move(fn));
+  } else {
+    fn();
+  }
+}
+
 void StreamService::RunInLane(const std::string& key, std::function<void(Release)> op) {
   {
     std::lock_guard<std::mutex> lock(lanes_mu_);
@@ -654,8 +662,10 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   std::string path = LocationOf(request);
   registry_.AppendBatchAsync(
       route.scope, route.name, std::move(initial), append_options,
-      [release = std::move(release), done = std::move(done), content_type, close,
+      [this, release = std::move(release), done = std::move(done), content_type, close,
        path](Result<AppendResult> result) mutable {
+        Defer([release = std::move(release), done = std::move(done), content_type, close, path,
+               result = std::move(result)]() mutable {
         HttpResponse r;
         if (!result.ok()) {
           r = ErrorResponse(result.status());
@@ -668,6 +678,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
         }
         release();
         done(std::move(r));
+        });
       });
 }
 
@@ -809,6 +820,8 @@ void StreamService::Append(const Route& route, const HttpRequest& request, Relea
       route.scope, route.name, std::move(records), options,
       [this, release = std::move(release), done = std::move(done), producer, close, stream_seq,
        id, started, empty](Result<AppendResult> result) mutable {
+        Defer([this, release = std::move(release), done = std::move(done), producer, close,
+               stream_seq, id, started, empty, result = std::move(result)]() mutable {
         HttpResponse r;
         if (!result.ok()) {
           r = ErrorResponse(result.status());
@@ -833,6 +846,7 @@ void StreamService::Append(const Route& route, const HttpRequest& request, Relea
         }
         release();
         done(std::move(r));
+        });
       });
 }
 

@@ -44,6 +44,11 @@ struct StreamServiceOptions {
   uint64_t long_poll_timeout_ms = 20000;
   // The most body bytes one catch-up response carries (at least one record is always sent).
   size_t max_read_bytes = 1u << 20;
+  // Runs continuations of store callbacks. Store callbacks may run on a store's writer thread,
+  // where calling back into the store (or starting the next queued write) could deadlock or
+  // stall group commit, so the service hands that work to this executor. Null runs it inline
+  // (fine for the memory store and tests).
+  std::function<void(std::function<void()>)> executor;
 };
 
 enum class LiveMode { kNone, kLongPoll, kSse };
@@ -128,6 +133,8 @@ class StreamService {
   struct Found;
   using Release = std::function<void()>;
 
+  // Runs `fn` through options_.executor (inline when unset).
+  void Defer(std::function<void()> fn);
   // Serialises `op` with other writes to the same stream.
   void RunInLane(const std::string& key, std::function<void(Release)> op);
   void StartLaneHead(const std::string& key);
