@@ -638,30 +638,28 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   if (!info.ok()) return finish(ErrorResponse(info.status()));
   Touch(info->id);
 
-  if (!inherited.empty()) {
-    auto copied = registry_.AppendBatch(route.scope, route.name, std::move(inherited));
-    if (!copied.ok()) return finish(ErrorResponse(copied.status()));
-  }
   if (source) {
     Status counted = UpdateMeta(source->info.id, [](Meta* m) { ++m->fork_refs; });
     if (!counted.ok()) return finish(ErrorResponse(counted));
   }
+  // Inherited records and the initial body commit as one atomic batch.
+  std::vector<AppendRecord> batch = std::move(inherited);
+  batch.insert(batch.end(), std::make_move_iterator(initial.begin()),
+               std::make_move_iterator(initial.end()));
   bool close = config.closed;
-  if (initial.empty() && !close) {
-    auto now_info = registry_.store().GetStreamById(info->id);
+  if (batch.empty() && !close) {
     HttpResponse r;
     r.status = 201;
     r.Set("Location", LocationOf(request));
     r.Set("Content-Type", content_type);
-    r.Set("Stream-Next-Offset",
-          FormatOffset(now_info.ok() ? TailPosition(*now_info) : TailPosition(*info)));
+    r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
     return finish(std::move(r));
   }
   AppendOptions append_options;
   append_options.close = close;
   std::string path = LocationOf(request);
   registry_.AppendBatchAsync(
-      route.scope, route.name, std::move(initial), append_options,
+      route.scope, route.name, std::move(batch), append_options,
       [this, release = std::move(release), done = std::move(done), content_type, close,
        path](Result<AppendResult> result) mutable {
         Defer([release = std::move(release), done = std::move(done), content_type, close, path,

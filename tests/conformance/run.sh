@@ -25,6 +25,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
+mkdir -p "$workdir/data"
 "$binary" serve --listen 127.0.0.1:0 --store "$store" --data "$workdir/data" \
   --long-poll-timeout-ms "$long_poll_ms" >"$log" 2>&1 &
 server_pid=$!
