@@ -130,6 +130,10 @@ class HttpServer::Impl {
       co_await acceptor_.async_accept(socket, net::redirect_error(net::use_awaitable, ec));
       if (ec) {
         if (stopping_.load() || ec == net::error::operation_aborted) co_return;
+        // Out of descriptors or similar: back off instead of spinning on the error.
+        spdlog::warn("accept failed: {}", ec.message());
+        net::steady_timer backoff(ioc_, std::chrono::milliseconds(50));
+        co_await backoff.async_wait(net::redirect_error(net::use_awaitable, ec));
         continue;
       }
       auto ex = socket.get_executor();

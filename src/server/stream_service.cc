@@ -167,7 +167,7 @@ struct StreamService::Meta {
 
   static Meta Parse(std::string_view text) {
     Meta m;
-    if (text.empty()) return m;
+    if (text.empty() || text == "{}") return m;
     json j = json::parse(text.begin(), text.end(), nullptr, false);
     if (!j.is_object()) return m;
     if (j.contains("ttl_s")) m.ttl_s = j["ttl_s"].get<uint64_t>();
