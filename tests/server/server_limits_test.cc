@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <chrono>
 #include <thread>
 
 #include "server/http_server.h"
@@ -73,6 +74,9 @@ class Connection {
     return r;
   }
 
+  // True once a read saw end-of-stream from the peer.
+  bool PeerClosed() const { return peer_closed_; }
+
   Response Request(const std::string& data) {
     if (!Send(data)) return {};
     return Receive();
@@ -82,6 +86,7 @@ class Connection {
   bool Fill() {
     char chunk[65536];
     ssize_t n = ::recv(fd_, chunk, sizeof(chunk), 0);
+    if (n == 0) peer_closed_ = true;
     if (n <= 0) return false;
     buffer_.append(chunk, static_cast<size_t>(n));
     return true;
@@ -89,6 +94,7 @@ class Connection {
 
   int fd_ = -1;
   bool connected_ = false;
+  bool peer_closed_ = false;
   std::string buffer_;
 };
 
@@ -98,14 +104,16 @@ class ServerLimitsTest : public ::testing::Test {
     options.host = "127.0.0.1";
     options.port = 0;
     options.threads = 2;
-    options.service.long_poll_timeout_ms = 200;
+    if (options.service.long_poll_timeout_ms == StreamServiceOptions{}.long_poll_timeout_ms) {
+      options.service.long_poll_timeout_ms = 200;
+    }
     auto server = HttpServer::Start(StreamRegistry(), options);
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(*server);
     thread_ = std::thread([this] { server_->Run(); });
   }
   void TearDown() override {
-    if (server_) {
+    if (server_) {  // tests may stop and reset the server themselves
       server_->Stop();
       thread_.join();
     }
@@ -251,6 +259,43 @@ TEST_F(ServerLimitsTest, ExpectContinueGets100BeforeTheBody) {
   ASSERT_TRUE(c.Send("hello"));
   EXPECT_EQ(c.Receive().status, 201);
   EXPECT_EQ(c.Request(Get("/v1/stream/e")).body, "hello");
+}
+
+TEST_F(ServerLimitsTest, IdleKeepAliveConnectionIsClosedByTheServer) {
+  ServerOptions options;
+  options.idle_timeout_ms = 100;
+  StartServer(options);
+  Connection c(port());
+  ASSERT_EQ(c.Request(Get("/healthz")).status, 200);
+  // The next read ends with the server closing the connection (EOF), not with our own 10 s
+  // receive timeout.
+  auto r = c.Receive();
+  EXPECT_EQ(r.status, 0);
+  EXPECT_TRUE(c.PeerClosed());
+}
+
+TEST_F(ServerLimitsTest, StopEndsLiveReadersCleanly) {
+  ServerOptions options;
+  options.service.long_poll_timeout_ms = 600000;  // only Stop() can end the poll
+  StartServer(options);
+  Connection setup(port());
+  ASSERT_EQ(setup.Request(Put("/v1/stream/live")).status, 201);
+  Connection poller(port());
+  ASSERT_TRUE(poller.Send(Get("/v1/stream/live?offset=now&live=long-poll")));
+  // Stop only once the long-poll is waiting (the live-reader gauge says so); bounded.
+  Connection probe(port());
+  bool live = false;
+  for (int i = 0; i < 1000 && !live; ++i) {
+    live = probe.Request(Get("/metrics")).body.find("runnel_live_readers 1") != std::string::npos;
+    if (!live) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(live);
+  server_->Stop();
+  auto r = poller.Receive();
+  EXPECT_EQ(r.status, 204);
+  EXPECT_NE(r.head.find("Stream-Up-To-Date: true"), std::string::npos);
+  thread_.join();
+  server_.reset();
 }
 
 }  // namespace
