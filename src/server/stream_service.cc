@@ -385,6 +385,20 @@ std::string StreamService::NextCursor(const std::optional<std::string>& client_c
 void StreamService::HandleWrite(const Route& route, HttpRequest request, Done done) {
   auto shared = std::make_shared<HttpRequest>(std::move(request));
   std::string key = LaneKey(route.scope, route.name);
+  if (shared->method == "POST") {
+    // Only validation that reads state it then changes needs the lane: Stream-Seq, closing and
+    // idempotent producers. A plain append relies on the store's own atomicity, so plain
+    // appends to one stream can share a group commit.
+    const bool needs_lane = shared->Header("stream-seq").has_value() ||
+                            IsTrue(shared->Header("stream-closed")) ||
+                            shared->Header("producer-id").has_value() ||
+                            shared->Header("producer-epoch").has_value() ||
+                            shared->Header("producer-seq").has_value();
+    if (!needs_lane) {
+      Append(route, *shared, [] {}, std::move(done));
+      return;
+    }
+  }
   RunInLane(key, [this, route, shared, done = std::move(done)](Release release) mutable {
     if (shared->method == "PUT") {
       Create(route, *shared, std::move(release), std::move(done));
@@ -823,6 +837,13 @@ void StreamService::Append(const Route& route, const HttpRequest& request, Relea
         HttpResponse r;
         if (!result.ok()) {
           r = ErrorResponse(result.status());
+          if (result.status().code() == StatusCode::kFailedPrecondition) {
+            // Closed by a concurrent request after our check.
+            r.Set("Stream-Closed", "true");
+            if (auto info = registry_.store().GetStreamById(id); info.ok()) {
+              r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
+            }
+          }
         } else {
           if (stream_seq) {
             Status saved = UpdateMeta(id, [&](Meta* m) { m->stream_seq = stream_seq; });

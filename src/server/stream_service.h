@@ -14,8 +14,11 @@
 //   append commits (a crash in between can forget the last Stream-Seq);
 // - forks copy the inherited records into the new stream at the same offsets.
 //
-// Writes to one stream (PUT, POST, DELETE) are serialised in a per-stream lane so producer and
-// Stream-Seq validation see a stable state (PROTOCOL.md 5.2.1 "Concurrency Requirements").
+// Writes to one stream that validate against state they then change (PUT, DELETE, and POSTs
+// with Stream-Seq, Stream-Closed or producer headers) are serialised in a per-stream lane, so
+// producer and Stream-Seq validation see a stable state (PROTOCOL.md 5.2.1 "Concurrency
+// Requirements"). Plain appends skip the lane and rely on the store's atomic appends (a close
+// that lands first makes them fail with 409 + Stream-Closed).
 //
 // Thread-safety: every method may be called from any thread concurrently. Callbacks passed to
 // HandleWrite run exactly once, on an arbitrary thread (possibly before HandleWrite returns).
