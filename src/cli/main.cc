@@ -3,6 +3,8 @@
 #include <cstdio>
 
 #include "cli/check.h"
+#include "cli/client_commands.h"
+#include "cli/serve_command.h"
 #include "cli/token_cmd.h"
 #include "runnel/registry.h"
 
@@ -12,6 +14,8 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   auto* version = app.add_subcommand("version", "Print the version and exit");
   version->callback([] { std::printf("runnel 0.1.0\n"); });
+  runnel::cli::AddServeCommand(app);
+  runnel::cli::AddClientCommands(app);
   runnel::cli::AddTokenCommand(app, &exit_code);
   runnel::cli::AddCheckCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);

@@ -1,0 +1,399 @@
+#include "cli/client_commands.h"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/http_client.h"
+
+namespace runnel::cli {
+
+namespace {
+
+using json = nlohmann::json;
+
+struct Common {
+  std::string url = "http://127.0.0.1:4437";
+  bool json_output = false;
+};
+
+void AddCommon(CLI::App* cmd, Common* common) {
+  cmd->add_option("--url", common->url, "Server URL")->envname("RUNNEL_URL")->capture_default_str();
+  cmd->add_flag("--json", common->json_output, "Machine-readable JSON output");
+}
+
+std::string StreamTarget(const std::string& name) { return "/v1/stream/" + UrlEncode(name, true); }
+
+// Prints the error of a failed response and returns its exit code.
+int Fail(const std::string& what, const ClientResponse& r, bool json_output) {
+  std::string message = r.body;
+  auto body = json::parse(r.body, nullptr, false);
+  if (body.is_object() && body.contains("error")) {
+    message = body["error"].value("message", r.body);
+  }
+  if (json_output) {
+    std::printf("%s\n", json({{"ok", false}, {"status", r.status}, {"error", message}}).dump().c_str());
+  } else {
+    std::fprintf(stderr, "runnel: %s failed: HTTP %d%s%s\n", what.c_str(), r.status,
+                 message.empty() ? "" : ": ", message.c_str());
+  }
+  return ExitCodeForHttp(r.status);
+}
+
+int FailStatus(const Status& status) {
+  std::fprintf(stderr, "runnel: %s\n", status.ToString().c_str());
+  return status.code() == StatusCode::kUnavailable ? kExitUnavailable : kExitUsage;
+}
+
+bool IsTerminal(FILE* f) { return ::isatty(::fileno(f)) == 1; }
+
+int Create(const Common& c, const std::string& name, const std::string& content_type,
+           const std::string& ttl, const std::string& expires_at, bool closed,
+           const std::string& body) {
+  auto client = HttpClient::Create(c.url);
+  if (!client.ok()) return FailStatus(client.status());
+  std::vector<std::pair<std::string, std::string>> headers = {{"Content-Type", content_type}};
+  if (!ttl.empty()) headers.emplace_back("Stream-TTL", ttl);
+  if (!expires_at.empty()) headers.emplace_back("Stream-Expires-At", expires_at);
+  if (closed) headers.emplace_back("Stream-Closed", "true");
+  auto r = client->Send("PUT", StreamTarget(name), headers, body);
+  if (!r.ok()) return FailStatus(r.status());
+  if (r->status != 200 && r->status != 201) return Fail("create", *r, c.json_output);
+  if (c.json_output) {
+    std::printf("%s\n", json({{"ok", true},
+                              {"created", r->status == 201},
+                              {"name", name},
+                              {"next_offset", r->Header("stream-next-offset")}})
+                            .dump()
+                            .c_str());
+  } else {
+    std::printf("%s %s\n", r->status == 201 ? "created" : "exists", name.c_str());
+  }
+  return kExitOk;
+}
+
+std::string StreamContentType(const HttpClient& client, const std::string& name, int* exit_code,
+                              bool json_output) {
+  auto r = client.Send("HEAD", StreamTarget(name), {});
+  if (!r.ok()) {
+    *exit_code = FailStatus(r.status());
+    return {};
+  }
+  if (r->status != 200) {
+    *exit_code = Fail("describe", *r, json_output);
+    return {};
+  }
+  return r->Header("content-type");
+}
+
+int Append(const Common& c, const std::string& name, const std::vector<std::string>& data,
+           const std::string& file, bool lines, std::string content_type, bool close) {
+  auto client = HttpClient::Create(c.url);
+  if (!client.ok()) return FailStatus(client.status());
+  if (content_type.empty()) {
+    int code = kExitOk;
+    content_type = StreamContentType(*client, name, &code, c.json_output);
+    if (code != kExitOk) return code;
+  }
+  std::vector<std::string> bodies = data;
+  if (bodies.empty()) {
+    std::string input;
+    if (!file.empty() && file != "-") {
+      std::ifstream in(file, std::ios::binary);
+      if (!in) {
+        std::fprintf(stderr, "runnel: cannot read %s\n", file.c_str());
+        return kExitUsage;
+      }
+      input.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    } else {
+      input.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    }
+    if (lines) {
+      std::istringstream in(input);
+      std::string line;
+      while (std::getline(in, line)) {
+        if (!line.empty()) bodies.push_back(line);
+      }
+    } else if (!input.empty()) {
+      bodies.push_back(std::move(input));
+    }
+  }
+  if (bodies.empty() && !close) {
+    std::fprintf(stderr, "runnel: nothing to append\n");
+    return kExitUsage;
+  }
+  const bool progress = IsTerminal(stderr) && bodies.size() > 100 && !c.json_output;
+  std::string next_offset;
+  size_t bytes = 0;
+  for (size_t i = 0; i < bodies.size() || (i == 0 && close); ++i) {
+    const bool last = i + 1 >= bodies.size();
+    std::vector<std::pair<std::string, std::string>> headers = {{"Content-Type", content_type}};
+    if (close && last) headers.emplace_back("Stream-Closed", "true");
+    std::string body = i < bodies.size() ? bodies[i] : std::string();
+    auto r = client->Send("POST", StreamTarget(name), headers, body);
+    if (!r.ok()) return FailStatus(r.status());
+    if (r->status != 200 && r->status != 204) return Fail("append", *r, c.json_output);
+    next_offset = r->Header("stream-next-offset");
+    bytes += body.size();
+    if (progress && (i % 100 == 0 || last)) {
+      std::fprintf(stderr, "\rappended %zu/%zu (%zu bytes)", i + 1, bodies.size(), bytes);
+    }
+    if (bodies.empty()) break;
+  }
+  if (progress) std::fprintf(stderr, "\n");
+  if (c.json_output) {
+    std::printf("%s\n", json({{"ok", true},
+                              {"appended", bodies.size()},
+                              {"bytes", bytes},
+                              {"next_offset", next_offset},
+                              {"closed", close}})
+                            .dump()
+                            .c_str());
+  } else {
+    std::printf("next offset %s\n", next_offset.c_str());
+  }
+  return kExitOk;
+}
+
+// Reads from `offset` until caught up (or forever when `follow`), writing data to stdout.
+int Read(const Common& c, const std::string& name, std::string offset, bool follow) {
+  auto client = HttpClient::Create(c.url);
+  if (!client.ok()) return FailStatus(client.status());
+  std::string cursor;
+  for (;;) {
+    std::string target = StreamTarget(name) + "?offset=" + UrlEncode(offset, false);
+    if (follow) target += "&live=long-poll";
+    if (!cursor.empty()) target += "&cursor=" + UrlEncode(cursor, false);
+    auto r = client->Send("GET", target, {});
+    if (!r.ok()) return FailStatus(r.status());
+    if (r->status != 200 && r->status != 204) return Fail("read", *r, c.json_output);
+    std::string next = r->Header("stream-next-offset");
+    bool closed = r->Header("stream-closed") == "true";
+    bool up_to_date = r->Header("stream-up-to-date") == "true";
+    cursor = r->Header("stream-cursor");
+    if (c.json_output) {
+      if (r->status == 200 && (!r->body.empty() && r->body != "[]")) {
+        json line = {{"offset", offset}, {"next_offset", next}};
+        auto parsed = r->Header("content-type").find("json") != std::string::npos
+                          ? json::parse(r->body, nullptr, false)
+                          : json();
+        if (!parsed.is_discarded() && !parsed.is_null()) {
+          line["messages"] = parsed;
+        } else {
+          line["data"] = r->body;
+        }
+        std::printf("%s\n", line.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+      }
+    } else if (r->status == 200) {
+      bool json_stream = r->Header("content-type").find("application/json") != std::string::npos;
+      if (json_stream) {
+        auto parsed = json::parse(r->body, nullptr, false);
+        if (parsed.is_array()) {
+          for (const auto& m : parsed) std::printf("%s\n", m.dump().c_str());
+        }
+      } else {
+        std::fwrite(r->body.data(), 1, r->body.size(), stdout);
+      }
+    }
+    std::fflush(stdout);
+    if (!next.empty()) offset = next;
+    if (closed) break;
+    if (!follow && up_to_date) break;
+  }
+  return kExitOk;
+}
+
+int List(const Common& c, const std::string& prefix) {
+  auto client = HttpClient::Create(c.url);
+  if (!client.ok()) return FailStatus(client.status());
+  std::string after;
+  json all = json::array();
+  for (;;) {
+    std::string target = "/v1/streams?prefix=" + UrlEncode(prefix, false);
+    if (!after.empty()) target += "&after=" + UrlEncode(after, false);
+    auto r = client->Send("GET", target, {});
+    if (!r.ok()) return FailStatus(r.status());
+    if (r->status != 200) return Fail("ls", *r, c.json_output);
+    auto body = json::parse(r->body, nullptr, false);
+    if (!body.is_object()) {
+      std::fprintf(stderr, "runnel: ls: the server sent no stream list\n");
+      return kExitFailure;
+    }
+    for (auto& s : body["streams"]) {
+      if (c.json_output) {
+        all.push_back(s);
+      } else {
+        std::printf("%s\t%s\t%s%s\n", s.value("name", "").c_str(),
+                    s.value("content_type", "").c_str(), s.value("next_offset", "").c_str(),
+                    s.value("closed", false) ? "\tclosed" : "");
+      }
+    }
+    if (!body.contains("next_after")) break;
+    after = body["next_after"].get<std::string>();
+  }
+  if (c.json_output) std::printf("%s\n", all.dump().c_str());
+  return kExitOk;
+}
+
+int Describe(const Common& c, const std::string& name) {
+  auto client = HttpClient::Create(c.url);
+  if (!client.ok()) return FailStatus(client.status());
+  auto r = client->Send("HEAD", StreamTarget(name), {});
+  if (!r.ok()) return FailStatus(r.status());
+  if (r->status != 200) return Fail("describe", *r, c.json_output);
+  json d = {{"name", name},
+            {"content_type", r->Header("content-type")},
+            {"next_offset", r->Header("stream-next-offset")},
+            {"closed", r->Header("stream-closed") == "true"}};
+  if (!r->Header("stream-ttl").empty()) d["ttl_seconds"] = r->Header("stream-ttl");
+  if (!r->Header("stream-expires-at").empty()) d["expires_at"] = r->Header("stream-expires-at");
+  if (c.json_output) {
+    std::printf("%s\n", d.dump().c_str());
+  } else {
+    for (auto& [key, value] : d.items()) {
+      std::printf("%-13s %s\n", (key + ":").c_str(),
+                  value.is_string() ? value.get<std::string>().c_str() : value.dump().c_str());
+    }
+  }
+  return kExitOk;
+}
+
+int Remove(const Common& c, const std::string& name) {
+  auto client = HttpClient::Create(c.url);
+  if (!client.ok()) return FailStatus(client.status());
+  auto r = client->Send("DELETE", StreamTarget(name), {});
+  if (!r.ok()) return FailStatus(r.status());
+  if (r->status != 204 && r->status != 200) return Fail("rm", *r, c.json_output);
+  if (c.json_output) {
+    std::printf("%s\n", json({{"ok", true}, {"deleted", name}}).dump().c_str());
+  } else {
+    std::printf("deleted %s\n", name.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int ExitCodeForHttp(int status) {
+  if (status >= 200 && status < 300) return kExitOk;
+  if (status == 404 || status == 410) return kExitNotFound;
+  if (status == 409 || status == 403) return kExitConflict;
+  if (status == 400 || status == 413 || status == 414 || status == 431) return kExitUsage;
+  if (status == 503) return kExitUnavailable;
+  return kExitFailure;
+}
+
+void AddClientCommands(CLI::App& app) {
+  {
+    struct Args {
+      Common common;
+      std::string name, content_type = "application/octet-stream", ttl, expires_at, body;
+      bool closed = false;
+    };
+    auto a = std::make_shared<Args>();
+    auto* cmd = app.add_subcommand("create", "Create a stream (idempotent)");
+    AddCommon(cmd, &a->common);
+    cmd->add_option("name", a->name, "Stream name")->required();
+    cmd->add_option("-t,--content-type", a->content_type, "Content type")->capture_default_str();
+    cmd->add_option("--ttl", a->ttl, "Sliding time-to-live in seconds");
+    cmd->add_option("--expires-at", a->expires_at, "Absolute expiry (RFC 3339)");
+    cmd->add_option("--data", a->body, "Initial content");
+    cmd->add_flag("--closed", a->closed, "Create the stream closed");
+    cmd->callback([a] {
+      std::exit(Create(a->common, a->name, a->content_type, a->ttl, a->expires_at, a->closed,
+                       a->body));
+    });
+  }
+  {
+    struct Args {
+      Common common;
+      std::string name, file, content_type;
+      std::vector<std::string> data;
+      bool lines = false, close = false;
+    };
+    auto a = std::make_shared<Args>();
+    auto* cmd = app.add_subcommand(
+        "append", "Append to a stream: each DATA argument, or stdin / --file as one message");
+    AddCommon(cmd, &a->common);
+    cmd->add_option("name", a->name, "Stream name")->required();
+    cmd->add_option("data", a->data, "Messages to append (one append each)");
+    cmd->add_option("-f,--file", a->file, "Read the message from a file ('-' for stdin)");
+    cmd->add_flag("--lines", a->lines, "Append each non-empty input line as its own message");
+    cmd->add_option("-t,--content-type", a->content_type,
+                    "Content type (default: the stream's own)");
+    cmd->add_flag("--close", a->close, "Close the stream with the last append");
+    cmd->callback([a] {
+      std::exit(Append(a->common, a->name, a->data, a->file, a->lines, a->content_type, a->close));
+    });
+  }
+  {
+    struct Args {
+      Common common;
+      std::string name, offset = "-1";
+    };
+    auto a = std::make_shared<Args>();
+    auto* cmd = app.add_subcommand("read", "Read a stream from an offset until caught up");
+    AddCommon(cmd, &a->common);
+    cmd->add_option("name", a->name, "Stream name")->required();
+    cmd->add_option("-o,--offset", a->offset, "Start offset: -1, now or a token")
+        ->capture_default_str();
+    cmd->callback([a] { std::exit(Read(a->common, a->name, a->offset, /*follow=*/false)); });
+  }
+  {
+    struct Args {
+      Common common;
+      std::string name, offset = "now";
+    };
+    auto a = std::make_shared<Args>();
+    auto* cmd = app.add_subcommand("tail", "Follow a stream live (until it closes or Ctrl-C)");
+    AddCommon(cmd, &a->common);
+    cmd->add_option("name", a->name, "Stream name")->required();
+    cmd->add_option("-o,--offset", a->offset, "Start offset: -1, now or a token")
+        ->capture_default_str();
+    cmd->callback([a] { std::exit(Read(a->common, a->name, a->offset, /*follow=*/true)); });
+  }
+  {
+    struct Args {
+      Common common;
+      std::string prefix;
+    };
+    auto a = std::make_shared<Args>();
+    auto* cmd = app.add_subcommand("ls", "List streams");
+    AddCommon(cmd, &a->common);
+    cmd->add_option("prefix", a->prefix, "Only names starting with this");
+    cmd->callback([a] { std::exit(List(a->common, a->prefix)); });
+  }
+  {
+    struct Args {
+      Common common;
+      std::string name;
+    };
+    auto a = std::make_shared<Args>();
+    auto* cmd = app.add_subcommand("describe", "Show a stream's metadata");
+    AddCommon(cmd, &a->common);
+    cmd->add_option("name", a->name, "Stream name")->required();
+    cmd->callback([a] { std::exit(Describe(a->common, a->name)); });
+  }
+  {
+    struct Args {
+      Common common;
+      std::string name;
+    };
+    auto a = std::make_shared<Args>();
+    auto* cmd = app.add_subcommand("rm", "Delete a stream");
+    AddCommon(cmd, &a->common);
+    cmd->add_option("name", a->name, "Stream name")->required();
+    cmd->callback([a] { std::exit(Remove(a->common, a->name)); });
+  }
+}
+
+}  // namespace runnel::cli

@@ -1,0 +1,28 @@
+// The CLI as a client of `runnel serve`: create, append, read, tail, ls, describe, rm.
+//
+// Every command takes --url (or RUNNEL_URL; default http://127.0.0.1:4437) and --json. Exit
+// codes (ExitCodeForHttp): 0 success, 1 other failure, 2 usage error, 3 stream not found,
+// 4 conflict (exists with another configuration, closed, sequence), 5 server unreachable.
+#ifndef RUNNEL_CLI_CLIENT_COMMANDS_H_
+#define RUNNEL_CLI_CLIENT_COMMANDS_H_
+
+#include <CLI/CLI.hpp>
+
+namespace runnel::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitNotFound = 3;
+inline constexpr int kExitConflict = 4;
+inline constexpr int kExitUnavailable = 5;
+
+// The one mapping from an HTTP status to a CLI exit code.
+int ExitCodeForHttp(int status);
+
+// Registers the client subcommands on `app`.
+void AddClientCommands(CLI::App& app);
+
+}  // namespace runnel::cli
+
+#endif  // RUNNEL_CLI_CLIENT_COMMANDS_H_

@@ -1,0 +1,170 @@
+#include "cli/serve_command.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "runnel/registry.h"
+#include "server/http_server.h"
+
+namespace runnel::cli {
+
+namespace {
+
+struct ServeFlags {
+  std::string listen = "127.0.0.1:4437";
+  std::string data = "./data";
+  std::string store;  // empty: log when available, else memory with a warning
+  std::string durability = "fsync";
+  uint64_t long_poll_timeout_ms = 20000;
+  size_t threads = 0;
+  size_t max_body_bytes = 64u << 20;
+  size_t max_header_bytes = 16u << 10;
+  size_t max_url_bytes = 8u << 10;
+  uint64_t idle_timeout_ms = 60000;
+  uint64_t request_timeout_ms = 30000;
+  size_t max_connections = 10000;
+  uint64_t sse_max_duration_ms = 60000;
+};
+
+bool ValidDurability(const std::string& d) {
+  if (d == "fsync" || d == "none") return true;
+  constexpr std::string_view kInterval = "interval:";
+  if (!d.starts_with(kInterval) || d.size() == kInterval.size()) return false;
+  for (size_t i = kInterval.size(); i < d.size(); ++i) {
+    if (d[i] < '0' || d[i] > '9') return false;
+  }
+  return true;
+}
+
+int RunServe(const ServeFlags& flags) {
+  size_t colon = flags.listen.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    std::fprintf(stderr, "runnel serve: --listen must be HOST:PORT, got '%s'\n",
+                 flags.listen.c_str());
+    return 2;
+  }
+  std::string host = flags.listen.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  char* end = nullptr;
+  unsigned long port = std::strtoul(flags.listen.c_str() + colon + 1, &end, 10);
+  if (*end != '\0' || port > 65535) {
+    std::fprintf(stderr, "runnel serve: bad port in --listen '%s'\n", flags.listen.c_str());
+    return 2;
+  }
+  if (!ValidDurability(flags.durability)) {
+    std::fprintf(stderr,
+                 "runnel serve: --durability must be fsync, interval:<ms> or none, got '%s'\n",
+                 flags.durability.c_str());
+    return 2;
+  }
+
+  RegistryOptions registry_options;
+  registry_options.data_dir = flags.data;
+  registry_options.store = flags.store.empty() ? "log" : flags.store;
+  auto registry = StreamRegistry::Open(registry_options);
+  if (!registry.ok() && flags.store.empty()) {
+    std::fprintf(stderr,
+                 "runnel serve: WARNING: the log store is not available (%s); falling back to "
+                 "the memory store: data is lost when the server exits\n",
+                 registry.status().ToString().c_str());
+    registry_options.store = "memory";
+    registry = StreamRegistry::Open(registry_options);
+  }
+  if (!registry.ok()) {
+    std::fprintf(stderr, "runnel serve: cannot open the %s store: %s\n",
+                 registry_options.store.c_str(), registry.status().ToString().c_str());
+    return 1;
+  }
+
+  server::ServerOptions options;
+  options.host = host;
+  options.port = static_cast<uint16_t>(port);
+  options.threads = flags.threads;
+  options.max_body_bytes = flags.max_body_bytes;
+  options.max_header_bytes = flags.max_header_bytes;
+  options.max_url_bytes = flags.max_url_bytes;
+  options.idle_timeout_ms = flags.idle_timeout_ms;
+  options.request_timeout_ms = flags.request_timeout_ms;
+  options.max_connections = flags.max_connections;
+  options.sse_max_duration_ms = flags.sse_max_duration_ms;
+  options.handle_signals = true;
+  options.service.long_poll_timeout_ms = flags.long_poll_timeout_ms;
+  std::string durability = registry->store().Durability();
+  auto server = server::HttpServer::Start(std::move(*registry), options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "runnel serve: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  // RegistryOptions has no durability setting yet, so --durability is validated and reported
+  // but the store's own guarantee is what holds.
+  std::printf(
+      "runnel serve: listening on http://%s:%u (store: %s, data: %s, durability: %s; "
+      "requested --durability %s)\n",
+      options.host.c_str(), (*server)->port(), registry_options.store.c_str(),
+      registry_options.store == "memory" ? "-" : flags.data.c_str(), durability.c_str(),
+      flags.durability.c_str());
+  std::fflush(stdout);
+  (*server)->Run();
+  std::printf("runnel serve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+void AddServeCommand(CLI::App& app) {
+  auto flags = std::make_shared<ServeFlags>();
+  auto* cmd = app.add_subcommand("serve", "Serve the Durable Streams protocol over HTTP");
+  cmd->add_option("--listen", flags->listen, "HOST:PORT to listen on")
+      ->envname("RUNNEL_LISTEN")
+      ->capture_default_str();
+  cmd->add_option("--data", flags->data, "Data directory for the log store")
+      ->envname("RUNNEL_DATA")
+      ->capture_default_str();
+  cmd->add_option("--store", flags->store, "Store: log or memory (default: log when available)")
+      ->envname("RUNNEL_STORE")
+      ->check(CLI::IsMember({"log", "memory"}));
+  cmd->add_option("--durability", flags->durability, "fsync, interval:<ms> or none")
+      ->envname("RUNNEL_DURABILITY")
+      ->capture_default_str();
+  cmd->add_option("--long-poll-timeout-ms", flags->long_poll_timeout_ms,
+                  "How long a long-poll waits for data")
+      ->envname("RUNNEL_LONG_POLL_TIMEOUT_MS")
+      ->capture_default_str();
+  cmd->add_option("--threads", flags->threads, "io threads (0: one per core)")
+      ->envname("RUNNEL_THREADS")
+      ->capture_default_str();
+  cmd->add_option("--max-body-bytes", flags->max_body_bytes, "Largest request body (else 413)")
+      ->envname("RUNNEL_MAX_BODY_BYTES")
+      ->capture_default_str();
+  cmd->add_option("--max-header-bytes", flags->max_header_bytes, "Largest header block (else 431)")
+      ->envname("RUNNEL_MAX_HEADER_BYTES")
+      ->capture_default_str();
+  cmd->add_option("--max-url-bytes", flags->max_url_bytes, "Longest request target (else 414)")
+      ->envname("RUNNEL_MAX_URL_BYTES")
+      ->capture_default_str();
+  cmd->add_option("--idle-timeout-ms", flags->idle_timeout_ms,
+                  "Close a keep-alive connection idle this long")
+      ->envname("RUNNEL_IDLE_TIMEOUT_MS")
+      ->capture_default_str();
+  cmd->add_option("--request-timeout-ms", flags->request_timeout_ms,
+                  "Close a connection that takes longer to send a request body or read a response")
+      ->envname("RUNNEL_REQUEST_TIMEOUT_MS")
+      ->capture_default_str();
+  cmd->add_option("--max-connections", flags->max_connections,
+                  "Connections above this get 503 with Retry-After")
+      ->envname("RUNNEL_MAX_CONNECTIONS")
+      ->capture_default_str();
+  cmd->add_option("--sse-max-duration-ms", flags->sse_max_duration_ms,
+                  "End SSE responses after this long so clients reconnect")
+      ->envname("RUNNEL_SSE_MAX_DURATION_MS")
+      ->capture_default_str();
+  cmd->callback([flags] { std::exit(RunServe(*flags)); });
+}
+
+}  // namespace runnel::cli

@@ -1,0 +1,44 @@
+#include "server/http_errors.h"
+
+#include <nlohmann/json.hpp>
+
+namespace runnel::server {
+
+int HttpStatusFor(const Status& status, bool payload_limit) {
+  switch (status.code()) {
+    case StatusCode::kOk:
+      return 200;
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kAlreadyExists:
+    case StatusCode::kConflict:
+    case StatusCode::kFailedPrecondition:
+      return 409;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kOutOfRange:
+      return 400;
+    case StatusCode::kPermissionDenied:
+      return 403;
+    case StatusCode::kUnauthenticated:
+      return 401;
+    case StatusCode::kResourceExhausted:
+      return payload_limit ? 413 : 429;
+    case StatusCode::kUnavailable:
+      return 503;
+    case StatusCode::kOutcomeUnknown:
+    case StatusCode::kCorruption:
+    case StatusCode::kIOError:
+    case StatusCode::kInternal:
+      return 500;
+  }
+  return 500;
+}
+
+std::string ErrorBody(const Status& status) {
+  nlohmann::json body = {{"error",
+                          {{"code", std::string(StatusCodeName(status.code()))},
+                           {"message", std::string(status.message())}}}};
+  return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace runnel::server

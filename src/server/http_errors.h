@@ -1,0 +1,23 @@
+// The one mapping from runnel::Status to an HTTP status and JSON error body.
+//
+// Thread-safety: pure functions.
+#ifndef RUNNEL_SERVER_HTTP_ERRORS_H_
+#define RUNNEL_SERVER_HTTP_ERRORS_H_
+
+#include <string>
+
+#include "runnel/status.h"
+
+namespace runnel::server {
+
+// kNotFound -> 404, kAlreadyExists/kConflict/kFailedPrecondition -> 409, kInvalidArgument -> 400,
+// kPermissionDenied -> 403, kUnauthenticated -> 401, kResourceExhausted -> 413 when
+// `payload_limit` else 429, kUnavailable -> 503, kOutOfRange -> 400, everything else -> 500.
+int HttpStatusFor(const Status& status, bool payload_limit = false);
+
+// {"error":{"code":"<StatusCodeName>","message":"<message>"}}
+std::string ErrorBody(const Status& status);
+
+}  // namespace runnel::server
+
+#endif  // RUNNEL_SERVER_HTTP_ERRORS_H_

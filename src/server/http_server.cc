@@ -1,0 +1,552 @@
+// The Beast adapter. Keep Beast out of every other file: this TU is slow to compile.
+#include <utility>  // Boost 1.74's awaitable.hpp needs std::exchange declared first.
+
+#include "server/http_server.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <list>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "server/http_errors.h"
+#include "server/metrics.h"
+
+namespace runnel::server {
+
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+namespace {
+
+// A live reader's wake-up: a timer the subscription hint (or shutdown) cancels.
+struct Waker {
+  explicit Waker(const net::any_io_executor& ex) : timer(ex) {}
+  net::steady_timer timer;
+  bool hinted = false;   // strand-only
+  bool stopped = false;  // strand-only
+};
+
+}  // namespace
+
+class HttpServer::Impl {
+ public:
+  Impl(StreamRegistry registry, const ServerOptions& options)
+      : options_(options),
+        ioc_(static_cast<int>(options.threads)),
+        acceptor_(ioc_),
+        service_(std::move(registry), WithExecutor(options.service, &ioc_), &metrics_) {}
+
+  // Store callbacks continue on the io threads, never on a store's writer thread.
+  static StreamServiceOptions WithExecutor(StreamServiceOptions options, net::io_context* ioc) {
+    options.executor = [ioc](std::function<void()> fn) { net::post(*ioc, std::move(fn)); };
+    return options;
+  }
+
+  Status Listen() {
+    boost::system::error_code ec;
+    auto address = net::ip::make_address(options_.host, ec);
+    if (ec) return Status::InvalidArgument("bad listen host '" + options_.host + "'");
+    tcp::endpoint endpoint(address, options_.port);
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
+    if (ec) {
+      return Status::Unavailable("cannot listen on " + options_.host + ":" +
+                                 std::to_string(options_.port) + ": " + ec.message());
+    }
+    port_ = acceptor_.local_endpoint(ec).port();
+    return Status::OK();
+  }
+
+  uint16_t port() const { return port_; }
+
+  void Run() {
+    net::co_spawn(ioc_, Accept(), net::detached);
+    std::optional<net::signal_set> signals;
+    if (options_.handle_signals) {
+      signals.emplace(ioc_, SIGINT, SIGTERM);
+      signals->async_wait([this](const boost::system::error_code& ec, int) {
+        if (!ec) Stop();
+      });
+    }
+    size_t threads = std::max<size_t>(1, options_.threads);
+    std::vector<std::thread> pool;
+    for (size_t i = 1; i < threads; ++i) pool.emplace_back([this] { ioc_.run(); });
+    ioc_.run();
+    for (auto& t : pool) t.join();
+  }
+
+  void Stop() {
+    net::post(ioc_, [this] {
+      if (stopping_.exchange(true)) return;
+      boost::system::error_code ec;
+      acceptor_.close(ec);
+      std::lock_guard<std::mutex> lock(live_mu_);
+      for (auto& weak : live_) {
+        if (auto waker = weak.lock()) {
+          net::post(waker->timer.get_executor(), [waker] {
+            waker->stopped = true;
+            waker->timer.cancel();
+          });
+        }
+      }
+      net::co_spawn(ioc_, Drain(), net::detached);
+    });
+  }
+
+ private:
+  net::awaitable<void> Drain() {
+    net::steady_timer timer(ioc_);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (in_flight_.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+      timer.expires_after(std::chrono::milliseconds(20));
+      boost::system::error_code ec;
+      co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));
+    }
+    Status flushed = service_.registry().Flush();
+    if (!flushed.ok()) spdlog::error("flush at shutdown failed: {}", flushed.ToString());
+    ioc_.stop();
+  }
+
+  net::awaitable<void> Accept() {
+    for (;;) {
+      tcp::socket socket(net::make_strand(ioc_));
+      boost::system::error_code ec;
+      co_await acceptor_.async_accept(socket, net::redirect_error(net::use_awaitable, ec));
+      if (ec) {
+        if (stopping_.load() || ec == net::error::operation_aborted) co_return;
+        // Out of descriptors or similar: back off instead of spinning on the error.
+        spdlog::warn("accept failed: {}", ec.message());
+        net::steady_timer backoff(ioc_, std::chrono::milliseconds(50));
+        co_await backoff.async_wait(net::redirect_error(net::use_awaitable, ec));
+        continue;
+      }
+      auto ex = socket.get_executor();
+      if (static_cast<size_t>(metrics_.connections()) >= options_.max_connections) {
+        net::co_spawn(ex, RejectBusy(std::move(socket)), net::detached);
+        continue;
+      }
+      net::co_spawn(ex, Session(beast::tcp_stream(std::move(socket))),
+                    [](std::exception_ptr e) {
+                      if (!e) return;
+                      try {
+                        std::rethrow_exception(e);
+                      } catch (const std::exception& ex) {
+                        spdlog::error("connection failed: {}", ex.what());
+                      }
+                    });
+    }
+  }
+
+  net::awaitable<void> RejectBusy(tcp::socket socket) {
+    std::string body = ErrorBody(Status::ResourceExhausted("too many connections"));
+    std::string text =
+        "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: "
+        "application/json\r\nConnection: close\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
+    boost::system::error_code ec;
+    co_await net::async_write(socket, net::buffer(text), net::redirect_error(net::use_awaitable, ec));
+    socket.shutdown(tcp::socket::shutdown_both, ec);
+    metrics_.CountRequest("other", "-", 503);
+  }
+
+  // Converts a Beast response from ours and writes it.
+  net::awaitable<bool> Write(beast::tcp_stream& stream, HttpResponse response, bool keep_alive,
+                             bool head, std::string_view route, std::string_view method) {
+    StreamService::AddCommonHeaders(&response);
+    http::response<http::string_body> res;
+    res.version(11);
+    res.result(static_cast<unsigned>(response.status));
+    for (auto& [name, value] : response.headers) res.insert(name, value);
+    res.keep_alive(keep_alive);
+    const bool no_body = response.status == 204 || response.status == 304;
+    if (!no_body) res.content_length(head ? 0 : response.body.size());
+    if (!head && !no_body) res.body() = std::move(response.body);
+    metrics_.AddBytesOut(res.body().size());
+    metrics_.CountRequest(route, method, response.status);
+    boost::system::error_code ec;
+    stream.expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
+    if (head) {
+      http::response_serializer<http::string_body> sr(res);
+      sr.split(true);
+      co_await http::async_write_header(stream, sr, net::redirect_error(net::use_awaitable, ec));
+    } else {
+      co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
+    }
+    co_return !ec;
+  }
+
+  // Starts a StreamService write and returns an awaitable for its response; the service's
+  // callback (any thread) is posted back to the awaiting coroutine's executor. Deliberately not
+  // a coroutine itself: GCC 12 mishandles lambda captures of coroutine parameters.
+  struct WriteInitiation {
+    StreamService* service;
+    Route route;
+    std::shared_ptr<HttpRequest> request;
+    template <typename Handler>
+    void operator()(Handler handler) {
+      auto ex = net::get_associated_executor(handler);
+      auto shared = std::make_shared<Handler>(std::move(handler));
+      service->HandleWrite(route, std::move(*request), [shared, ex](HttpResponse r) {
+        net::post(ex, [shared, r = std::move(r)]() mutable { (*shared)(std::move(r)); });
+      });
+    }
+  };
+  auto AwaitWrite(const Route& route, std::shared_ptr<HttpRequest> request) {
+    return net::async_initiate<decltype(net::use_awaitable), void(HttpResponse)>(
+        WriteInitiation{&service_, route, std::move(request)}, net::use_awaitable);
+  }
+
+  std::shared_ptr<Waker> NewWaker(const net::any_io_executor& ex) {
+    auto waker = std::make_shared<Waker>(ex);
+    std::lock_guard<std::mutex> lock(live_mu_);
+    live_.remove_if([](const std::weak_ptr<Waker>& w) { return w.expired(); });
+    live_.push_back(waker);
+    if (stopping_.load()) waker->stopped = true;
+    return waker;
+  }
+
+  static std::function<void()> HintFor(const std::shared_ptr<Waker>& waker) {
+    std::weak_ptr<Waker> weak = waker;
+    auto ex = waker->timer.get_executor();
+    return [weak, ex] {
+      net::post(ex, [weak] {
+        if (auto w = weak.lock()) {
+          w->hinted = true;
+          w->timer.cancel();
+        }
+      });
+    };
+  }
+
+  // Waits until a hint, shutdown or `deadline`. Returns false on deadline or shutdown.
+  static net::awaitable<bool> WaitForHint(Waker& waker,
+                                          std::chrono::steady_clock::time_point deadline) {
+    while (!waker.hinted && !waker.stopped) {
+      if (std::chrono::steady_clock::now() >= deadline) co_return false;
+      waker.timer.expires_at(deadline);
+      boost::system::error_code ec;
+      co_await waker.timer.async_wait(net::redirect_error(net::use_awaitable, ec));
+    }
+    bool hinted = waker.hinted && !waker.stopped;
+    waker.hinted = false;
+    co_return hinted;
+  }
+
+  net::awaitable<bool> LongPoll(beast::tcp_stream& stream, ReadState state, bool keep_alive) {
+    ReadChunk chunk = service_.Read(state);
+    if (chunk.gone || !chunk.records.empty()) {
+      co_return co_await Write(stream, service_.ReadResponse(state, chunk), keep_alive, false,
+                               "stream", "GET");
+    }
+    if (chunk.closed) {
+      co_return co_await Write(stream, service_.LongPollEmptyResponse(state, chunk), keep_alive,
+                               false, "stream", "GET");
+    }
+    auto waker = NewWaker(stream.get_executor());
+    auto subscription = service_.Watch(state, HintFor(waker));
+    metrics_.LiveReaderStarted();
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::milliseconds(service_.options().long_poll_timeout_ms);
+    stream.expires_never();
+    for (;;) {
+      chunk = service_.Read(state);
+      if (chunk.gone || !chunk.records.empty() || chunk.closed) break;
+      if (!subscription.ok()) break;
+      if (!co_await WaitForHint(*waker, deadline)) {
+        chunk = service_.Read(state);
+        break;
+      }
+    }
+    metrics_.LiveReaderEnded();
+    HttpResponse response = (chunk.gone || !chunk.records.empty())
+                                ? service_.ReadResponse(state, chunk)
+                                : service_.LongPollEmptyResponse(state, chunk);
+    co_return co_await Write(stream, std::move(response), keep_alive, false, "stream", "GET");
+  }
+
+  // Streams SSE until the stream closes, the reader leaves, the session's time is up or the
+  // server stops. Always ends the connection.
+  net::awaitable<void> Sse(beast::tcp_stream& stream, ReadState state) {
+    HttpResponse head = service_.SseHeaders(state);
+    StreamService::AddCommonHeaders(&head);
+    http::response<http::empty_body> res;
+    res.version(11);
+    res.result(http::status::ok);
+    for (auto& [name, value] : head.headers) res.insert(name, value);
+    res.keep_alive(false);
+    res.chunked(true);
+    http::response_serializer<http::empty_body> sr(res);
+    boost::system::error_code ec;
+    stream.expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
+    co_await http::async_write_header(stream, sr, net::redirect_error(net::use_awaitable, ec));
+    metrics_.CountRequest("stream", "GET", 200);
+    if (ec) co_return;
+    auto waker = NewWaker(stream.get_executor());
+    auto subscription = service_.Watch(state, HintFor(waker));
+    metrics_.LiveReaderStarted();
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::milliseconds(options_.sse_max_duration_ms);
+    bool first = true;
+    for (;;) {
+      ReadChunk chunk = service_.Read(state);
+      if (chunk.gone) break;
+      if (first || !chunk.records.empty() || chunk.closed) {
+        std::string events = service_.SseEvents(state, chunk);
+        metrics_.AddBytesOut(events.size());
+        stream.expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
+        co_await net::async_write(stream, http::make_chunk(net::buffer(events)),
+                                  net::redirect_error(net::use_awaitable, ec));
+        if (ec) break;
+        first = false;
+        state.position = chunk.next;
+      }
+      if (chunk.closed) break;
+      if (!chunk.up_to_date) continue;
+      if (!subscription.ok()) break;
+      stream.expires_never();
+      if (!co_await WaitForHint(*waker, deadline)) break;
+    }
+    metrics_.LiveReaderEnded();
+    stream.expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
+    co_await net::async_write(stream, http::make_chunk_last(),
+                              net::redirect_error(net::use_awaitable, ec));
+  }
+
+  // Handles one request. Returns false when the connection must close.
+  net::awaitable<bool> Dispatch(beast::tcp_stream& stream, HttpRequest request, bool keep_alive) {
+    Route route = ParseRoute(request.path);
+    const std::string method = request.method;
+    if (method == "OPTIONS") {
+      co_return co_await Write(stream, StreamService::Preflight(request), keep_alive, false,
+                               route.label, method);
+    }
+    switch (route.kind) {
+      case Route::Kind::kHealth: {
+        HttpResponse r;
+        r.Set("Content-Type", "text/plain");
+        r.Set("Cache-Control", "no-store");
+        r.body = "ok\n";
+        co_return co_await Write(stream, std::move(r), keep_alive, method == "HEAD", route.label,
+                                 method);
+      }
+      case Route::Kind::kMetrics: {
+        HttpResponse r;
+        r.Set("Content-Type", "text/plain; version=0.0.4");
+        r.Set("Cache-Control", "no-store");
+        r.body = metrics_.Render();
+        co_return co_await Write(stream, std::move(r), keep_alive, method == "HEAD", route.label,
+                                 method);
+      }
+      case Route::Kind::kNotFound:
+        co_return co_await Write(stream,
+                                 StreamService::ErrorResponse(Status::NotFound("no such route")),
+                                 keep_alive, method == "HEAD", route.label, method);
+      case Route::Kind::kList:
+        if (method == "GET") {
+          co_return co_await Write(stream, service_.HandleList(route, request), keep_alive, false,
+                                   route.label, method);
+        }
+        co_return co_await Write(
+            stream, StreamService::ErrorResponse(Status::InvalidArgument("use GET to list streams")),
+            keep_alive, false, route.label, method);
+      case Route::Kind::kStream:
+        break;
+    }
+    if (method == "PUT" || method == "POST" || method == "DELETE") {
+      HttpResponse r =
+          co_await AwaitWrite(route, std::make_shared<HttpRequest>(std::move(request)));
+      co_return co_await Write(stream, std::move(r), keep_alive, false, route.label, method);
+    }
+    if (method == "HEAD") {
+      co_return co_await Write(stream, service_.HandleHead(route, request), keep_alive, true,
+                               route.label, method);
+    }
+    if (method == "GET") {
+      HttpResponse error;
+      auto state = service_.BeginRead(route, request, &error);
+      if (!state) {
+        co_return co_await Write(stream, std::move(error), keep_alive, false, route.label, method);
+      }
+      switch (state->mode) {
+        case LiveMode::kNone:
+          co_return co_await Write(stream, service_.ReadResponse(*state, service_.Read(*state)),
+                                   keep_alive, false, route.label, method);
+        case LiveMode::kLongPoll:
+          co_return co_await LongPoll(stream, std::move(*state), keep_alive);
+        case LiveMode::kSse:
+          co_await Sse(stream, std::move(*state));
+          co_return false;
+      }
+    }
+    HttpResponse r = StreamService::ErrorResponse(
+        Status::InvalidArgument("method " + method + " is not allowed on a stream"));
+    r.status = 405;
+    r.Set("Allow", "GET, HEAD, POST, PUT, DELETE, OPTIONS");
+    co_return co_await Write(stream, std::move(r), keep_alive, false, route.label, method);
+  }
+
+  // After an error response on a connection we are closing: stop sending, then read and discard
+  // (bounded in bytes and time) what the client still sends, so closing does not reset the
+  // connection before the client has read the response.
+  net::awaitable<void> DiscardInput(beast::tcp_stream& stream) {
+    boost::system::error_code ec;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream.expires_after(std::chrono::seconds(1));
+    std::vector<char> scratch(64 * 1024);
+    size_t total = 0;
+    while (!ec && total < (16u << 20)) {
+      total += co_await stream.async_read_some(net::buffer(scratch),
+                                               net::redirect_error(net::use_awaitable, ec));
+    }
+  }
+
+  net::awaitable<void> Session(beast::tcp_stream stream) {
+    metrics_.ConnectionOpened();
+    beast::flat_buffer buffer;
+    boost::system::error_code ec;
+    for (;;) {
+      http::request_parser<http::string_body> parser;
+      parser.header_limit(static_cast<uint32_t>(options_.max_header_bytes));
+      parser.body_limit(options_.max_body_bytes);
+      stream.expires_after(std::chrono::milliseconds(options_.idle_timeout_ms));
+      co_await http::async_read_header(stream, buffer, parser,
+                                       net::redirect_error(net::use_awaitable, ec));
+      if (ec == http::error::header_limit) {
+        HttpResponse r = StreamService::ErrorResponse(
+            Status::ResourceExhausted("request headers are too large"));
+        r.status = 431;
+        co_await Write(stream, std::move(r), false, false, "other", "-");
+        co_await DiscardInput(stream);
+        break;
+      }
+      if (ec == http::error::body_limit) {
+        HttpResponse r = StreamService::ErrorResponse(
+            Status::ResourceExhausted("request body is larger than the server's limit"));
+        r.status = 413;
+        co_await Write(stream, std::move(r), false, false, "other", "-");
+        co_await DiscardInput(stream);
+        break;
+      }
+      if (ec) break;
+      if (parser.get().target().size() > options_.max_url_bytes) {
+        HttpResponse r =
+            StreamService::ErrorResponse(Status::ResourceExhausted("request URL is too long"));
+        r.status = 414;
+        co_await Write(stream, std::move(r), false, false, "other", "-");
+        co_await DiscardInput(stream);
+        break;
+      }
+      if (auto length = parser.content_length(); length && *length > options_.max_body_bytes) {
+        HttpResponse r = StreamService::ErrorResponse(
+            Status::ResourceExhausted("request body is larger than the server's limit"));
+        r.status = 413;
+        co_await Write(stream, std::move(r), false, false, "other", "-");
+        co_await DiscardInput(stream);
+        break;
+      }
+      stream.expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
+      if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+        static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+        co_await net::async_write(stream, net::buffer(kContinue.data(), kContinue.size()),
+                                  net::redirect_error(net::use_awaitable, ec));
+        if (ec) break;
+      }
+      co_await http::async_read(stream, buffer, parser,
+                                net::redirect_error(net::use_awaitable, ec));
+      if (ec == http::error::body_limit) {
+        HttpResponse r = StreamService::ErrorResponse(
+            Status::ResourceExhausted("request body is larger than the server's limit"));
+        r.status = 413;
+        co_await Write(stream, std::move(r), false, false, "other", "-");
+        co_await DiscardInput(stream);
+        break;
+      }
+      if (ec) break;
+      auto& req = parser.get();
+      const bool keep_alive = req.keep_alive() && !stopping_.load();
+      HttpRequest request;
+      request.method = std::string(req.method_string());
+      std::string_view target(req.target().data(), req.target().size());
+      size_t question = target.find('?');
+      auto path = PercentDecode(target.substr(0, question), false);
+      bool bad = !path;
+      if (path) request.path = std::move(*path);
+      if (question != std::string_view::npos &&
+          !ParseQuery(target.substr(question + 1), &request.query)) {
+        bad = true;
+      }
+      for (const auto& field : req) {
+        std::string name(field.name_string());
+        for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        std::string value(field.value());
+        auto [it, inserted] = request.headers.emplace(name, value);
+        if (!inserted) it->second += ", " + value;
+      }
+      request.body = std::move(req.body());
+      metrics_.AddBytesIn(request.body.size());
+      bool keep = false;
+      in_flight_.fetch_add(1);
+      if (bad) {
+        keep = co_await Write(stream,
+                              StreamService::ErrorResponse(
+                                  Status::InvalidArgument("malformed percent-encoding in URL")),
+                              keep_alive, false, "other", request.method);
+      } else {
+        keep = co_await Dispatch(stream, std::move(request), keep_alive);
+      }
+      in_flight_.fetch_sub(1);
+      if (!keep || !keep_alive) break;
+    }
+    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    metrics_.ConnectionClosed();
+  }
+
+  ServerOptions options_;
+  net::io_context ioc_;
+  tcp::acceptor acceptor_;
+  uint16_t port_ = 0;
+  Metrics metrics_;
+  StreamService service_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> in_flight_{0};
+  std::mutex live_mu_;
+  std::list<std::weak_ptr<Waker>> live_;
+};
+
+Result<std::unique_ptr<HttpServer>> HttpServer::Start(StreamRegistry registry,
+                                                      const ServerOptions& options) {
+  ServerOptions resolved = options;
+  if (resolved.threads == 0) resolved.threads = std::max(1u, std::thread::hardware_concurrency());
+  std::unique_ptr<Impl> impl;
+  try {
+    impl = std::make_unique<Impl>(std::move(registry), resolved);
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string("cannot set up the server: ") + e.what());
+  }
+  RUNNEL_RETURN_IF_ERROR(impl->Listen());
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+HttpServer::~HttpServer() = default;
+uint16_t HttpServer::port() const { return impl_->port(); }
+void HttpServer::Run() { impl_->Run(); }
+void HttpServer::Stop() { impl_->Stop(); }
+
+}  // namespace runnel::server

@@ -1,0 +1,75 @@
+// HttpServer: `runnel serve`'s HTTP/1.1 front end on Boost.Beast with C++20 coroutines.
+//
+// One io_context run by `threads` threads; every connection runs on its own strand, so a
+// connection's state is touched by one thread at a time. Nothing on an io thread blocks on the
+// store for long: appends complete through the registry's asynchronous callback, posted back to
+// the connection's strand; long-polls and SSE wait on a timer that a registry subscription hint
+// (posted to the strand) cancels.
+//
+// Limits: request bodies above max_body_bytes get 413, headers above max_header_bytes 431,
+// targets above max_url_bytes 414; a connection idle for idle_timeout_ms between requests, or
+// slower than request_timeout_ms to send one, is closed; connections above max_connections get
+// 503 with Retry-After.
+//
+// Lifecycle: Start() binds and listens; Run() serves on the calling thread plus threads - 1
+// more, and returns after Stop() has drained: Stop() stops accepting, ends live readers,
+// waits (bounded) for in-flight requests, flushes the registry and stops the io threads.
+// Stop() may be called from any thread, more than once.
+#ifndef RUNNEL_SERVER_HTTP_SERVER_H_
+#define RUNNEL_SERVER_HTTP_SERVER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "runnel/registry.h"
+#include "runnel/status.h"
+#include "server/stream_service.h"
+
+namespace runnel::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  // 0 picks a free port (see HttpServer::port()).
+  uint16_t port = 4437;
+  // io threads; 0 means one per core.
+  size_t threads = 0;
+  size_t max_body_bytes = 64u << 20;
+  size_t max_header_bytes = 16u << 10;
+  size_t max_url_bytes = 8u << 10;
+  uint64_t idle_timeout_ms = 60000;
+  uint64_t request_timeout_ms = 30000;
+  size_t max_connections = 10000;
+  // SSE responses end after this long so clients reconnect (PROTOCOL.md 10.2).
+  uint64_t sse_max_duration_ms = 60000;
+  // Stop gracefully on SIGINT and SIGTERM while Run() is active.
+  bool handle_signals = false;
+  StreamServiceOptions service;
+};
+
+class HttpServer {
+ public:
+  // Binds and listens; kInvalidArgument for a bad host, kUnavailable when the bind fails.
+  static Result<std::unique_ptr<HttpServer>> Start(StreamRegistry registry,
+                                                   const ServerOptions& options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // The bound port.
+  uint16_t port() const;
+  // Serves until Stop() completes.
+  void Run();
+  void Stop();
+
+  class Impl;
+
+ private:
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace runnel::server
+
+#endif  // RUNNEL_SERVER_HTTP_SERVER_H_

@@ -1,0 +1,103 @@
+#include "server/http_types.h"
+
+namespace runnel::server {
+
+std::optional<std::string_view> HttpRequest::Header(std::string_view name) const {
+  auto it = headers.find(std::string(name));
+  if (it == headers.end()) return std::nullopt;
+  return std::string_view(it->second);
+}
+
+std::optional<std::string_view> HttpRequest::Query(std::string_view name) const {
+  auto it = query.find(std::string(name));
+  if (it == query.end()) return std::nullopt;
+  return std::string_view(it->second);
+}
+
+Route ParseRoute(std::string_view path, bool allow_tenants) {
+  Route route;
+  if (path == "/healthz") {
+    route.kind = Route::Kind::kHealth;
+    route.label = "healthz";
+    return route;
+  }
+  if (path == "/metrics") {
+    route.kind = Route::Kind::kMetrics;
+    route.label = "metrics";
+    return route;
+  }
+  if (path == "/v1/streams") {
+    route.kind = Route::Kind::kList;
+    route.label = "streams";
+    return route;
+  }
+  constexpr std::string_view kStreamPrefix = "/v1/stream/";
+  constexpr std::string_view kTenantPrefix = "/v1/tenants/";
+  if (path.starts_with(kStreamPrefix)) {
+    std::string_view name = path.substr(kStreamPrefix.size());
+    if (name.empty()) return route;
+    route.kind = Route::Kind::kStream;
+    route.label = "stream";
+    route.name = std::string(name);
+    return route;
+  }
+  if (allow_tenants && path.starts_with(kTenantPrefix)) {
+    std::string_view rest = path.substr(kTenantPrefix.size());
+    size_t slash = rest.find('/');
+    if (slash == std::string_view::npos || slash == 0) return route;
+    std::string_view tenant = rest.substr(0, slash);
+    rest = rest.substr(slash);
+    constexpr std::string_view kTenantStream = "/stream/";
+    if (!rest.starts_with(kTenantStream) || rest.size() == kTenantStream.size()) return route;
+    route.kind = Route::Kind::kStream;
+    route.label = "tenant_stream";
+    route.scope = StreamScope::Tenant(std::string(tenant));
+    route.name = std::string(rest.substr(kTenantStream.size()));
+  }
+  return route;
+}
+
+std::optional<std::string> PercentDecode(std::string_view text, bool plus_is_space) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '%') {
+      if (i + 2 >= text.size()) return std::nullopt;
+      int hi = hex(text[i + 1]);
+      int lo = hex(text[i + 2]);
+      if (hi < 0 || lo < 0) return std::nullopt;
+      out.push_back(static_cast<char>(hi * 16 + lo));
+      i += 2;
+    } else if (c == '+' && plus_is_space) {
+      out.push_back(' ');
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+bool ParseQuery(std::string_view query, std::map<std::string, std::string>* out) {
+  while (!query.empty()) {
+    size_t amp = query.find('&');
+    std::string_view part = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (part.empty()) continue;
+    size_t eq = part.find('=');
+    auto key = PercentDecode(part.substr(0, eq), true);
+    auto value = PercentDecode(eq == std::string_view::npos ? std::string_view() : part.substr(eq + 1),
+                               true);
+    if (!key || !value) return false;
+    out->emplace(std::move(*key), std::move(*value));
+  }
+  return true;
+}
+
+}  // namespace runnel::server

@@ -1,0 +1,73 @@
+// Transport-neutral HTTP request/response values and routing for the protocol layer. The Beast
+// adapter (http_server.cc) converts to and from these, so protocol code and its tests never
+// include Beast.
+//
+// Thread-safety: plain values.
+#ifndef RUNNEL_SERVER_HTTP_TYPES_H_
+#define RUNNEL_SERVER_HTTP_TYPES_H_
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "runnel/types.h"
+
+namespace runnel::server {
+
+struct HttpRequest {
+  // Upper-case method: "GET", "PUT", ...
+  std::string method;
+  // Percent-decoded path, without the query.
+  std::string path;
+  // Percent-decoded query parameters; the first occurrence of a name wins.
+  std::map<std::string, std::string> query;
+  // Header names lower-cased; repeated headers are joined with ", ".
+  std::map<std::string, std::string> headers;
+  std::string body;
+
+  // The header's value, or nullopt. `name` must be lower-case.
+  std::optional<std::string_view> Header(std::string_view name) const;
+  std::optional<std::string_view> Query(std::string_view name) const;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+
+  void Set(std::string name, std::string value) {
+    headers.emplace_back(std::move(name), std::move(value));
+  }
+};
+
+// What a request path addresses.
+struct Route {
+  enum class Kind { kNotFound, kHealth, kMetrics, kStream, kList };
+  Kind kind = Kind::kNotFound;
+  // For kStream: the scope and stream name. Global streams live under /v1/stream/<name>;
+  // tenant streams will live under /v1/tenants/<tenant>/stream/<name> once authentication exists
+  // (issue 6); ParseRoute recognises that form but reports it only when `allow_tenants`.
+  StreamScope scope = StreamScope::Global();
+  std::string name;
+  // kList (GET /v1/streams, a runnel extension) lists the streams of `scope`.
+  // A short label for metrics: "stream", "streams", "healthz", "metrics", "other".
+  std::string_view label = "other";
+};
+
+// Routes an already percent-decoded path. Stream names keep every byte after the prefix
+// (including '/'); an empty name is kNotFound.
+Route ParseRoute(std::string_view path, bool allow_tenants = false);
+
+// Decodes %XX escapes (and '+' as space when `plus_is_space`). Returns nullopt on a malformed
+// escape.
+std::optional<std::string> PercentDecode(std::string_view text, bool plus_is_space);
+
+// Splits "a=1&b=2" into decoded pairs (first occurrence wins). Returns false on a bad escape.
+bool ParseQuery(std::string_view query, std::map<std::string, std::string>* out);
+
+}  // namespace runnel::server
+
+#endif  // RUNNEL_SERVER_HTTP_TYPES_H_

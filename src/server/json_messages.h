@@ -1,0 +1,33 @@
+// JSON mode (PROTOCOL.md section 9.1): splitting an append body into messages and joining
+// stored messages into a response array.
+//
+// Thread-safety: pure functions.
+#ifndef RUNNEL_SERVER_JSON_MESSAGES_H_
+#define RUNNEL_SERVER_JSON_MESSAGES_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runnel/status.h"
+
+namespace runnel::server {
+
+// Validates `body` as one JSON value. A top-level array is flattened by exactly one level (each
+// element becomes one message); any other value is one message. Messages are returned in
+// compact serialized form. An empty array is kInvalidArgument unless `allow_empty_array` (PUT
+// may create an empty stream with `[]`). Invalid JSON is kInvalidArgument.
+Result<std::vector<std::string>> SplitJsonMessages(std::string_view body, bool allow_empty_array);
+
+// "[m1,m2,...]" from stored messages (each already a serialized JSON value).
+std::string JoinJsonMessages(const std::vector<std::string_view>& messages);
+
+// True when `content_type` selects JSON mode (application/json, any case, parameters ignored).
+bool IsJsonContentType(std::string_view content_type);
+
+// The media type lower-cased with parameters and spaces removed, for comparisons.
+std::string NormalizeContentType(std::string_view content_type);
+
+}  // namespace runnel::server
+
+#endif  // RUNNEL_SERVER_JSON_MESSAGES_H_

@@ -1,0 +1,57 @@
+#include "server/metrics.h"
+
+#include <fmt/format.h>
+
+#include <tuple>
+
+namespace runnel::server {
+
+void Metrics::CountRequest(std::string_view route, std::string_view method, int status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++requests_[std::make_tuple(std::string(route), std::string(method), status)];
+}
+
+void Metrics::ObserveAppendLatency(uint64_t micros) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < kBucketsMicros.size(); ++i) {
+    if (micros <= kBucketsMicros[i]) ++append_buckets_[i];
+  }
+  ++append_count_;
+  append_sum_micros_ += micros;
+}
+
+std::string Metrics::Render() const {
+  std::string out;
+  std::lock_guard<std::mutex> lock(mu_);
+  out += "# HELP runnel_http_requests_total HTTP requests by route, method and status.\n";
+  out += "# TYPE runnel_http_requests_total counter\n";
+  for (const auto& [key, count] : requests_) {
+    out += fmt::format("runnel_http_requests_total{{route=\"{}\",method=\"{}\",status=\"{}\"}} {}\n",
+                       std::get<0>(key), std::get<1>(key), std::get<2>(key), count);
+  }
+  out += "# HELP runnel_append_latency_seconds Append latency until the commit is acknowledged.\n";
+  out += "# TYPE runnel_append_latency_seconds histogram\n";
+  for (size_t i = 0; i < kBucketsMicros.size(); ++i) {
+    out += fmt::format("runnel_append_latency_seconds_bucket{{le=\"{}\"}} {}\n",
+                       static_cast<double>(kBucketsMicros[i]) / 1e6, append_buckets_[i]);
+  }
+  out += fmt::format("runnel_append_latency_seconds_bucket{{le=\"+Inf\"}} {}\n", append_count_);
+  out += fmt::format("runnel_append_latency_seconds_sum {}\n",
+                     static_cast<double>(append_sum_micros_) / 1e6);
+  out += fmt::format("runnel_append_latency_seconds_count {}\n", append_count_);
+  out += "# HELP runnel_live_readers Open long-poll and SSE readers.\n";
+  out += "# TYPE runnel_live_readers gauge\n";
+  out += fmt::format("runnel_live_readers {}\n", live_readers_.load());
+  out += "# HELP runnel_connections Open HTTP connections.\n";
+  out += "# TYPE runnel_connections gauge\n";
+  out += fmt::format("runnel_connections {}\n", connections_.load());
+  out += "# HELP runnel_http_bytes_in_total Request body bytes received.\n";
+  out += "# TYPE runnel_http_bytes_in_total counter\n";
+  out += fmt::format("runnel_http_bytes_in_total {}\n", bytes_in_.load());
+  out += "# HELP runnel_http_bytes_out_total Response body bytes sent.\n";
+  out += "# TYPE runnel_http_bytes_out_total counter\n";
+  out += fmt::format("runnel_http_bytes_out_total {}\n", bytes_out_.load());
+  return out;
+}
+
+}  // namespace runnel::server

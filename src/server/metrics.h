@@ -1,0 +1,52 @@
+// Server metrics in the Prometheus text exposition format.
+//
+// Thread-safety: every method may be called concurrently from any thread.
+#ifndef RUNNEL_SERVER_METRICS_H_
+#define RUNNEL_SERVER_METRICS_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace runnel::server {
+
+class Metrics {
+ public:
+  // One finished request: route label ("stream", "healthz", ...), method and status.
+  void CountRequest(std::string_view route, std::string_view method, int status);
+  // Latency of one append, from request parsed to commit acknowledged.
+  void ObserveAppendLatency(uint64_t micros);
+  void AddBytesIn(uint64_t n) { bytes_in_.fetch_add(n, std::memory_order_relaxed); }
+  void AddBytesOut(uint64_t n) { bytes_out_.fetch_add(n, std::memory_order_relaxed); }
+  void LiveReaderStarted() { live_readers_.fetch_add(1, std::memory_order_relaxed); }
+  void LiveReaderEnded() { live_readers_.fetch_sub(1, std::memory_order_relaxed); }
+  void ConnectionOpened() { connections_.fetch_add(1, std::memory_order_relaxed); }
+  void ConnectionClosed() { connections_.fetch_sub(1, std::memory_order_relaxed); }
+  int64_t connections() const { return connections_.load(std::memory_order_relaxed); }
+
+  std::string Render() const;
+
+ private:
+  static constexpr std::array<uint64_t, 12> kBucketsMicros = {
+      50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 1000000};
+
+  mutable std::mutex mu_;
+  std::map<std::tuple<std::string, std::string, int>, uint64_t> requests_;
+  std::array<uint64_t, kBucketsMicros.size()> append_buckets_{};
+  uint64_t append_count_ = 0;
+  uint64_t append_sum_micros_ = 0;
+
+  std::atomic<uint64_t> bytes_in_{0};
+  std::atomic<uint64_t> bytes_out_{0};
+  std::atomic<int64_t> live_readers_{0};
+  std::atomic<int64_t> connections_{0};
+};
+
+}  // namespace runnel::server
+
+#endif  // RUNNEL_SERVER_METRICS_H_

@@ -1,0 +1,36 @@
+// Durable Streams offset tokens.
+//
+// The protocol's offsets are opaque, lexicographically sortable strings. runnel mints them as
+// "%016u_%016u": a reserved 16-digit field (always zero today) and the stream position, which is
+// the number of records before the position (so position p is followed by record offset p + 1).
+// Zero padding keeps lexicographic order equal to numeric order.
+//
+// Thread-safety: pure functions.
+#ifndef RUNNEL_SERVER_OFFSET_TOKEN_H_
+#define RUNNEL_SERVER_OFFSET_TOKEN_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "runnel/status.h"
+
+namespace runnel::server {
+
+// What the `offset` query parameter asked for.
+struct OffsetQuery {
+  enum class Kind { kBeginning, kNow, kPosition };
+  Kind kind = Kind::kBeginning;
+  uint64_t position = 0;  // for kPosition
+};
+
+// "0000000000000000_0000000000000042" for position 42.
+std::string FormatOffset(uint64_t position);
+
+// Parses a token minted by FormatOffset, or the sentinels "-1" and "now". Anything else
+// (commas, spaces, wrong length, non-digits) is kInvalidArgument.
+Result<OffsetQuery> ParseOffset(std::string_view text);
+
+}  // namespace runnel::server
+
+#endif  // RUNNEL_SERVER_OFFSET_TOKEN_H_

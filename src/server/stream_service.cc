@@ -1,0 +1,1120 @@
+#include "server/stream_service.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "server/http_errors.h"
+#include "server/json_messages.h"
+#include "server/sse_format.h"
+
+namespace runnel::server {
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr uint64_t kMaxSafeInteger = (1ULL << 53) - 1;
+constexpr uint64_t kCursorEpochMs = 1728432000000ULL;  // 2024-10-09T00:00:00Z
+constexpr uint64_t kCursorIntervalMs = 20000;
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool IsTrue(std::optional<std::string_view> value) {
+  return value && EqualsIgnoreCase(*value, "true");
+}
+
+// A non-negative decimal integer without sign, leading zeros, point or exponent.
+std::optional<uint64_t> ParseCanonicalUint(std::string_view text, uint64_t max) {
+  if (text.empty() || text.size() > 16) return std::nullopt;
+  if (text.size() > 1 && text[0] == '0') return std::nullopt;
+  uint64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    value = value * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (value > max) return std::nullopt;
+  return value;
+}
+
+// Like ParseCanonicalUint but tolerates leading zeros (producer headers are integers).
+std::optional<uint64_t> ParseUint(std::string_view text, uint64_t max) {
+  if (text.empty() || text.size() > 19) return std::nullopt;
+  uint64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    value = value * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (value > max) return std::nullopt;
+  return value;
+}
+
+int DaysFromCivil(int y, unsigned m, unsigned d) {
+  y -= m <= 2;
+  const int era = (y >= 0 ? y : y - 399) / 400;
+  const unsigned yoe = static_cast<unsigned>(y - era * 400);
+  const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + static_cast<int>(doe) - 719468;
+}
+
+// RFC 3339 date-time: YYYY-MM-DDTHH:MM:SS[.frac](Z|+hh:mm|-hh:mm). Milliseconds since epoch.
+std::optional<int64_t> ParseRfc3339(std::string_view s) {
+  auto num = [&](size_t pos, size_t len) -> std::optional<int> {
+    if (pos + len > s.size()) return std::nullopt;
+    int v = 0;
+    for (size_t i = pos; i < pos + len; ++i) {
+      if (s[i] < '0' || s[i] > '9') return std::nullopt;
+      v = v * 10 + (s[i] - '0');
+    }
+    return v;
+  };
+  if (s.size() < 20) return std::nullopt;
+  auto year = num(0, 4), month = num(5, 2), day = num(8, 2), hour = num(11, 2), minute = num(14, 2),
+       second = num(17, 2);
+  if (!year || !month || !day || !hour || !minute || !second) return std::nullopt;
+  if (s[4] != '-' || s[7] != '-' || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') ||
+      s[13] != ':' || s[16] != ':') {
+    return std::nullopt;
+  }
+  if (*month < 1 || *month > 12 || *day < 1 || *day > 31 || *hour > 23 || *minute > 59 ||
+      *second > 60) {
+    return std::nullopt;
+  }
+  size_t pos = 19;
+  int64_t millis = 0;
+  if (pos < s.size() && s[pos] == '.') {
+    ++pos;
+    size_t start = pos;
+    int64_t scale = 100;
+    while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9') {
+      millis += (s[pos] - '0') * scale;
+      scale /= 10;
+      ++pos;
+    }
+    if (pos == start) return std::nullopt;
+  }
+  if (pos >= s.size()) return std::nullopt;
+  int64_t offset_minutes = 0;
+  if (s[pos] == 'Z' || s[pos] == 'z') {
+    ++pos;
+  } else if (s[pos] == '+' || s[pos] == '-') {
+    auto oh = num(pos + 1, 2), om = num(pos + 4, 2);
+    if (!oh || !om || pos + 3 >= s.size() || s[pos + 3] != ':') return std::nullopt;
+    offset_minutes = (*oh * 60 + *om) * (s[pos] == '-' ? -1 : 1);
+    pos += 6;
+  } else {
+    return std::nullopt;
+  }
+  if (pos != s.size()) return std::nullopt;
+  int64_t days = DaysFromCivil(*year, static_cast<unsigned>(*month), static_cast<unsigned>(*day));
+  int64_t secs = days * 86400 + *hour * 3600 + *minute * 60 + *second - offset_minutes * 60;
+  return secs * 1000 + millis;
+}
+
+uint64_t NowMs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+bool IsBase64ContentType(std::string_view content_type) {
+  std::string normalized = NormalizeContentType(content_type);
+  return !(normalized.starts_with("text/") || normalized == "application/json");
+}
+
+// The absolute URL of the request, for Location headers.
+std::string LocationOf(const HttpRequest& request) {
+  auto host = request.Header("host");
+  return "http://" + std::string(host ? *host : "localhost") + request.path;
+}
+
+HttpResponse Gone() {
+  HttpResponse r = StreamService::ErrorResponse(Status::NotFound("stream was deleted"));
+  r.status = 410;
+  return r;
+}
+
+// Position of the tail (the number of records ever appended, including trimmed ones).
+uint64_t TailPosition(const StreamInfo& info) { return info.next_offset - 1; }
+
+}  // namespace
+
+// Protocol metadata kept in the stream's attributes.
+struct StreamService::Meta {
+  std::optional<uint64_t> ttl_s;
+  std::optional<std::string> expires_at;
+  std::optional<int64_t> expires_at_ms;
+  std::optional<std::string> stream_seq;
+  std::optional<std::string> fork_ns;
+  std::optional<std::string> fork_name;
+  uint64_t fork_position = 0;
+  uint64_t fork_sub_offset = 0;
+  uint64_t fork_refs = 0;
+  bool soft_deleted = false;
+
+  static Meta Parse(std::string_view text) {
+    Meta m;
+    if (text.empty() || text == "{}") return m;
+    json j = json::parse(text.begin(), text.end(), nullptr, false);
+    if (!j.is_object()) return m;
+    if (j.contains("ttl_s")) m.ttl_s = j["ttl_s"].get<uint64_t>();
+    if (j.contains("expires_at")) m.expires_at = j["expires_at"].get<std::string>();
+    if (j.contains("expires_at_ms")) m.expires_at_ms = j["expires_at_ms"].get<int64_t>();
+    if (j.contains("stream_seq")) m.stream_seq = j["stream_seq"].get<std::string>();
+    if (j.contains("fork_ns")) m.fork_ns = j["fork_ns"].get<std::string>();
+    if (j.contains("fork_name")) m.fork_name = j["fork_name"].get<std::string>();
+    m.fork_position = j.value("fork_position", uint64_t{0});
+    m.fork_sub_offset = j.value("fork_sub_offset", uint64_t{0});
+    m.fork_refs = j.value("fork_refs", uint64_t{0});
+    m.soft_deleted = j.value("soft_deleted", false);
+    return m;
+  }
+
+  std::string Serialize() const {
+    json j = json::object();
+    if (ttl_s) j["ttl_s"] = *ttl_s;
+    if (expires_at) j["expires_at"] = *expires_at;
+    if (expires_at_ms) j["expires_at_ms"] = *expires_at_ms;
+    if (stream_seq) j["stream_seq"] = *stream_seq;
+    if (fork_ns) j["fork_ns"] = *fork_ns;
+    if (fork_name) j["fork_name"] = *fork_name;
+    if (fork_ns) j["fork_position"] = fork_position;
+    if (fork_sub_offset) j["fork_sub_offset"] = fork_sub_offset;
+    if (fork_refs) j["fork_refs"] = fork_refs;
+    if (soft_deleted) j["soft_deleted"] = true;
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+};
+
+struct StreamService::Found {
+  StreamInfo info;
+  Meta meta;
+};
+
+StreamService::StreamService(StreamRegistry registry, StreamServiceOptions options,
+                             Metrics* metrics)
+    : registry_(std::move(registry)), options_(options), metrics_(metrics) {}
+
+std::string StreamService::LaneKey(const StreamScope& scope, std::string_view name) {
+  std::string key = scope.Label();
+  key.push_back('\n');
+  key.append(name);
+  return key;
+}
+
+void StreamService::Defer(std::function<void()> fn) {
+  if (options_.executor) {
+    options_.executor(std::move(fn));
+  } else {
+    fn();
+  }
+}
+
+void StreamService::RunInLane(const std::string& key, std::function<void(Release)> op) {
+  {
+    std::lock_guard<std::mutex> lock(lanes_mu_);
+    auto& queue = lanes_[key];
+    queue.push_back(std::move(op));
+    if (queue.size() > 1) return;  // the op ahead of it starts it on release
+  }
+  StartLaneHead(key);
+}
+
+void StreamService::StartLaneHead(const std::string& key) {
+  std::function<void(Release)> op;
+  {
+    std::lock_guard<std::mutex> lock(lanes_mu_);
+    op = lanes_[key].front();
+  }
+  op([this, key]() {
+    bool more = false;
+    {
+      std::lock_guard<std::mutex> lock(lanes_mu_);
+      auto it = lanes_.find(key);
+      it->second.pop_front();
+      more = !it->second.empty();
+      if (!more) lanes_.erase(it);
+    }
+    if (more) StartLaneHead(key);
+  });
+}
+
+void StreamService::Touch(StreamId id) {
+  std::lock_guard<std::mutex> lock(access_mu_);
+  last_access_ms_[id] = NowMs();
+}
+
+bool StreamService::Expired(const StreamInfo& info, const Meta& meta) {
+  uint64_t now = NowMs();
+  if (meta.expires_at_ms && static_cast<int64_t>(now) >= *meta.expires_at_ms) return true;
+  if (meta.ttl_s) {
+    uint64_t last;
+    {
+      std::lock_guard<std::mutex> lock(access_mu_);
+      auto [it, inserted] = last_access_ms_.emplace(info.id, now);
+      last = it->second;
+    }
+    if (now >= last + *meta.ttl_s * 1000) return true;
+  }
+  return false;
+}
+
+Result<StreamService::Found> StreamService::Lookup(const StreamScope& scope,
+                                                   std::string_view name) {
+  auto info = registry_.store().GetStream(scope.Label(), name);
+  if (!info.ok()) {
+    if (info.status().code() == StatusCode::kNotFound) {
+      return Status::NotFound("stream '" + std::string(name) + "' does not exist");
+    }
+    return info.status();
+  }
+  Meta meta = Meta::Parse(info->spec.attributes);
+  Found found{std::move(*info), std::move(meta)};
+  if (!found.meta.soft_deleted && Expired(found.info, found.meta)) {
+    Status removed = Remove(found.info, found.meta);
+    (void)removed;
+    return Status::NotFound("stream '" + std::string(name) + "' has expired");
+  }
+  return found;
+}
+
+Status StreamService::UpdateMeta(StreamId id, const std::function<void(Meta*)>& change) {
+  std::lock_guard<std::mutex> lock(meta_mu_);
+  RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
+  Meta meta = Meta::Parse(info.spec.attributes);
+  change(&meta);
+  return registry_.store().UpdateStream(id, info.spec.retention, meta.Serialize());
+}
+
+Status StreamService::Remove(const StreamInfo& info, const Meta& meta) {
+  if (meta.fork_refs > 0) {
+    return UpdateMeta(info.id, [](Meta* m) { m->soft_deleted = true; });
+  }
+  RUNNEL_RETURN_IF_ERROR(registry_.store().DeleteStream(info.id));
+  {
+    std::lock_guard<std::mutex> lock(access_mu_);
+    last_access_ms_.erase(info.id);
+  }
+  if (!meta.fork_ns || !meta.fork_name) return Status::OK();
+  // Drop this fork's reference on its source; collect a soft-deleted source with no forks left.
+  auto source = registry_.store().GetStream(*meta.fork_ns, *meta.fork_name);
+  if (!source.ok()) return Status::OK();
+  uint64_t refs_left = 0;
+  bool soft_deleted = false;
+  RUNNEL_RETURN_IF_ERROR(UpdateMeta(source->id, [&](Meta* m) {
+    if (m->fork_refs > 0) --m->fork_refs;
+    refs_left = m->fork_refs;
+    soft_deleted = m->soft_deleted;
+  }));
+  if (soft_deleted && refs_left == 0) {
+    auto again = registry_.store().GetStreamById(source->id);
+    if (again.ok()) return Remove(*again, Meta::Parse(again->spec.attributes));
+  }
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Headers
+
+void StreamService::AddCommonHeaders(HttpResponse* r) {
+  r->Set("Access-Control-Allow-Origin", "*");
+  r->Set("Access-Control-Expose-Headers",
+         "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, "
+         "Stream-Expires-At, ETag, Location, Content-Type, Producer-Epoch, Producer-Seq, "
+         "Producer-Expected-Seq, Producer-Received-Seq, Stream-SSE-Data-Encoding");
+  r->Set("X-Content-Type-Options", "nosniff");
+  r->Set("Cross-Origin-Resource-Policy", "cross-origin");
+}
+
+HttpResponse StreamService::Preflight(const HttpRequest& request) {
+  HttpResponse r;
+  r.status = 204;
+  r.Set("Access-Control-Allow-Methods", "GET, HEAD, POST, PUT, DELETE, OPTIONS");
+  auto requested = request.Header("access-control-request-headers");
+  r.Set("Access-Control-Allow-Headers",
+        requested && !requested->empty()
+            ? std::string(*requested)
+            : std::string("Content-Type, Authorization, If-None-Match, Stream-Seq, Stream-TTL, "
+                          "Stream-Expires-At, Stream-Closed, Stream-Forked-From, "
+                          "Stream-Fork-Offset, Stream-Fork-Sub-Offset, Producer-Id, "
+                          "Producer-Epoch, Producer-Seq"));
+  r.Set("Access-Control-Max-Age", "86400");
+  return r;
+}
+
+HttpResponse StreamService::ErrorResponse(const Status& status) {
+  HttpResponse r;
+  r.status = HttpStatusFor(status);
+  r.Set("Content-Type", "application/json");
+  r.Set("Cache-Control", "no-store");
+  r.body = ErrorBody(status);
+  return r;
+}
+
+std::string StreamService::NextCursor(const std::optional<std::string>& client_cursor,
+                                      uint64_t now_ms) {
+  uint64_t current = now_ms > kCursorEpochMs ? (now_ms - kCursorEpochMs) / kCursorIntervalMs : 0;
+  if (client_cursor) {
+    auto client = ParseUint(*client_cursor, UINT64_MAX / 2);
+    if (client && *client >= current) {
+      thread_local std::mt19937_64 rng{std::random_device{}()};
+      // 1-3600 s of jitter, in whole intervals (at least one).
+      uint64_t jitter = 1 + rng() % (3600 / (kCursorIntervalMs / 1000));
+      return std::to_string(*client + jitter);
+    }
+  }
+  return std::to_string(current);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writes
+
+void StreamService::HandleWrite(const Route& route, HttpRequest request, Done done) {
+  auto shared = std::make_shared<HttpRequest>(std::move(request));
+  std::string key = LaneKey(route.scope, route.name);
+  if (shared->method == "POST") {
+    // Only validation that reads state it then changes needs the lane: Stream-Seq, closing and
+    // idempotent producers. A plain append relies on the store's own atomicity, so plain
+    // appends to one stream can share a group commit.
+    const bool needs_lane = shared->Header("stream-seq").has_value() ||
+                            IsTrue(shared->Header("stream-closed")) ||
+                            shared->Header("producer-id").has_value() ||
+                            shared->Header("producer-epoch").has_value() ||
+                            shared->Header("producer-seq").has_value();
+    if (!needs_lane) {
+      Append(route, *shared, [] {}, std::move(done));
+      return;
+    }
+  }
+  RunInLane(key, [this, route, shared, done = std::move(done)](Release release) mutable {
+    if (shared->method == "PUT") {
+      Create(route, *shared, std::move(release), std::move(done));
+    } else if (shared->method == "POST") {
+      Append(route, *shared, std::move(release), std::move(done));
+    } else {
+      Delete(route, std::move(release), std::move(done));
+    }
+  });
+}
+
+void StreamService::Delete(const Route& route, Release release, Done done) {
+  auto found = Lookup(route.scope, route.name);
+  HttpResponse response;
+  if (!found.ok()) {
+    response = ErrorResponse(found.status());
+  } else if (found->meta.soft_deleted) {
+    response = Gone();
+  } else {
+    Status removed = Remove(found->info, found->meta);
+    if (removed.ok()) {
+      response.status = 204;
+    } else {
+      response = ErrorResponse(removed);
+    }
+  }
+  release();
+  done(std::move(response));
+}
+
+namespace {
+
+struct CreateConfig {
+  std::optional<std::string> content_type;
+  std::optional<uint64_t> ttl_s;
+  std::optional<std::string> expires_at;
+  std::optional<int64_t> expires_at_ms;
+  bool closed = false;
+  std::optional<std::string> fork_from;
+  std::optional<std::string> fork_offset;
+  uint64_t fork_sub_offset = 0;
+  bool has_sub_offset = false;
+};
+
+Result<CreateConfig> ParseCreateConfig(const HttpRequest& request) {
+  CreateConfig c;
+  if (auto ct = request.Header("content-type"); ct && !ct->empty()) c.content_type = std::string(*ct);
+  auto ttl = request.Header("stream-ttl");
+  auto expires = request.Header("stream-expires-at");
+  if (ttl && expires) {
+    return Status::InvalidArgument("Stream-TTL and Stream-Expires-At are mutually exclusive");
+  }
+  if (ttl) {
+    c.ttl_s = ParseCanonicalUint(*ttl, kMaxSafeInteger);
+    if (!c.ttl_s) return Status::InvalidArgument("Stream-TTL must be a non-negative integer");
+  }
+  if (expires) {
+    c.expires_at_ms = ParseRfc3339(*expires);
+    if (!c.expires_at_ms) return Status::InvalidArgument("Stream-Expires-At must be RFC 3339");
+    c.expires_at = std::string(*expires);
+  }
+  c.closed = IsTrue(request.Header("stream-closed"));
+  if (auto from = request.Header("stream-forked-from")) c.fork_from = std::string(*from);
+  if (auto off = request.Header("stream-fork-offset")) c.fork_offset = std::string(*off);
+  if (auto sub = request.Header("stream-fork-sub-offset")) {
+    auto parsed = ParseUint(*sub, kMaxSafeInteger);
+    if (!parsed) return Status::InvalidArgument("Stream-Fork-Sub-Offset must be a non-negative integer");
+    c.fork_sub_offset = *parsed;
+    c.has_sub_offset = true;
+  }
+  if (!c.fork_from && (c.fork_offset || c.has_sub_offset)) {
+    return Status::InvalidArgument("fork headers require Stream-Forked-From");
+  }
+  return c;
+}
+
+}  // namespace
+
+void StreamService::Create(const Route& route, const HttpRequest& request, Release release,
+                           Done done) {
+  auto finish = [&](HttpResponse r) {
+    release();
+    done(std::move(r));
+  };
+  auto config_or = ParseCreateConfig(request);
+  if (!config_or.ok()) return finish(ErrorResponse(config_or.status()));
+  CreateConfig config = std::move(*config_or);
+
+  // Resolve the fork source first: an idempotent re-create compares against it too.
+  std::optional<Found> source;
+  std::optional<StreamScope> source_scope;
+  std::string source_name;
+  if (config.fork_from) {
+    auto decoded = PercentDecode(*config.fork_from, false);
+    Route src = ParseRoute(decoded ? *decoded : *config.fork_from, route.scope.tenant().has_value());
+    if (src.kind != Route::Kind::kStream) {
+      return finish(ErrorResponse(Status::NotFound("fork source does not exist")));
+    }
+    source_scope = src.scope;
+    source_name = src.name;
+  }
+
+  auto existing = Lookup(route.scope, route.name);
+  if (existing.ok()) {
+    const Found& f = *existing;
+    if (f.meta.soft_deleted) {
+      return finish(ErrorResponse(
+          Status::AlreadyExists("a deleted stream with live forks still holds this path")));
+    }
+    bool same = true;
+    std::string want_ct = config.content_type ? NormalizeContentType(*config.content_type)
+                          : config.fork_from  ? NormalizeContentType(f.info.spec.content_type)
+                                              : std::string("application/octet-stream");
+    same = same && want_ct == NormalizeContentType(f.info.spec.content_type);
+    if (!config.fork_from || config.ttl_s || config.expires_at) {
+      same = same && config.ttl_s == f.meta.ttl_s && config.expires_at_ms == f.meta.expires_at_ms;
+    }
+    same = same && config.closed == f.info.closed;
+    if (config.fork_from) {
+      same = same && f.meta.fork_ns == source_scope->Label() && f.meta.fork_name == source_name;
+      if (config.fork_offset) {
+        auto q = ParseOffset(*config.fork_offset);
+        same = same && q.ok() && q->kind == OffsetQuery::Kind::kPosition &&
+               q->position == f.meta.fork_position;
+      }
+      same = same && config.fork_sub_offset == f.meta.fork_sub_offset;
+    } else {
+      same = same && !f.meta.fork_ns;
+    }
+    if (!same) {
+      return finish(ErrorResponse(Status::AlreadyExists(
+          "stream '" + route.name + "' already exists with a different configuration")));
+    }
+    HttpResponse r;
+    r.status = 200;
+    r.Set("Content-Type", f.info.spec.content_type);
+    r.Set("Stream-Next-Offset", FormatOffset(TailPosition(f.info)));
+    if (f.info.closed) r.Set("Stream-Closed", "true");
+    return finish(std::move(r));
+  }
+  if (existing.status().code() != StatusCode::kNotFound) {
+    return finish(ErrorResponse(existing.status()));
+  }
+
+  Meta meta;
+  meta.ttl_s = config.ttl_s;
+  meta.expires_at = config.expires_at;
+  meta.expires_at_ms = config.expires_at_ms;
+  std::string content_type =
+      config.content_type ? *config.content_type : std::string("application/octet-stream");
+  std::vector<AppendRecord> inherited;
+  uint64_t first_offset = 1;
+
+  if (config.fork_from) {
+    auto src = Lookup(*source_scope, source_name);
+    if (!src.ok()) return finish(ErrorResponse(src.status()));
+    if (src->meta.soft_deleted) {
+      return finish(ErrorResponse(Status::FailedPrecondition("fork source was deleted")));
+    }
+    source = std::move(*src);
+    const StreamInfo& sinfo = source->info;
+    if (config.content_type &&
+        NormalizeContentType(*config.content_type) != NormalizeContentType(sinfo.spec.content_type)) {
+      return finish(ErrorResponse(
+          Status::AlreadyExists("fork content type differs from the source stream's")));
+    }
+    content_type = sinfo.spec.content_type;
+    uint64_t position = TailPosition(sinfo);
+    if (config.fork_offset) {
+      auto q = ParseOffset(*config.fork_offset);
+      if (!q.ok()) return finish(ErrorResponse(q.status()));
+      if (q->kind == OffsetQuery::Kind::kBeginning) position = 0;
+      if (q->kind == OffsetQuery::Kind::kPosition) position = q->position;
+      if (position > TailPosition(sinfo)) {
+        return finish(ErrorResponse(
+            Status::InvalidArgument("Stream-Fork-Offset is beyond the source stream's tail")));
+      }
+    }
+    if (!config.ttl_s && !config.expires_at) {
+      meta.ttl_s = source->meta.ttl_s;
+      meta.expires_at = source->meta.expires_at;
+      meta.expires_at_ms = source->meta.expires_at_ms;
+    }
+    meta.fork_ns = source_scope->Label();
+    meta.fork_name = source_name;
+    meta.fork_position = position;
+    meta.fork_sub_offset = config.fork_sub_offset;
+    // Copy the inherited records.
+    uint64_t from = 1;
+    bool first = true;
+    while (from <= position) {
+      auto page = registry_.store().Read(sinfo.id, from, StreamRegistry::kMaxReadLimit,
+                                         StreamRegistry::kMaxReadBytes);
+      if (!page.ok()) return finish(ErrorResponse(page.status()));
+      if (page->empty()) break;
+      for (StoredRecord& rec : *page) {
+        if (rec.offset > position) break;
+        if (first) {
+          first_offset = rec.offset;
+          first = false;
+        }
+        inherited.push_back(AppendRecord{std::move(rec.key), std::move(rec.payload)});
+      }
+      from = page->back().offset + 1;
+    }
+    if (first) first_offset = position + 1;
+    if (config.fork_sub_offset > 0) {
+      bool json_mode = IsJsonContentType(content_type);
+      if (json_mode) {
+        if (config.fork_sub_offset > TailPosition(sinfo) - position) {
+          return finish(ErrorResponse(
+              Status::InvalidArgument("Stream-Fork-Sub-Offset is past the source's data")));
+        }
+        auto extra = registry_.store().Read(sinfo.id, position + 1, config.fork_sub_offset,
+                                            StreamRegistry::kMaxReadBytes);
+        if (!extra.ok()) return finish(ErrorResponse(extra.status()));
+        for (StoredRecord& rec : *extra) {
+          inherited.push_back(AppendRecord{std::move(rec.key), std::move(rec.payload)});
+        }
+      } else {
+        auto next = registry_.store().ReadAt(sinfo.id, position + 1);
+        if (!next.ok()) return finish(ErrorResponse(next.status()));
+        if (!*next || (*next)->payload.size() < config.fork_sub_offset) {
+          return finish(ErrorResponse(
+              Status::InvalidArgument("Stream-Fork-Sub-Offset is past the next data boundary")));
+        }
+        inherited.push_back(
+            AppendRecord{std::nullopt, (*next)->payload.substr(0, config.fork_sub_offset)});
+      }
+    }
+  }
+
+  std::vector<AppendRecord> initial;
+  if (IsJsonContentType(content_type)) {
+    if (!request.body.empty()) {
+      auto messages = SplitJsonMessages(request.body, /*allow_empty_array=*/true);
+      if (!messages.ok()) return finish(ErrorResponse(messages.status()));
+      for (std::string& m : *messages) initial.push_back(AppendRecord{std::nullopt, std::move(m)});
+    }
+  } else if (!request.body.empty()) {
+    initial.push_back(AppendRecord{std::nullopt, request.body});
+  }
+
+  CreateStreamOptions options;
+  options.content_type = content_type;
+  options.attributes = meta.Serialize();
+  options.first_offset = first_offset;
+  Status created = registry_.CreateStream(route.scope, route.name, options);
+  if (!created.ok()) return finish(ErrorResponse(created));
+  auto info = registry_.store().GetStream(route.scope.Label(), route.name);
+  if (!info.ok()) return finish(ErrorResponse(info.status()));
+  Touch(info->id);
+
+  if (source) {
+    Status counted = UpdateMeta(source->info.id, [](Meta* m) { ++m->fork_refs; });
+    if (!counted.ok()) return finish(ErrorResponse(counted));
+  }
+  // Inherited records and the initial body commit as one atomic batch.
+  std::vector<AppendRecord> batch = std::move(inherited);
+  batch.insert(batch.end(), std::make_move_iterator(initial.begin()),
+               std::make_move_iterator(initial.end()));
+  bool close = config.closed;
+  if (batch.empty() && !close) {
+    HttpResponse r;
+    r.status = 201;
+    r.Set("Location", LocationOf(request));
+    r.Set("Content-Type", content_type);
+    r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
+    return finish(std::move(r));
+  }
+  AppendOptions append_options;
+  append_options.close = close;
+  std::string path = LocationOf(request);
+  registry_.AppendBatchAsync(
+      route.scope, route.name, std::move(batch), append_options,
+      [this, release = std::move(release), done = std::move(done), content_type, close,
+       path](Result<AppendResult> result) mutable {
+        Defer([release = std::move(release), done = std::move(done), content_type, close, path,
+               result = std::move(result)]() mutable {
+        HttpResponse r;
+        if (!result.ok()) {
+          r = ErrorResponse(result.status());
+        } else {
+          r.status = 201;
+          r.Set("Location", path);
+          r.Set("Content-Type", content_type);
+          r.Set("Stream-Next-Offset", FormatOffset(result->next_offset - 1));
+          if (close) r.Set("Stream-Closed", "true");
+        }
+        release();
+        done(std::move(r));
+        });
+      });
+}
+
+void StreamService::Append(const Route& route, const HttpRequest& request, Release release,
+                           Done done) {
+  auto finish = [&](HttpResponse r) {
+    release();
+    done(std::move(r));
+  };
+  const bool close = IsTrue(request.Header("stream-closed"));
+  auto pid = request.Header("producer-id");
+  auto pepoch = request.Header("producer-epoch");
+  auto pseq = request.Header("producer-seq");
+  std::optional<ProducerState> producer;
+  if (pid || pepoch || pseq) {
+    if (!pid || !pepoch || !pseq) {
+      return finish(ErrorResponse(Status::InvalidArgument(
+          "Producer-Id, Producer-Epoch and Producer-Seq must be sent together")));
+    }
+    auto epoch = ParseUint(*pepoch, kMaxSafeInteger);
+    auto seq = ParseUint(*pseq, kMaxSafeInteger);
+    if (pid->empty() || !epoch || !seq) {
+      return finish(ErrorResponse(Status::InvalidArgument(
+          "Producer-Id must be non-empty; Producer-Epoch and Producer-Seq integers <= 2^53-1")));
+    }
+    producer = ProducerState{std::string(*pid), *epoch, *seq, 0};
+  }
+
+  auto found = Lookup(route.scope, route.name);
+  if (!found.ok()) return finish(ErrorResponse(found.status()));
+  if (found->meta.soft_deleted) return finish(Gone());
+  const StreamInfo& info = found->info;
+  Touch(info.id);
+
+  auto producer_headers = [](HttpResponse* r, uint64_t epoch, uint64_t seq) {
+    r->Set("Producer-Epoch", std::to_string(epoch));
+    r->Set("Producer-Seq", std::to_string(seq));
+  };
+
+  std::optional<ProducerState> stored;
+  if (producer) {
+    auto state = registry_.store().GetProducer(info.id, producer->producer_id);
+    if (!state.ok()) return finish(ErrorResponse(state.status()));
+    stored = *state;
+  }
+
+  if (info.closed) {
+    HttpResponse r;
+    if (producer && stored && producer->epoch == stored->epoch && producer->seq <= stored->seq) {
+      r.status = 204;
+      producer_headers(&r, stored->epoch, stored->seq);
+    } else if (request.body.empty() && close) {
+      r.status = 204;
+    } else {
+      r = ErrorResponse(Status::FailedPrecondition("stream is closed"));
+    }
+    r.Set("Stream-Next-Offset", FormatOffset(TailPosition(info)));
+    r.Set("Stream-Closed", "true");
+    return finish(std::move(r));
+  }
+
+  if (request.body.empty() && !close) {
+    return finish(ErrorResponse(Status::InvalidArgument("an append needs a body")));
+  }
+  const bool json_mode = IsJsonContentType(info.spec.content_type);
+  if (!request.body.empty()) {
+    auto ct = request.Header("content-type");
+    if (!ct || ct->empty()) {
+      return finish(ErrorResponse(Status::InvalidArgument("Content-Type is required")));
+    }
+    if (NormalizeContentType(*ct) != NormalizeContentType(info.spec.content_type)) {
+      return finish(ErrorResponse(Status::Conflict(
+          "Content-Type does not match the stream's", 0, 0)));
+    }
+  }
+
+  if (producer) {
+    if (stored && producer->epoch < stored->epoch) {
+      HttpResponse r = ErrorResponse(Status::PermissionDenied("stale producer epoch"));
+      r.Set("Producer-Epoch", std::to_string(stored->epoch));
+      return finish(std::move(r));
+    }
+    bool new_epoch = !stored || producer->epoch > stored->epoch;
+    if (new_epoch) {
+      if (producer->seq != 0) {
+        if (stored) {
+          return finish(ErrorResponse(
+              Status::InvalidArgument("a new producer epoch must start at Producer-Seq 0")));
+        }
+        HttpResponse r = ErrorResponse(Status::Conflict("producer sequence gap", 0, producer->seq));
+        r.Set("Producer-Expected-Seq", "0");
+        r.Set("Producer-Received-Seq", std::to_string(producer->seq));
+        return finish(std::move(r));
+      }
+    } else if (producer->seq <= stored->seq) {
+      HttpResponse r;
+      r.status = 204;
+      producer_headers(&r, stored->epoch, stored->seq);
+      r.Set("Stream-Next-Offset", FormatOffset(TailPosition(info)));
+      return finish(std::move(r));
+    } else if (producer->seq > stored->seq + 1) {
+      HttpResponse r = ErrorResponse(
+          Status::Conflict("producer sequence gap", stored->seq + 1, producer->seq));
+      r.Set("Producer-Expected-Seq", std::to_string(stored->seq + 1));
+      r.Set("Producer-Received-Seq", std::to_string(producer->seq));
+      return finish(std::move(r));
+    }
+  }
+
+  std::optional<std::string> stream_seq;
+  if (auto seq = request.Header("stream-seq")) {
+    stream_seq = std::string(*seq);
+    if (found->meta.stream_seq && *stream_seq <= *found->meta.stream_seq) {
+      return finish(ErrorResponse(
+          Status::Conflict("Stream-Seq must increase (last '" + *found->meta.stream_seq + "')", 0,
+                           0)));
+    }
+  }
+
+  std::vector<AppendRecord> records;
+  if (!request.body.empty()) {
+    if (json_mode) {
+      auto messages = SplitJsonMessages(request.body, /*allow_empty_array=*/false);
+      if (!messages.ok()) return finish(ErrorResponse(messages.status()));
+      records.reserve(messages->size());
+      for (std::string& m : *messages) records.push_back(AppendRecord{std::nullopt, std::move(m)});
+    } else {
+      records.push_back(AppendRecord{std::nullopt, request.body});
+    }
+  }
+
+  AppendOptions options;
+  options.producer = producer;
+  options.close = close;
+  const bool empty = records.empty();
+  auto started = std::chrono::steady_clock::now();
+  StreamId id = info.id;
+  registry_.AppendBatchAsync(
+      route.scope, route.name, std::move(records), options,
+      [this, release = std::move(release), done = std::move(done), producer, close, stream_seq,
+       id, started, empty](Result<AppendResult> result) mutable {
+        Defer([this, release = std::move(release), done = std::move(done), producer, close,
+               stream_seq, id, started, empty, result = std::move(result)]() mutable {
+        HttpResponse r;
+        if (!result.ok()) {
+          r = ErrorResponse(result.status());
+          if (result.status().code() == StatusCode::kFailedPrecondition) {
+            // Closed by a concurrent request after our check.
+            r.Set("Stream-Closed", "true");
+            if (auto info = registry_.store().GetStreamById(id); info.ok()) {
+              r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
+            }
+          }
+        } else {
+          if (stream_seq) {
+            Status saved = UpdateMeta(id, [&](Meta* m) { m->stream_seq = stream_seq; });
+            (void)saved;
+          }
+          r.status = producer && !empty ? 200 : 204;
+          r.Set("Stream-Next-Offset", FormatOffset(result->next_offset - 1));
+          if (close) r.Set("Stream-Closed", "true");
+          if (producer) {
+            r.Set("Producer-Epoch", std::to_string(producer->epoch));
+            r.Set("Producer-Seq", std::to_string(producer->seq));
+          }
+          if (metrics_) {
+            metrics_->ObserveAppendLatency(static_cast<uint64_t>(
+                std::chrono::duration_cast<std::chrono::microseconds>(
+                    std::chrono::steady_clock::now() - started)
+                    .count()));
+          }
+        }
+        release();
+        done(std::move(r));
+        });
+      });
+}
+
+// ---------------------------------------------------------------------------------------------
+// HEAD, listing and reads
+
+HttpResponse StreamService::HandleList(const Route& route, const HttpRequest& request) {
+  std::string prefix(request.Query("prefix").value_or(""));
+  std::string after(request.Query("after").value_or(""));
+  size_t limit = 1000;
+  if (auto l = request.Query("limit")) {
+    auto parsed = ParseCanonicalUint(*l, 10000);
+    if (!parsed || *parsed == 0) {
+      return ErrorResponse(Status::InvalidArgument("limit must be an integer in 1..10000"));
+    }
+    limit = *parsed;
+  }
+  json streams = json::array();
+  std::string cursor = after;
+  bool more = false;
+  while (streams.size() < limit) {
+    auto page = registry_.store().ListStreams(route.scope.Label(), cursor, 1000);
+    if (!page.ok()) return ErrorResponse(page.status());
+    if (page->empty()) break;
+    for (const StreamInfo& info : *page) {
+      cursor = info.spec.name;
+      if (!info.spec.name.starts_with(prefix)) {
+        if (info.spec.name > prefix) {
+          page->clear();
+          break;
+        }
+        continue;
+      }
+      Meta meta = Meta::Parse(info.spec.attributes);
+      if (meta.soft_deleted || Expired(info, meta)) continue;
+      if (streams.size() == limit) {
+        more = true;
+        break;
+      }
+      streams.push_back({{"name", info.spec.name},
+                         {"content_type", info.spec.content_type},
+                         {"next_offset", FormatOffset(TailPosition(info))},
+                         {"closed", info.closed},
+                         {"event_count", info.event_count},
+                         {"retained_bytes", info.retained_bytes}});
+    }
+    if (more || page->empty()) break;
+  }
+  json body = {{"streams", streams}};
+  if (more && !streams.empty()) body["next_after"] = streams.back()["name"];
+  HttpResponse r;
+  r.Set("Content-Type", "application/json");
+  r.Set("Cache-Control", "no-store");
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
+}
+
+HttpResponse StreamService::HandleHead(const Route& route, const HttpRequest&) {
+  auto found = Lookup(route.scope, route.name);
+  if (!found.ok()) {
+    HttpResponse r = ErrorResponse(found.status());
+    r.body.clear();
+    return r;
+  }
+  if (found->meta.soft_deleted) {
+    HttpResponse r = Gone();
+    r.body.clear();
+    return r;
+  }
+  HttpResponse r;
+  r.status = 200;
+  r.Set("Content-Type", found->info.spec.content_type);
+  r.Set("Stream-Next-Offset", FormatOffset(TailPosition(found->info)));
+  if (found->meta.ttl_s) r.Set("Stream-TTL", std::to_string(*found->meta.ttl_s));
+  if (found->meta.expires_at) r.Set("Stream-Expires-At", *found->meta.expires_at);
+  if (found->info.closed) r.Set("Stream-Closed", "true");
+  r.Set("Cache-Control", "no-store");
+  return r;
+}
+
+std::optional<ReadState> StreamService::BeginRead(const Route& route, const HttpRequest& request,
+                                                  HttpResponse* error) {
+  ReadState state;
+  auto live = request.Query("live");
+  if (live) {
+    if (*live == "long-poll") {
+      state.mode = LiveMode::kLongPoll;
+    } else if (*live == "sse") {
+      state.mode = LiveMode::kSse;
+    } else {
+      *error = ErrorResponse(Status::InvalidArgument("live must be 'long-poll' or 'sse'"));
+      return std::nullopt;
+    }
+  }
+  OffsetQuery query;
+  auto offset = request.Query("offset");
+  if (offset) {
+    auto parsed = ParseOffset(*offset);
+    if (!parsed.ok()) {
+      *error = ErrorResponse(parsed.status());
+      return std::nullopt;
+    }
+    query = *parsed;
+  } else if (state.mode != LiveMode::kNone) {
+    *error = ErrorResponse(Status::InvalidArgument("live reads need an offset"));
+    return std::nullopt;
+  }
+  auto found = Lookup(route.scope, route.name);
+  if (!found.ok()) {
+    *error = ErrorResponse(found.status());
+    return std::nullopt;
+  }
+  if (found->meta.soft_deleted) {
+    *error = Gone();
+    return std::nullopt;
+  }
+  const StreamInfo& info = found->info;
+  Touch(info.id);
+  state.scope = route.scope;
+  state.name = route.name;
+  state.id = info.id;
+  state.content_type = info.spec.content_type;
+  state.json = IsJsonContentType(info.spec.content_type);
+  state.base64 = IsBase64ContentType(info.spec.content_type);
+  switch (query.kind) {
+    case OffsetQuery::Kind::kBeginning:
+      state.position = 0;
+      break;
+    case OffsetQuery::Kind::kNow:
+      state.position = TailPosition(info);
+      state.offset_now = true;
+      break;
+    case OffsetQuery::Kind::kPosition:
+      if (query.position > TailPosition(info)) {
+        *error = ErrorResponse(Status::InvalidArgument("offset is beyond the stream's tail"));
+        return std::nullopt;
+      }
+      state.position = query.position;
+      break;
+  }
+  if (auto cursor = request.Query("cursor")) state.client_cursor = std::string(*cursor);
+  if (auto inm = request.Header("if-none-match")) state.if_none_match = std::string(*inm);
+  return state;
+}
+
+ReadChunk StreamService::Read(const ReadState& state) {
+  ReadChunk chunk;
+  chunk.start = state.position;
+  chunk.next = state.position;
+  auto records = registry_.store().Read(state.id, state.position + 1,
+                                        StreamRegistry::kMaxReadLimit, options_.max_read_bytes);
+  auto info = registry_.store().GetStreamById(state.id);
+  if (!info.ok() || !records.ok()) {
+    chunk.gone = true;
+    return chunk;
+  }
+  if (state.offset_now && state.mode == LiveMode::kNone) records->clear();
+  for (StoredRecord& rec : *records) {
+    chunk.next = rec.offset;
+    chunk.records.push_back(std::move(rec.payload));
+  }
+  chunk.up_to_date = chunk.next >= TailPosition(*info);
+  chunk.closed = info->closed && chunk.up_to_date;
+  return chunk;
+}
+
+namespace {
+std::string ReadBody(const ReadState& state, const ReadChunk& chunk) {
+  if (state.json) {
+    std::vector<std::string_view> views(chunk.records.begin(), chunk.records.end());
+    return JoinJsonMessages(views);
+  }
+  size_t total = 0;
+  for (const auto& r : chunk.records) total += r.size();
+  std::string body;
+  body.reserve(total);
+  for (const auto& r : chunk.records) body += r;
+  return body;
+}
+}  // namespace
+
+HttpResponse StreamService::ReadResponse(const ReadState& state, const ReadChunk& chunk) {
+  HttpResponse r;
+  if (chunk.gone) return ErrorResponse(Status::NotFound("stream was deleted"));
+  r.status = 200;
+  r.Set("Content-Type", state.content_type);
+  r.Set("Stream-Next-Offset", FormatOffset(chunk.next));
+  if (chunk.up_to_date) r.Set("Stream-Up-To-Date", "true");
+  if (chunk.closed) r.Set("Stream-Closed", "true");
+  if (state.mode != LiveMode::kNone && !chunk.closed) {
+    r.Set("Stream-Cursor", NextCursor(state.client_cursor, NowMs()));
+  }
+  if (state.offset_now) {
+    r.Set("Cache-Control", "no-store");
+  } else {
+    std::string etag = "\"" + std::to_string(state.id) + ":" + std::to_string(chunk.start) + ":" +
+                       std::to_string(chunk.next) + (chunk.closed ? ":c" : "") + "\"";
+    r.Set("ETag", etag);
+    r.Set("Cache-Control", "public, max-age=60, stale-while-revalidate=300");
+    if (state.if_none_match && *state.if_none_match == etag) {
+      r.status = 304;
+      return r;
+    }
+  }
+  r.body = ReadBody(state, chunk);
+  return r;
+}
+
+HttpResponse StreamService::LongPollEmptyResponse(const ReadState& state, const ReadChunk& chunk) {
+  if (chunk.gone) return ErrorResponse(Status::NotFound("stream was deleted"));
+  HttpResponse r;
+  r.status = 204;
+  r.Set("Stream-Next-Offset", FormatOffset(chunk.next));
+  r.Set("Stream-Up-To-Date", "true");
+  if (chunk.closed) {
+    r.Set("Stream-Closed", "true");
+  } else {
+    r.Set("Stream-Cursor", NextCursor(state.client_cursor, NowMs()));
+  }
+  r.Set("Cache-Control", "no-store");
+  return r;
+}
+
+HttpResponse StreamService::SseHeaders(const ReadState& state) {
+  HttpResponse r;
+  r.status = 200;
+  r.Set("Content-Type", "text/event-stream");
+  r.Set("Cache-Control", "no-cache");
+  if (state.base64) r.Set("Stream-SSE-Data-Encoding", "base64");
+  return r;
+}
+
+std::string StreamService::SseEvents(const ReadState& state, const ReadChunk& chunk) {
+  std::string out;
+  if (!chunk.records.empty()) {
+    std::string body = ReadBody(state, chunk);
+    AppendSseDataEvent(state.base64 ? Base64Encode(body) : body, &out);
+  }
+  json control = json::object();
+  control["streamNextOffset"] = FormatOffset(chunk.next);
+  if (!chunk.closed) control["streamCursor"] = NextCursor(state.client_cursor, NowMs());
+  if (chunk.up_to_date) control["upToDate"] = true;
+  if (chunk.closed) control["streamClosed"] = true;
+  AppendSseEvent("control", control.dump(), &out);
+  return out;
+}
+
+Result<Subscription> StreamService::Watch(const ReadState& state, std::function<void()> on_hint) {
+  return registry_.Subscribe(state.scope, state.name, "", std::nullopt, std::move(on_hint));
+}
+
+}  // namespace runnel::server

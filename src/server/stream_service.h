@@ -1,0 +1,173 @@
+// StreamService: the Durable Streams protocol (PROTOCOL.md) over a StreamRegistry, independent
+// of any HTTP library. The Beast adapter parses requests into HttpRequest values, calls the
+// methods here and writes the HttpResponse values back; live reads (long-poll, SSE) are driven
+// by the adapter with BeginRead / ReadChunk / Watch.
+//
+// Mapping onto the registry:
+// - a protocol stream is a registry stream in the route's scope; each POST body (or each
+//   message of a JSON-mode body) is one record, so a stream position (see offset_token.h) is a
+//   record count;
+// - protocol metadata (TTL, Expires-At, last Stream-Seq, fork origin, fork reference count,
+//   soft deletion) lives in the stream's opaque attributes as JSON;
+// - idempotent producer state is the store's ProducerState, committed atomically with the
+//   records through AppendOptions::producer; Stream-Seq is written to the attributes after the
+//   append commits (a crash in between can forget the last Stream-Seq);
+// - forks copy the inherited records into the new stream at the same offsets.
+//
+// Writes to one stream that validate against state they then change (PUT, DELETE, and POSTs
+// with Stream-Seq, Stream-Closed or producer headers) are serialised in a per-stream lane, so
+// producer and Stream-Seq validation see a stable state (PROTOCOL.md 5.2.1 "Concurrency
+// Requirements"). Plain appends skip the lane and rely on the store's atomic appends (a close
+// that lands first makes them fail with 409 + Stream-Closed).
+//
+// Thread-safety: every method may be called from any thread concurrently. Callbacks passed to
+// HandleWrite run exactly once, on an arbitrary thread (possibly before HandleWrite returns).
+#ifndef RUNNEL_SERVER_STREAM_SERVICE_H_
+#define RUNNEL_SERVER_STREAM_SERVICE_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "runnel/registry.h"
+#include "server/http_types.h"
+#include "server/metrics.h"
+#include "server/offset_token.h"
+
+namespace runnel::server {
+
+struct StreamServiceOptions {
+  // How long a long-poll waits before answering 204.
+  uint64_t long_poll_timeout_ms = 20000;
+  // The most body bytes one catch-up response carries (at least one record is always sent).
+  size_t max_read_bytes = 1u << 20;
+  // Runs continuations of store callbacks. Store callbacks may run on a store's writer thread,
+  // where calling back into the store (or starting the next queued write) could deadlock or
+  // stall group commit, so the service hands that work to this executor. Null runs it inline
+  // (fine for the memory store and tests).
+  std::function<void(std::function<void()>)> executor;
+};
+
+enum class LiveMode { kNone, kLongPoll, kSse };
+
+// A read in progress: the stream, where the reader is, and how it reads.
+struct ReadState {
+  StreamScope scope = StreamScope::Global();
+  std::string name;
+  StreamId id = 0;
+  std::string content_type;
+  bool json = false;
+  // SSE data events are base64 for content types other than text/* and application/json.
+  bool base64 = false;
+  LiveMode mode = LiveMode::kNone;
+  bool offset_now = false;
+  uint64_t position = 0;
+  std::optional<std::string> client_cursor;
+  std::optional<std::string> if_none_match;
+};
+
+// One read from a ReadState's position.
+struct ReadChunk {
+  // Set when the stream vanished (deleted or expired) since BeginRead.
+  bool gone = false;
+  // The records read, each as stored (a JSON message or a slice of bytes).
+  std::vector<std::string> records;
+  uint64_t start = 0;
+  uint64_t next = 0;
+  bool up_to_date = false;
+  // Closed and this chunk reaches the final offset.
+  bool closed = false;
+};
+
+class StreamService {
+ public:
+  using Done = std::function<void(HttpResponse)>;
+
+  StreamService(StreamRegistry registry, StreamServiceOptions options, Metrics* metrics);
+  StreamService(const StreamService&) = delete;
+  StreamService& operator=(const StreamService&) = delete;
+
+  const StreamServiceOptions& options() const { return options_; }
+  StreamRegistry& registry() { return registry_; }
+
+  // PUT (create/fork), POST (append/close) and DELETE. `done` runs exactly once.
+  void HandleWrite(const Route& route, HttpRequest request, Done done);
+  // GET /v1/streams?prefix=&after=&limit= (runnel extension): streams of the route's scope in
+  // name order as {"streams":[{name, content_type, next_offset, closed, ...}], "next_after"}.
+  HttpResponse HandleList(const Route& route, const HttpRequest& request);
+  // HEAD.
+  HttpResponse HandleHead(const Route& route, const HttpRequest& request);
+
+  // GET: validates the request and positions the reader. On failure, `error` holds the response
+  // to send and the result is nullopt.
+  std::optional<ReadState> BeginRead(const Route& route, const HttpRequest& request,
+                                     HttpResponse* error);
+  // Reads what is available at state.position (does not advance it).
+  ReadChunk Read(const ReadState& state);
+  // A 200 (or 304) response for a catch-up or long-poll read that has data or is catch-up.
+  HttpResponse ReadResponse(const ReadState& state, const ReadChunk& chunk);
+  // The 204 a long-poll answers on timeout or on a closed stream at its tail.
+  HttpResponse LongPollEmptyResponse(const ReadState& state, const ReadChunk& chunk);
+  // Headers of an SSE response (status 200, body empty).
+  HttpResponse SseHeaders(const ReadState& state);
+  // "event: data" (when the chunk has records) followed by "event: control".
+  std::string SseEvents(const ReadState& state, const ReadChunk& chunk);
+  // Wakes `on_hint` (from a store thread) when the stream may have moved.
+  Result<Subscription> Watch(const ReadState& state, std::function<void()> on_hint);
+
+  // The cursor for a live response (PROTOCOL.md 10.1).
+  static std::string NextCursor(const std::optional<std::string>& client_cursor, uint64_t now_ms);
+
+  // Headers every response carries (CORS exposure, browser security).
+  static void AddCommonHeaders(HttpResponse* response);
+  // CORS preflight.
+  static HttpResponse Preflight(const HttpRequest& request);
+  // An error response with the JSON body from the one Status mapping.
+  static HttpResponse ErrorResponse(const Status& status);
+
+ private:
+  struct Meta;
+  struct Found;
+  using Release = std::function<void()>;
+
+  // Runs `fn` through options_.executor (inline when unset).
+  void Defer(std::function<void()> fn);
+  // Serialises `op` with other writes to the same stream.
+  void RunInLane(const std::string& key, std::function<void(Release)> op);
+  void StartLaneHead(const std::string& key);
+  static std::string LaneKey(const StreamScope& scope, std::string_view name);
+
+  // Looks a stream up, applying expiry. kNotFound when absent or expired.
+  Result<Found> Lookup(const StreamScope& scope, std::string_view name);
+  void Touch(StreamId id);
+  bool Expired(const StreamInfo& info, const Meta& meta);
+  // Removes a stream, or soft-deletes it while forks reference it; cascades to fork sources.
+  Status Remove(const StreamInfo& info, const Meta& meta);
+  Status UpdateMeta(StreamId id, const std::function<void(Meta*)>& change);
+
+  void Create(const Route& route, const HttpRequest& request, Release release, Done done);
+  void Append(const Route& route, const HttpRequest& request, Release release, Done done);
+  void Delete(const Route& route, Release release, Done done);
+
+  StreamRegistry registry_;
+  StreamServiceOptions options_;
+  Metrics* metrics_;
+
+  std::mutex lanes_mu_;
+  std::unordered_map<std::string, std::deque<std::function<void(Release)>>> lanes_;
+
+  std::mutex meta_mu_;
+
+  std::mutex access_mu_;
+  std::unordered_map<StreamId, uint64_t> last_access_ms_;
+};
+
+}  // namespace runnel::server
+
+#endif  // RUNNEL_SERVER_STREAM_SERVICE_H_

@@ -1,0 +1,13 @@
+// Vitest configuration for the conformance and client suites. The include list names our
+// entry files explicitly; nothing under it is excluded.
+import { defineConfig } from "vitest/config";
+
+export default defineConfig({
+  test: {
+    include: ["conformance.test.mjs", "client.test.mjs"],
+    exclude: [],
+    testTimeout: 30000,
+    hookTimeout: 30000,
+    fileParallelism: false,
+  },
+});

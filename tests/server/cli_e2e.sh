@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# End-to-end test of the runnel CLI client commands against a real `runnel serve` (memory
+# store) on a free loopback port. Checks outputs and exit codes.
+# Usage: cli_e2e.sh RUNNEL_BINARY
+set -euo pipefail
+
+R="$1"
+workdir="$(mktemp -d)"
+server_pid=""
+cleanup() {
+  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
+    kill -TERM "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+  rm -rf "$workdir"
+}
+trap cleanup EXIT
+
+"$R" serve --listen 127.0.0.1:0 --store memory --long-poll-timeout-ms 200 \
+  >"$workdir/server.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 1 100); do
+  RUNNEL_URL="$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$workdir/server.log" | head -n1 || true)"
+  [[ -n "$RUNNEL_URL" ]] && break
+  sleep 0.1
+done
+[[ -n "$RUNNEL_URL" ]] || { cat "$workdir/server.log" >&2; exit 1; }
+export RUNNEL_URL
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+expect_eq() { [[ "$1" == "$2" ]] || fail "$3: expected [$2], got [$1]"; }
+expect_rc() {
+  local want="$1"; shift
+  set +e; "$@" >/dev/null 2>&1; local rc=$?; set -e
+  [[ "$rc" == "$want" ]] || fail "exit code of '$*': expected $want, got $rc"
+}
+
+curl -sf "$RUNNEL_URL/healthz" >/dev/null || fail "healthz"
+
+"$R" create events -t application/json >/dev/null
+"$R" append events '{"n":1}' '[{"n":2},{"n":3}]' >/dev/null
+expect_eq "$("$R" read events)" $'{"n":1}\n{"n":2}\n{"n":3}' "read json stream"
+expect_eq "$("$R" read events --json | head -c 9)" '{"message' "read --json"
+
+"$R" create notes -t text/plain >/dev/null
+printf 'a\nb\nc\n' | "$R" append notes --lines >/dev/null
+expect_eq "$("$R" read notes)" "abc" "read text stream"
+printf 'whole file' > "$workdir/input.txt"
+"$R" append notes -f "$workdir/input.txt" >/dev/null
+expect_eq "$("$R" read notes)" "abcwhole file" "append --file"
+offset="$("$R" describe notes --json | sed 's/.*"next_offset":"\([^"]*\)".*/\1/')"
+"$R" append notes ' more' >/dev/null
+expect_eq "$("$R" read notes --offset "$offset")" " more" "read from a saved offset"
+
+expect_eq "$("$R" ls | cut -f1 | tr '\n' ' ')" "events notes " "ls"
+expect_eq "$("$R" ls no | cut -f1 | tr '\n' ' ')" "notes " "ls with prefix"
+
+# tail follows live data and ends when the stream closes.
+"$R" tail notes >"$workdir/tail.out" &
+tail_pid=$!
+sleep 0.5
+"$R" append notes --close ' last' >/dev/null
+wait "$tail_pid" || fail "tail exit code"
+expect_eq "$(cat "$workdir/tail.out")" " last" "tail"
+
+expect_rc 4 "$R" append notes 'after close'
+expect_rc 4 "$R" create events -t text/plain
+expect_rc 3 "$R" describe missing
+expect_rc 3 "$R" read missing
+expect_rc 0 "$R" rm events
+expect_rc 3 "$R" rm events
+expect_rc 5 env RUNNEL_URL=http://127.0.0.1:1 "$R" ls
+expect_rc 2 "$R" ls --url ftp://example
+echo "cli e2e: all checks passed"

@@ -1,0 +1,53 @@
+#include "server/http_types.h"
+
+#include <gtest/gtest.h>
+
+namespace runnel::server {
+namespace {
+
+TEST(RouteTest, GlobalStreams) {
+  Route r = ParseRoute("/v1/stream/orders/2024");
+  EXPECT_EQ(r.kind, Route::Kind::kStream);
+  EXPECT_TRUE(r.scope.is_global());
+  EXPECT_EQ(r.name, "orders/2024");
+}
+
+TEST(RouteTest, FixedRoutesAndMisses) {
+  EXPECT_EQ(ParseRoute("/healthz").kind, Route::Kind::kHealth);
+  EXPECT_EQ(ParseRoute("/metrics").kind, Route::Kind::kMetrics);
+  EXPECT_EQ(ParseRoute("/v1/stream/").kind, Route::Kind::kNotFound);
+  EXPECT_EQ(ParseRoute("/v1/streams/x").kind, Route::Kind::kNotFound);
+  EXPECT_EQ(ParseRoute("/").kind, Route::Kind::kNotFound);
+}
+
+TEST(RouteTest, TenantStreamsOnlyWhenEnabled) {
+  EXPECT_EQ(ParseRoute("/v1/tenants/acme/stream/orders").kind, Route::Kind::kNotFound);
+  Route r = ParseRoute("/v1/tenants/acme/stream/orders", /*allow_tenants=*/true);
+  EXPECT_EQ(r.kind, Route::Kind::kStream);
+  EXPECT_EQ(r.scope, StreamScope::Tenant("acme"));
+  EXPECT_EQ(r.name, "orders");
+  EXPECT_EQ(ParseRoute("/v1/tenants//stream/x", true).kind, Route::Kind::kNotFound);
+  EXPECT_EQ(ParseRoute("/v1/tenants/acme/stream/", true).kind, Route::Kind::kNotFound);
+}
+
+TEST(PercentDecodeTest, DecodesAndRejectsBadEscapes) {
+  EXPECT_EQ(*PercentDecode("a%2Fb%20c", false), "a/b c");
+  EXPECT_EQ(*PercentDecode("a+b", true), "a b");
+  EXPECT_EQ(*PercentDecode("a+b", false), "a+b");
+  EXPECT_FALSE(PercentDecode("%", false));
+  EXPECT_FALSE(PercentDecode("%4", false));
+  EXPECT_FALSE(PercentDecode("%zz", false));
+}
+
+TEST(ParseQueryTest, FirstOccurrenceWins) {
+  std::map<std::string, std::string> q;
+  ASSERT_TRUE(ParseQuery("offset=-1&live=sse&offset=now&flag", &q));
+  EXPECT_EQ(q["offset"], "-1");
+  EXPECT_EQ(q["live"], "sse");
+  EXPECT_EQ(q["flag"], "");
+  std::map<std::string, std::string> bad;
+  EXPECT_FALSE(ParseQuery("offset=%G1", &bad));
+}
+
+}  // namespace
+}  // namespace runnel::server

@@ -1,0 +1,53 @@
+#include "server/json_messages.h"
+
+#include <gtest/gtest.h>
+
+namespace runnel::server {
+namespace {
+
+TEST(JsonMessagesTest, SingleValueIsOneMessage) {
+  auto m = SplitJsonMessages(R"({"event": "created"})", false);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(*m, std::vector<std::string>{R"({"event":"created"})"});
+}
+
+TEST(JsonMessagesTest, FlattensExactlyOneLevel) {
+  EXPECT_EQ(*SplitJsonMessages(R"([{"a":1},{"b":2}])", false),
+            (std::vector<std::string>{R"({"a":1})", R"({"b":2})"}));
+  EXPECT_EQ(*SplitJsonMessages("[[1,2],[3,4]]", false),
+            (std::vector<std::string>{"[1,2]", "[3,4]"}));
+  EXPECT_EQ(*SplitJsonMessages("[[[1,2,3]]]", false), (std::vector<std::string>{"[[1,2,3]]"}));
+  EXPECT_EQ(*SplitJsonMessages(R"("text")", false), (std::vector<std::string>{R"("text")"}));
+}
+
+TEST(JsonMessagesTest, EmptyArrayIsRejectedForAppendsOnly) {
+  auto append = SplitJsonMessages("[]", false);
+  ASSERT_FALSE(append.ok());
+  EXPECT_EQ(append.status().code(), StatusCode::kInvalidArgument);
+  auto create = SplitJsonMessages("[]", true);
+  ASSERT_TRUE(create.ok());
+  EXPECT_TRUE(create->empty());
+}
+
+TEST(JsonMessagesTest, InvalidJsonIsRejected) {
+  for (std::string_view bad : {"{", "[1,", "nope", "{\"a\":}", ""}) {
+    auto m = SplitJsonMessages(bad, false);
+    ASSERT_FALSE(m.ok()) << bad;
+    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(JsonMessagesTest, JoinsIntoOneArray) {
+  EXPECT_EQ(JoinJsonMessages({}), "[]");
+  EXPECT_EQ(JoinJsonMessages({"1", R"({"a":2})"}), R"([1,{"a":2}])");
+}
+
+TEST(JsonMessagesTest, ContentTypeNormalisation) {
+  EXPECT_TRUE(IsJsonContentType("application/json"));
+  EXPECT_TRUE(IsJsonContentType("APPLICATION/JSON; charset=utf-8"));
+  EXPECT_FALSE(IsJsonContentType("application/ndjson"));
+  EXPECT_EQ(NormalizeContentType("Text/Plain ; charset=UTF-8"), "text/plain");
+}
+
+}  // namespace
+}  // namespace runnel::server

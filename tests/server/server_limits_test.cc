@@ -1,0 +1,302 @@
+// Limits and malformed input against an in-process server on a free loopback port, spoken to
+// over plain sockets so the tests do not depend on an HTTP client library.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <chrono>
+#include <thread>
+
+#include "server/http_server.h"
+
+namespace runnel::server {
+namespace {
+
+// One blocking loopback connection.
+class Connection {
+ public:
+  explicit Connection(uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    timeval tv{10, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  }
+  ~Connection() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool connected() const { return connected_; }
+
+  bool Send(const std::string& data) {
+    size_t sent = 0;
+    while (sent < data.size()) {
+      ssize_t n = ::send(fd_, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      sent += static_cast<size_t>(n);
+    }
+    return true;
+  }
+
+  struct Response {
+    int status = 0;
+    std::string head;
+    std::string body;
+  };
+
+  // Reads one response with a Content-Length body (or none for 204/304).
+  Response Receive() {
+    Response r;
+    size_t header_end;
+    while ((header_end = buffer_.find("\r\n\r\n")) == std::string::npos) {
+      if (!Fill()) return r;
+    }
+    r.head = buffer_.substr(0, header_end);
+    buffer_.erase(0, header_end + 4);
+    if (r.head.size() > 12) r.status = std::stoi(r.head.substr(9, 3));
+    size_t length = 0;
+    std::string lower = r.head;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    size_t cl = lower.find("content-length:");
+    if (cl != std::string::npos) length = std::stoul(lower.substr(cl + 15));
+    while (buffer_.size() < length) {
+      if (!Fill()) break;
+    }
+    r.body = buffer_.substr(0, length);
+    buffer_.erase(0, std::min(length, buffer_.size()));
+    return r;
+  }
+
+  // True once a read saw end-of-stream from the peer.
+  bool PeerClosed() const { return peer_closed_; }
+
+  Response Request(const std::string& data) {
+    if (!Send(data)) return {};
+    return Receive();
+  }
+
+ private:
+  bool Fill() {
+    char chunk[65536];
+    ssize_t n = ::recv(fd_, chunk, sizeof(chunk), 0);
+    if (n == 0) peer_closed_ = true;
+    if (n <= 0) return false;
+    buffer_.append(chunk, static_cast<size_t>(n));
+    return true;
+  }
+
+  int fd_ = -1;
+  bool connected_ = false;
+  bool peer_closed_ = false;
+  std::string buffer_;
+};
+
+class ServerLimitsTest : public ::testing::Test {
+ protected:
+  void StartServer(ServerOptions options) {
+    options.host = "127.0.0.1";
+    options.port = 0;
+    options.threads = 2;
+    if (options.service.long_poll_timeout_ms == StreamServiceOptions{}.long_poll_timeout_ms) {
+      options.service.long_poll_timeout_ms = 200;
+    }
+    auto server = HttpServer::Start(StreamRegistry(), options);
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+    thread_ = std::thread([this] { server_->Run(); });
+  }
+  void TearDown() override {
+    if (server_) {  // tests may stop and reset the server themselves
+      server_->Stop();
+      thread_.join();
+    }
+  }
+  uint16_t port() const { return server_->port(); }
+
+  static std::string Put(const std::string& path, const std::string& body = "",
+                         const std::string& extra = "") {
+    return "PUT " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n" + extra +
+           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  }
+  static std::string Get(const std::string& target, const std::string& extra = "") {
+    return "GET " + target + " HTTP/1.1\r\nHost: x\r\n" + extra + "\r\n";
+  }
+
+  std::unique_ptr<HttpServer> server_;
+  std::thread thread_;
+};
+
+void ExpectJsonError(const Connection::Response& r, std::string_view code) {
+  auto body = nlohmann::json::parse(r.body, nullptr, false);
+  ASSERT_TRUE(body.is_object()) << r.body;
+  EXPECT_EQ(body["error"]["code"], code) << r.body;
+  EXPECT_TRUE(body["error"]["message"].is_string());
+}
+
+TEST_F(ServerLimitsTest, HealthzAnswers200) {
+  StartServer({});
+  Connection c(port());
+  ASSERT_TRUE(c.connected());
+  EXPECT_EQ(c.Request(Get("/healthz")).status, 200);
+}
+
+TEST_F(ServerLimitsTest, OversizedBodyGets413WithJsonError) {
+  ServerOptions options;
+  options.max_body_bytes = 1024;
+  StartServer(options);
+  Connection c(port());
+  auto r = c.Request(Put("/v1/stream/big", std::string(4096, 'x')));
+  EXPECT_EQ(r.status, 413);
+  ExpectJsonError(r, "resource_exhausted");
+}
+
+TEST_F(ServerLimitsTest, OversizedChunkedBodyGets413) {
+  ServerOptions options;
+  options.max_body_bytes = 1024;
+  StartServer(options);
+  Connection c(port());
+  std::string chunk(800, 'y');
+  std::string request =
+      "POST /v1/stream/s HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 3; ++i) request += "320\r\n" + chunk + "\r\n";
+  request += "0\r\n\r\n";
+  EXPECT_EQ(c.Request(request).status, 413);
+}
+
+TEST_F(ServerLimitsTest, OversizedHeadersGet431) {
+  ServerOptions options;
+  options.max_header_bytes = 1024;
+  StartServer(options);
+  Connection c(port());
+  auto r = c.Request(Get("/healthz", "X-Filler: " + std::string(4096, 'h') + "\r\n"));
+  EXPECT_EQ(r.status, 431);
+}
+
+TEST_F(ServerLimitsTest, OverlongUrlGets414) {
+  ServerOptions options;
+  options.max_url_bytes = 256;
+  StartServer(options);
+  Connection c(port());
+  EXPECT_EQ(c.Request(Get("/v1/stream/" + std::string(1000, 'u'))).status, 414);
+}
+
+TEST_F(ServerLimitsTest, ConnectionsAboveTheCapGet503WithRetryAfter) {
+  ServerOptions options;
+  options.max_connections = 1;
+  StartServer(options);
+  Connection first(port());
+  ASSERT_EQ(first.Request(Get("/healthz")).status, 200);  // first is now counted
+  Connection second(port());
+  auto r = second.Receive();
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(r.head.find("Retry-After: 1"), std::string::npos);
+  ExpectJsonError(r, "resource_exhausted");
+}
+
+TEST_F(ServerLimitsTest, MalformedRequestsGet4xxJsonErrors) {
+  StartServer({});
+  Connection c(port());
+  ASSERT_EQ(c.Request(Put("/v1/stream/s", "abc")).status, 201);
+  auto bad_offset = c.Request(Get("/v1/stream/s?offset=0,1"));
+  EXPECT_EQ(bad_offset.status, 400);
+  ExpectJsonError(bad_offset, "invalid_argument");
+  auto bad_live = c.Request(Get("/v1/stream/s?offset=-1&live=forever"));
+  EXPECT_EQ(bad_live.status, 400);
+  auto bad_escape = c.Request(Get("/v1/stream/s?offset=%zz"));
+  EXPECT_EQ(bad_escape.status, 400);
+  ExpectJsonError(bad_escape, "invalid_argument");
+  auto missing = c.Request(Get("/v1/stream/nope"));
+  EXPECT_EQ(missing.status, 404);
+  ExpectJsonError(missing, "not_found");
+  auto no_route = c.Request(Get("/nowhere"));
+  EXPECT_EQ(no_route.status, 404);
+  auto bad_ttl = c.Request(Put("/v1/stream/t", "", "Stream-TTL: 1.5\r\n"));
+  EXPECT_EQ(bad_ttl.status, 400);
+  auto method = c.Request("PATCH /v1/stream/s HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+  EXPECT_EQ(method.status, 405);
+}
+
+TEST_F(ServerLimitsTest, GarbageRequestLineClosesTheConnectionWithoutCrashing) {
+  StartServer({});
+  {
+    Connection c(port());
+    c.Send("\x01\x02 not http at all\r\n\r\n");
+    EXPECT_EQ(c.Receive().status, 0);
+  }
+  Connection again(port());
+  EXPECT_EQ(again.Request(Get("/healthz")).status, 200);
+}
+
+TEST_F(ServerLimitsTest, CatchUpReadReturnsAppendedBytes) {
+  StartServer({});
+  Connection c(port());
+  ASSERT_EQ(c.Request(Put("/v1/stream/data", "hello")).status, 201);
+  ASSERT_EQ(c.Request("POST /v1/stream/data HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+                      "Content-Length: 6\r\n\r\n world")
+                .status,
+            204);
+  auto r = c.Request(Get("/v1/stream/data"));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "hello world");
+  EXPECT_NE(r.head.find("Stream-Next-Offset: 0000000000000000_0000000000000002"),
+            std::string::npos);
+}
+
+TEST_F(ServerLimitsTest, ExpectContinueGets100BeforeTheBody) {
+  StartServer({});
+  Connection c(port());
+  ASSERT_TRUE(c.Send("PUT /v1/stream/e HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+                     "Expect: 100-continue\r\nContent-Length: 5\r\n\r\n"));
+  EXPECT_EQ(c.Receive().status, 100);
+  ASSERT_TRUE(c.Send("hello"));
+  EXPECT_EQ(c.Receive().status, 201);
+  EXPECT_EQ(c.Request(Get("/v1/stream/e")).body, "hello");
+}
+
+TEST_F(ServerLimitsTest, IdleKeepAliveConnectionIsClosedByTheServer) {
+  ServerOptions options;
+  options.idle_timeout_ms = 100;
+  StartServer(options);
+  Connection c(port());
+  ASSERT_EQ(c.Request(Get("/healthz")).status, 200);
+  // The next read ends with the server closing the connection (EOF), not with our own 10 s
+  // receive timeout.
+  auto r = c.Receive();
+  EXPECT_EQ(r.status, 0);
+  EXPECT_TRUE(c.PeerClosed());
+}
+
+TEST_F(ServerLimitsTest, StopEndsLiveReadersCleanly) {
+  ServerOptions options;
+  options.service.long_poll_timeout_ms = 600000;  // only Stop() can end the poll
+  StartServer(options);
+  Connection setup(port());
+  ASSERT_EQ(setup.Request(Put("/v1/stream/live")).status, 201);
+  Connection poller(port());
+  ASSERT_TRUE(poller.Send(Get("/v1/stream/live?offset=now&live=long-poll")));
+  // Stop only once the long-poll is waiting (the live-reader gauge says so); bounded.
+  Connection probe(port());
+  bool live = false;
+  for (int i = 0; i < 1000 && !live; ++i) {
+    live = probe.Request(Get("/metrics")).body.find("runnel_live_readers 1") != std::string::npos;
+    if (!live) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(live);
+  server_->Stop();
+  auto r = poller.Receive();
+  EXPECT_EQ(r.status, 204);
+  EXPECT_NE(r.head.find("Stream-Up-To-Date: true"), std::string::npos);
+  thread_.join();
+  server_.reset();
+}
+
+}  // namespace
+}  // namespace runnel::server
