@@ -98,8 +98,11 @@ class Subscription {
 };
 
 struct RegistryOptions {
-  // "memory" (process-local). Durable stores are added by name.
+  // "memory" (process-local), or a PostgreSQL URL ("postgres://..." or "postgresql://...",
+  // see runnel/postgres_store.h). Durable stores are added by name.
   std::string store = "memory";
+  // For a PostgreSQL store: the schema holding runnel's tables (empty means "runnel").
+  std::string postgres_schema;
   // Data directory for stores that keep files.
   std::string data_dir;
   // Not owned; must outlive the registry. Null means Clock::Real().
