@@ -233,6 +233,65 @@ Result<Rows> Conn::Exec(std::string_view sql, const Params& params) {
   return Collect(r);
 }
 
+std::vector<Result<Rows>> Conn::Pipeline(const std::vector<Statement>& statements,
+                                         const std::function<void()>& after_send) {
+  last_sqlstate_.clear();
+  std::vector<Result<Rows>> out;
+  out.reserve(statements.size());
+  auto lost_rest = [&] {
+    severed_ = true;
+    while (out.size() < statements.size()) {
+      out.emplace_back(Status::Unavailable("postgres: connection lost"));
+    }
+  };
+  if (severed_ || PQenterPipelineMode(conn_) != 1) {
+    lost_rest();
+    return out;
+  }
+  bool sent = true;
+  for (const Statement& st : statements) {
+    const auto values = st.params.Values();
+    if (PQsendQueryParams(conn_, st.sql.c_str(), st.params.size(), st.params.types(),
+                          values.data(), st.params.lengths(), st.params.formats(), 1) != 1) {
+      sent = false;
+      break;
+    }
+  }
+  if (sent && PQpipelineSync(conn_) != 1) sent = false;
+  if (after_send) after_send();
+  if (!sent || severed_) {
+    lost_rest();
+    return out;
+  }
+  std::string first_sqlstate;
+  for (size_t i = 0; i < statements.size(); ++i) {
+    PGresult* r = PQgetResult(conn_);
+    if (r == nullptr) break;
+    if (PQresultStatus(r) == PGRES_PIPELINE_ABORTED) {
+      PQclear(r);
+      out.emplace_back(Status::Internal("postgres: skipped after an earlier error"));
+    } else {
+      out.push_back(Collect(r));
+      if (!out.back().ok() && first_sqlstate.empty()) first_sqlstate = last_sqlstate_;
+    }
+    if (severed_ || broken()) break;
+    // Each statement's results end with a null.
+    while (PGresult* extra = PQgetResult(conn_)) PQclear(extra);
+  }
+  if (out.size() < statements.size() || broken()) {
+    lost_rest();
+    return out;
+  }
+  PGresult* sync = PQgetResult(conn_);
+  const bool synced = sync != nullptr && PQresultStatus(sync) == PGRES_PIPELINE_SYNC;
+  if (sync != nullptr) PQclear(sync);
+  if (!synced || PQexitPipelineMode(conn_) != 1) {
+    severed_ = true;
+  }
+  last_sqlstate_ = first_sqlstate;
+  return out;
+}
+
 bool Conn::Send(std::string_view sql) {
   last_sqlstate_.clear();
   if (severed_) return false;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -108,6 +109,17 @@ class Conn {
   Conn& operator=(const Conn&) = delete;
 
   Result<Rows> Exec(std::string_view sql, const Params& params = Params());
+  // A statement of a pipeline.
+  struct Statement {
+    std::string sql;
+    Params params;
+  };
+  // Sends every statement in one pipeline (one round trip), calls `after_send` once they are
+  // on the wire, then reads one outcome per statement. A statement after a failed one is not
+  // run and reports kAborted-style kInternal("skipped"). When the connection is lost, the
+  // statements without a reply report kUnavailable and broken() is true.
+  std::vector<Result<Rows>> Pipeline(const std::vector<Statement>& statements,
+                                     const std::function<void()>& after_send = {});
   // Sends a statement without waiting for its reply. false when the send failed: nothing
   // reached the server.
   bool Send(std::string_view sql);

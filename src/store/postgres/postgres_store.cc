@@ -636,25 +636,26 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
     return GroupEnd::kSqlError;
   };
 
-  auto begun = conn.Exec("BEGIN");
-  if (!begun.ok()) {
-    written = members;
-    return sql_error(begun.status());
-  }
-
   std::vector<int64_t> ids;
   for (size_t i : members) ids.push_back(BitsToDb(group[i].request.stream));
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  // Locks every stream of the group in id order (no deadlock between nodes doing the same).
-  auto locked = conn.Exec(
+  // One round trip: open the transaction and lock every stream of the group in id order (no
+  // deadlock between nodes doing the same).
+  std::vector<pg::Conn::Statement> opening(2);
+  opening[0].sql = "BEGIN";
+  opening[1].sql =
       "SELECT id, next_offset, head_offset, retained_bytes, closed, deleted, max_events, "
-      "max_age_ms, max_bytes FROM streams WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE",
-      Params().Int8Array(ids));
-  if (!locked.ok()) {
-    written = members;
-    return sql_error(locked.status());
+      "max_age_ms, max_bytes FROM streams WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE";
+  opening[1].params.Int8Array(ids);
+  auto opened = conn.Pipeline(opening);
+  for (auto& r : opened) {
+    if (!r.ok()) {
+      written = members;
+      return sql_error(r.status());
+    }
   }
+  Rows* locked = &opened[1].value();
   std::map<StreamId, GroupStream> streams;
   for (int r = 0; r < locked->size(); ++r) {
     GroupStream s;
@@ -785,27 +786,50 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
     return GroupEnd::kDone;
   }
 
-  if (!ins_stream.empty()) {
-    auto ins = conn.Exec(
-        "INSERT INTO events (stream_id, off, appended_at_ms, key, payload) "
-        "SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bytea[])",
-        Params()
-            .Int8Array(ins_stream)
-            .Int8Array(ins_off)
-            .Int8Array(ins_ts)
-            .ByteaArray(ins_key)
-            .ByteaArray(ins_payload));
-    if (!ins.ok()) return sql_error(ins.status());
+  // Everything is written by one statement: the records that survive retention, the
+  // retention cut of older rows, the catalog rows, the producers and the notifications. (Its
+  // parts see one snapshot, so records this group adds and retention drops at once are simply
+  // not inserted.)
+  Params wp;
+  auto arg = [&wp](const std::string& cast) { return "$" + std::to_string(wp.size()) + cast; };
+  std::string sql = "WITH ";
+  {
+    std::vector<int64_t> keep_stream, keep_off, keep_ts;
+    std::vector<std::optional<std::string_view>> keep_key, keep_payload;
+    for (size_t r = 0; r < ins_stream.size(); ++r) {
+      const GroupStream& s = streams.at(static_cast<StreamId>(ins_stream[r]));
+      if (OffsetFromDb(ins_off[r]) < s.head) continue;
+      keep_stream.push_back(ins_stream[r]);
+      keep_off.push_back(ins_off[r]);
+      keep_ts.push_back(ins_ts[r]);
+      keep_key.push_back(ins_key[r]);
+      keep_payload.push_back(ins_payload[r]);
+    }
+    if (!keep_stream.empty()) {
+      sql += "ins AS (INSERT INTO events (stream_id, off, appended_at_ms, key, payload) "
+             "SELECT * FROM unnest(";
+      wp.Int8Array(keep_stream);
+      sql += arg("::bigint[]") + ", ";
+      wp.Int8Array(keep_off);
+      sql += arg("::bigint[]") + ", ";
+      wp.Int8Array(keep_ts);
+      sql += arg("::bigint[]") + ", ";
+      wp.ByteaArray(keep_key);
+      sql += arg("::bytea[]") + ", ";
+      wp.ByteaArray(keep_payload);
+      sql += arg("::bytea[]") + ")), ";
+    }
   }
-  std::vector<int64_t> up_id, up_next, up_head, up_bytes;
+  std::vector<int64_t> up_id, up_next, up_head, up_bytes, del_id, del_lo, del_hi;
   std::vector<bool> up_closed;
   std::vector<std::string> notes;
   for (auto& [id, s] : streams) {
     if (!s.touched) continue;
     if (s.head > s.head0) {
-      auto del = conn.Exec("DELETE FROM events WHERE stream_id = $1 AND off < $2",
-                           Params().Int8(BitsToDb(id)).Int8(OffsetToDb(s.head)));
-      if (!del.ok()) return sql_error(del.status());
+      // Rows already in the table that retention cut: [head0, min(head, next0)).
+      del_id.push_back(BitsToDb(id));
+      del_lo.push_back(OffsetToDb(s.head0));
+      del_hi.push_back(OffsetToDb(std::min(s.head, s.next0)));
     }
     up_id.push_back(BitsToDb(id));
     up_next.push_back(OffsetToDb(s.next));
@@ -814,13 +838,16 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
     up_closed.push_back(s.closed);
     notes.push_back(std::to_string(id) + ":" + std::to_string(s.next));
   }
-  auto upd = conn.Exec(
-      "UPDATE streams s SET next_offset = u.next, head_offset = u.head, retained_bytes = u.bytes, "
-      "closed = u.closed FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], "
-      "$5::boolean[]) AS u(id, next, head, bytes, closed) WHERE s.id = u.id",
-      Params().Int8Array(up_id).Int8Array(up_next).Int8Array(up_head).Int8Array(up_bytes).BoolArray(
-          up_closed));
-  if (!upd.ok()) return sql_error(upd.status());
+  if (!del_id.empty()) {
+    sql += "del AS (DELETE FROM events e USING unnest(";
+    wp.Int8Array(del_id);
+    sql += arg("::bigint[]") + ", ";
+    wp.Int8Array(del_lo);
+    sql += arg("::bigint[]") + ", ";
+    wp.Int8Array(del_hi);
+    sql += arg("::bigint[]") +
+           ") AS d(sid, lo, hi) WHERE e.stream_id = d.sid AND e.off >= d.lo AND e.off < d.hi), ";
+  }
   if (!producers.empty()) {
     std::vector<int64_t> p_stream, p_epoch, p_seq, p_last;
     std::vector<std::optional<std::string_view>> p_id;
@@ -831,36 +858,58 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
       p_seq.push_back(BitsToDb(ps.seq));
       p_last.push_back(OffsetToDb(ps.last_offset));
     }
-    auto up = conn.Exec(
-        "INSERT INTO producers (stream_id, producer_id, epoch, seq, last_offset) "
-        "SELECT * FROM unnest($1::bigint[], $2::bytea[], $3::bigint[], $4::bigint[], "
-        "$5::bigint[]) ON CONFLICT (stream_id, producer_id) DO UPDATE SET "
-        "epoch = EXCLUDED.epoch, seq = EXCLUDED.seq, last_offset = EXCLUDED.last_offset",
-        Params().Int8Array(p_stream).ByteaArray(p_id).Int8Array(p_epoch).Int8Array(p_seq).Int8Array(
-            p_last));
-    if (!up.ok()) return sql_error(up.status());
+    sql += "prod AS (INSERT INTO producers (stream_id, producer_id, epoch, seq, last_offset) "
+           "SELECT * FROM unnest(";
+    wp.Int8Array(p_stream);
+    sql += arg("::bigint[]") + ", ";
+    wp.ByteaArray(p_id);
+    sql += arg("::bytea[]") + ", ";
+    wp.Int8Array(p_epoch);
+    sql += arg("::bigint[]") + ", ";
+    wp.Int8Array(p_seq);
+    sql += arg("::bigint[]") + ", ";
+    wp.Int8Array(p_last);
+    sql += arg("::bigint[]") +
+           ") ON CONFLICT (stream_id, producer_id) DO UPDATE SET epoch = EXCLUDED.epoch, "
+           "seq = EXCLUDED.seq, last_offset = EXCLUDED.last_offset), ";
   }
-  auto notify = conn.Exec("SELECT pg_notify($1, n) FROM unnest($2::text[]) AS n",
-                          Params().Text(channel_).TextArray(notes));
-  if (!notify.ok()) return sql_error(notify.status());
+  sql += "upd AS (UPDATE streams s SET next_offset = u.next, head_offset = u.head, "
+         "retained_bytes = u.bytes, closed = u.closed FROM unnest(";
+  wp.Int8Array(up_id);
+  sql += arg("::bigint[]") + ", ";
+  wp.Int8Array(up_next);
+  sql += arg("::bigint[]") + ", ";
+  wp.Int8Array(up_head);
+  sql += arg("::bigint[]") + ", ";
+  wp.Int8Array(up_bytes);
+  sql += arg("::bigint[]") + ", ";
+  wp.BoolArray(up_closed);
+  sql += arg("::boolean[]") + ") AS u(id, next, head, bytes, closed) WHERE s.id = u.id) ";
+  wp.Text(channel_);
+  sql += "SELECT pg_notify(" + arg("") + ", n) FROM unnest(";
+  wp.TextArray(notes);
+  sql += arg("::text[]") + ") AS n";
 
   if (options_.fault_hook && options_.fault_hook(PostgresFaultPoint::kBeforeCommit,
                                                  conn.backend_pid())) {
     conn.Sever();
   }
-  if (!conn.Send("COMMIT")) {
-    // The COMMIT never left this process, so the server rolls the transaction back.
-    conn.Sever();
-    fail_written(Status::Unavailable(
-        "postgres: connection lost before COMMIT was sent; nothing was written"));
-    return GroupEnd::kLostBefore;
+  // The write and the COMMIT travel together; a failed write makes the server skip COMMIT.
+  std::vector<pg::Conn::Statement> closing(2);
+  closing[0].sql = std::move(sql);
+  closing[0].params = std::move(wp);
+  closing[1].sql = "COMMIT";
+  auto replies = conn.Pipeline(closing, [&] {
+    if (options_.fault_hook && options_.fault_hook(PostgresFaultPoint::kAfterCommitSent,
+                                                   conn.backend_pid())) {
+      conn.Sever();
+    }
+  });
+  if (!replies[0].ok() && replies[0].status().code() != StatusCode::kUnavailable) {
+    // The write failed definitely; the transaction is aborted and COMMIT was skipped.
+    return sql_error(replies[0].status());
   }
-  if (options_.fault_hook && options_.fault_hook(PostgresFaultPoint::kAfterCommitSent,
-                                                 conn.backend_pid())) {
-    conn.Sever();
-  }
-  auto committed = conn.Receive();
-  if (!committed.ok()) {
+  if (!replies[0].ok() || !replies[1].ok()) {
     if (conn.broken()) {
       fail_written(Status::OutcomeUnknown(
           "postgres: connection lost after COMMIT was sent; the append may or may not have been "
@@ -870,7 +919,7 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
     // The server answered COMMIT with an error and kept the session: it rolled back.
     if (members.size() == 1) {
       outcomes[members[0]].reset();
-      outcomes[members[0]].emplace(committed.status());
+      outcomes[members[0]].emplace(replies[1].status());
       return GroupEnd::kDone;
     }
     for (size_t i : members) outcomes[i].reset();
