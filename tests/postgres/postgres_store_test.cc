@@ -212,6 +212,52 @@ TEST_F(PostgresTest, RetentionInsideOneGroupCutsLikeOneAppendAtATime) {
             std::to_string(want->event_count));
 }
 
+TEST_F(PostgresTest, AnOccupiedSlotIsADefiniteConflictAndSparesTheRestOfTheGroup) {
+  // A row at the stream's next offset that the catalog does not know about (written around the
+  // store) makes the primary key refuse the insert: a definite conflict for that append only.
+  PostgresStoreOptions o = PgOptions(schema_);
+  o.append_workers = 1;
+  auto store = OpenNode(o);
+  ASSERT_NE(store, nullptr);
+  const StreamId poisoned = MustCreate(*store, "poisoned");
+  const StreamId healthy = MustCreate(*store, "healthy");
+  SideConn side;
+  side.Query("INSERT INTO \"" + schema_ + "\".events VALUES (" + std::to_string(poisoned) +
+             ", " + std::to_string(static_cast<int64_t>(uint64_t{1} ^ kSignBit)) +
+             ", 0, NULL, 'foreign')");
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::optional<Result<AppendResult>>> got(6);
+  int done = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    AppendRequest req;
+    req.stream = i == 2 ? poisoned : healthy;
+    req.now_ms = 1;
+    req.records.push_back(AppendRecord{std::nullopt, "r" + std::to_string(i)});
+    store->Append(std::move(req), [&, i](Result<AppendResult> r) {
+      std::lock_guard lock(mu);
+      got[i].emplace(std::move(r));
+      ++done;
+      cv.notify_all();
+    });
+  }
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return done == static_cast<int>(got.size()); });
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (i == 2) {
+      ASSERT_EQ(got[i]->status().code(), StatusCode::kConflict) << got[i]->status().ToString();
+      EXPECT_EQ(got[i]->status().conflict_actual(), 1u);
+    } else {
+      EXPECT_TRUE(got[i]->ok()) << got[i]->status().ToString();
+    }
+  }
+  EXPECT_EQ(store->GetStreamById(healthy)->event_count, 5u);
+  EXPECT_EQ(store->GetStreamById(poisoned)->next_offset, 1u);
+  auto foreign = store->ReadAt(poisoned, 1);
+  ASSERT_TRUE(foreign.ok() && foreign->has_value());
+  EXPECT_EQ((*foreign)->payload, "foreign");
+}
+
 // ---- two nodes on one database -------------------------------------------------------------
 
 TEST_F(PostgresTest, TwoInstancesNeverCommitTheSameOffset) {  // S3

@@ -135,7 +135,11 @@ Result<std::unique_ptr<PostgresStore>> PostgresStore::Open(const PostgresStoreOp
   for (size_t i = 0; i < options.append_workers; ++i) {
     store->workers_.emplace_back([s = store.get()] { s->WorkerLoop(); });
   }
-  store->listen_thread_ = std::thread([s = store.get()] { s->ListenLoop(); });
+  // LISTEN before returning, so every append another node commits after Open is heard.
+  RUNNEL_ASSIGN_OR_RETURN(auto listen_conn, store->Connect());
+  RUNNEL_RETURN_IF_ERROR(listen_conn->Exec("LISTEN " + pg::QuoteIdent(store->channel_)).status());
+  store->listen_thread_ = std::thread(
+      [s = store.get(), c = listen_conn.release()] { s->ListenLoop(std::unique_ptr<pg::Conn>(c)); });
   return store;
 }
 
@@ -951,9 +955,8 @@ bool PostgresStore::IsOwnBackend(int pid) {
   return own_pids_.count(pid) != 0;
 }
 
-void PostgresStore::ListenLoop() {
-  std::unique_ptr<pg::Conn> conn;
-  bool had_connection = false;
+void PostgresStore::ListenLoop(std::unique_ptr<pg::Conn> conn) {
+  bool had_connection = true;
   const int poll_ms = static_cast<int>(std::max<int64_t>(1, options_.listener_poll.count()));
   while (!listen_stop_) {
     if (conn == nullptr || conn->broken()) {

@@ -99,7 +99,8 @@ class PostgresStore final : public Store {
                    std::vector<std::optional<Result<AppendResult>>>& outcomes);
   GroupEnd TryGroup(pg::Conn& conn, std::vector<Pending>& group, const std::vector<size_t>& members,
                     std::vector<std::optional<Result<AppendResult>>>& outcomes);
-  void ListenLoop();
+  // Runs on listen_thread_ with the connection Open already made LISTEN.
+  void ListenLoop(std::unique_ptr<pg::Conn> conn);
   void CallListener(StreamId id, uint64_t next);
   bool IsOwnBackend(int pid);
 
