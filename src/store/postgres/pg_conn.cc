@@ -226,9 +226,11 @@ Result<Rows> Conn::Exec(std::string_view sql, const Params& params) {
     if (r == nullptr) return Status::Unavailable("postgres: connection lost");
     return Collect(r);
   }
+  RUNNEL_ASSIGN_OR_RETURN(std::string name, Prepared(text, params));
   const auto values = params.Values();
-  r = PQexecParams(conn_, text.c_str(), params.size(), params.types(), values.data(),
-                   params.lengths(), params.formats(), /*resultFormat=*/1);
+  r = name.empty() ? PQexecParams(conn_, text.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 1)
+                   : PQexecPrepared(conn_, name.c_str(), params.size(), values.data(),
+                                    params.lengths(), params.formats(), /*resultFormat=*/1);
   if (r == nullptr) return Status::Unavailable("postgres: connection lost");
   return Collect(r);
 }
@@ -244,15 +246,35 @@ std::vector<Result<Rows>> Conn::Pipeline(const std::vector<Statement>& statement
       out.emplace_back(Status::Unavailable("postgres: connection lost"));
     }
   };
+  std::vector<std::string> names;
+  for (const Statement& st : statements) {
+    auto name = Prepared(st.sql, st.params);
+    if (!name.ok()) {
+      // Nothing of the pipeline was sent. A failed PREPARE (e.g. inside an aborted
+      // transaction) is reported for every statement.
+      if (severed_) {
+        lost_rest();
+      } else {
+        while (out.size() < statements.size()) out.emplace_back(name.status());
+      }
+      return out;
+    }
+    names.push_back(std::move(*name));
+  }
   if (severed_ || PQenterPipelineMode(conn_) != 1) {
     lost_rest();
     return out;
   }
   bool sent = true;
-  for (const Statement& st : statements) {
+  for (size_t i = 0; i < statements.size(); ++i) {
+    const Statement& st = statements[i];
     const auto values = st.params.Values();
-    if (PQsendQueryParams(conn_, st.sql.c_str(), st.params.size(), st.params.types(),
-                          values.data(), st.params.lengths(), st.params.formats(), 1) != 1) {
+    const int ok =
+        names[i].empty()
+            ? PQsendQueryParams(conn_, st.sql.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 1)
+            : PQsendQueryPrepared(conn_, names[i].c_str(), st.params.size(), values.data(),
+                                  st.params.lengths(), st.params.formats(), 1);
+    if (ok != 1) {
       sent = false;
       break;
     }
@@ -290,6 +312,24 @@ std::vector<Result<Rows>> Conn::Pipeline(const std::vector<Statement>& statement
   }
   last_sqlstate_ = first_sqlstate;
   return out;
+}
+
+Result<std::string> Conn::Prepared(const std::string& sql, const Params& params) {
+  // Statements without parameters (BEGIN, COMMIT, ROLLBACK) are sent unnamed: ROLLBACK must work
+  // inside an aborted transaction, where PREPARE is refused.
+  if (params.size() == 0) return std::string();
+  auto it = prepared_.find(sql);
+  if (it != prepared_.end()) return it->second;
+  std::string name = "runnel_" + std::to_string(prepared_.size() + 1);
+  PGresult* r = PQprepare(conn_, name.c_str(), sql.c_str(), params.size(), params.types());
+  if (r == nullptr) {
+    severed_ = true;
+    return Status::Unavailable("postgres: connection lost");
+  }
+  auto prepared = Collect(r);
+  if (!prepared.ok()) return prepared.status();
+  prepared_.emplace(sql, name);
+  return name;
 }
 
 bool Conn::Send(std::string_view sql) {

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "runnel/status.h"
@@ -138,6 +139,11 @@ class Conn {
  private:
   explicit Conn(PGconn* conn) : conn_(conn) {}
   Result<Rows> Collect(PGresult* first);
+  // The name of the server-side prepared statement for `sql`, preparing it on first use (the
+  // store's statements come in a small fixed set of shapes, each always with the same
+  // parameter types, so they are parsed and planned once per connection).
+  Result<std::string> Prepared(const std::string& sql, const Params& params);
+  std::unordered_map<std::string, std::string> prepared_;
   PGconn* conn_;
   bool severed_ = false;
   std::string last_sqlstate_;
