@@ -3,7 +3,7 @@
 // transaction), for a fixed time. Group commit is what lets the store beat one transaction per
 // row. Prints rows/s. bench/pg_bench.sh runs it on a private cluster next to pgbench.
 //
-//   RUNNEL_TEST_PG_URL=postgresql://... pg_append_bench [clients] [seconds] [streams]
+//   RUNNEL_TEST_PG_URL=postgresql://... pg_append_bench [clients] [seconds] [streams] [workers]
 #include <unistd.h>
 
 #include <atomic>
@@ -46,8 +46,10 @@ int main(int argc, char** argv) {
   const int clients = argc > 1 ? std::atoi(argv[1]) : 16;
   const int seconds = argc > 2 ? std::atoi(argv[2]) : 10;
   const int streams = argc > 3 ? std::atoi(argv[3]) : 16;
+  const int workers = argc > 4 ? std::atoi(argv[4]) : 0;  // 0: the store's default
   runnel::PostgresStoreOptions options;
   options.conninfo = url;
+  if (workers > 0) options.append_workers = static_cast<size_t>(workers);
   // Names are formatted with snprintf: string concatenation here trips a g++ 12 -O3
   // -Wrestrict false positive.
   char name[64];

@@ -59,7 +59,7 @@ struct PostgresStoreOptions {
   // at most 40 characters. Nodes that share a database and a schema share their streams.
   std::string schema = "runnel";
   // Worker threads (one connection each) that commit appends.
-  size_t append_workers = 4;
+  size_t append_workers = 2;
   // Connections shared by the synchronous calls (reads, catalog, cursors).
   size_t query_connections = 4;
   // Most appends and most records committed in one transaction.
