@@ -358,6 +358,36 @@ TEST_F(PostgresTest, TwoInstancesListenersWakeForTheOtherNodesAppends) {
   b->SetTailListener(nullptr);
 }
 
+TEST_F(PostgresTest, TwoInstancesListenerComesBackAfterItsConnectionIsKilled) {
+  PostgresStoreOptions o = PgOptions(schema_);
+  o.listener_poll = std::chrono::milliseconds(50);
+  auto a = OpenNode();
+  auto b = OpenNode(o);
+  ASSERT_TRUE(a && b);
+  const StreamId id = MustCreate(*a, "wake");
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t latest = 0;
+  b->SetTailListener([&](StreamId s, uint64_t next) {
+    std::lock_guard lock(mu);
+    if (s == id) latest = std::max(latest, next);
+    cv.notify_all();
+  });
+  SideConn side;
+  // Kill every session of this schema's listeners (node A's too), then append on A.
+  EXPECT_EQ(side.Query("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                       "WHERE query = 'LISTEN \"" + schema_ + "_tail\"'"),
+            "2");
+  ASSERT_TRUE(AppendOne(*a, id, "after-the-kill").ok());
+  std::unique_lock lock(mu);
+  // Either the notification reaches B's new listening session, or B's reconnect wakes every
+  // stream; both report the new tail. Bounded wait, not a performance assertion.
+  cv.wait_for(lock, std::chrono::seconds(30), [&] { return latest >= 2; });
+  EXPECT_EQ(latest, 2u);
+  lock.unlock();
+  b->SetTailListener(nullptr);
+}
+
 // ---- uncertain outcomes ----------------------------------------------------------------------
 
 // Waits (bounded) until `pid` is gone from pg_stat_activity, or idle when `idle` is set.
