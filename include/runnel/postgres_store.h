@@ -20,10 +20,13 @@
 // Timestamps, epochs, sequence numbers and retention caps are stored as the same 64 bits
 // reinterpreted as bigint (they are only stored and compared in C++).
 //
-// Tail notification: each committed append transaction sends NOTIFY on one channel per schema
-// (`<schema>_tail`) with payload "<stream id>:<next offset>". A dedicated listening connection
-// on every node calls the store's TailListener for appends made by other nodes; appends made by
-// this store call the listener directly, before their callback.
+// Tail notification: right after each append transaction commits, the same connection sends
+// NOTIFY on one channel per schema (`<schema>_tail`) with payload "<stream id>:<next offset>",
+// in a separate small transaction (so notifying never serializes the append commits). A
+// dedicated listening connection on every node calls the store's TailListener for appends made
+// by other nodes; appends made by this store call the listener directly, before their callback.
+// Notifications are hints: one can be lost when a connection dies between the two commits, and
+// a listener that lost its connection wakes every stream once it is back.
 //
 // Thread-safety: every method may be called from any thread. Append never blocks on the
 // database: it queues the request for a pool of worker threads, each with its own connection,

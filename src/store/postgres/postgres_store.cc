@@ -112,7 +112,9 @@ struct GroupStream {
 // ---- construction, pool --------------------------------------------------------------------
 
 PostgresStore::PostgresStore(const PostgresStoreOptions& options)
-    : options_(options), channel_(options.schema + "_tail") {}
+    : options_(options),
+      channel_(options.schema + "_tail"),
+      queues_(new WorkerQueue[std::max<size_t>(1, options.append_workers)]) {}
 
 Result<std::unique_ptr<PostgresStore>> PostgresStore::Open(const PostgresStoreOptions& options) {
   if (options.conninfo.empty()) return Status::InvalidArgument("postgres: empty conninfo");
@@ -133,7 +135,7 @@ Result<std::unique_ptr<PostgresStore>> PostgresStore::Open(const PostgresStoreOp
   store->wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (store->wake_fd_ < 0) return Status::IOError("postgres: eventfd failed");
   for (size_t i = 0; i < options.append_workers; ++i) {
-    store->workers_.emplace_back([s = store.get()] { s->WorkerLoop(); });
+    store->workers_.emplace_back([s = store.get(), i] { s->WorkerLoop(s->queues_[i]); });
   }
   // LISTEN before returning, so every append another node commits after Open is heard.
   RUNNEL_ASSIGN_OR_RETURN(auto listen_conn, store->Connect());
@@ -148,7 +150,7 @@ PostgresStore::~PostgresStore() {
     std::lock_guard lock(queue_mu_);
     stopping_ = true;
   }
-  queue_cv_.notify_all();
+  for (size_t i = 0; i < workers_.size(); ++i) queues_[i].cv.notify_all();
   for (auto& w : workers_) w.join();
   listen_stop_ = true;
   if (wake_fd_ >= 0) {
@@ -518,33 +520,32 @@ void PostgresStore::Append(AppendRequest request, AppendCallback done) {
   {
     std::lock_guard lock(queue_mu_);
     if (!stopping_) {
-      queue_.push_back(Pending{std::move(request), std::move(done)});
-      queue_cv_.notify_one();
+      WorkerQueue& q = queues_[request.stream % options_.append_workers];
+      q.pending.push_back(Pending{std::move(request), std::move(done)});
+      q.cv.notify_one();
       return;
     }
   }
   done(Status::Unavailable("postgres: the store is shutting down"));
 }
 
-void PostgresStore::WorkerLoop() {
+void PostgresStore::WorkerLoop(WorkerQueue& queue) {
   std::unique_ptr<pg::Conn> conn;
   int pid = 0;
   for (;;) {
     std::vector<Pending> group;
     {
       std::unique_lock lock(queue_mu_);
-      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) break;  // stopping and drained
+      queue.cv.wait(lock, [&] { return stopping_ || !queue.pending.empty(); });
+      if (queue.pending.empty()) break;  // stopping and drained
       size_t records = 0;
-      while (!queue_.empty() && group.size() < options_.max_group_appends &&
-             (group.empty() || records + queue_.front().request.records.size() <=
+      while (!queue.pending.empty() && group.size() < options_.max_group_appends &&
+             (group.empty() || records + queue.pending.front().request.records.size() <=
                                    options_.max_group_records)) {
-        records += queue_.front().request.records.size();
-        group.push_back(std::move(queue_.front()));
-        queue_.pop_front();
+        records += queue.pending.front().request.records.size();
+        group.push_back(std::move(queue.pending.front()));
+        queue.pending.pop_front();
       }
-      // More may be waiting; let another worker start on it.
-      if (!queue_.empty()) queue_cv_.notify_one();
     }
     std::vector<std::optional<Result<AppendResult>>> outcomes(group.size());
     if (conn == nullptr || conn->broken()) {
@@ -888,21 +889,27 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
   wp.Int8Array(up_bytes);
   sql += arg("::bigint[]") + ", ";
   wp.BoolArray(up_closed);
-  sql += arg("::boolean[]") + ") AS u(id, next, head, bytes, closed) WHERE s.id = u.id) ";
-  wp.Text(channel_);
-  sql += "SELECT pg_notify(" + arg("") + ", n) FROM unnest(";
-  wp.TextArray(notes);
-  sql += arg("::text[]") + ") AS n";
+  sql += arg("::boolean[]") +
+         ") AS u(id, next, head, bytes, closed) WHERE s.id = u.id RETURNING 1) "
+         "SELECT count(*) FROM upd";
 
   if (options_.fault_hook && options_.fault_hook(PostgresFaultPoint::kBeforeCommit,
                                                  conn.backend_pid())) {
     conn.Sever();
   }
   // The write and the COMMIT travel together; a failed write makes the server skip COMMIT.
-  std::vector<pg::Conn::Statement> closing(2);
+  // NOTIFY goes in its own small transaction after the COMMIT, with synchronous_commit off:
+  // a notifying transaction holds a database-wide lock from its pre-commit until its commit is
+  // done, so notifying inside the append transactions would serialize all of them (and their
+  // WAL flushes). A hint lost in a crash is harmless: listeners are hints, readers re-read.
+  std::vector<pg::Conn::Statement> closing(3);
   closing[0].sql = std::move(sql);
   closing[0].params = std::move(wp);
   closing[1].sql = "COMMIT";
+  closing[2].sql =
+      "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, n) "
+      "FROM unnest($2::text[]) AS n";
+  closing[2].params.Text(channel_).TextArray(notes);
   auto replies = conn.Pipeline(closing, [&] {
     if (options_.fault_hook && options_.fault_hook(PostgresFaultPoint::kAfterCommitSent,
                                                    conn.backend_pid())) {

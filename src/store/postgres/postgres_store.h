@@ -3,8 +3,8 @@
 //
 // Threads:
 //   - callers: synchronous calls borrow a connection from a pool (at most query_connections);
-//   - append workers (append_workers of them, one connection each): take every queued append (up
-//     to a group limit), commit them in one transaction, then for each append call the tail
+//   - append workers (append_workers of them, one connection each, each with its own queue fed
+//     by stream id): take every queued append (up to a group limit), commit them in one transaction, then for each append call the tail
 //     listener and its callback, in queue order;
 //   - the listener: one connection that LISTENs on the schema's channel and calls the tail
 //     listener for appends committed by other nodes (notifications from this store's own worker
@@ -66,6 +66,12 @@ class PostgresStore final : public Store {
     AppendRequest request;
     AppendCallback done;
   };
+  // One queue per worker; a stream's appends always go to worker (stream id % workers), so on
+  // one node two group transactions never wait for each other's row locks.
+  struct WorkerQueue {
+    std::condition_variable cv;
+    std::deque<Pending> pending;  // GUARDED_BY(queue_mu_)
+  };
   // How a group transaction ended.
   enum class GroupEnd {
     kDone,         // committed, or nothing to write; outcomes are filled in
@@ -94,7 +100,7 @@ class PostgresStore final : public Store {
   Result<PooledConn> Acquire();
   void Release(std::unique_ptr<pg::Conn> conn);
 
-  void WorkerLoop();
+  void WorkerLoop(WorkerQueue& queue);
   void CommitGroup(std::unique_ptr<pg::Conn>& conn, std::vector<Pending>& group,
                    std::vector<std::optional<Result<AppendResult>>>& outcomes);
   GroupEnd TryGroup(pg::Conn& conn, std::vector<Pending>& group, const std::vector<size_t>& members,
@@ -113,9 +119,8 @@ class PostgresStore final : public Store {
   size_t open_ = 0;                              // GUARDED_BY(pool_mu_)
 
   std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::deque<Pending> queue_;  // GUARDED_BY(queue_mu_)
-  bool stopping_ = false;      // GUARDED_BY(queue_mu_)
+  std::unique_ptr<WorkerQueue[]> queues_;
+  bool stopping_ = false;  // GUARDED_BY(queue_mu_)
   std::vector<std::thread> workers_;
 
   std::mutex pids_mu_;
