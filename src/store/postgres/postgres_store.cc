@@ -531,6 +531,7 @@ void PostgresStore::Append(AppendRequest request, AppendCallback done) {
 
 void PostgresStore::WorkerLoop(WorkerQueue& queue) {
   std::unique_ptr<pg::Conn> conn;
+  StreamCache cache;
   int pid = 0;
   for (;;) {
     std::vector<Pending> group;
@@ -564,7 +565,7 @@ void PostgresStore::WorkerLoop(WorkerQueue& queue) {
         for (auto& o : outcomes) o.emplace(fresh.status());
       }
     }
-    if (conn != nullptr) CommitGroup(conn, group, outcomes);
+    if (conn != nullptr) CommitGroup(conn, group, outcomes, cache);
     for (size_t i = 0; i < group.size(); ++i) {
       Result<AppendResult> r = outcomes[i] ? std::move(*outcomes[i])
                                            : Result<AppendResult>(Status::Internal(
@@ -580,10 +581,23 @@ void PostgresStore::WorkerLoop(WorkerQueue& queue) {
 }
 
 void PostgresStore::CommitGroup(std::unique_ptr<pg::Conn>& conn, std::vector<Pending>& group,
-                                std::vector<std::optional<Result<AppendResult>>>& outcomes) {
+                                std::vector<std::optional<Result<AppendResult>>>& outcomes,
+                                StreamCache& cache) {
   std::vector<size_t> all(group.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-  const GroupEnd end = TryGroup(*conn, group, all, outcomes);
+  const bool all_cached = std::all_of(group.begin(), group.end(), [&](const Pending& p) {
+    return cache.count(p.request.stream) != 0;
+  });
+  if (all_cached) {
+    const GroupEnd fast = TryGroup(*conn, group, all, outcomes, cache, /*optimistic=*/true);
+    if (fast != GroupEnd::kStale) return;
+    for (auto& o : outcomes) o.reset();
+    if (conn->broken()) {
+      for (auto& o : outcomes) o.emplace(Status::Unavailable("postgres: connection lost"));
+      return;
+    }
+  }
+  const GroupEnd end = TryGroup(*conn, group, all, outcomes, cache, /*optimistic=*/false);
   if (end != GroupEnd::kSqlError) return;
   // Something in the group failed and everything was rolled back. Commit each append alone, so
   // one bad append cannot fail the others, and so its own error is reported precisely.
@@ -591,7 +605,10 @@ void PostgresStore::CommitGroup(std::unique_ptr<pg::Conn>& conn, std::vector<Pen
     // kSqlError from a one-append group means a deadlock or serialization failure: retry.
     for (int attempt = 1; attempt <= kMaxSoloAttempts; ++attempt) {
       outcomes[i].reset();
-      if (TryGroup(*conn, group, {i}, outcomes) != GroupEnd::kSqlError) break;
+      if (TryGroup(*conn, group, {i}, outcomes, cache, /*optimistic=*/false) !=
+          GroupEnd::kSqlError) {
+        break;
+      }
     }
     if (conn->broken()) {
       // Later members were not sent at all.
@@ -605,7 +622,19 @@ void PostgresStore::CommitGroup(std::unique_ptr<pg::Conn>& conn, std::vector<Pen
 
 PostgresStore::GroupEnd PostgresStore::TryGroup(
     pg::Conn& conn, std::vector<Pending>& group, const std::vector<size_t>& members,
-    std::vector<std::optional<Result<AppendResult>>>& outcomes) {
+    std::vector<std::optional<Result<AppendResult>>>& outcomes, StreamCache& cache,
+    bool optimistic) {
+  // Any failure forgets what this group's streams looked like.
+  struct Forget {
+    StreamCache& cache;
+    const std::vector<Pending>& group;
+    const std::vector<size_t>& members;
+    bool armed = true;
+    ~Forget() {
+      if (!armed) return;
+      for (size_t i : members) cache.erase(group[i].request.stream);
+    }
+  } forget{cache, group, members};
   std::vector<size_t> written;  // members whose records this transaction writes
   // Marks every member still without an outcome (the ones being written) with `status`.
   auto fail_written = [&](const Status& status) {
@@ -641,42 +670,54 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
     return GroupEnd::kSqlError;
   };
 
-  std::vector<int64_t> ids;
-  for (size_t i : members) ids.push_back(BitsToDb(group[i].request.stream));
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  // One round trip: open the transaction and lock every stream of the group in id order (no
-  // deadlock between nodes doing the same).
-  std::vector<pg::Conn::Statement> opening(2);
-  opening[0].sql = "BEGIN";
-  opening[1].sql =
-      "SELECT id, next_offset, head_offset, retained_bytes, closed, deleted, max_events, "
-      "max_age_ms, max_bytes FROM streams WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE";
-  opening[1].params.Int8Array(ids);
-  auto opened = conn.Pipeline(opening);
-  for (auto& r : opened) {
-    if (!r.ok()) {
-      written = members;
-      return sql_error(r.status());
-    }
-  }
-  Rows* locked = &opened[1].value();
   std::map<StreamId, GroupStream> streams;
-  for (int r = 0; r < locked->size(); ++r) {
-    GroupStream s;
-    s.next = s.next0 = OffsetFromDb(locked->Int8(r, 1));
-    s.head = s.head0 = OffsetFromDb(locked->Int8(r, 2));
-    s.bytes = BitsFromDb(locked->Int8(r, 3));
-    s.closed = locked->Bool(r, 4);
-    s.deleted = locked->Bool(r, 5);
-    auto opt = [&](int c) -> std::optional<uint64_t> {
-      auto v = locked->OptInt8(r, c);
-      return v ? std::optional<uint64_t>(BitsFromDb(*v)) : std::nullopt;
-    };
-    s.retention.max_events = opt(6);
-    s.retention.max_age_ms = opt(7);
-    s.retention.max_bytes = opt(8);
-    streams.emplace(static_cast<StreamId>(locked->Int8(r, 0)), std::move(s));
+  if (optimistic) {
+    for (size_t i : members) {
+      const CachedStream& c = cache.at(group[i].request.stream);
+      GroupStream s;
+      s.next = s.next0 = c.next;
+      s.head = s.head0 = 0;  // unused without retention; the guarded write leaves head alone
+      s.bytes = c.bytes;
+      streams.emplace(group[i].request.stream, s);
+    }
+  } else {
+    std::vector<int64_t> ids;
+    for (size_t i : members) ids.push_back(BitsToDb(group[i].request.stream));
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    // One round trip: open the transaction and lock every stream of the group in id order (no
+    // deadlock between nodes doing the same).
+    std::vector<pg::Conn::Statement> opening(2);
+    opening[0].sql = "BEGIN";
+    opening[1].sql =
+        "SELECT id, next_offset, head_offset, retained_bytes, closed, deleted, max_events, "
+        "max_age_ms, max_bytes FROM streams WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE";
+    opening[1].params.Int8Array(ids);
+    auto opened = conn.Pipeline(opening);
+    for (auto& r : opened) {
+      if (!r.ok()) {
+        written = members;
+        return sql_error(r.status());
+      }
+    }
+    Rows* locked = &opened[1].value();
+    for (int r = 0; r < locked->size(); ++r) {
+      GroupStream s;
+      s.next = s.next0 = OffsetFromDb(locked->Int8(r, 1));
+      s.head = s.head0 = OffsetFromDb(locked->Int8(r, 2));
+      s.bytes = BitsFromDb(locked->Int8(r, 3));
+      s.closed = locked->Bool(r, 4);
+      s.deleted = locked->Bool(r, 5);
+      auto opt = [&](int c) -> std::optional<uint64_t> {
+        auto v = locked->OptInt8(r, c);
+        return v ? std::optional<uint64_t>(BitsFromDb(*v)) : std::nullopt;
+      };
+      s.retention.max_events = opt(6);
+      s.retention.max_age_ms = opt(7);
+      s.retention.max_bytes = opt(8);
+      streams.emplace(static_cast<StreamId>(locked->Int8(r, 0)), std::move(s));
+    }
+
   }
 
   // Simulate the appends in queue order against the locked rows.
@@ -784,6 +825,11 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
     s.touched = true;
     written.push_back(i);
   }
+  if (optimistic && written.size() != members.size()) {
+    // A refusal decided from cached state is not definite: decide it under the row locks.
+    for (size_t i : members) outcomes[i].reset();
+    return GroupEnd::kStale;
+  }
   if (!fetch_error.ok()) return sql_error(fetch_error);
   if (written.empty()) {
     auto rb = conn.Exec("ROLLBACK");
@@ -878,20 +924,52 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
            ") ON CONFLICT (stream_id, producer_id) DO UPDATE SET epoch = EXCLUDED.epoch, "
            "seq = EXCLUDED.seq, last_offset = EXCLUDED.last_offset), ";
   }
-  sql += "upd AS (UPDATE streams s SET next_offset = u.next, head_offset = u.head, "
-         "retained_bytes = u.bytes, closed = u.closed FROM unnest(";
-  wp.Int8Array(up_id);
-  sql += arg("::bigint[]") + ", ";
-  wp.Int8Array(up_next);
-  sql += arg("::bigint[]") + ", ";
-  wp.Int8Array(up_head);
-  sql += arg("::bigint[]") + ", ";
-  wp.Int8Array(up_bytes);
-  sql += arg("::bigint[]") + ", ";
-  wp.BoolArray(up_closed);
-  sql += arg("::boolean[]") +
-         ") AS u(id, next, head, bytes, closed) WHERE s.id = u.id RETURNING 1) "
-         "SELECT count(*) FROM upd";
+  if (optimistic) {
+    // Applies only where the row is exactly as cached (same next offset and bytes, open, live,
+    // no retention caps); otherwise the division by zero aborts the whole transaction.
+    std::vector<int64_t> old_next, old_bytes;
+    for (auto& [id, s] : streams) {
+      if (!s.touched) continue;
+      old_next.push_back(OffsetToDb(s.next0));
+      old_bytes.push_back(BitsToDb(cache.at(id).bytes));
+    }
+    sql += "upd AS (UPDATE streams s SET next_offset = u.next, retained_bytes = u.bytes, "
+           "closed = u.closed FROM unnest(";
+    wp.Int8Array(up_id);
+    sql += arg("::bigint[]") + ", ";
+    wp.Int8Array(up_next);
+    sql += arg("::bigint[]") + ", ";
+    wp.Int8Array(up_bytes);
+    sql += arg("::bigint[]") + ", ";
+    wp.BoolArray(up_closed);
+    sql += arg("::boolean[]") + ", ";
+    wp.Int8Array(old_next);
+    sql += arg("::bigint[]") + ", ";
+    wp.Int8Array(old_bytes);
+    sql += arg("::bigint[]") +
+           ") AS u(id, next, bytes, closed, old_next, old_bytes) WHERE s.id = u.id "
+           "AND s.next_offset = u.old_next AND s.retained_bytes = u.old_bytes AND NOT s.closed "
+           "AND NOT s.deleted AND s.max_events IS NULL AND s.max_age_ms IS NULL "
+           "AND s.max_bytes IS NULL RETURNING 1) "
+           "SELECT 1 / (CASE WHEN count(*) = ";
+    wp.Int8(static_cast<int64_t>(up_id.size()));
+    sql += arg("") + " THEN 1 ELSE 0 END) FROM upd";
+  } else {
+    sql += "upd AS (UPDATE streams s SET next_offset = u.next, head_offset = u.head, "
+           "retained_bytes = u.bytes, closed = u.closed FROM unnest(";
+    wp.Int8Array(up_id);
+    sql += arg("::bigint[]") + ", ";
+    wp.Int8Array(up_next);
+    sql += arg("::bigint[]") + ", ";
+    wp.Int8Array(up_head);
+    sql += arg("::bigint[]") + ", ";
+    wp.Int8Array(up_bytes);
+    sql += arg("::bigint[]") + ", ";
+    wp.BoolArray(up_closed);
+    sql += arg("::boolean[]") +
+           ") AS u(id, next, head, bytes, closed) WHERE s.id = u.id RETURNING 1) "
+           "SELECT count(*) FROM upd";
+  }
 
   if (options_.fault_hook && options_.fault_hook(PostgresFaultPoint::kBeforeCommit,
                                                  conn.backend_pid())) {
@@ -902,25 +980,32 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
   // a notifying transaction holds a database-wide lock from its pre-commit until its commit is
   // done, so notifying inside the append transactions would serialize all of them (and their
   // WAL flushes). A hint lost in a crash is harmless: listeners are hints, readers re-read.
-  std::vector<pg::Conn::Statement> closing(3);
-  closing[0].sql = std::move(sql);
-  closing[0].params = std::move(wp);
-  closing[1].sql = "COMMIT";
-  closing[2].sql =
+  // Optimistically, BEGIN travels in the same round trip too.
+  std::vector<pg::Conn::Statement> closing;
+  if (optimistic) closing.push_back(pg::Conn::Statement{"BEGIN", Params()});
+  const size_t w = closing.size();
+  closing.push_back(pg::Conn::Statement{std::move(sql), std::move(wp)});
+  closing.push_back(pg::Conn::Statement{"COMMIT", Params()});
+  closing.push_back(pg::Conn::Statement{
       "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, n) "
-      "FROM unnest($2::text[]) AS n";
-  closing[2].params.Text(channel_).TextArray(notes);
+      "FROM unnest($2::text[]) AS n",
+      Params()});
+  closing.back().params.Text(channel_).TextArray(notes);
   auto replies = conn.Pipeline(closing, [&] {
     if (options_.fault_hook && options_.fault_hook(PostgresFaultPoint::kAfterCommitSent,
                                                    conn.backend_pid())) {
       conn.Sever();
     }
   });
-  if (!replies[0].ok() && replies[0].status().code() != StatusCode::kUnavailable) {
-    // The write failed definitely; the transaction is aborted and COMMIT was skipped.
-    return sql_error(replies[0].status());
+  for (size_t k = 0; k <= w; ++k) {
+    if (replies[k].ok() || replies[k].status().code() == StatusCode::kUnavailable) continue;
+    // The write (or BEGIN) failed definitely; the transaction is aborted and COMMIT skipped.
+    if (!optimistic) return sql_error(replies[k].status());
+    for (size_t i : members) outcomes[i].reset();
+    if (!conn.Exec("ROLLBACK").ok()) conn.Sever();
+    return GroupEnd::kStale;
   }
-  if (!replies[0].ok() || !replies[1].ok()) {
+  if (!replies[w].ok() || !replies[w + 1].ok()) {
     if (conn.broken()) {
       fail_written(Status::OutcomeUnknown(
           "postgres: connection lost after COMMIT was sent; the append may or may not have been "
@@ -930,13 +1015,23 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
     // The server answered COMMIT with an error and kept the session: it rolled back.
     if (members.size() == 1) {
       outcomes[members[0]].reset();
-      outcomes[members[0]].emplace(replies[1].status());
+      outcomes[members[0]].emplace(replies[w + 1].status());
       return GroupEnd::kDone;
     }
     for (size_t i : members) outcomes[i].reset();
     return GroupEnd::kSqlError;
   }
   for (size_t i : written) outcomes[i].emplace(results[i]);
+  forget.armed = false;
+  for (const auto& [id, st] : streams) {
+    const bool plain = !st.deleted && !st.closed && !st.retention.max_events &&
+                       !st.retention.max_age_ms && !st.retention.max_bytes;
+    if (plain) {
+      cache[id] = CachedStream{st.next, st.bytes};
+    } else {
+      cache.erase(id);
+    }
+  }
   return GroupEnd::kDone;
 }
 

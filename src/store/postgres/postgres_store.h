@@ -18,6 +18,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -78,7 +79,17 @@ class PostgresStore final : public Store {
     kSqlError,     // a statement failed and the transaction was rolled back: nothing written
     kLostBefore,   // the connection died before COMMIT was sent: nothing written
     kUnknown,      // the connection died after COMMIT was sent
+    kStale,        // the optimistic attempt did not apply (nothing written); lock and retry
   };
+  // What a worker last committed on a stream without retention caps. Only a guess: the
+  // optimistic one-round-trip path writes with an UPDATE guarded by exactly these values, and
+  // any mismatch (another node appended, a truncate, a retention change) rolls back and takes
+  // the locking path. Owned by one worker thread.
+  struct CachedStream {
+    uint64_t next = 0;
+    uint64_t bytes = 0;
+  };
+  using StreamCache = std::map<StreamId, CachedStream>;
 
   // Returns a pooled connection to the pool on destruction (or drops it when broken).
   class PooledConn {
@@ -102,9 +113,14 @@ class PostgresStore final : public Store {
 
   void WorkerLoop(WorkerQueue& queue);
   void CommitGroup(std::unique_ptr<pg::Conn>& conn, std::vector<Pending>& group,
-                   std::vector<std::optional<Result<AppendResult>>>& outcomes);
+                   std::vector<std::optional<Result<AppendResult>>>& outcomes,
+                   StreamCache& cache);
+  // One transaction for `members` of `group`. With `optimistic`, the streams' state comes from
+  // `cache` and BEGIN, the guarded write and COMMIT travel in one round trip; otherwise the
+  // streams are locked and read first. Updates `cache` either way.
   GroupEnd TryGroup(pg::Conn& conn, std::vector<Pending>& group, const std::vector<size_t>& members,
-                    std::vector<std::optional<Result<AppendResult>>>& outcomes);
+                    std::vector<std::optional<Result<AppendResult>>>& outcomes, StreamCache& cache,
+                    bool optimistic);
   // Runs on listen_thread_ with the connection Open already made LISTEN.
   void ListenLoop(std::unique_ptr<pg::Conn> conn);
   void CallListener(StreamId id, uint64_t next);
