@@ -49,7 +49,8 @@ namespace runnel {
 
 // Where a fault-injection hook runs in an append transaction (tests only).
 enum class PostgresFaultPoint {
-  // Every statement of the group ran; COMMIT is about to be sent.
+  // The group's transaction is about to be committed: its write and COMMIT are about to be
+  // sent (on the optimistic path, BEGIN and the write travel in the same round trip).
   kBeforeCommit,
   // COMMIT was sent; its reply has not been read yet.
   kAfterCommitSent,
