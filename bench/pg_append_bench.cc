@@ -39,8 +39,9 @@ runnel::Result<runnel::AppendResult> AppendSync(runnel::Store& store, runnel::Ap
 int main(int argc, char** argv) {
   const char* url = std::getenv("RUNNEL_TEST_PG_URL");
   if (url == nullptr || *url == '\0') {
-    std::printf("pg_append_bench: needs a PostgreSQL server in RUNNEL_TEST_PG_URL; "
-                "bench/pg_bench.sh runs it on a private cluster next to pgbench\n");
+    std::printf(
+        "pg_append_bench: needs a PostgreSQL server in RUNNEL_TEST_PG_URL; "
+        "bench/pg_bench.sh runs it on a private cluster next to pgbench\n");
     return 0;
   }
   const int clients = argc > 1 ? std::atoi(argv[1]) : 16;

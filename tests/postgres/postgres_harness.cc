@@ -41,10 +41,13 @@ PostgresStoreOptions PgOptions(const std::string& schema) {
 }
 
 SideConn::SideConn() : conn_(PQconnectdb(PgUrl().c_str())) {
-  PQsetNoticeProcessor(conn_, [](void*, const char*) {}, nullptr);
+  PQsetNoticeProcessor(
+      conn_, [](void*, const char*) {}, nullptr);
 }
 
-SideConn::~SideConn() { PQfinish(conn_); }
+SideConn::~SideConn() {
+  PQfinish(conn_);
+}
 
 std::optional<std::string> SideConn::Query(const std::string& sql) {
   PGresult* r = PQexec(conn_, sql.c_str());

@@ -222,8 +222,8 @@ TEST_F(PostgresTest, AnOccupiedSlotIsADefiniteConflictAndSparesTheRestOfTheGroup
   const StreamId poisoned = MustCreate(*store, "poisoned");
   const StreamId healthy = MustCreate(*store, "healthy");
   SideConn side;
-  side.Query("INSERT INTO \"" + schema_ + "\".events VALUES (" + std::to_string(poisoned) +
-             ", " + std::to_string(static_cast<int64_t>(uint64_t{1} ^ kSignBit)) +
+  side.Query("INSERT INTO \"" + schema_ + "\".events VALUES (" + std::to_string(poisoned) + ", " +
+             std::to_string(static_cast<int64_t>(uint64_t{1} ^ kSignBit)) +
              ", 0, NULL, 'foreign')");
   std::mutex mu;
   std::condition_variable cv;
@@ -376,7 +376,8 @@ TEST_F(PostgresTest, TwoInstancesListenerComesBackAfterItsConnectionIsKilled) {
   SideConn side;
   // Kill every session of this schema's listeners (node A's too), then append on A.
   EXPECT_EQ(side.Query("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                       "WHERE query = 'LISTEN \"" + schema_ + "_tail\"'"),
+                       "WHERE query = 'LISTEN \"" +
+                       schema_ + "_tail\"'"),
             "2");
   ASSERT_TRUE(AppendOne(*a, id, "after-the-kill").ok());
   std::unique_lock lock(mu);

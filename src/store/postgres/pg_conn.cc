@@ -159,7 +159,9 @@ int32_t Rows::Int4(int row, int col) const {
   return static_cast<int32_t>(GetBigEndian(PQgetvalue(result_.get(), row, col), 4));
 }
 
-bool Rows::Bool(int row, int col) const { return PQgetvalue(result_.get(), row, col)[0] != 0; }
+bool Rows::Bool(int row, int col) const {
+  return PQgetvalue(result_.get(), row, col)[0] != 0;
+}
 
 std::string_view Rows::Bytes(int row, int col) const {
   return std::string_view(PQgetvalue(result_.get(), row, col),
@@ -206,7 +208,9 @@ Result<std::unique_ptr<Conn>> Conn::Connect(const std::string& conninfo, const s
   return conn;
 }
 
-Conn::~Conn() { PQfinish(conn_); }
+Conn::~Conn() {
+  PQfinish(conn_);
+}
 
 void Conn::Sever() {
   severed_ = true;
@@ -330,26 +334,6 @@ Result<std::string> Conn::Prepared(const std::string& sql, const Params& params)
   if (!prepared.ok()) return prepared.status();
   prepared_.emplace(sql, name);
   return name;
-}
-
-bool Conn::Send(std::string_view sql) {
-  last_sqlstate_.clear();
-  if (severed_) return false;
-  const std::string text(sql);
-  return PQsendQueryParams(conn_, text.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 1) == 1;
-}
-
-Result<Rows> Conn::Receive() {
-  if (severed_) {
-    // Drain what libpq holds so the connection object stays consistent, then report the loss.
-    while (PGresult* r = PQgetResult(conn_)) PQclear(r);
-    return Status::Unavailable("postgres: connection lost");
-  }
-  PGresult* first = PQgetResult(conn_);
-  if (first == nullptr) return Status::Unavailable("postgres: connection lost");
-  // A statement sent alone produces one result, then null.
-  while (PGresult* extra = PQgetResult(conn_)) PQclear(extra);
-  return Collect(first);
 }
 
 Result<Rows> Conn::Collect(PGresult* raw) {

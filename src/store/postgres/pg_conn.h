@@ -31,8 +31,12 @@ inline uint64_t OffsetFromDb(int64_t stored) {
   return static_cast<uint64_t>(stored) ^ (uint64_t{1} << 63);
 }
 // Values only stored and compared in C++ (timestamps, epochs, caps): the same 64 bits.
-inline int64_t BitsToDb(uint64_t v) { return static_cast<int64_t>(v); }
-inline uint64_t BitsFromDb(int64_t v) { return static_cast<uint64_t>(v); }
+inline int64_t BitsToDb(uint64_t v) {
+  return static_cast<int64_t>(v);
+}
+inline uint64_t BitsFromDb(int64_t v) {
+  return static_cast<uint64_t>(v);
+}
 
 // SQLSTATE codes the store reacts to.
 inline constexpr std::string_view kUniqueViolation = "23505";
@@ -96,13 +100,14 @@ class Rows {
 };
 
 // One libpq connection. Every failure returns a Status: kUnavailable when the connection is
-// lost (broken() is then true and the Conn must be discarded), kConflict never (the caller
-// decides what a unique violation means; see last_sqlstate()), kInternal for other SQL errors.
+// lost (broken() is then true and the Conn must be discarded), kInternal for SQL errors (the
+// caller decides what e.g. a unique violation means; see last_sqlstate()).
 class Conn {
  public:
   // Connects with `conninfo` (URL or key=value string), sets statement_timeout, search_path to
   // `schema` and silences notices.
-  static Result<std::unique_ptr<Conn>> Connect(const std::string& conninfo, const std::string& schema,
+  static Result<std::unique_ptr<Conn>> Connect(const std::string& conninfo,
+                                               const std::string& schema,
                                                std::chrono::milliseconds connect_timeout,
                                                std::chrono::milliseconds statement_timeout);
   ~Conn();
@@ -117,15 +122,10 @@ class Conn {
   };
   // Sends every statement in one pipeline (one round trip), calls `after_send` once they are
   // on the wire, then reads one outcome per statement. A statement after a failed one is not
-  // run and reports kAborted-style kInternal("skipped"). When the connection is lost, the
+  // run and reports kInternal ("skipped after an earlier error"). When the connection is lost, the
   // statements without a reply report kUnavailable and broken() is true.
   std::vector<Result<Rows>> Pipeline(const std::vector<Statement>& statements,
                                      const std::function<void()>& after_send = {});
-  // Sends a statement without waiting for its reply. false when the send failed: nothing
-  // reached the server.
-  bool Send(std::string_view sql);
-  // Waits for the reply to the statement last sent.
-  Result<Rows> Receive();
 
   bool broken() const { return PQstatus(conn_) == CONNECTION_BAD || severed_; }
   int backend_pid() const { return PQbackendPID(conn_); }

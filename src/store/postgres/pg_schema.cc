@@ -55,23 +55,24 @@ CREATE TABLE producers (
 
 }  // namespace
 
-int LatestSchemaVersion() { return static_cast<int>(std::size(kMigrations)); }
+int LatestSchemaVersion() {
+  return static_cast<int>(std::size(kMigrations));
+}
 
 Status Migrate(Conn& conn, const std::string& schema) {
   const std::string q = QuoteIdent(schema);
   auto run = [&]() -> Status {
     RUNNEL_RETURN_IF_ERROR(conn.Exec("BEGIN").status());
-    RUNNEL_RETURN_IF_ERROR(
-        conn.Exec("SELECT pg_advisory_xact_lock(hashtext($1))", Params().Text("runnel.migrate." + schema))
-            .status());
-    RUNNEL_RETURN_IF_ERROR(
-        conn.Exec("CREATE SCHEMA IF NOT EXISTS " + q +
-                  "; CREATE TABLE IF NOT EXISTS " + q +
-                  ".schema_migrations (version integer PRIMARY KEY, "
-                  "applied_at timestamptz NOT NULL DEFAULT now())")
-            .status());
-    RUNNEL_ASSIGN_OR_RETURN(
-        Rows v, conn.Exec("SELECT coalesce(max(version), 0)::bigint FROM " + q + ".schema_migrations"));
+    RUNNEL_RETURN_IF_ERROR(conn.Exec("SELECT pg_advisory_xact_lock(hashtext($1))",
+                                     Params().Text("runnel.migrate." + schema))
+                               .status());
+    RUNNEL_RETURN_IF_ERROR(conn.Exec("CREATE SCHEMA IF NOT EXISTS " + q +
+                                     "; CREATE TABLE IF NOT EXISTS " + q +
+                                     ".schema_migrations (version integer PRIMARY KEY, "
+                                     "applied_at timestamptz NOT NULL DEFAULT now())")
+                               .status());
+    RUNNEL_ASSIGN_OR_RETURN(Rows v, conn.Exec("SELECT coalesce(max(version), 0)::bigint FROM " + q +
+                                              ".schema_migrations"));
     const int64_t current = v.Int8(0, 0);
     if (current > LatestSchemaVersion()) {
       return Status::FailedPrecondition("postgres: schema '" + schema + "' is at version " +
@@ -79,10 +80,9 @@ Status Migrate(Conn& conn, const std::string& schema) {
                                         std::to_string(LatestSchemaVersion()) + ")");
     }
     for (int64_t next = current + 1; next <= LatestSchemaVersion(); ++next) {
-      RUNNEL_RETURN_IF_ERROR(
-          conn.Exec("SET LOCAL search_path = " + q + ";" +
-                    std::string(kMigrations[static_cast<size_t>(next - 1)]))
-              .status());
+      RUNNEL_RETURN_IF_ERROR(conn.Exec("SET LOCAL search_path = " + q + ";" +
+                                       std::string(kMigrations[static_cast<size_t>(next - 1)]))
+                                 .status());
       RUNNEL_RETURN_IF_ERROR(
           conn.Exec("INSERT INTO " + q + ".schema_migrations (version) VALUES ($1::bigint)",
                     Params().Int8(next))

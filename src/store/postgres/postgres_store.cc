@@ -95,11 +95,11 @@ struct GroupStream {
   bool deleted = false;
   bool closed = false;
   StreamRetention retention;
-  uint64_t next = 0;        // next offset after the appends simulated so far
-  uint64_t head = 0;        // oldest retained offset after them (== next when empty)
-  uint64_t bytes = 0;       // retained bytes after them
-  uint64_t next0 = 0;       // next offset at the start of the transaction
-  uint64_t head0 = 0;       // head at the start of the transaction
+  uint64_t next = 0;   // next offset after the appends simulated so far
+  uint64_t head = 0;   // oldest retained offset after them (== next when empty)
+  uint64_t bytes = 0;  // retained bytes after them
+  uint64_t next0 = 0;  // next offset at the start of the transaction
+  uint64_t head0 = 0;  // head at the start of the transaction
   // Records this group adds, offsets next0, next0+1, ...: (appended_at_ms, bytes).
   std::vector<std::pair<uint64_t, uint64_t>> added;
   // Records read back from the table for retention, by offset: (appended_at_ms, bytes).
@@ -140,8 +140,9 @@ Result<std::unique_ptr<PostgresStore>> PostgresStore::Open(const PostgresStoreOp
   // LISTEN before returning, so every append another node commits after Open is heard.
   RUNNEL_ASSIGN_OR_RETURN(auto listen_conn, store->Connect());
   RUNNEL_RETURN_IF_ERROR(listen_conn->Exec("LISTEN " + pg::QuoteIdent(store->channel_)).status());
-  store->listen_thread_ = std::thread(
-      [s = store.get(), c = listen_conn.release()] { s->ListenLoop(std::unique_ptr<pg::Conn>(c)); });
+  store->listen_thread_ = std::thread([s = store.get(), c = listen_conn.release()] {
+    s->ListenLoop(std::unique_ptr<pg::Conn>(c));
+  });
   return store;
 }
 
@@ -257,10 +258,9 @@ Result<StreamInfo> PostgresStore::GetStream(std::string_view ns, std::string_vie
 
 Result<StreamInfo> PostgresStore::GetStreamById(StreamId id) {
   RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
-  RUNNEL_ASSIGN_OR_RETURN(
-      Rows rows, conn->Exec("SELECT " + std::string(kStreamColumns) +
-                                " FROM streams WHERE id = $1 AND NOT deleted",
-                            Params().Int8(BitsToDb(id))));
+  RUNNEL_ASSIGN_OR_RETURN(Rows rows, conn->Exec("SELECT " + std::string(kStreamColumns) +
+                                                    " FROM streams WHERE id = $1 AND NOT deleted",
+                                                Params().Int8(BitsToDb(id))));
   if (rows.size() == 0) return StreamNotFound(id);
   return StreamFromRow(rows, 0);
 }
@@ -304,19 +304,18 @@ Status PostgresStore::DeleteStream(StreamId id) {
     RUNNEL_RETURN_IF_ERROR(conn->Exec("BEGIN").status());
     // The row lock waits for in-flight appends; the deletes below run in later statements, so
     // they see (and remove) whatever those appends committed.
-    RUNNEL_ASSIGN_OR_RETURN(Rows marked,
-                            conn->Exec("UPDATE streams SET deleted = true "
-                                       "WHERE id = $1 AND NOT deleted RETURNING id",
-                                       Params().Int8(BitsToDb(id))));
+    RUNNEL_ASSIGN_OR_RETURN(Rows marked, conn->Exec("UPDATE streams SET deleted = true "
+                                                    "WHERE id = $1 AND NOT deleted RETURNING id",
+                                                    Params().Int8(BitsToDb(id))));
     if (marked.size() == 0) {
       RUNNEL_RETURN_IF_ERROR(conn->Exec("ROLLBACK").status());
       return StreamNotFound(id);
     }
     for (const char* table : {"events", "cursors", "producers"}) {
-      RUNNEL_RETURN_IF_ERROR(conn->Exec(std::string("DELETE FROM ") + table +
-                                            " WHERE stream_id = $1",
-                                        Params().Int8(BitsToDb(id)))
-                                 .status());
+      RUNNEL_RETURN_IF_ERROR(
+          conn->Exec(std::string("DELETE FROM ") + table + " WHERE stream_id = $1",
+                     Params().Int8(BitsToDb(id)))
+              .status());
     }
     return conn->Exec("COMMIT").status();
   };
@@ -333,22 +332,21 @@ Result<std::vector<StoredRecord>> PostgresStore::Read(StreamId id, uint64_t from
   // One statement (one snapshot): the stream's existence, then the page. A record is returned
   // when it is the first, or when the payload bytes up to and including it fit in max_bytes.
   RUNNEL_ASSIGN_OR_RETURN(
-      Rows rows,
-      conn->Exec("SELECT s.id, e.off, e.appended_at_ms, e.key, e.payload FROM streams s "
-                 "LEFT JOIN LATERAL ("
-                 "  SELECT off, appended_at_ms, key, payload FROM ("
-                 "    SELECT off, appended_at_ms, key, payload,"
-                 "           sum(octet_length(payload)) OVER (ORDER BY off) AS cum,"
-                 "           row_number() OVER (ORDER BY off) AS rn"
-                 "    FROM (SELECT * FROM events WHERE stream_id = s.id AND off >= $2"
-                 "          ORDER BY off LIMIT $3) page) w"
-                 "  WHERE rn = 1 OR cum <= $4) e ON true "
-                 "WHERE s.id = $1 AND NOT s.deleted ORDER BY e.off",
-                 Params()
-                     .Int8(BitsToDb(id))
-                     .Int8(OffsetToDb(from))
-                     .Int8(ClampToInt8(limit))
-                     .Int8(ClampToInt8(max_bytes))));
+      Rows rows, conn->Exec("SELECT s.id, e.off, e.appended_at_ms, e.key, e.payload FROM streams s "
+                            "LEFT JOIN LATERAL ("
+                            "  SELECT off, appended_at_ms, key, payload FROM ("
+                            "    SELECT off, appended_at_ms, key, payload,"
+                            "           sum(octet_length(payload)) OVER (ORDER BY off) AS cum,"
+                            "           row_number() OVER (ORDER BY off) AS rn"
+                            "    FROM (SELECT * FROM events WHERE stream_id = s.id AND off >= $2"
+                            "          ORDER BY off LIMIT $3) page) w"
+                            "  WHERE rn = 1 OR cum <= $4) e ON true "
+                            "WHERE s.id = $1 AND NOT s.deleted ORDER BY e.off",
+                            Params()
+                                .Int8(BitsToDb(id))
+                                .Int8(OffsetToDb(from))
+                                .Int8(ClampToInt8(limit))
+                                .Int8(ClampToInt8(max_bytes))));
   if (rows.size() == 0) return StreamNotFound(id);
   std::vector<StoredRecord> out;
   if (rows.IsNull(0, 1)) return out;
@@ -367,11 +365,10 @@ Result<std::vector<StoredRecord>> PostgresStore::Read(StreamId id, uint64_t from
 Result<std::optional<StoredRecord>> PostgresStore::ReadAt(StreamId id, uint64_t offset) {
   RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
   RUNNEL_ASSIGN_OR_RETURN(
-      Rows rows,
-      conn->Exec("SELECT s.id, e.off, e.appended_at_ms, e.key, e.payload FROM streams s "
-                 "LEFT JOIN events e ON e.stream_id = s.id AND e.off = $2 "
-                 "WHERE s.id = $1 AND NOT s.deleted",
-                 Params().Int8(BitsToDb(id)).Int8(OffsetToDb(offset))));
+      Rows rows, conn->Exec("SELECT s.id, e.off, e.appended_at_ms, e.key, e.payload FROM streams s "
+                            "LEFT JOIN events e ON e.stream_id = s.id AND e.off = $2 "
+                            "WHERE s.id = $1 AND NOT s.deleted",
+                            Params().Int8(BitsToDb(id)).Int8(OffsetToDb(offset))));
   if (rows.size() == 0) return StreamNotFound(id);
   if (rows.IsNull(0, 1)) return std::optional<StoredRecord>();
   StoredRecord rec;
@@ -402,8 +399,9 @@ Result<uint64_t> PostgresStore::TruncatePrefix(StreamId id, uint64_t through,
     const uint64_t head = OffsetFromDb(s.Int8(0, 1));
     uint64_t cut = through;
     if (respect_cursors) {
-      RUNNEL_ASSIGN_OR_RETURN(Rows c, conn->Exec("SELECT min(off) FROM cursors WHERE stream_id = $1",
-                                                 Params().Int8(BitsToDb(id))));
+      RUNNEL_ASSIGN_OR_RETURN(Rows c,
+                              conn->Exec("SELECT min(off) FROM cursors WHERE stream_id = $1",
+                                         Params().Int8(BitsToDb(id))));
       if (!c.IsNull(0, 0)) cut = std::min(cut, OffsetFromDb(c.Int8(0, 0)));
     }
     const uint64_t new_head = cut >= next ? next : std::max(head, cut + 1);
@@ -490,11 +488,10 @@ Result<std::optional<ProducerState>> PostgresStore::GetProducer(StreamId id,
                                                                 std::string_view producer_id) {
   RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
   RUNNEL_ASSIGN_OR_RETURN(
-      Rows rows,
-      conn->Exec("SELECT s.id, p.epoch, p.seq, p.last_offset FROM streams s "
-                 "LEFT JOIN producers p ON p.stream_id = s.id AND p.producer_id = $2 "
-                 "WHERE s.id = $1 AND NOT s.deleted",
-                 Params().Int8(BitsToDb(id)).Bytes(producer_id)));
+      Rows rows, conn->Exec("SELECT s.id, p.epoch, p.seq, p.last_offset FROM streams s "
+                            "LEFT JOIN producers p ON p.stream_id = s.id AND p.producer_id = $2 "
+                            "WHERE s.id = $1 AND NOT s.deleted",
+                            Params().Int8(BitsToDb(id)).Bytes(producer_id)));
   if (rows.size() == 0) return StreamNotFound(id);
   if (rows.IsNull(0, 1)) return std::optional<ProducerState>();
   return std::optional<ProducerState>(
@@ -567,9 +564,10 @@ void PostgresStore::WorkerLoop(WorkerQueue& queue) {
     }
     if (conn != nullptr) CommitGroup(conn, group, outcomes, cache);
     for (size_t i = 0; i < group.size(); ++i) {
-      Result<AppendResult> r = outcomes[i] ? std::move(*outcomes[i])
-                                           : Result<AppendResult>(Status::Internal(
-                                                 "postgres: append left without an outcome"));
+      Result<AppendResult> r =
+          outcomes[i]
+              ? std::move(*outcomes[i])
+              : Result<AppendResult>(Status::Internal("postgres: append left without an outcome"));
       if (r.ok()) CallListener(group[i].request.stream, r->next_offset);
       group[i].done(std::move(r));
     }
@@ -717,7 +715,6 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
       s.retention.max_bytes = opt(8);
       streams.emplace(static_cast<StreamId>(locked->Int8(r, 0)), std::move(s));
     }
-
   }
 
   // Simulate the appends in queue order against the locked rows.
@@ -735,16 +732,15 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
     }
     GroupStream& s = it->second;
     if (s.closed) {
-      outcomes[i].emplace(Status::FailedPrecondition("stream #" + std::to_string(req.stream) +
-                                                     " is closed"));
+      outcomes[i].emplace(
+          Status::FailedPrecondition("stream #" + std::to_string(req.stream) + " is closed"));
       continue;
     }
     if (req.expected_offset && *req.expected_offset != s.next) {
-      outcomes[i].emplace(Status::Conflict("expected offset " +
-                                               std::to_string(*req.expected_offset) +
-                                               " but the stream's next offset is " +
-                                               std::to_string(s.next),
-                                           *req.expected_offset, s.next));
+      outcomes[i].emplace(
+          Status::Conflict("expected offset " + std::to_string(*req.expected_offset) +
+                               " but the stream's next offset is " + std::to_string(s.next),
+                           *req.expected_offset, s.next));
       continue;
     }
     const uint64_t n = req.records.size();
@@ -784,7 +780,8 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
         if (f == s.fetched.end() && fetch_error.ok()) {
           auto page = conn.Exec(
               "SELECT off, appended_at_ms, (coalesce(octet_length(key), 0) + "
-              "octet_length(payload))::bigint FROM events WHERE stream_id = $1 AND off >= $2 AND off < $3 "
+              "octet_length(payload))::bigint FROM events WHERE stream_id = $1 AND off >= $2 AND "
+              "off < $3 "
               "ORDER BY off LIMIT $4",
               Params()
                   .Int8(BitsToDb(sid))
@@ -795,8 +792,8 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
             fetch_error = page.status();
           } else {
             for (int r = 0; r < page->size(); ++r) {
-              s.fetched[OffsetFromDb(page->Int8(r, 0))] = {
-                  BitsFromDb(page->Int8(r, 1)), static_cast<uint64_t>(page->Int8(r, 2))};
+              s.fetched[OffsetFromDb(page->Int8(r, 0))] = {BitsFromDb(page->Int8(r, 1)),
+                                                           static_cast<uint64_t>(page->Int8(r, 2))};
             }
           }
           f = s.fetched.find(off);
@@ -857,8 +854,9 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
       keep_payload.push_back(ins_payload[r]);
     }
     if (!keep_stream.empty()) {
-      sql += "ins AS (INSERT INTO events (stream_id, off, appended_at_ms, key, payload) "
-             "SELECT * FROM unnest(";
+      sql +=
+          "ins AS (INSERT INTO events (stream_id, off, appended_at_ms, key, payload) "
+          "SELECT * FROM unnest(";
       wp.Int8Array(keep_stream);
       sql += arg("::bigint[]") + ", ";
       wp.Int8Array(keep_off);
@@ -909,8 +907,9 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
       p_seq.push_back(BitsToDb(ps.seq));
       p_last.push_back(OffsetToDb(ps.last_offset));
     }
-    sql += "prod AS (INSERT INTO producers (stream_id, producer_id, epoch, seq, last_offset) "
-           "SELECT * FROM unnest(";
+    sql +=
+        "prod AS (INSERT INTO producers (stream_id, producer_id, epoch, seq, last_offset) "
+        "SELECT * FROM unnest(";
     wp.Int8Array(p_stream);
     sql += arg("::bigint[]") + ", ";
     wp.ByteaArray(p_id);
@@ -933,8 +932,9 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
       old_next.push_back(OffsetToDb(s.next0));
       old_bytes.push_back(BitsToDb(cache.at(id).bytes));
     }
-    sql += "upd AS (UPDATE streams s SET next_offset = u.next, retained_bytes = u.bytes, "
-           "closed = u.closed FROM unnest(";
+    sql +=
+        "upd AS (UPDATE streams s SET next_offset = u.next, retained_bytes = u.bytes, "
+        "closed = u.closed FROM unnest(";
     wp.Int8Array(up_id);
     sql += arg("::bigint[]") + ", ";
     wp.Int8Array(up_next);
@@ -955,8 +955,9 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
     wp.Int8(static_cast<int64_t>(up_id.size()));
     sql += arg("") + " THEN 1 ELSE 0 END) FROM upd";
   } else {
-    sql += "upd AS (UPDATE streams s SET next_offset = u.next, head_offset = u.head, "
-           "retained_bytes = u.bytes, closed = u.closed FROM unnest(";
+    sql +=
+        "upd AS (UPDATE streams s SET next_offset = u.next, head_offset = u.head, "
+        "retained_bytes = u.bytes, closed = u.closed FROM unnest(";
     wp.Int8Array(up_id);
     sql += arg("::bigint[]") + ", ";
     wp.Int8Array(up_next);
@@ -971,8 +972,8 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
            "SELECT count(*) FROM upd";
   }
 
-  if (options_.fault_hook && options_.fault_hook(PostgresFaultPoint::kBeforeCommit,
-                                                 conn.backend_pid())) {
+  if (options_.fault_hook &&
+      options_.fault_hook(PostgresFaultPoint::kBeforeCommit, conn.backend_pid())) {
     conn.Sever();
   }
   // The write and the COMMIT travel together; a failed write makes the server skip COMMIT.
@@ -986,14 +987,14 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
   const size_t w = closing.size();
   closing.push_back(pg::Conn::Statement{std::move(sql), std::move(wp)});
   closing.push_back(pg::Conn::Statement{"COMMIT", Params()});
-  closing.push_back(pg::Conn::Statement{
-      "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, n) "
-      "FROM unnest($2::text[]) AS n",
-      Params()});
+  closing.push_back(
+      pg::Conn::Statement{"SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, n) "
+                          "FROM unnest($2::text[]) AS n",
+                          Params()});
   closing.back().params.Text(channel_).TextArray(notes);
   auto replies = conn.Pipeline(closing, [&] {
-    if (options_.fault_hook && options_.fault_hook(PostgresFaultPoint::kAfterCommitSent,
-                                                   conn.backend_pid())) {
+    if (options_.fault_hook &&
+        options_.fault_hook(PostgresFaultPoint::kAfterCommitSent, conn.backend_pid())) {
       conn.Sever();
     }
   });
@@ -1071,8 +1072,7 @@ void PostgresStore::ListenLoop(std::unique_ptr<pg::Conn> conn) {
           auto live = conn->Exec("SELECT id, next_offset FROM streams WHERE NOT deleted");
           if (live.ok()) {
             for (int r = 0; r < live->size(); ++r) {
-              CallListener(static_cast<StreamId>(live->Int8(r, 0)),
-                           OffsetFromDb(live->Int8(r, 1)));
+              CallListener(static_cast<StreamId>(live->Int8(r, 0)), OffsetFromDb(live->Int8(r, 1)));
             }
           }
         }

@@ -4,8 +4,8 @@
 // Threads:
 //   - callers: synchronous calls borrow a connection from a pool (at most query_connections);
 //   - append workers (append_workers of them, one connection each, each with its own queue fed
-//     by stream id): take every queued append (up to a group limit), commit them in one transaction, then for each append call the tail
-//     listener and its callback, in queue order;
+//     by stream id): take every queued append (up to a group limit), commit them in one
+//     transaction, then for each append call the tail listener and its callback, in queue order;
 //   - the listener: one connection that LISTENs on the schema's channel and calls the tail
 //     listener for appends committed by other nodes (notifications from this store's own worker
 //     connections are recognised by backend pid and skipped: those appends already called it).
@@ -75,11 +75,11 @@ class PostgresStore final : public Store {
   };
   // How a group transaction ended.
   enum class GroupEnd {
-    kDone,         // committed, or nothing to write; outcomes are filled in
-    kSqlError,     // a statement failed and the transaction was rolled back: nothing written
-    kLostBefore,   // the connection died before COMMIT was sent: nothing written
-    kUnknown,      // the connection died after COMMIT was sent
-    kStale,        // the optimistic attempt did not apply (nothing written); lock and retry
+    kDone,        // committed, or nothing to write; outcomes are filled in
+    kSqlError,    // a statement failed and the transaction was rolled back: nothing written
+    kLostBefore,  // the connection died before COMMIT was sent: nothing written
+    kUnknown,     // the connection died after COMMIT was sent
+    kStale,       // the optimistic attempt did not apply (nothing written); lock and retry
   };
   // What a worker last committed on a stream without retention caps. Only a guess: the
   // optimistic one-round-trip path writes with an UPDATE guarded by exactly these values, and
@@ -113,8 +113,7 @@ class PostgresStore final : public Store {
 
   void WorkerLoop(WorkerQueue& queue);
   void CommitGroup(std::unique_ptr<pg::Conn>& conn, std::vector<Pending>& group,
-                   std::vector<std::optional<Result<AppendResult>>>& outcomes,
-                   StreamCache& cache);
+                   std::vector<std::optional<Result<AppendResult>>>& outcomes, StreamCache& cache);
   // One transaction for `members` of `group`. With `optimistic`, the streams' state comes from
   // `cache` and BEGIN, the guarded write and COMMIT travel in one round trip; otherwise the
   // streams are locked and read first. Updates `cache` either way.
