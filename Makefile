@@ -76,7 +76,7 @@ test-example: build
 	$(BUILD)/example/embed-pc >/dev/null
 	awk '/^```cpp/{f=1;next} /^```/{if(f)exit} f' README.md > $(BUILD)/example/readme.cc
 	c++ -std=c++20 -Wall -Werror -Wno-unused-variable $(BUILD)/example/readme.cc -I$(BUILD)/prefix/include \
-	  -L$(BUILD)/prefix/lib -lrunnel -lcrypto -pthread -o $(BUILD)/example/readme
+	  -L$(BUILD)/prefix/lib -lrunnel -lcrypto -lpq -pthread -o $(BUILD)/example/readme
 	$(BUILD)/example/readme
 	@echo "test-example: installed package, pkg-config and README example all build and run"
 

@@ -109,9 +109,12 @@ class Subscription {
 };
 
 struct RegistryOptions {
-  // "memory" (process-local, for tests) or "log" (the embedded durable log in data_dir; the
-  // default for durable use, see runnel/log_store.h). Other durable stores are added by name.
+  // "memory" (process-local, for tests), "log" (the embedded durable log in data_dir; the
+  // default for durable use, see runnel/log_store.h), or a PostgreSQL URL ("postgres://..." or
+  // "postgresql://...", see runnel/postgres_store.h).
   std::string store = "memory";
+  // For a PostgreSQL store: the schema holding runnel's tables (empty means "runnel").
+  std::string postgres_schema;
   // Data directory for stores that keep files (required for "log").
   std::string data_dir;
   // For "log": "fsync" (an acknowledged append is on disk), "interval:<ms>" or "none".

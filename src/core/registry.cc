@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/subscription_hub.h"
+#include "runnel/postgres_store.h"
 #include "store/retention.h"
 
 namespace runnel {
@@ -118,7 +119,16 @@ Result<StreamRegistry> StreamRegistry::Open(const RegistryOptions& options) {
     RUNNEL_ASSIGN_OR_RETURN(auto store, OpenLogStore(log_options));
     return StreamRegistry(std::move(store), options.clock);
   }
-  return Status::InvalidArgument("unknown store '" + options.store + "' (known: memory, log)");
+  if (options.store.starts_with("postgres://") || options.store.starts_with("postgresql://")) {
+    PostgresStoreOptions pg;
+    pg.conninfo = options.store;
+    if (!options.postgres_schema.empty()) pg.schema = options.postgres_schema;
+    pg.clock = options.clock;
+    RUNNEL_ASSIGN_OR_RETURN(auto store, OpenPostgresStore(pg));
+    return StreamRegistry(std::move(store), options.clock);
+  }
+  return Status::InvalidArgument("unknown store '" + options.store +
+                                 "' (known: memory, log, postgres://..., postgresql://...)");
 }
 
 Store& StreamRegistry::store() const { return core_->store(); }

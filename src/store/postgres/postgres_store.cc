@@ -1,0 +1,1109 @@
+#include "store/postgres/postgres_store.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <limits>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "store/postgres/pg_schema.h"
+#include "store/retention.h"
+
+namespace runnel {
+
+Result<std::unique_ptr<Store>> OpenPostgresStore(const PostgresStoreOptions& options) {
+  RUNNEL_ASSIGN_OR_RETURN(auto store, store::PostgresStore::Open(options));
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+namespace store {
+namespace {
+
+using pg::BitsFromDb;
+using pg::BitsToDb;
+using pg::OffsetFromDb;
+using pg::OffsetToDb;
+using pg::Params;
+using pg::Rows;
+
+constexpr uint64_t kMaxOffset = std::numeric_limits<uint64_t>::max();
+constexpr int64_t kMaxInt8 = std::numeric_limits<int64_t>::max();
+// Appends that a deadlock or serialization failure refused are retried this often, alone.
+constexpr int kMaxSoloAttempts = 3;
+// Rows fetched at a time when retention needs the timestamps or sizes of old records.
+constexpr int64_t kRetentionPage = 1000;
+
+Status StreamNotFound(StreamId id) {
+  return Status::NotFound("stream #" + std::to_string(id) + " does not exist");
+}
+
+int64_t ClampToInt8(size_t v) {
+  return v > static_cast<size_t>(kMaxInt8) ? kMaxInt8 : static_cast<int64_t>(v);
+}
+
+Params& OptInt8(Params& p, const std::optional<uint64_t>& v) {
+  return v ? p.Int8(BitsToDb(*v)) : p.Null(20);
+}
+
+// Columns of a catalog row, in the order StreamColumns() selects them.
+constexpr std::string_view kStreamColumns =
+    "id, ns, name, content_type, attributes, max_events, max_age_ms, max_bytes, first_offset, "
+    "created_at_ms, next_offset, head_offset, retained_bytes, closed";
+
+StreamInfo StreamFromRow(const Rows& rows, int r) {
+  StreamInfo info;
+  info.id = static_cast<StreamId>(rows.Int8(r, 0));
+  info.spec.ns = std::string(rows.Bytes(r, 1));
+  info.spec.name = std::string(rows.Bytes(r, 2));
+  info.spec.content_type = std::string(rows.Bytes(r, 3));
+  info.spec.attributes = std::string(rows.Bytes(r, 4));
+  auto opt = [&](int c) -> std::optional<uint64_t> {
+    auto v = rows.OptInt8(r, c);
+    return v ? std::optional<uint64_t>(BitsFromDb(*v)) : std::nullopt;
+  };
+  info.spec.retention.max_events = opt(5);
+  info.spec.retention.max_age_ms = opt(6);
+  info.spec.retention.max_bytes = opt(7);
+  info.spec.first_offset = OffsetFromDb(rows.Int8(r, 8));
+  info.spec.created_at_ms = BitsFromDb(rows.Int8(r, 9));
+  info.next_offset = OffsetFromDb(rows.Int8(r, 10));
+  const uint64_t head = OffsetFromDb(rows.Int8(r, 11));
+  info.retained_bytes = BitsFromDb(rows.Int8(r, 12));
+  info.closed = rows.Bool(r, 13);
+  info.event_count = info.next_offset - head;
+  if (info.event_count > 0) {
+    info.head_offset = head;
+    info.tail_offset = info.next_offset - 1;
+  }
+  return info;
+}
+
+bool ValidSchemaName(const std::string& s) {
+  if (s.empty() || s.size() > 40) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+  });
+}
+
+// One stream's state while a group transaction is being built.
+struct GroupStream {
+  bool deleted = false;
+  bool closed = false;
+  StreamRetention retention;
+  uint64_t next = 0;   // next offset after the appends simulated so far
+  uint64_t head = 0;   // oldest retained offset after them (== next when empty)
+  uint64_t bytes = 0;  // retained bytes after them
+  uint64_t next0 = 0;  // next offset at the start of the transaction
+  uint64_t head0 = 0;  // head at the start of the transaction
+  // Records this group adds, offsets next0, next0+1, ...: (appended_at_ms, bytes).
+  std::vector<std::pair<uint64_t, uint64_t>> added;
+  // Records read back from the table for retention, by offset: (appended_at_ms, bytes).
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> fetched;
+  bool touched = false;
+};
+
+}  // namespace
+
+// ---- construction, pool --------------------------------------------------------------------
+
+PostgresStore::PostgresStore(const PostgresStoreOptions& options)
+    : options_(options),
+      channel_(options.schema + "_tail"),
+      queues_(new WorkerQueue[std::max<size_t>(1, options.append_workers)]) {}
+
+Result<std::unique_ptr<PostgresStore>> PostgresStore::Open(const PostgresStoreOptions& options) {
+  if (options.conninfo.empty()) return Status::InvalidArgument("postgres: empty conninfo");
+  if (!ValidSchemaName(options.schema)) {
+    return Status::InvalidArgument("postgres: schema name '" + options.schema +
+                                   "' must be 1-40 letters, digits or '_'");
+  }
+  if (options.append_workers == 0 || options.query_connections == 0 ||
+      options.max_group_appends == 0 || options.max_group_records == 0) {
+    return Status::InvalidArgument("postgres: pool and group sizes must be at least 1");
+  }
+  std::unique_ptr<PostgresStore> store(new PostgresStore(options));
+  {
+    RUNNEL_ASSIGN_OR_RETURN(auto conn, store->Connect());
+    RUNNEL_RETURN_IF_ERROR(pg::Migrate(*conn, options.schema));
+    store->Release(std::move(conn));
+  }
+  store->wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (store->wake_fd_ < 0) return Status::IOError("postgres: eventfd failed");
+  for (size_t i = 0; i < options.append_workers; ++i) {
+    store->workers_.emplace_back([s = store.get(), i] { s->WorkerLoop(s->queues_[i]); });
+  }
+  // LISTEN before returning, so every append another node commits after Open is heard.
+  RUNNEL_ASSIGN_OR_RETURN(auto listen_conn, store->Connect());
+  RUNNEL_RETURN_IF_ERROR(listen_conn->Exec("LISTEN " + pg::QuoteIdent(store->channel_)).status());
+  store->listen_thread_ = std::thread([s = store.get(), c = listen_conn.release()] {
+    s->ListenLoop(std::unique_ptr<pg::Conn>(c));
+  });
+  return store;
+}
+
+PostgresStore::~PostgresStore() {
+  {
+    std::lock_guard lock(queue_mu_);
+    stopping_ = true;
+  }
+  for (size_t i = 0; i < workers_.size(); ++i) queues_[i].cv.notify_all();
+  for (auto& w : workers_) w.join();
+  listen_stop_ = true;
+  if (wake_fd_ >= 0) {
+    const uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof(one));
+  }
+  if (listen_thread_.joinable()) listen_thread_.join();
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+std::string PostgresStore::Durability() const {
+  return "postgresql: an acknowledged append is committed in the shared database and survives "
+         "what the server's synchronous_commit and fsync settings make a commit survive";
+}
+
+Result<std::unique_ptr<pg::Conn>> PostgresStore::Connect() {
+  return pg::Conn::Connect(options_.conninfo, options_.schema, options_.connect_timeout,
+                           options_.statement_timeout);
+}
+
+PostgresStore::PooledConn::~PooledConn() {
+  if (store_ != nullptr && conn_ != nullptr) store_->Release(std::move(conn_));
+}
+
+Result<PostgresStore::PooledConn> PostgresStore::Acquire() {
+  {
+    std::unique_lock lock(pool_mu_);
+    pool_cv_.wait(lock, [&] { return !idle_.empty() || open_ < options_.query_connections; });
+    if (!idle_.empty()) {
+      auto conn = std::move(idle_.back());
+      idle_.pop_back();
+      return PooledConn(this, std::move(conn));
+    }
+    ++open_;
+  }
+  auto conn = Connect();
+  if (!conn.ok()) {
+    {
+      std::lock_guard lock(pool_mu_);
+      --open_;
+    }
+    pool_cv_.notify_one();
+    return conn.status();
+  }
+  return PooledConn(this, std::move(*conn));
+}
+
+void PostgresStore::Release(std::unique_ptr<pg::Conn> conn) {
+  {
+    std::lock_guard lock(pool_mu_);
+    if (conn->broken()) {
+      --open_;
+    } else {
+      idle_.push_back(std::move(conn));
+    }
+  }
+  pool_cv_.notify_one();
+}
+
+// ---- catalog ---------------------------------------------------------------------------------
+
+Result<StreamInfo> PostgresStore::CreateStream(const StreamSpec& spec) {
+  RUNNEL_RETURN_IF_ERROR(ValidateStreamName(spec.name));
+  RUNNEL_RETURN_IF_ERROR(ValidateRetention(spec.retention));
+  if (spec.first_offset == 0 || spec.first_offset == kMaxOffset) {
+    return Status::InvalidArgument("first_offset must be between 1 and 2^64-2");
+  }
+  RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
+  Params p;
+  p.Bytes(spec.ns).Bytes(spec.name).Bytes(spec.content_type).Bytes(spec.attributes);
+  OptInt8(p, spec.retention.max_events);
+  OptInt8(p, spec.retention.max_age_ms);
+  OptInt8(p, spec.retention.max_bytes);
+  p.Int8(OffsetToDb(spec.first_offset)).Int8(BitsToDb(spec.created_at_ms));
+  RUNNEL_ASSIGN_OR_RETURN(
+      Rows rows,
+      conn->Exec("INSERT INTO streams (ns, name, content_type, attributes, max_events, max_age_ms, "
+                 "max_bytes, first_offset, created_at_ms, next_offset, head_offset) "
+                 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $8, $8) "
+                 "ON CONFLICT (ns, name) WHERE NOT deleted DO NOTHING RETURNING id",
+                 p));
+  if (rows.size() == 0) {
+    return Status::AlreadyExists("stream '" + spec.name + "' already exists in " + spec.ns);
+  }
+  StreamInfo info;
+  info.id = static_cast<StreamId>(rows.Int8(0, 0));
+  info.spec = spec;
+  info.next_offset = spec.first_offset;
+  return info;
+}
+
+Result<StreamInfo> PostgresStore::GetStream(std::string_view ns, std::string_view name) {
+  RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
+  RUNNEL_ASSIGN_OR_RETURN(Rows rows, conn->Exec("SELECT " + std::string(kStreamColumns) +
+                                                    " FROM streams WHERE ns = $1 AND name = $2 "
+                                                    "AND NOT deleted",
+                                                Params().Bytes(ns).Bytes(name)));
+  if (rows.size() == 0) {
+    return Status::NotFound("stream '" + std::string(name) + "' does not exist in " +
+                            std::string(ns));
+  }
+  return StreamFromRow(rows, 0);
+}
+
+Result<StreamInfo> PostgresStore::GetStreamById(StreamId id) {
+  RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
+  RUNNEL_ASSIGN_OR_RETURN(Rows rows, conn->Exec("SELECT " + std::string(kStreamColumns) +
+                                                    " FROM streams WHERE id = $1 AND NOT deleted",
+                                                Params().Int8(BitsToDb(id))));
+  if (rows.size() == 0) return StreamNotFound(id);
+  return StreamFromRow(rows, 0);
+}
+
+Result<std::vector<StreamInfo>> PostgresStore::ListStreams(std::string_view ns,
+                                                           std::string_view start_after,
+                                                           size_t limit) {
+  RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
+  RUNNEL_ASSIGN_OR_RETURN(
+      Rows rows, conn->Exec("SELECT " + std::string(kStreamColumns) +
+                                " FROM streams WHERE ns = $1 AND name > $2 AND NOT deleted "
+                                "ORDER BY name LIMIT $3",
+                            Params().Bytes(ns).Bytes(start_after).Int8(ClampToInt8(limit))));
+  std::vector<StreamInfo> out;
+  out.reserve(static_cast<size_t>(rows.size()));
+  for (int r = 0; r < rows.size(); ++r) out.push_back(StreamFromRow(rows, r));
+  return out;
+}
+
+Status PostgresStore::UpdateStream(StreamId id, const StreamRetention& retention,
+                                   std::string_view attributes) {
+  RUNNEL_RETURN_IF_ERROR(ValidateRetention(retention));
+  RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
+  Params p;
+  p.Int8(BitsToDb(id));
+  OptInt8(p, retention.max_events);
+  OptInt8(p, retention.max_age_ms);
+  OptInt8(p, retention.max_bytes);
+  p.Bytes(attributes);
+  RUNNEL_ASSIGN_OR_RETURN(
+      Rows rows, conn->Exec("UPDATE streams SET max_events = $2, max_age_ms = $3, max_bytes = $4, "
+                            "attributes = $5 WHERE id = $1 AND NOT deleted",
+                            p));
+  if (rows.Affected() == 0) return StreamNotFound(id);
+  return Status::OK();
+}
+
+Status PostgresStore::DeleteStream(StreamId id) {
+  RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
+  auto run = [&]() -> Status {
+    RUNNEL_RETURN_IF_ERROR(conn->Exec("BEGIN").status());
+    // The row lock waits for in-flight appends; the deletes below run in later statements, so
+    // they see (and remove) whatever those appends committed.
+    RUNNEL_ASSIGN_OR_RETURN(Rows marked, conn->Exec("UPDATE streams SET deleted = true "
+                                                    "WHERE id = $1 AND NOT deleted RETURNING id",
+                                                    Params().Int8(BitsToDb(id))));
+    if (marked.size() == 0) {
+      RUNNEL_RETURN_IF_ERROR(conn->Exec("ROLLBACK").status());
+      return StreamNotFound(id);
+    }
+    for (const char* table : {"events", "cursors", "producers"}) {
+      RUNNEL_RETURN_IF_ERROR(
+          conn->Exec(std::string("DELETE FROM ") + table + " WHERE stream_id = $1",
+                     Params().Int8(BitsToDb(id)))
+              .status());
+    }
+    return conn->Exec("COMMIT").status();
+  };
+  Status s = run();
+  if (!s.ok() && s.code() != StatusCode::kNotFound && !conn->broken()) (void)conn->Exec("ROLLBACK");
+  return s;
+}
+
+// ---- reads -----------------------------------------------------------------------------------
+
+Result<std::vector<StoredRecord>> PostgresStore::Read(StreamId id, uint64_t from, size_t limit,
+                                                      size_t max_bytes) {
+  RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
+  // One statement (one snapshot): the stream's existence, then the page. A record is returned
+  // when it is the first, or when the payload bytes up to and including it fit in max_bytes.
+  RUNNEL_ASSIGN_OR_RETURN(
+      Rows rows, conn->Exec("SELECT s.id, e.off, e.appended_at_ms, e.key, e.payload FROM streams s "
+                            "LEFT JOIN LATERAL ("
+                            "  SELECT off, appended_at_ms, key, payload FROM ("
+                            "    SELECT off, appended_at_ms, key, payload,"
+                            "           sum(octet_length(payload)) OVER (ORDER BY off) AS cum,"
+                            "           row_number() OVER (ORDER BY off) AS rn"
+                            "    FROM (SELECT * FROM events WHERE stream_id = s.id AND off >= $2"
+                            "          ORDER BY off LIMIT $3) page) w"
+                            "  WHERE rn = 1 OR cum <= $4) e ON true "
+                            "WHERE s.id = $1 AND NOT s.deleted ORDER BY e.off",
+                            Params()
+                                .Int8(BitsToDb(id))
+                                .Int8(OffsetToDb(from))
+                                .Int8(ClampToInt8(limit))
+                                .Int8(ClampToInt8(max_bytes))));
+  if (rows.size() == 0) return StreamNotFound(id);
+  std::vector<StoredRecord> out;
+  if (rows.IsNull(0, 1)) return out;
+  out.reserve(static_cast<size_t>(rows.size()));
+  for (int r = 0; r < rows.size(); ++r) {
+    StoredRecord rec;
+    rec.offset = OffsetFromDb(rows.Int8(r, 1));
+    rec.appended_at_ms = BitsFromDb(rows.Int8(r, 2));
+    if (!rows.IsNull(r, 3)) rec.key = std::string(rows.Bytes(r, 3));
+    rec.payload = std::string(rows.Bytes(r, 4));
+    out.push_back(std::move(rec));
+  }
+  return out;
+}
+
+Result<std::optional<StoredRecord>> PostgresStore::ReadAt(StreamId id, uint64_t offset) {
+  RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
+  RUNNEL_ASSIGN_OR_RETURN(
+      Rows rows, conn->Exec("SELECT s.id, e.off, e.appended_at_ms, e.key, e.payload FROM streams s "
+                            "LEFT JOIN events e ON e.stream_id = s.id AND e.off = $2 "
+                            "WHERE s.id = $1 AND NOT s.deleted",
+                            Params().Int8(BitsToDb(id)).Int8(OffsetToDb(offset))));
+  if (rows.size() == 0) return StreamNotFound(id);
+  if (rows.IsNull(0, 1)) return std::optional<StoredRecord>();
+  StoredRecord rec;
+  rec.offset = OffsetFromDb(rows.Int8(0, 1));
+  rec.appended_at_ms = BitsFromDb(rows.Int8(0, 2));
+  if (!rows.IsNull(0, 3)) rec.key = std::string(rows.Bytes(0, 3));
+  rec.payload = std::string(rows.Bytes(0, 4));
+  return std::optional<StoredRecord>(std::move(rec));
+}
+
+// ---- truncation and cursors ------------------------------------------------------------------
+
+Result<uint64_t> PostgresStore::TruncatePrefix(StreamId id, uint64_t through,
+                                               bool respect_cursors) {
+  RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
+  auto run = [&]() -> Result<uint64_t> {
+    RUNNEL_RETURN_IF_ERROR(conn->Exec("BEGIN").status());
+    // This row lock orders the truncation with appends and with CommitCursor (which takes FOR
+    // SHARE on the same row), so the smallest cursor read below cannot be undercut meanwhile.
+    RUNNEL_ASSIGN_OR_RETURN(Rows s, conn->Exec("SELECT next_offset, head_offset FROM streams "
+                                               "WHERE id = $1 AND NOT deleted FOR NO KEY UPDATE",
+                                               Params().Int8(BitsToDb(id))));
+    if (s.size() == 0) {
+      RUNNEL_RETURN_IF_ERROR(conn->Exec("ROLLBACK").status());
+      return StreamNotFound(id);
+    }
+    const uint64_t next = OffsetFromDb(s.Int8(0, 0));
+    const uint64_t head = OffsetFromDb(s.Int8(0, 1));
+    uint64_t cut = through;
+    if (respect_cursors) {
+      RUNNEL_ASSIGN_OR_RETURN(Rows c,
+                              conn->Exec("SELECT min(off) FROM cursors WHERE stream_id = $1",
+                                         Params().Int8(BitsToDb(id))));
+      if (!c.IsNull(0, 0)) cut = std::min(cut, OffsetFromDb(c.Int8(0, 0)));
+    }
+    const uint64_t new_head = cut >= next ? next : std::max(head, cut + 1);
+    if (new_head <= head) {
+      RUNNEL_RETURN_IF_ERROR(conn->Exec("COMMIT").status());
+      return uint64_t{0};
+    }
+    RUNNEL_ASSIGN_OR_RETURN(
+        Rows d, conn->Exec("WITH d AS (DELETE FROM events WHERE stream_id = $1 AND off < $2 "
+                           "RETURNING coalesce(octet_length(key), 0) + octet_length(payload) AS b) "
+                           "SELECT coalesce(sum(b), 0)::bigint FROM d",
+                           Params().Int8(BitsToDb(id)).Int8(OffsetToDb(new_head))));
+    RUNNEL_RETURN_IF_ERROR(
+        conn->Exec("UPDATE streams SET head_offset = $2, retained_bytes = retained_bytes - $3 "
+                   "WHERE id = $1",
+                   Params().Int8(BitsToDb(id)).Int8(OffsetToDb(new_head)).Int8(d.Int8(0, 0)))
+            .status());
+    RUNNEL_RETURN_IF_ERROR(conn->Exec("COMMIT").status());
+    return new_head - head;
+  };
+  auto r = run();
+  if (!r.ok() && r.status().code() != StatusCode::kNotFound && !conn->broken()) {
+    (void)conn->Exec("ROLLBACK");
+  }
+  return r;
+}
+
+Result<uint64_t> PostgresStore::CommitCursor(StreamId id, std::string_view consumer,
+                                             uint64_t offset, uint64_t now_ms) {
+  RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
+  // One statement: FOR SHARE on the stream row (waits for a TruncatePrefix in progress), then
+  // an atomic max-merge whose timestamp moves only when the value advances.
+  RUNNEL_ASSIGN_OR_RETURN(
+      Rows rows,
+      conn->Exec("WITH s AS (SELECT id FROM streams WHERE id = $1 AND NOT deleted FOR SHARE) "
+                 "INSERT INTO cursors AS c (stream_id, consumer, off, updated_at_ms) "
+                 "SELECT id, $2, $3, $4 FROM s "
+                 "ON CONFLICT (stream_id, consumer) DO UPDATE SET "
+                 "off = GREATEST(c.off, EXCLUDED.off), "
+                 "updated_at_ms = CASE WHEN EXCLUDED.off > c.off THEN EXCLUDED.updated_at_ms "
+                 "ELSE c.updated_at_ms END "
+                 "RETURNING off",
+                 Params()
+                     .Int8(BitsToDb(id))
+                     .Bytes(consumer)
+                     .Int8(OffsetToDb(offset))
+                     .Int8(BitsToDb(now_ms))));
+  if (rows.size() == 0) return StreamNotFound(id);
+  return OffsetFromDb(rows.Int8(0, 0));
+}
+
+Result<std::optional<CursorState>> PostgresStore::GetCursor(StreamId id,
+                                                            std::string_view consumer) {
+  RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
+  RUNNEL_ASSIGN_OR_RETURN(
+      Rows rows, conn->Exec("SELECT s.id, c.off, c.updated_at_ms FROM streams s "
+                            "LEFT JOIN cursors c ON c.stream_id = s.id AND c.consumer = $2 "
+                            "WHERE s.id = $1 AND NOT s.deleted",
+                            Params().Int8(BitsToDb(id)).Bytes(consumer)));
+  if (rows.size() == 0) return StreamNotFound(id);
+  if (rows.IsNull(0, 1)) return std::optional<CursorState>();
+  return std::optional<CursorState>(CursorState{
+      std::string(consumer), OffsetFromDb(rows.Int8(0, 1)), BitsFromDb(rows.Int8(0, 2))});
+}
+
+Result<std::vector<CursorState>> PostgresStore::ListCursors(StreamId id) {
+  RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
+  RUNNEL_ASSIGN_OR_RETURN(
+      Rows rows, conn->Exec("SELECT s.id, c.consumer, c.off, c.updated_at_ms FROM streams s "
+                            "LEFT JOIN cursors c ON c.stream_id = s.id "
+                            "WHERE s.id = $1 AND NOT s.deleted ORDER BY c.consumer",
+                            Params().Int8(BitsToDb(id))));
+  if (rows.size() == 0) return StreamNotFound(id);
+  std::vector<CursorState> out;
+  for (int r = 0; r < rows.size(); ++r) {
+    if (rows.IsNull(r, 1)) continue;
+    out.push_back(CursorState{std::string(rows.Bytes(r, 1)), OffsetFromDb(rows.Int8(r, 2)),
+                              BitsFromDb(rows.Int8(r, 3))});
+  }
+  return out;
+}
+
+Result<std::optional<ProducerState>> PostgresStore::GetProducer(StreamId id,
+                                                                std::string_view producer_id) {
+  RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
+  RUNNEL_ASSIGN_OR_RETURN(
+      Rows rows, conn->Exec("SELECT s.id, p.epoch, p.seq, p.last_offset FROM streams s "
+                            "LEFT JOIN producers p ON p.stream_id = s.id AND p.producer_id = $2 "
+                            "WHERE s.id = $1 AND NOT s.deleted",
+                            Params().Int8(BitsToDb(id)).Bytes(producer_id)));
+  if (rows.size() == 0) return StreamNotFound(id);
+  if (rows.IsNull(0, 1)) return std::optional<ProducerState>();
+  return std::optional<ProducerState>(
+      ProducerState{std::string(producer_id), BitsFromDb(rows.Int8(0, 1)),
+                    BitsFromDb(rows.Int8(0, 2)), OffsetFromDb(rows.Int8(0, 3))});
+}
+
+Status PostgresStore::Flush() {
+  // Every acknowledged append was acknowledged after its COMMIT returned; there is nothing left
+  // to make durable. Check that the database is still reachable, as a flush caller expects an
+  // error when the store is unusable.
+  RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
+  return conn->Exec("SELECT 1").status();
+}
+
+// ---- appends ---------------------------------------------------------------------------------
+
+void PostgresStore::Append(AppendRequest request, AppendCallback done) {
+  if (request.records.empty() && !request.close) {
+    done(Status::InvalidArgument("an append needs at least one record"));
+    return;
+  }
+  {
+    std::lock_guard lock(queue_mu_);
+    if (!stopping_) {
+      WorkerQueue& q = queues_[request.stream % options_.append_workers];
+      q.pending.push_back(Pending{std::move(request), std::move(done)});
+      q.cv.notify_one();
+      return;
+    }
+  }
+  done(Status::Unavailable("postgres: the store is shutting down"));
+}
+
+void PostgresStore::WorkerLoop(WorkerQueue& queue) {
+  std::unique_ptr<pg::Conn> conn;
+  StreamCache cache;
+  int pid = 0;
+  for (;;) {
+    std::vector<Pending> group;
+    {
+      std::unique_lock lock(queue_mu_);
+      queue.cv.wait(lock, [&] { return stopping_ || !queue.pending.empty(); });
+      if (queue.pending.empty()) break;  // stopping and drained
+      size_t records = 0;
+      while (!queue.pending.empty() && group.size() < options_.max_group_appends &&
+             (group.empty() || records + queue.pending.front().request.records.size() <=
+                                   options_.max_group_records)) {
+        records += queue.pending.front().request.records.size();
+        group.push_back(std::move(queue.pending.front()));
+        queue.pending.pop_front();
+      }
+    }
+    std::vector<std::optional<Result<AppendResult>>> outcomes(group.size());
+    if (conn == nullptr || conn->broken()) {
+      if (conn != nullptr) {
+        std::lock_guard lock(pids_mu_);
+        own_pids_.erase(pid);
+      }
+      conn.reset();
+      auto fresh = Connect();
+      if (fresh.ok()) {
+        conn = std::move(*fresh);
+        pid = conn->backend_pid();
+        std::lock_guard lock(pids_mu_);
+        own_pids_.insert(pid);
+      } else {
+        for (auto& o : outcomes) o.emplace(fresh.status());
+      }
+    }
+    if (conn != nullptr) CommitGroup(conn, group, outcomes, cache);
+    for (size_t i = 0; i < group.size(); ++i) {
+      Result<AppendResult> r =
+          outcomes[i]
+              ? std::move(*outcomes[i])
+              : Result<AppendResult>(Status::Internal("postgres: append left without an outcome"));
+      if (r.ok()) CallListener(group[i].request.stream, r->next_offset);
+      group[i].done(std::move(r));
+    }
+  }
+  if (conn != nullptr) {
+    std::lock_guard lock(pids_mu_);
+    own_pids_.erase(pid);
+  }
+}
+
+void PostgresStore::CommitGroup(std::unique_ptr<pg::Conn>& conn, std::vector<Pending>& group,
+                                std::vector<std::optional<Result<AppendResult>>>& outcomes,
+                                StreamCache& cache) {
+  std::vector<size_t> all(group.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  const bool all_cached = std::all_of(group.begin(), group.end(), [&](const Pending& p) {
+    return cache.count(p.request.stream) != 0;
+  });
+  if (all_cached) {
+    const GroupEnd fast = TryGroup(*conn, group, all, outcomes, cache, /*optimistic=*/true);
+    if (fast != GroupEnd::kStale) return;
+    for (auto& o : outcomes) o.reset();
+    if (conn->broken()) {
+      for (auto& o : outcomes) o.emplace(Status::Unavailable("postgres: connection lost"));
+      return;
+    }
+  }
+  const GroupEnd end = TryGroup(*conn, group, all, outcomes, cache, /*optimistic=*/false);
+  if (end != GroupEnd::kSqlError) return;
+  // Something in the group failed and everything was rolled back. Commit each append alone, so
+  // one bad append cannot fail the others, and so its own error is reported precisely.
+  for (size_t i : all) {
+    // kSqlError from a one-append group means a deadlock or serialization failure: retry.
+    for (int attempt = 1; attempt <= kMaxSoloAttempts; ++attempt) {
+      outcomes[i].reset();
+      if (TryGroup(*conn, group, {i}, outcomes, cache, /*optimistic=*/false) !=
+          GroupEnd::kSqlError) {
+        break;
+      }
+    }
+    if (conn->broken()) {
+      // Later members were not sent at all.
+      for (size_t j : all) {
+        if (!outcomes[j]) outcomes[j].emplace(Status::Unavailable("postgres: connection lost"));
+      }
+      return;
+    }
+  }
+}
+
+PostgresStore::GroupEnd PostgresStore::TryGroup(
+    pg::Conn& conn, std::vector<Pending>& group, const std::vector<size_t>& members,
+    std::vector<std::optional<Result<AppendResult>>>& outcomes, StreamCache& cache,
+    bool optimistic) {
+  // Any failure forgets what this group's streams looked like.
+  struct Forget {
+    StreamCache& cache;
+    const std::vector<Pending>& group;
+    const std::vector<size_t>& members;
+    bool armed = true;
+    ~Forget() {
+      if (!armed) return;
+      for (size_t i : members) cache.erase(group[i].request.stream);
+    }
+  } forget{cache, group, members};
+  std::vector<size_t> written;  // members whose records this transaction writes
+  // Marks every member still without an outcome (the ones being written) with `status`.
+  auto fail_written = [&](const Status& status) {
+    for (size_t i : written) outcomes[i].emplace(status);
+  };
+  auto sql_error = [&](const Status& status) -> GroupEnd {
+    if (conn.broken()) {
+      fail_written(Status::Unavailable(std::string(status.message()) +
+                                       " before COMMIT was sent; nothing was written"));
+      return GroupEnd::kLostBefore;
+    }
+    const std::string state = conn.last_sqlstate();
+    (void)conn.Exec("ROLLBACK");
+    const bool transient = state == pg::kDeadlockDetected || state == pg::kSerializationFailure;
+    if (members.size() == 1) {
+      const Pending& p = group[members[0]];
+      if (state == pg::kUniqueViolation) {
+        // Someone else holds a slot of this batch: a definite conflict.
+        auto info = GetStreamById(p.request.stream);
+        const uint64_t actual = info.ok() ? info->next_offset : 0;
+        const uint64_t expected = p.request.expected_offset.value_or(0);
+        outcomes[members[0]].emplace(Status::Conflict(
+            "an offset of this batch is already taken (expected " + std::to_string(expected) +
+                ", stream's next offset " + std::to_string(actual) + ")",
+            expected, actual));
+      } else {
+        outcomes[members[0]].emplace(status);
+      }
+      // A transient failure keeps its outcome in case the caller does not retry.
+      return transient ? GroupEnd::kSqlError : GroupEnd::kDone;
+    }
+    for (size_t i : members) outcomes[i].reset();
+    return GroupEnd::kSqlError;
+  };
+
+  std::map<StreamId, GroupStream> streams;
+  if (optimistic) {
+    for (size_t i : members) {
+      const CachedStream& c = cache.at(group[i].request.stream);
+      GroupStream s;
+      s.next = s.next0 = c.next;
+      s.head = s.head0 = 0;  // unused without retention; the guarded write leaves head alone
+      s.bytes = c.bytes;
+      streams.emplace(group[i].request.stream, s);
+    }
+  } else {
+    std::vector<int64_t> ids;
+    for (size_t i : members) ids.push_back(BitsToDb(group[i].request.stream));
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    // One round trip: open the transaction and lock every stream of the group in id order (no
+    // deadlock between nodes doing the same).
+    std::vector<pg::Conn::Statement> opening(2);
+    opening[0].sql = "BEGIN";
+    opening[1].sql =
+        "SELECT id, next_offset, head_offset, retained_bytes, closed, deleted, max_events, "
+        "max_age_ms, max_bytes FROM streams WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE";
+    opening[1].params.Int8Array(ids);
+    auto opened = conn.Pipeline(opening);
+    for (auto& r : opened) {
+      if (!r.ok()) {
+        written = members;
+        return sql_error(r.status());
+      }
+    }
+    Rows* locked = &opened[1].value();
+    for (int r = 0; r < locked->size(); ++r) {
+      GroupStream s;
+      s.next = s.next0 = OffsetFromDb(locked->Int8(r, 1));
+      s.head = s.head0 = OffsetFromDb(locked->Int8(r, 2));
+      s.bytes = BitsFromDb(locked->Int8(r, 3));
+      s.closed = locked->Bool(r, 4);
+      s.deleted = locked->Bool(r, 5);
+      auto opt = [&](int c) -> std::optional<uint64_t> {
+        auto v = locked->OptInt8(r, c);
+        return v ? std::optional<uint64_t>(BitsFromDb(*v)) : std::nullopt;
+      };
+      s.retention.max_events = opt(6);
+      s.retention.max_age_ms = opt(7);
+      s.retention.max_bytes = opt(8);
+      streams.emplace(static_cast<StreamId>(locked->Int8(r, 0)), std::move(s));
+    }
+  }
+
+  // Simulate the appends in queue order against the locked rows.
+  std::vector<int64_t> ins_stream, ins_off, ins_ts;
+  std::vector<std::optional<std::string_view>> ins_key, ins_payload;
+  std::map<std::pair<StreamId, std::string>, ProducerState> producers;
+  std::vector<AppendResult> results(group.size());
+  Status fetch_error;
+  for (size_t i : members) {
+    AppendRequest& req = group[i].request;
+    auto it = streams.find(req.stream);
+    if (it == streams.end() || it->second.deleted) {
+      outcomes[i].emplace(StreamNotFound(req.stream));
+      continue;
+    }
+    GroupStream& s = it->second;
+    if (s.closed) {
+      outcomes[i].emplace(
+          Status::FailedPrecondition("stream #" + std::to_string(req.stream) + " is closed"));
+      continue;
+    }
+    if (req.expected_offset && *req.expected_offset != s.next) {
+      outcomes[i].emplace(
+          Status::Conflict("expected offset " + std::to_string(*req.expected_offset) +
+                               " but the stream's next offset is " + std::to_string(s.next),
+                           *req.expected_offset, s.next));
+      continue;
+    }
+    const uint64_t n = req.records.size();
+    // next_offset itself must stay representable, so the last usable offset is 2^64-2.
+    if (n > kMaxOffset - s.next) {
+      outcomes[i].emplace(Status::OutOfRange("stream #" + std::to_string(req.stream) +
+                                             " would pass the largest offset"));
+      continue;
+    }
+    AppendResult& res = results[i];
+    res.first_offset = n ? s.next : 0;
+    for (const AppendRecord& rec : req.records) {
+      const uint64_t b = RecordBytes(rec.key ? rec.key->size() : 0, rec.payload.size());
+      ins_stream.push_back(BitsToDb(req.stream));
+      ins_off.push_back(OffsetToDb(s.next));
+      ins_ts.push_back(BitsToDb(req.now_ms));
+      ins_key.push_back(rec.key ? std::optional<std::string_view>(*rec.key) : std::nullopt);
+      ins_payload.push_back(std::string_view(rec.payload));
+      s.added.emplace_back(req.now_ms, b);
+      s.bytes += b;
+      ++s.next;
+    }
+    res.last_offset = n ? s.next - 1 : 0;
+    if (req.producer) {
+      ProducerState ps = *req.producer;
+      ps.last_offset = res.last_offset;
+      producers[{req.stream, ps.producer_id}] = std::move(ps);
+    }
+    if (req.close) s.closed = true;
+    if (s.retention.max_events || s.retention.max_age_ms || s.retention.max_bytes) {
+      // The retained records are [head, next): those before next0 are in the table (read back
+      // a page at a time, as the shared retention pass asks for them), the rest are s.added.
+      auto record_at = [&, sid = req.stream](size_t idx) -> std::pair<uint64_t, uint64_t> {
+        const uint64_t off = s.head + idx;
+        if (off >= s.next0) return s.added[off - s.next0];
+        auto f = s.fetched.find(off);
+        if (f == s.fetched.end() && fetch_error.ok()) {
+          auto page = conn.Exec(
+              "SELECT off, appended_at_ms, (coalesce(octet_length(key), 0) + "
+              "octet_length(payload))::bigint FROM events WHERE stream_id = $1 AND off >= $2 AND "
+              "off < $3 "
+              "ORDER BY off LIMIT $4",
+              Params()
+                  .Int8(BitsToDb(sid))
+                  .Int8(OffsetToDb(off))
+                  .Int8(OffsetToDb(s.next0))
+                  .Int8(kRetentionPage));
+          if (!page.ok()) {
+            fetch_error = page.status();
+          } else {
+            for (int r = 0; r < page->size(); ++r) {
+              s.fetched[OffsetFromDb(page->Int8(r, 0))] = {BitsFromDb(page->Int8(r, 1)),
+                                                           static_cast<uint64_t>(page->Int8(r, 2))};
+            }
+          }
+          f = s.fetched.find(off);
+          if (f == s.fetched.end() && fetch_error.ok()) {
+            fetch_error = Status::Corruption("postgres: stream #" + std::to_string(sid) +
+                                             " misses record " + std::to_string(off));
+          }
+        }
+        return f == s.fetched.end() ? std::pair<uint64_t, uint64_t>{0, 0} : f->second;
+      };
+      RetainedView view;
+      view.count = static_cast<size_t>(s.next - s.head);
+      view.total_bytes = s.bytes;
+      view.timestamp_at = [&](size_t idx) { return record_at(idx).first; };
+      view.bytes_at = [&](size_t idx) { return record_at(idx).second; };
+      const size_t drop = RetentionDropCount(s.retention, req.now_ms, view);
+      for (size_t d = 0; d < drop; ++d) s.bytes -= record_at(d).second;
+      s.head += drop;
+      for (auto f = s.fetched.begin(); f != s.fetched.end() && f->first < s.head;) {
+        f = s.fetched.erase(f);
+      }
+    }
+    // An empty stream keeps head == next.
+    if (s.head > s.next) s.head = s.next;
+    res.next_offset = s.next;
+    s.touched = true;
+    written.push_back(i);
+  }
+  if (optimistic && written.size() != members.size()) {
+    // A refusal decided from cached state is not definite: decide it under the row locks.
+    for (size_t i : members) outcomes[i].reset();
+    return GroupEnd::kStale;
+  }
+  if (!fetch_error.ok()) return sql_error(fetch_error);
+  if (written.empty()) {
+    auto rb = conn.Exec("ROLLBACK");
+    if (!rb.ok()) conn.Sever();
+    return GroupEnd::kDone;
+  }
+
+  // Everything is written by one statement: the records that survive retention, the
+  // retention cut of older rows, the catalog rows, the producers and the notifications. (Its
+  // parts see one snapshot, so records this group adds and retention drops at once are simply
+  // not inserted.)
+  Params wp;
+  auto arg = [&wp](const std::string& cast) { return "$" + std::to_string(wp.size()) + cast; };
+  std::string sql = "WITH ";
+  {
+    std::vector<int64_t> keep_stream, keep_off, keep_ts;
+    std::vector<std::optional<std::string_view>> keep_key, keep_payload;
+    for (size_t r = 0; r < ins_stream.size(); ++r) {
+      const GroupStream& s = streams.at(static_cast<StreamId>(ins_stream[r]));
+      if (OffsetFromDb(ins_off[r]) < s.head) continue;
+      keep_stream.push_back(ins_stream[r]);
+      keep_off.push_back(ins_off[r]);
+      keep_ts.push_back(ins_ts[r]);
+      keep_key.push_back(ins_key[r]);
+      keep_payload.push_back(ins_payload[r]);
+    }
+    if (!keep_stream.empty()) {
+      sql +=
+          "ins AS (INSERT INTO events (stream_id, off, appended_at_ms, key, payload) "
+          "SELECT * FROM unnest(";
+      wp.Int8Array(keep_stream);
+      sql += arg("::bigint[]") + ", ";
+      wp.Int8Array(keep_off);
+      sql += arg("::bigint[]") + ", ";
+      wp.Int8Array(keep_ts);
+      sql += arg("::bigint[]") + ", ";
+      wp.ByteaArray(keep_key);
+      sql += arg("::bytea[]") + ", ";
+      wp.ByteaArray(keep_payload);
+      sql += arg("::bytea[]") + ")), ";
+    }
+  }
+  std::vector<int64_t> up_id, up_next, up_head, up_bytes, del_id, del_lo, del_hi;
+  std::vector<bool> up_closed;
+  std::vector<std::string> notes;
+  for (auto& [id, s] : streams) {
+    if (!s.touched) continue;
+    if (s.head > s.head0) {
+      // Rows already in the table that retention cut: [head0, min(head, next0)).
+      del_id.push_back(BitsToDb(id));
+      del_lo.push_back(OffsetToDb(s.head0));
+      del_hi.push_back(OffsetToDb(std::min(s.head, s.next0)));
+    }
+    up_id.push_back(BitsToDb(id));
+    up_next.push_back(OffsetToDb(s.next));
+    up_head.push_back(OffsetToDb(s.head));
+    up_bytes.push_back(BitsToDb(s.bytes));
+    up_closed.push_back(s.closed);
+    notes.push_back(std::to_string(id) + ":" + std::to_string(s.next));
+  }
+  if (!del_id.empty()) {
+    sql += "del AS (DELETE FROM events e USING unnest(";
+    wp.Int8Array(del_id);
+    sql += arg("::bigint[]") + ", ";
+    wp.Int8Array(del_lo);
+    sql += arg("::bigint[]") + ", ";
+    wp.Int8Array(del_hi);
+    sql += arg("::bigint[]") +
+           ") AS d(sid, lo, hi) WHERE e.stream_id = d.sid AND e.off >= d.lo AND e.off < d.hi), ";
+  }
+  if (!producers.empty()) {
+    std::vector<int64_t> p_stream, p_epoch, p_seq, p_last;
+    std::vector<std::optional<std::string_view>> p_id;
+    for (const auto& [key, ps] : producers) {
+      p_stream.push_back(BitsToDb(key.first));
+      p_id.push_back(std::string_view(ps.producer_id));
+      p_epoch.push_back(BitsToDb(ps.epoch));
+      p_seq.push_back(BitsToDb(ps.seq));
+      p_last.push_back(OffsetToDb(ps.last_offset));
+    }
+    sql +=
+        "prod AS (INSERT INTO producers (stream_id, producer_id, epoch, seq, last_offset) "
+        "SELECT * FROM unnest(";
+    wp.Int8Array(p_stream);
+    sql += arg("::bigint[]") + ", ";
+    wp.ByteaArray(p_id);
+    sql += arg("::bytea[]") + ", ";
+    wp.Int8Array(p_epoch);
+    sql += arg("::bigint[]") + ", ";
+    wp.Int8Array(p_seq);
+    sql += arg("::bigint[]") + ", ";
+    wp.Int8Array(p_last);
+    sql += arg("::bigint[]") +
+           ") ON CONFLICT (stream_id, producer_id) DO UPDATE SET epoch = EXCLUDED.epoch, "
+           "seq = EXCLUDED.seq, last_offset = EXCLUDED.last_offset), ";
+  }
+  if (optimistic) {
+    // Applies only where the row is exactly as cached (same next offset and bytes, open, live,
+    // no retention caps); otherwise the division by zero aborts the whole transaction.
+    std::vector<int64_t> old_next, old_bytes;
+    for (auto& [id, s] : streams) {
+      if (!s.touched) continue;
+      old_next.push_back(OffsetToDb(s.next0));
+      old_bytes.push_back(BitsToDb(cache.at(id).bytes));
+    }
+    sql +=
+        "upd AS (UPDATE streams s SET next_offset = u.next, retained_bytes = u.bytes, "
+        "closed = u.closed FROM unnest(";
+    wp.Int8Array(up_id);
+    sql += arg("::bigint[]") + ", ";
+    wp.Int8Array(up_next);
+    sql += arg("::bigint[]") + ", ";
+    wp.Int8Array(up_bytes);
+    sql += arg("::bigint[]") + ", ";
+    wp.BoolArray(up_closed);
+    sql += arg("::boolean[]") + ", ";
+    wp.Int8Array(old_next);
+    sql += arg("::bigint[]") + ", ";
+    wp.Int8Array(old_bytes);
+    sql += arg("::bigint[]") +
+           ") AS u(id, next, bytes, closed, old_next, old_bytes) WHERE s.id = u.id "
+           "AND s.next_offset = u.old_next AND s.retained_bytes = u.old_bytes AND NOT s.closed "
+           "AND NOT s.deleted AND s.max_events IS NULL AND s.max_age_ms IS NULL "
+           "AND s.max_bytes IS NULL RETURNING 1) "
+           "SELECT 1 / (CASE WHEN count(*) = ";
+    wp.Int8(static_cast<int64_t>(up_id.size()));
+    sql += arg("") + " THEN 1 ELSE 0 END) FROM upd";
+  } else {
+    sql +=
+        "upd AS (UPDATE streams s SET next_offset = u.next, head_offset = u.head, "
+        "retained_bytes = u.bytes, closed = u.closed FROM unnest(";
+    wp.Int8Array(up_id);
+    sql += arg("::bigint[]") + ", ";
+    wp.Int8Array(up_next);
+    sql += arg("::bigint[]") + ", ";
+    wp.Int8Array(up_head);
+    sql += arg("::bigint[]") + ", ";
+    wp.Int8Array(up_bytes);
+    sql += arg("::bigint[]") + ", ";
+    wp.BoolArray(up_closed);
+    sql += arg("::boolean[]") +
+           ") AS u(id, next, head, bytes, closed) WHERE s.id = u.id RETURNING 1) "
+           "SELECT count(*) FROM upd";
+  }
+
+  if (options_.fault_hook &&
+      options_.fault_hook(PostgresFaultPoint::kBeforeCommit, conn.backend_pid())) {
+    conn.Sever();
+  }
+  // The write and the COMMIT travel together; a failed write makes the server skip COMMIT.
+  // NOTIFY goes in its own small transaction after the COMMIT, with synchronous_commit off:
+  // a notifying transaction holds a database-wide lock from its pre-commit until its commit is
+  // done, so notifying inside the append transactions would serialize all of them (and their
+  // WAL flushes). A hint lost in a crash is harmless: listeners are hints, readers re-read.
+  // Optimistically, BEGIN travels in the same round trip too.
+  std::vector<pg::Conn::Statement> closing;
+  if (optimistic) closing.push_back(pg::Conn::Statement{"BEGIN", Params()});
+  const size_t w = closing.size();
+  closing.push_back(pg::Conn::Statement{std::move(sql), std::move(wp)});
+  closing.push_back(pg::Conn::Statement{"COMMIT", Params()});
+  closing.push_back(
+      pg::Conn::Statement{"SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, n) "
+                          "FROM unnest($2::text[]) AS n",
+                          Params()});
+  closing.back().params.Text(channel_).TextArray(notes);
+  auto replies = conn.Pipeline(closing, [&] {
+    if (options_.fault_hook &&
+        options_.fault_hook(PostgresFaultPoint::kAfterCommitSent, conn.backend_pid())) {
+      conn.Sever();
+    }
+  });
+  for (size_t k = 0; k <= w; ++k) {
+    if (replies[k].ok() || replies[k].status().code() == StatusCode::kUnavailable) continue;
+    // The write (or BEGIN) failed definitely; the transaction is aborted and COMMIT skipped.
+    if (!optimistic) return sql_error(replies[k].status());
+    for (size_t i : members) outcomes[i].reset();
+    if (!conn.Exec("ROLLBACK").ok()) conn.Sever();
+    return GroupEnd::kStale;
+  }
+  if (!replies[w].ok() || !replies[w + 1].ok()) {
+    if (conn.broken()) {
+      fail_written(Status::OutcomeUnknown(
+          "postgres: connection lost after COMMIT was sent; the append may or may not have been "
+          "committed: read its slot to settle it"));
+      return GroupEnd::kUnknown;
+    }
+    // The server answered COMMIT with an error and kept the session: it rolled back.
+    if (members.size() == 1) {
+      outcomes[members[0]].reset();
+      outcomes[members[0]].emplace(replies[w + 1].status());
+      return GroupEnd::kDone;
+    }
+    for (size_t i : members) outcomes[i].reset();
+    return GroupEnd::kSqlError;
+  }
+  for (size_t i : written) outcomes[i].emplace(results[i]);
+  forget.armed = false;
+  for (const auto& [id, st] : streams) {
+    const bool plain = !st.deleted && !st.closed && !st.retention.max_events &&
+                       !st.retention.max_age_ms && !st.retention.max_bytes;
+    if (plain) {
+      cache[id] = CachedStream{st.next, st.bytes};
+    } else {
+      cache.erase(id);
+    }
+  }
+  return GroupEnd::kDone;
+}
+
+// ---- tail notification -----------------------------------------------------------------------
+
+void PostgresStore::SetTailListener(TailListener listener) {
+  auto shared = listener ? std::make_shared<const TailListener>(std::move(listener)) : nullptr;
+  std::lock_guard lock(listener_mu_);
+  listener_ = std::move(shared);
+}
+
+void PostgresStore::CallListener(StreamId id, uint64_t next) {
+  std::shared_ptr<const TailListener> listener;
+  {
+    std::lock_guard lock(listener_mu_);
+    listener = listener_;
+  }
+  if (listener && *listener) (*listener)(id, next);
+}
+
+bool PostgresStore::IsOwnBackend(int pid) {
+  std::lock_guard lock(pids_mu_);
+  return own_pids_.count(pid) != 0;
+}
+
+void PostgresStore::ListenLoop(std::unique_ptr<pg::Conn> conn) {
+  bool had_connection = true;
+  const int poll_ms = static_cast<int>(std::max<int64_t>(1, options_.listener_poll.count()));
+  while (!listen_stop_) {
+    if (conn == nullptr || conn->broken()) {
+      conn.reset();
+      auto fresh = Connect();
+      if (fresh.ok() && (*fresh)->Exec("LISTEN " + pg::QuoteIdent(channel_)).ok()) {
+        conn = std::move(*fresh);
+        if (had_connection) {
+          // Notifications sent while the listener was away are lost: wake every stream once.
+          auto live = conn->Exec("SELECT id, next_offset FROM streams WHERE NOT deleted");
+          if (live.ok()) {
+            for (int r = 0; r < live->size(); ++r) {
+              CallListener(static_cast<StreamId>(live->Int8(r, 0)), OffsetFromDb(live->Int8(r, 1)));
+            }
+          }
+        }
+        had_connection = true;
+      }
+    }
+    pollfd fds[2];
+    int nfds = 0;
+    fds[nfds++] = pollfd{wake_fd_, POLLIN, 0};
+    if (conn != nullptr) fds[nfds++] = pollfd{conn->socket(), POLLIN, 0};
+    (void)::poll(fds, static_cast<nfds_t>(nfds), poll_ms);
+    if (listen_stop_) break;
+    if (conn == nullptr) continue;
+    if (PQconsumeInput(conn->raw()) == 0) {
+      conn->Sever();
+      continue;
+    }
+    while (PGnotify* n = PQnotifies(conn->raw())) {
+      const int pid = n->be_pid;
+      const std::string payload = n->extra ? n->extra : "";
+      PQfreemem(n);
+      if (IsOwnBackend(pid)) continue;
+      const size_t colon = payload.find(':');
+      if (colon == std::string::npos) continue;
+      char* end = nullptr;
+      const uint64_t id = std::strtoull(payload.c_str(), &end, 10);
+      const uint64_t next = std::strtoull(payload.c_str() + colon + 1, &end, 10);
+      CallListener(id, next);
+    }
+  }
+}
+
+}  // namespace store
+}  // namespace runnel

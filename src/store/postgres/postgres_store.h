@@ -1,0 +1,153 @@
+// The PostgreSQL store (public face: include/runnel/postgres_store.h, which states the
+// durability, offset mapping and notification contract).
+//
+// Threads:
+//   - callers: synchronous calls borrow a connection from a pool (at most query_connections);
+//   - append workers (append_workers of them, one connection each, each with its own queue fed
+//     by stream id): take every queued append (up to a group limit), commit them in one
+//     transaction, then for each append call the tail listener and its callback, in queue order;
+//   - the listener: one connection that LISTENs on the schema's channel and calls the tail
+//     listener for appends committed by other nodes (notifications from this store's own worker
+//     connections are recognised by backend pid and skipped: those appends already called it).
+//
+// Lifecycle: the destructor stops accepting work, lets the workers commit everything already
+// queued (every callback runs exactly once), then closes all connections.
+#ifndef RUNNEL_STORE_POSTGRES_POSTGRES_STORE_H_
+#define RUNNEL_STORE_POSTGRES_POSTGRES_STORE_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runnel/postgres_store.h"
+#include "runnel/store.h"
+#include "store/postgres/pg_conn.h"
+
+namespace runnel::store {
+
+class PostgresStore final : public Store {
+ public:
+  static Result<std::unique_ptr<PostgresStore>> Open(const PostgresStoreOptions& options);
+  ~PostgresStore() override;
+
+  std::string_view Name() const override { return "postgres"; }
+  std::string Durability() const override;
+
+  Result<StreamInfo> CreateStream(const StreamSpec& spec) override;
+  Result<StreamInfo> GetStream(std::string_view ns, std::string_view name) override;
+  Result<StreamInfo> GetStreamById(StreamId id) override;
+  Result<std::vector<StreamInfo>> ListStreams(std::string_view ns, std::string_view start_after,
+                                              size_t limit) override;
+  Status UpdateStream(StreamId id, const StreamRetention& retention,
+                      std::string_view attributes) override;
+  Status DeleteStream(StreamId id) override;
+  void Append(AppendRequest request, AppendCallback done) override;
+  Result<std::vector<StoredRecord>> Read(StreamId id, uint64_t from, size_t limit,
+                                         size_t max_bytes) override;
+  Result<std::optional<StoredRecord>> ReadAt(StreamId id, uint64_t offset) override;
+  Result<uint64_t> TruncatePrefix(StreamId id, uint64_t through, bool respect_cursors) override;
+  Result<uint64_t> CommitCursor(StreamId id, std::string_view consumer, uint64_t offset,
+                                uint64_t now_ms) override;
+  Result<std::optional<CursorState>> GetCursor(StreamId id, std::string_view consumer) override;
+  Result<std::vector<CursorState>> ListCursors(StreamId id) override;
+  Result<std::optional<ProducerState>> GetProducer(StreamId id,
+                                                   std::string_view producer_id) override;
+  Status Flush() override;
+  void SetTailListener(TailListener listener) override;
+
+ private:
+  struct Pending {
+    AppendRequest request;
+    AppendCallback done;
+  };
+  // One queue per worker; a stream's appends always go to worker (stream id % workers), so on
+  // one node two group transactions never wait for each other's row locks.
+  struct WorkerQueue {
+    std::condition_variable cv;
+    std::deque<Pending> pending;  // GUARDED_BY(queue_mu_)
+  };
+  // How a group transaction ended.
+  enum class GroupEnd {
+    kDone,        // committed, or nothing to write; outcomes are filled in
+    kSqlError,    // a statement failed and the transaction was rolled back: nothing written
+    kLostBefore,  // the connection died before COMMIT was sent: nothing written
+    kUnknown,     // the connection died after COMMIT was sent
+    kStale,       // the optimistic attempt did not apply (nothing written); lock and retry
+  };
+  // What a worker last committed on a stream without retention caps. Only a guess: the
+  // optimistic one-round-trip path writes with an UPDATE guarded by exactly these values, and
+  // any mismatch (another node appended, a truncate, a retention change) rolls back and takes
+  // the locking path. Owned by one worker thread.
+  struct CachedStream {
+    uint64_t next = 0;
+    uint64_t bytes = 0;
+  };
+  using StreamCache = std::map<StreamId, CachedStream>;
+
+  // Returns a pooled connection to the pool on destruction (or drops it when broken).
+  class PooledConn {
+   public:
+    PooledConn(PostgresStore* store, std::unique_ptr<pg::Conn> conn)
+        : store_(store), conn_(std::move(conn)) {}
+    PooledConn(PooledConn&&) = default;
+    ~PooledConn();
+    pg::Conn* operator->() { return conn_.get(); }
+    pg::Conn& operator*() { return *conn_; }
+
+   private:
+    PostgresStore* store_;
+    std::unique_ptr<pg::Conn> conn_;
+  };
+
+  explicit PostgresStore(const PostgresStoreOptions& options);
+  Result<std::unique_ptr<pg::Conn>> Connect();
+  Result<PooledConn> Acquire();
+  void Release(std::unique_ptr<pg::Conn> conn);
+
+  void WorkerLoop(WorkerQueue& queue);
+  void CommitGroup(std::unique_ptr<pg::Conn>& conn, std::vector<Pending>& group,
+                   std::vector<std::optional<Result<AppendResult>>>& outcomes, StreamCache& cache);
+  // One transaction for `members` of `group`. With `optimistic`, the streams' state comes from
+  // `cache` and BEGIN, the guarded write and COMMIT travel in one round trip; otherwise the
+  // streams are locked and read first. Updates `cache` either way.
+  GroupEnd TryGroup(pg::Conn& conn, std::vector<Pending>& group, const std::vector<size_t>& members,
+                    std::vector<std::optional<Result<AppendResult>>>& outcomes, StreamCache& cache,
+                    bool optimistic);
+  // Runs on listen_thread_ with the connection Open already made LISTEN.
+  void ListenLoop(std::unique_ptr<pg::Conn> conn);
+  void CallListener(StreamId id, uint64_t next);
+  bool IsOwnBackend(int pid);
+
+  const PostgresStoreOptions options_;
+  const std::string channel_;
+
+  std::mutex pool_mu_;
+  std::condition_variable pool_cv_;
+  std::vector<std::unique_ptr<pg::Conn>> idle_;  // GUARDED_BY(pool_mu_)
+  size_t open_ = 0;                              // GUARDED_BY(pool_mu_)
+
+  std::mutex queue_mu_;
+  std::unique_ptr<WorkerQueue[]> queues_;
+  bool stopping_ = false;  // GUARDED_BY(queue_mu_)
+  std::vector<std::thread> workers_;
+
+  std::mutex pids_mu_;
+  std::set<int> own_pids_;  // GUARDED_BY(pids_mu_)
+
+  std::mutex listener_mu_;
+  std::shared_ptr<const TailListener> listener_;  // GUARDED_BY(listener_mu_)
+  std::atomic<bool> listen_stop_{false};
+  int wake_fd_ = -1;  // eventfd that interrupts the listener thread's poll
+  std::thread listen_thread_;
+};
+
+}  // namespace runnel::store
+
+#endif  // RUNNEL_STORE_POSTGRES_POSTGRES_STORE_H_
