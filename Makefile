@@ -10,10 +10,13 @@ BENCH_DIR   := $(BUILD)/bench
 LISTEN      ?= 127.0.0.1:4437
 DATA        ?= ./data
 CMAKE_GEN   := -G Ninja
-# Tests that exercise threads; they run again under ThreadSanitizer.
-TSAN_REGEX  ?= Concurren|A8_|D6_|C8_|N1_|TwoInstances|TwoWriters
+# Tests that exercise threads; they run again under ThreadSanitizer (only their binaries are
+# built in that configuration).
+TSAN_REGEX   ?= Concurren|A8_|D6_|C8_|N1_|TwoInstances|TwoWriters
+TSAN_TARGETS ?= runnel_tests runnel_channel_tests runnel_log_tests
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
 
+.PHONY: fuzz
 .PHONY: all deps build run test test-release test-asan test-tsan test-example bench format \
         format-check tidy clean help
 
@@ -26,6 +29,7 @@ help:
 	@echo "make bench        build and run the benchmarks"
 	@echo "make format       clang-format every source file"
 	@echo "make tidy         clang-tidy over the library sources"
+	@echo "make fuzz         libFuzzer over every parser (FUZZ_SECONDS=60 each; needs clang)"
 
 deps:
 	@scripts/install-deps
@@ -55,7 +59,7 @@ test-asan: deps
 test-tsan: deps
 	cmake -S . -B $(TSAN_DIR) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUNNEL_BUILD_TESTS=ON \
 	  -DRUNNEL_SANITIZE=thread
-	cmake --build $(TSAN_DIR) -j $(JOBS)
+	cmake --build $(TSAN_DIR) -j $(JOBS) --target $(TSAN_TARGETS)
 	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  ctest -j $(JOBS) --output-on-failure -R '$(TSAN_REGEX)' -LE no-sanitizer
 
@@ -81,6 +85,21 @@ bench: deps
 	  -DRUNNEL_BUILD_BENCHMARKS=ON
 	cmake --build $(BENCH_DIR) -j $(JOBS)
 	scripts/run-benchmarks $(BENCH_DIR)
+
+# libFuzzer over every parser, FUZZ_SECONDS each, starting from the committed corpus (copied,
+# so the repository's corpus only grows by hand).
+FUZZ_SECONDS ?= 60
+FUZZ_DIR     := $(BUILD)/fuzz
+fuzz: deps
+	cmake -S . -B $(FUZZ_DIR) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+	  -DRUNNEL_BUILD_FUZZERS=ON -DRUNNEL_BUILD_TESTS=OFF -DRUNNEL_WERROR=OFF
+	cmake --build $(FUZZ_DIR) -j $(JOBS)
+	@set -e; for f in $(FUZZ_DIR)/bin/*_fuzz; do \
+	  name=$$(basename $$f); mkdir -p $(FUZZ_DIR)/corpus/$$name; \
+	  cp -n fuzz/corpus/$$name/* $(FUZZ_DIR)/corpus/$$name/ 2>/dev/null || true; \
+	  echo "=== $$name ($(FUZZ_SECONDS) s)"; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(FUZZ_DIR)/corpus/$$name; \
+	done
 
 FORMAT_FILES = $(shell git ls-files '*.h' '*.cc')
 

@@ -6,6 +6,7 @@
 #include <openssl/sha.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -129,52 +130,73 @@ Result<std::unique_ptr<TokenStore>> TokenStore::Open(std::string path, Clock* cl
   return store;
 }
 
+Result<std::vector<StoredToken>> ParseTokenFile(std::string_view text, std::string_view origin) {
+  std::vector<StoredToken> out;
+  size_t line_no = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = text.size();
+    const std::string line(text.substr(pos, eol - pos));
+    pos = eol + 1;
+    ++line_no;
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string version, id, hash, tenant, cross, expires, created, note, extra;
+    fields >> version >> id >> hash >> tenant >> cross >> expires >> created >> note >> extra;
+    auto bad = [&](const char* why) {
+      return Status::Corruption("token file " + std::string(origin) + " line " +
+                                std::to_string(line_no) + ": " + why);
+    };
+    auto all_hex = [](const std::string& s) {
+      return std::all_of(s.begin(), s.end(), [](char c) { return HexValue(c) >= 0; });
+    };
+    if (version != "v1") return bad("unknown version (expected v1)");
+    if (id.size() != kIdBytes * 2 || hash.size() != 64 || !all_hex(id) || !all_hex(hash)) {
+      return bad("malformed id or hash");
+    }
+    if (!extra.empty()) return bad("trailing fields");
+    StoredToken t;
+    t.info.id = id;
+    t.hash_hex = hash;
+    if (tenant != "-") {
+      if (!ValidateTenantId(tenant).ok()) return bad("malformed tenant");
+      t.info.grant.tenant = tenant;
+    }
+    if (cross != "0" && cross != "1") return bad("cross-tenant flag must be 0 or 1");
+    t.info.grant.cross_tenant = cross == "1";
+    if (expires != "-") {
+      auto v = ParseU64(expires);
+      if (!v) return bad("malformed expiry");
+      t.info.grant.expires_at_ms = *v;
+    }
+    auto c = ParseU64(created);
+    if (!c) return bad("malformed creation time");
+    t.info.created_at_ms = *c;
+    auto n = PercentDecode(note);
+    if (!n) return bad("malformed note");
+    t.info.grant.note = *n;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 Status TokenStore::Load() {
-  std::ifstream in(path_);
+  std::ifstream in(path_, std::ios::binary);
   if (!in) {
     if (errno == ENOENT) return Status::OK();
     return Errno("cannot read token file", path_);
   }
-  std::string line;
-  size_t line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream fields(line);
-    std::string version, id, hash, tenant, cross, expires, created, note;
-    fields >> version >> id >> hash >> tenant >> cross >> expires >> created >> note;
-    auto bad = [&](const char* why) {
-      return Status::Corruption("token file " + path_ + " line " + std::to_string(line_no) +
-                                ": " + why);
-    };
-    if (version != "v1") return bad("unknown version (expected v1)");
-    if (id.size() != kIdBytes * 2 || hash.size() != 64) return bad("malformed id or hash");
-    Entry e;
-    e.info.id = id;
-    e.hash_hex = hash;
-    if (tenant != "-") {
-      if (!ValidateTenantId(tenant).ok()) return bad("malformed tenant");
-      e.info.grant.tenant = tenant;
-    }
-    if (cross != "0" && cross != "1") return bad("cross-tenant flag must be 0 or 1");
-    e.info.grant.cross_tenant = cross == "1";
-    if (expires != "-") {
-      auto v = ParseU64(expires);
-      if (!v) return bad("malformed expiry");
-      e.info.grant.expires_at_ms = *v;
-    }
-    auto c = ParseU64(created);
-    if (!c) return bad("malformed creation time");
-    e.info.created_at_ms = *c;
-    auto n = PercentDecode(note);
-    if (!n) return bad("malformed note");
-    e.info.grant.note = *n;
-    entries_[id] = std::move(e);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  RUNNEL_ASSIGN_OR_RETURN(auto tokens, ParseTokenFile(text, path_));
+  for (StoredToken& t : tokens) {
+    const std::string id = t.info.id;
+    entries_[id] = std::move(t);
   }
   return Status::OK();
 }
 
-Status TokenStore::Persist(const std::map<std::string, Entry>& entries) const {
+Status TokenStore::Persist(const std::map<std::string, StoredToken>& entries) const {
   std::string text = "# runnel tokens: only hashes are stored. Format: docs in core/token_store.h\n";
   for (const auto& [id, e] : entries) {
     const TokenGrant& g = e.info.grant;
@@ -223,7 +245,7 @@ Result<std::string> TokenStore::Create(const TokenGrant& grant) {
   }
   const std::string id = Hex(id_bytes, sizeof(id_bytes));
   const std::string secret_text = Base64Url(secret, sizeof(secret));
-  Entry e;
+  StoredToken e;
   e.info.id = id;
   e.info.grant = grant;
   e.info.created_at_ms = clock_->NowMs();

@@ -49,6 +49,16 @@ struct TokenInfo {
   uint64_t created_at_ms = 0;
 };
 
+// A token as kept on disk: the grant and SHA-256(secret) in hex.
+struct StoredToken {
+  TokenInfo info;
+  std::string hash_hex;
+};
+
+// Parses the token file format above. kCorruption names `origin` and the line of the first
+// malformed entry. Never reads past `text`.
+Result<std::vector<StoredToken>> ParseTokenFile(std::string_view text, std::string_view origin);
+
 // kInvalidArgument unless the id is 1-128 bytes of [A-Za-z0-9._-].
 Status ValidateTenantId(std::string_view tenant);
 
@@ -71,18 +81,14 @@ class TokenStore {
   Result<Principal> Authenticate(std::string_view bearer) const;
 
  private:
-  struct Entry {
-    TokenInfo info;
-    std::string hash_hex;
-  };
   TokenStore(std::string path, Clock* clock) : path_(std::move(path)), clock_(clock) {}
   Status Load();
-  Status Persist(const std::map<std::string, Entry>& entries) const;  // REQUIRES: mu_ held
+  Status Persist(const std::map<std::string, StoredToken>& entries) const;  // REQUIRES: mu_ held
 
   const std::string path_;
   Clock* const clock_;
   mutable std::shared_mutex mu_;
-  std::map<std::string, Entry> entries_;  // GUARDED_BY(mu_), by id
+  std::map<std::string, StoredToken> entries_;  // GUARDED_BY(mu_), by id
 };
 
 }  // namespace runnel

@@ -426,7 +426,8 @@ TEST_P(RegistryRulesTest, C1_UnsavedConsumerReadsZero) {
   EXPECT_EQ(*reg().GetOffset(global_, "s", "fresh"), 0u);
 }
 
-TEST_P(RegistryRulesTest, C2_SaveOffsetIsMonotonic) {
+// C10: the public API never raises CursorRegression; a lower save is a silent no-op.
+TEST_P(RegistryRulesTest, C2_C10_SaveOffsetIsMonotonicAndALowerSaveIsNotAnError) {
   MustCreate(global_, "s");
   EXPECT_EQ(*reg().SaveOffset(global_, "s", "c", 3), 3u);
   EXPECT_EQ(*reg().SaveOffset(global_, "s", "c", 1), 3u);

@@ -1,0 +1,43 @@
+#include "core/attributes.h"
+
+#include <nlohmann/json.hpp>
+
+namespace runnel::attributes {
+namespace {
+
+using json = nlohmann::json;
+
+Result<json> ParseObject(std::string_view attributes) {
+  if (attributes.empty()) return json::object();
+  json j = json::parse(attributes.begin(), attributes.end(), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) {
+    return Status::Corruption("stream attributes are not a JSON object");
+  }
+  return j;
+}
+
+}  // namespace
+
+Result<std::optional<std::string>> Get(std::string_view attributes, std::string_view key) {
+  RUNNEL_ASSIGN_OR_RETURN(json j, ParseObject(attributes));
+  auto it = j.find(std::string(key));
+  if (it == j.end()) return std::optional<std::string>();
+  return std::optional<std::string>(it->dump());
+}
+
+Result<std::string> Set(std::string_view attributes, std::string_view key,
+                        const std::optional<std::string>& json_value) {
+  RUNNEL_ASSIGN_OR_RETURN(json j, ParseObject(attributes));
+  if (json_value) {
+    json value = json::parse(*json_value, nullptr, /*allow_exceptions=*/false);
+    if (value.is_discarded()) {
+      return Status::InvalidArgument("attribute '" + std::string(key) + "' is not valid JSON");
+    }
+    j[std::string(key)] = std::move(value);
+  } else {
+    j.erase(std::string(key));
+  }
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace runnel::attributes

@@ -1,0 +1,668 @@
+#include "runnel/channel.h"
+
+#include <algorithm>
+#include <future>
+#include <string>
+#include <utility>
+
+#include "core/attributes.h"
+#include "core/channel/envelope_format.h"
+#include "core/channel/key_index.h"
+
+namespace runnel {
+namespace {
+
+// The partition tag lives under this key of the stream's attributes (see core/attributes.h).
+constexpr std::string_view kAttributeKey = "runnel.channel";
+
+// The tag's JSON text; keys in sorted order, as a JSON library would print them back.
+std::string PartitionTag(size_t partition_count, size_t partition) {
+  return "{\"partition\":" + std::to_string(partition) +
+         ",\"partitions\":" + std::to_string(partition_count) + "}";
+}
+
+// The partition count of a tag, or 0 when the tag is malformed.
+size_t TagPartitionCount(std::string_view tag) {
+  constexpr std::string_view kField = "\"partitions\":";
+  const size_t at = tag.find(kField);
+  if (at == std::string_view::npos) return 0;
+  size_t count = 0;
+  size_t i = at + kField.size();
+  for (; i < tag.size() && tag[i] >= '0' && tag[i] <= '9'; ++i) {
+    if (count > (~size_t{0} - 9) / 10) return 0;
+    count = count * 10 + static_cast<size_t>(tag[i] - '0');
+  }
+  return count;
+}
+
+Status ConfigError(std::string_view what) {
+  return Status::InvalidArgument("ConfigError: " + std::string(what));
+}
+
+std::string Where(std::string_view stream_key, uint64_t sequence) {
+  return "stream " + std::string(stream_key) + " sequence " + std::to_string(sequence) +
+         " (offset " + std::to_string(sequence + 1) + ")";
+}
+
+Status ValidateEnvelope(const MessageEnvelope& e) {
+  auto check = [](std::string_view field, std::string_view value) -> Status {
+    if (value.size() > channel::kMaxFieldLength) {
+      return Status::InvalidArgument(std::string(field) + " is longer than 2^32-1 bytes");
+    }
+    if (!channel::IsValidUtf8(value)) {
+      return Status::InvalidArgument(std::string(field) + " is not valid UTF-8");
+    }
+    return Status::OK();
+  };
+  RUNNEL_RETURN_IF_ERROR(check("publisher_id", e.publisher_id));
+  if (e.idempotency_key) RUNNEL_RETURN_IF_ERROR(check("idempotency_key", *e.idempotency_key));
+  if (e.key) RUNNEL_RETURN_IF_ERROR(check("key", *e.key));
+  if (e.causal_context && e.causal_context->parent_id) {
+    RUNNEL_RETURN_IF_ERROR(check("parent_id", *e.causal_context->parent_id));
+  }
+  if (e.payload.size() > channel::kMaxFieldLength) {
+    return Status::InvalidArgument("payload is longer than 2^32-1 bytes");
+  }
+  return Status::OK();
+}
+
+size_t PartitionOf(const PartitionKeyFn& fn, size_t count, const MessageEnvelope& e) {
+  if (count <= 1 || !fn) return 0;
+  return static_cast<size_t>(fn(e) % count);
+}
+
+Status EnvelopeErrorAt(std::string_view stream_key, uint64_t sequence, const Status& decode) {
+  std::string msg(decode.message());
+  constexpr std::string_view kPrefix = "EnvelopeError: ";
+  if (msg.rfind(kPrefix, 0) == 0) msg.erase(0, kPrefix.size());
+  return Status::Corruption("EnvelopeError: " + Where(stream_key, sequence) + ": " + msg);
+}
+
+}  // namespace
+
+// ---- DurabilityConfig ----
+
+Status DurabilityConfig::Validate() const {
+  if (partition_count == 0) return ConfigError("partition_count must be at least 1");
+  if (mode == DurabilityMode::kDurableDedup && dedup_ttl_ms == 0) {
+    return ConfigError("DurableDedup needs a dedup_ttl greater than 0");
+  }
+  if (checkpoint_policy.kind == CheckpointPolicy::Kind::kPerBatch && checkpoint_policy.batch == 0) {
+    return ConfigError("checkpoint policy PerBatch(0) is not allowed");
+  }
+  return Status::OK();
+}
+
+// ---- KeyLookup ----
+
+KeyLookup::KeyLookup(StreamRegistry registry, StreamScope scope,
+                     std::vector<std::string> stream_keys)
+    : registry_(std::move(registry)), scope_(std::move(scope)),
+      stream_keys_(std::move(stream_keys)) {}
+
+Result<AppendResolution> KeyLookup::Find(std::string_view key,
+                                         const std::vector<uint64_t>& from) const {
+  Store& store = registry_.store();
+  for (size_t p = 0; p < stream_keys_.size(); ++p) {
+    auto info = store.GetStream(scope_.Label(), stream_keys_[p]);
+    if (!info.ok()) return info.status().Annotate("StoreError: " + stream_keys_[p]);
+    uint64_t next = (p < from.size() ? from[p] : 0) + 1;
+    for (;;) {
+      auto rows = store.Read(info->id, next, DurableChannel::kReadBatchSize,
+                             StreamRegistry::kMaxReadBytes);
+      if (!rows.ok()) return rows.status().Annotate("StoreError: " + stream_keys_[p]);
+      if (rows->empty()) break;
+      for (const StoredRecord& r : *rows) {
+        auto env = DecodeEnvelope(r.payload);
+        if (!env.ok()) return EnvelopeErrorAt(stream_keys_[p], r.offset - 1, env.status());
+        if (env->idempotency_key && *env->idempotency_key == key) {
+          return AppendResolution::Committed(p, r.offset - 1);
+        }
+        next = r.offset + 1;
+      }
+    }
+  }
+  return AppendResolution::Absent();
+}
+
+// ---- DurableChannel: construction and recovery ----
+
+DurableChannel::DurableChannel() : index_(std::make_unique<channel::KeyIndex>()) {}
+DurableChannel::DurableChannel(DurableChannel&&) noexcept = default;
+DurableChannel& DurableChannel::operator=(DurableChannel&&) noexcept = default;
+DurableChannel::~DurableChannel() = default;
+
+Result<DurableChannel> DurableChannel::Open(std::string channel_id, size_t partition_count,
+                                            StreamRegistry registry, ChannelOptions options) {
+  return OpenImpl(std::move(channel_id), partition_count, std::move(registry),
+                  std::move(options), std::nullopt);
+}
+
+Result<DurableChannel> DurableChannel::WithPartitionKey(std::string channel_id,
+                                                        size_t partition_count,
+                                                        StreamRegistry registry,
+                                                        PartitionKeyFn fn,
+                                                        ChannelOptions options) {
+  options.partition_key = std::move(fn);
+  return OpenImpl(std::move(channel_id), partition_count, std::move(registry),
+                  std::move(options), std::nullopt);
+}
+
+Result<DurableChannel> DurableChannel::FromRecoveredSequences(
+    std::string channel_id, size_t partition_count, StreamRegistry registry,
+    std::vector<uint64_t> next_sequences, ChannelOptions options) {
+  if (partition_count != 0 && next_sequences.size() != partition_count) {
+    return ConfigError("recovered " + std::to_string(next_sequences.size()) +
+                       " next sequences for " + std::to_string(partition_count) +
+                       " partitions");
+  }
+  return OpenImpl(std::move(channel_id), partition_count, std::move(registry),
+                  std::move(options), std::move(next_sequences));
+}
+
+Result<DurableChannel> DurableChannel::FromConfig(std::string channel_id,
+                                                  const DurabilityConfig& config,
+                                                  StreamRegistry registry,
+                                                  ChannelOptions options) {
+  RUNNEL_RETURN_IF_ERROR(config.Validate());
+  if (config.mode == DurabilityMode::kEphemeral) {
+    return ConfigError("a DurableChannel cannot be opened with an ephemeral config");
+  }
+  options.checkpoint_policy = config.checkpoint_policy;
+  return OpenImpl(std::move(channel_id), config.partition_count, std::move(registry),
+                  std::move(options), std::nullopt);
+}
+
+Result<DurableChannel> DurableChannel::OpenImpl(
+    std::string channel_id, size_t partition_count, StreamRegistry registry,
+    ChannelOptions options, std::optional<std::vector<uint64_t>> next_sequences) {
+  if (partition_count == 0) return ConfigError("partition_count must be at least 1");
+  if (channel_id.empty()) return ConfigError("the channel id must not be empty");
+  if (options.checkpoint_policy.kind == CheckpointPolicy::Kind::kPerBatch &&
+      options.checkpoint_policy.batch == 0) {
+    return ConfigError("checkpoint policy PerBatch(0) is not allowed");
+  }
+  DurableChannel ch;
+  ch.channel_id_ = std::move(channel_id);
+  ch.scope_ = std::move(options.scope);
+  ch.registry_.emplace(std::move(registry));
+  ch.partition_key_ = std::move(options.partition_key);
+  ch.policy_ = options.checkpoint_policy;
+  ch.check_all_partitions_ = options.check_all_partitions_for_keys;
+  for (size_t i = 0; i < partition_count; ++i) ch.stream_keys_.push_back(ch.StreamKeyFor(i));
+  ch.stream_ids_.assign(partition_count, 0);
+  ch.next_.assign(partition_count, 0);
+  ch.scanned_.assign(partition_count, 0);
+  RUNNEL_RETURN_IF_ERROR(ch.OpenPartitions());
+  if (next_sequences) {
+    ch.next_ = std::move(*next_sequences);
+  } else {
+    ch.next_ = ch.scanned_;
+  }
+  return ch;
+}
+
+Status DurableChannel::OpenPartitions() {
+  Store& store = registry_->store();
+  const std::string ns = scope_.Label();
+  for (size_t i = 0; i < stream_keys_.size(); ++i) {
+    const std::string tag = PartitionTag(stream_keys_.size(), i);
+    auto info = store.GetStream(ns, stream_keys_[i]);
+    if (!info.ok() && info.status().code() == StatusCode::kNotFound) {
+      CreateStreamOptions create;
+      RUNNEL_ASSIGN_OR_RETURN(create.attributes, attributes::Set("", kAttributeKey, tag));
+      Status created = registry_->CreateStream(scope_, stream_keys_[i], create);
+      // Another instance may have created it in between; it is checked below like any other.
+      if (!created.ok() && created.code() != StatusCode::kAlreadyExists) {
+        return created.Annotate("StoreError: creating partition " + stream_keys_[i]);
+      }
+      info = store.GetStream(ns, stream_keys_[i]);
+    }
+    if (!info.ok()) return info.status().Annotate("StoreError: opening " + stream_keys_[i]);
+    auto found = attributes::Get(info->spec.attributes, kAttributeKey);
+    if (!found.ok()) {
+      return ConfigError("stream " + stream_keys_[i] +
+                         " exists and is not a partition of a runnel channel");
+    }
+    if (!found->has_value()) {
+      // An untagged stream of that name is adopted as the partition; other layers' attributes
+      // are kept.
+      RUNNEL_ASSIGN_OR_RETURN(std::string tagged,
+                              attributes::Set(info->spec.attributes, kAttributeKey, tag));
+      RUNNEL_RETURN_IF_ERROR(store.UpdateStream(info->id, info->spec.retention, tagged)
+                                 .Annotate("StoreError: tagging " + stream_keys_[i]));
+    } else if (**found != tag) {
+      return ConfigError("stream " + stream_keys_[i] + " is tagged " + **found + ", not " + tag +
+                         ": the channel was created with another partition count");
+    }
+    stream_ids_[i] = info->id;
+    RUNNEL_RETURN_IF_ERROR(CatchUp(i));
+  }
+  return Status::OK();
+}
+
+Status DurableChannel::CatchUp(size_t p) {
+  Store& store = registry_->store();
+  // The stream's extent first: any slot below its next offset that the reads below do not
+  // return was removed by retention, and a scan could not see it either.
+  auto info = store.GetStreamById(stream_ids_[p]);
+  if (!info.ok()) return info.status().Annotate("StoreError: reading " + stream_keys_[p]);
+  const uint64_t known_end = info->next_offset - 1;
+  while (scanned_[p] < known_end) {
+    auto rows = store.Read(stream_ids_[p], scanned_[p] + 1, kReadBatchSize,
+                           StreamRegistry::kMaxReadBytes);
+    if (!rows.ok()) return rows.status().Annotate("StoreError: reading " + stream_keys_[p]);
+    if (rows->empty()) break;
+    for (const StoredRecord& r : *rows) {
+      const uint64_t sequence = r.offset - 1;
+      auto env = DecodeEnvelope(r.payload);
+      if (!env.ok()) return EnvelopeErrorAt(stream_keys_[p], sequence, env.status());
+      IndexRow(p, sequence, *env);
+      scanned_[p] = sequence + 1;
+    }
+  }
+  scanned_[p] = std::max(scanned_[p], known_end);
+  return Status::OK();
+}
+
+void DurableChannel::IndexRow(size_t p, uint64_t sequence, const MessageEnvelope& envelope) {
+  if (!envelope.idempotency_key) return;
+  index_->Insert(channel::KeyIndex::Hash(*envelope.idempotency_key), p, sequence);
+}
+
+Result<std::optional<AppendResolution>> DurableChannel::IndexLookup(std::string_view key) const {
+  Store& store = registry_->store();
+  Status error;
+  std::optional<AppendResolution> found;
+  index_->ForEachCandidate(channel::KeyIndex::Hash(key), [&](size_t p, uint64_t sequence) {
+    auto row = store.ReadAt(stream_ids_[p], sequence + 1);
+    if (!row.ok()) {
+      error = row.status().Annotate("StoreError: confirming an idempotency key at " +
+                                    Where(stream_keys_[p], sequence));
+      return true;
+    }
+    if (!row->has_value()) {
+      // Retention removed the row after it was indexed: the key was seen there, and nothing
+      // else can be there, so the hash match stands.
+      found = AppendResolution::Committed(p, sequence);
+      return true;
+    }
+    auto env = DecodeEnvelope((*row)->payload);
+    if (!env.ok()) {
+      error = EnvelopeErrorAt(stream_keys_[p], sequence, env.status());
+      return true;
+    }
+    if (env->idempotency_key && *env->idempotency_key == key) {
+      found = AppendResolution::Committed(p, sequence);
+      return true;
+    }
+    return false;  // another key with the same hash
+  });
+  if (!error.ok()) return error;
+  return found;
+}
+
+// ---- Accessors ----
+
+std::optional<uint64_t> DurableChannel::NextExpectedSequence(size_t partition_index) const {
+  if (partition_index >= next_.size()) return std::nullopt;
+  return next_[partition_index];
+}
+
+size_t DurableChannel::PartitionFor(const MessageEnvelope& envelope) const {
+  return PartitionOf(partition_key_, stream_keys_.size(), envelope);
+}
+
+std::string DurableChannel::StreamKeyFor(size_t partition_index) const {
+  return channel_id_ + ":" + std::to_string(partition_index);
+}
+
+KeyLookup DurableChannel::GetKeyLookup() const {
+  return KeyLookup(*registry_, scope_, stream_keys_);
+}
+
+Status DurableChannel::Fail(ChannelError error) {
+  Status s = error.status;
+  last_error_ = std::move(error);
+  return s;
+}
+
+// ---- Publish ----
+
+Result<AppendResult> DurableChannel::AppendAt(size_t p, uint64_t sequence,
+                                              const std::string& bytes,
+                                              const std::optional<std::string>& record_key,
+                                              uint64_t now_ms) {
+  AppendRequest request;
+  request.stream = stream_ids_[p];
+  request.records.push_back(AppendRecord{record_key, bytes});
+  request.now_ms = now_ms;
+  request.expected_offset = sequence + 1;
+  std::promise<Result<AppendResult>> promise;
+  auto future = promise.get_future();
+  registry_->store().Append(std::move(request), [&promise](Result<AppendResult> r) {
+    promise.set_value(std::move(r));
+  });
+  return future.get();
+}
+
+Result<uint64_t> DurableChannel::Publish(const MessageEnvelope& envelope) {
+  RUNNEL_ASSIGN_OR_RETURN(PublishReceipt receipt, PublishWithReceipt(envelope));
+  return receipt.offset;
+}
+
+Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope& envelope) {
+  last_error_.reset();
+  // U6: settle an earlier uncertain append first, with one read of its slot.
+  if (pending_) {
+    auto settled = ResolveImpl();
+    if (!settled.ok()) return settled.status();
+  }
+  const std::optional<std::string>& key = envelope.idempotency_key;
+  // Start loading the key's index slot now; validation and encoding hide the memory latency.
+  const uint64_t key_hash = key ? channel::KeyIndex::Hash(*key) : 0;
+  if (key) index_->Prefetch(key_hash);
+  if (Status valid = ValidateEnvelope(envelope); !valid.ok()) {
+    return Fail({ChannelError::Kind::kEnvelopeError, Status::InvalidArgument(
+                     "EnvelopeError: " + std::string(valid.message()))});
+  }
+  const size_t p = PartitionFor(envelope);
+  const std::string bytes = EncodeEnvelope(envelope);
+  auto duplicate = [](const AppendResolution& r) {
+    return PublishReceipt{r.partition, r.sequence, r.offset, true};
+  };
+  auto fail_read = [&](const Status& s) {
+    return Fail({s.code() == StatusCode::kCorruption ? ChannelError::Kind::kEnvelopeError
+                                                     : ChannelError::Kind::kStoreError,
+                 s, stream_keys_[p]});
+  };
+  if (key) {
+    // The index must cover every slot below the one this append reserves (see header).
+    if (scanned_[p] < next_[p]) {
+      if (Status s = CatchUp(p); !s.ok()) return fail_read(s);
+    }
+    if (check_all_partitions_) {
+      for (size_t q = 0; q < stream_keys_.size(); ++q) {
+        if (q == p) continue;
+        if (Status s = CatchUp(q); !s.ok()) {
+          return Fail({s.code() == StatusCode::kCorruption ? ChannelError::Kind::kEnvelopeError
+                                                           : ChannelError::Kind::kStoreError,
+                       s, stream_keys_[q]});
+        }
+      }
+    }
+    auto hit = IndexLookup(*key);
+    if (!hit.ok()) return fail_read(hit.status());
+    if (*hit) return duplicate(**hit);  // I4
+  }
+  for (int attempt = 0;; ++attempt) {
+    const uint64_t sequence = next_[p];
+    if (sequence > kMaxSequence) {
+      ChannelError e{ChannelError::Kind::kOverflow,
+                     Status::OutOfRange("Overflow: " + Where(stream_keys_[p], sequence) +
+                                        ": the partition has no slot left below 2^64-1"),
+                     stream_keys_[p], sequence};
+      return Fail(std::move(e));
+    }
+    // The evidence exists before the append is sent (seed: retained before the cancellable
+    // append), so no outcome can leave the channel without it.
+    UnresolvedAppend evidence;
+    evidence.channel = channel_id_;
+    evidence.stream_key = stream_keys_[p];
+    evidence.partition = p;
+    evidence.sequence = sequence;
+    evidence.payload = bytes;
+    evidence.idempotency_key = key;
+    pending_ = std::move(evidence);
+
+    auto appended = AppendAt(p, sequence, bytes, envelope.key, registry_->clock().NowMs());
+    if (appended.ok()) {
+      pending_.reset();
+      if (appended->first_offset != sequence + 1) {
+        return Fail({ChannelError::Kind::kStoreError,
+                     Status::Internal("StoreError: " + Where(stream_keys_[p], sequence) +
+                                      ": the store placed the guarded append at offset " +
+                                      std::to_string(appended->first_offset)),
+                     stream_keys_[p], sequence});
+      }
+      next_[p] = sequence + 1;
+      if (scanned_[p] == sequence) {
+        if (key) index_->Insert(key_hash, p, sequence);
+        scanned_[p] = sequence + 1;
+      }
+      PublishReceipt receipt{p, sequence, sequence + 1, false};
+      if (Status s = AfterCommit(); !s.ok()) {
+        return Fail({ChannelError::Kind::kStoreError,
+                     s.Annotate("StoreError: flush after the publish committed at " +
+                                Where(stream_keys_[p], sequence)),
+                     stream_keys_[p], sequence});
+      }
+      return receipt;
+    }
+    Status status = std::move(appended).status();
+    if (status.code() == StatusCode::kOutcomeUnknown) {
+      // U1: keep the evidence, never resend. S4: this is not a conflict.
+      pending_->append_error = status;
+      if (!status.message().empty()) pending_->cause = std::string(status.message());
+      ChannelError e{ChannelError::Kind::kAppendUnresolved,
+                     Status::OutcomeUnknown("AppendUnresolved: " +
+                                            Where(stream_keys_[p], sequence) + ": " +
+                                            pending_->cause),
+                     stream_keys_[p], sequence};
+      e.append_error = status;
+      return Fail(std::move(e));
+    }
+    pending_.reset();  // a definite refusal: nothing was written
+    if (status.code() == StatusCode::kConflict) {
+      // S2: learn the rows we have not seen, adopt the tail, retry once.
+      if (Status s = CatchUp(p); !s.ok()) return fail_read(s);
+      const uint64_t actual = status.conflict_actual().value_or(1);
+      next_[p] = std::max(scanned_[p], actual == 0 ? 0 : actual - 1);
+      if (key) {
+        auto hit = IndexLookup(*key);
+        if (!hit.ok()) return fail_read(hit.status());
+        if (*hit) return duplicate(**hit);
+      }
+      if (attempt == 0) continue;
+      ChannelError e{ChannelError::Kind::kSequenceConflict,
+                     Status::Conflict("SequenceConflict: " + Where(stream_keys_[p], sequence) +
+                                          ": expected offset " +
+                                          std::to_string(status.conflict_expected().value_or(0)) +
+                                          ", actual " + std::to_string(actual) +
+                                          " (second conflict; not retried)",
+                                      status.conflict_expected().value_or(sequence + 1), actual),
+                     stream_keys_[p], sequence};
+      e.expected = e.status.conflict_expected();
+      e.actual = e.status.conflict_actual();
+      return Fail(std::move(e));
+    }
+    if (status.code() == StatusCode::kOutOfRange) {
+      return Fail({ChannelError::Kind::kOverflow,
+                   Status::OutOfRange("Overflow: " + Where(stream_keys_[p], sequence) + ": " +
+                                      std::string(status.message())),
+                   stream_keys_[p], sequence});
+    }
+    return Fail({ChannelError::Kind::kStoreError,
+                 status.Annotate("StoreError: " + Where(stream_keys_[p], sequence)),
+                 stream_keys_[p], sequence});
+  }
+}
+
+Status DurableChannel::AfterCommit() {
+  ++since_flush_;
+  const bool due =
+      policy_.kind == CheckpointPolicy::Kind::kPerMessage ||
+      (policy_.kind == CheckpointPolicy::Kind::kPerBatch && since_flush_ >= policy_.batch);
+  if (!due) return Status::OK();
+  return FlushStore();
+}
+
+Status DurableChannel::FlushStore() {
+  Status s = registry_->store().Flush();
+  if (!s.ok()) return s;
+  since_flush_ = 0;
+  ++flush_count_;
+  return Status::OK();
+}
+
+// ---- Pending appends ----
+
+Result<std::optional<AppendResolution>> DurableChannel::ResolvePending() {
+  last_error_.reset();
+  return ResolveImpl();
+}
+
+Result<std::optional<AppendResolution>> DurableChannel::ResolveImpl() {
+  if (!pending_) return std::optional<AppendResolution>();  // U3
+  const size_t p = pending_->partition;
+  const uint64_t sequence = pending_->sequence;
+  auto unreadable = [&](const Status& read_error) {
+    ChannelError e{ChannelError::Kind::kPendingAppendUnreadable,
+                   Status::FailedPrecondition(
+                       "PendingAppendUnreadable: " + Where(stream_keys_[p], sequence) +
+                       ": append error: " + pending_->append_error.ToString() +
+                       "; read error: " + read_error.ToString()),
+                   stream_keys_[p], sequence};
+    e.append_error = pending_->append_error;
+    e.read_error = read_error;
+    return Fail(std::move(e));
+  };
+  Store& store = registry_->store();
+  auto slot = store.ReadAt(stream_ids_[p], sequence + 1);
+  if (!slot.ok()) return unreadable(slot.status());  // U5: the evidence stays
+  if (!slot->has_value()) {
+    // Empty means "never written" only if the slot is at or past the stream's end; a slot
+    // below it was written and removed by retention, and cannot be told apart.
+    auto info = store.GetStreamById(stream_ids_[p]);
+    if (!info.ok()) return unreadable(info.status());
+    if (info->next_offset > sequence + 1) {
+      return unreadable(Status::NotFound("the slot was written and then removed by retention"));
+    }
+    pending_.reset();
+    return std::optional<AppendResolution>(AppendResolution::Absent());
+  }
+  const StoredRecord& row = **slot;
+  const bool own = row.payload == pending_->payload;
+  next_[p] = std::max(next_[p], sequence + 1);
+  if (scanned_[p] == sequence) {
+    auto env = DecodeEnvelope(row.payload);
+    // An undecodable foreign row is left for CatchUp to report by name (V7).
+    if (env.ok()) {
+      IndexRow(p, sequence, *env);
+      scanned_[p] = sequence + 1;
+    }
+  }
+  pending_.reset();
+  if (own) {
+    return std::optional<AppendResolution>(AppendResolution::Committed(p, sequence));
+  }
+  return std::optional<AppendResolution>(AppendResolution::Absent());
+}
+
+void DurableChannel::AbandonPending() { pending_.reset(); }
+
+// ---- Idempotency keys ----
+
+Result<AppendResolution> DurableChannel::FindIdempotencyKey(std::string_view key,
+                                                            const std::vector<uint64_t>& from) {
+  last_error_.reset();
+  if (pending_ && pending_->idempotency_key && *pending_->idempotency_key == key) {
+    ChannelError e{ChannelError::Kind::kAppendUnresolved,
+                   Status::FailedPrecondition("AppendUnresolved: key '" + std::string(key) +
+                                              "' is held by the unresolved append at " +
+                                              Where(pending_->stream_key, pending_->sequence) +
+                                              "; resolve it first"),
+                   pending_->stream_key, pending_->sequence};
+    return Fail(std::move(e));
+  }
+  for (size_t p = 0; p < stream_keys_.size(); ++p) {
+    if (Status s = CatchUp(p); !s.ok()) {
+      return Fail({s.code() == StatusCode::kCorruption ? ChannelError::Kind::kEnvelopeError
+                                                       : ChannelError::Kind::kStoreError,
+                   s, stream_keys_[p]});
+    }
+  }
+  auto hit = IndexLookup(key);
+  if (!hit.ok()) {
+    return Fail({hit.status().code() == StatusCode::kCorruption
+                     ? ChannelError::Kind::kEnvelopeError
+                     : ChannelError::Kind::kStoreError,
+                 hit.status()});
+  }
+  if (!*hit) return AppendResolution::Absent();
+  const AppendResolution& r = **hit;
+  if (r.partition < from.size() && r.sequence < from[r.partition]) {
+    return AppendResolution::Absent();
+  }
+  return r;
+}
+
+Result<AppendResolution> DurableChannel::ResolveIdempotencyKey(std::string_view key) {
+  if (pending_ && pending_->idempotency_key && *pending_->idempotency_key == key) {
+    RUNNEL_ASSIGN_OR_RETURN(std::optional<AppendResolution> settled, ResolvePending());
+    if (settled) return *settled;
+  }
+  return FindIdempotencyKey(key);
+}
+
+Result<size_t> DurableChannel::StoredPartitionCount(const StreamRegistry& registry,
+                                                    const StreamScope& scope,
+                                                    std::string_view channel_id) {
+  const std::string name = std::string(channel_id) + ":0";
+  RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry.store().GetStream(scope.Label(), name));
+  auto tag = attributes::Get(info.spec.attributes, kAttributeKey);
+  if (!tag.ok() || !tag->has_value()) {
+    return ConfigError("stream " + name + " is not a partition of a runnel channel");
+  }
+  const size_t count = TagPartitionCount(**tag);
+  if (count == 0) return ConfigError("stream " + name + " has a malformed partition count");
+  return count;
+}
+
+// ---- EphemeralChannel ----
+
+Result<EphemeralChannel> EphemeralChannel::Create(std::string channel_id, size_t partition_count,
+                                                  PartitionKeyFn partition_key) {
+  if (partition_count == 0) return ConfigError("partition_count must be at least 1");
+  EphemeralChannel ch;
+  ch.channel_id_ = std::move(channel_id);
+  ch.partition_key_ = std::move(partition_key);
+  ch.partitions_.resize(partition_count);
+  return ch;
+}
+
+Result<EphemeralChannel> EphemeralChannel::FromConfig(std::string channel_id,
+                                                      const DurabilityConfig& config,
+                                                      PartitionKeyFn partition_key) {
+  RUNNEL_RETURN_IF_ERROR(config.Validate());
+  if (config.mode != DurabilityMode::kEphemeral) {
+    return ConfigError("an EphemeralChannel needs an ephemeral config");
+  }
+  return Create(std::move(channel_id), config.partition_count, std::move(partition_key));
+}
+
+size_t EphemeralChannel::PartitionFor(const MessageEnvelope& envelope) const {
+  return PartitionOf(partition_key_, partitions_.size(), envelope);
+}
+
+std::optional<uint64_t> EphemeralChannel::NextExpectedSequence(size_t partition_index) const {
+  if (partition_index >= partitions_.size()) return std::nullopt;
+  return partitions_[partition_index].size();
+}
+
+Result<uint64_t> EphemeralChannel::Publish(const MessageEnvelope& envelope) {
+  const size_t p = PartitionFor(envelope);
+  const uint64_t sequence = partitions_[p].size();
+  if (sequence > DurableChannel::kMaxSequence) {
+    return Status::OutOfRange("Overflow: partition " + std::to_string(p) + " is full");
+  }
+  partitions_[p].push_back(envelope);
+  return sequence + 1;
+}
+
+const std::vector<MessageEnvelope>& EphemeralChannel::Partition(size_t partition_index) const {
+  static const std::vector<MessageEnvelope> kEmpty;
+  return partition_index < partitions_.size() ? partitions_[partition_index] : kEmpty;
+}
+
+}  // namespace runnel
