@@ -27,7 +27,6 @@
 #include <vector>
 
 #include "runnel/clock.h"
-#include "runnel/log_store.h"
 #include "runnel/status.h"
 #include "runnel/store.h"
 #include "runnel/types.h"

@@ -67,15 +67,10 @@ int RunServe(const ServeFlags& flags) {
   RegistryOptions registry_options;
   registry_options.data_dir = flags.data;
   registry_options.store = flags.store.empty() ? "log" : flags.store;
+  registry_options.durability = flags.durability;
+  // A durable store that cannot open (locked, corrupt, unwritable) is an error, never a silent
+  // fallback to memory: serving an empty store would look like data loss.
   auto registry = StreamRegistry::Open(registry_options);
-  if (!registry.ok() && flags.store.empty()) {
-    std::fprintf(stderr,
-                 "runnel serve: WARNING: the log store is not available (%s); falling back to "
-                 "the memory store: data is lost when the server exits\n",
-                 registry.status().ToString().c_str());
-    registry_options.store = "memory";
-    registry = StreamRegistry::Open(registry_options);
-  }
   if (!registry.ok()) {
     std::fprintf(stderr, "runnel serve: cannot open the %s store: %s\n",
                  registry_options.store.c_str(), registry.status().ToString().c_str());
@@ -101,14 +96,11 @@ int RunServe(const ServeFlags& flags) {
     std::fprintf(stderr, "runnel serve: %s\n", server.status().ToString().c_str());
     return 1;
   }
-  // RegistryOptions has no durability setting yet, so --durability is validated and reported
-  // but the store's own guarantee is what holds.
-  std::printf(
-      "runnel serve: listening on http://%s:%u (store: %s, data: %s, durability: %s; "
-      "requested --durability %s)\n",
-      options.host.c_str(), (*server)->port(), registry_options.store.c_str(),
-      registry_options.store == "memory" ? "-" : flags.data.c_str(), durability.c_str(),
-      flags.durability.c_str());
+  std::printf("runnel serve: listening on http://%s:%u (store: %s, data: %s, durability: %s)\n",
+              options.host.c_str(), (*server)->port(),
+              registry_options.store.rfind("postgres", 0) == 0 ? "postgres"
+                                                               : registry_options.store.c_str(),
+              registry_options.store == "log" ? flags.data.c_str() : "-", durability.c_str());
   std::fflush(stdout);
   (*server)->Run();
   std::printf("runnel serve: stopped\n");

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/subscription_hub.h"
+#include "runnel/log_store.h"
 #include "runnel/postgres_store.h"
 #include "store/retention.h"
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "core/attributes.h"
 #include "server/http_errors.h"
 #include "server/json_messages.h"
 #include "server/sse_format.h"
@@ -152,8 +153,9 @@ uint64_t TailPosition(const StreamInfo& info) { return info.next_offset - 1; }
 
 }  // namespace
 
-// Protocol metadata kept in the stream's attributes.
+// Protocol metadata kept under the "ds" key of the stream's attributes.
 struct StreamService::Meta {
+  static constexpr std::string_view kAttributeKey = "ds";
   std::optional<uint64_t> ttl_s;
   std::optional<std::string> expires_at;
   std::optional<int64_t> expires_at_ms;
@@ -165,11 +167,25 @@ struct StreamService::Meta {
   uint64_t fork_refs = 0;
   bool soft_deleted = false;
 
-  static Meta Parse(std::string_view text) {
+  // Reads the protocol's key ("ds") of the stream's attributes (see core/attributes.h); other
+  // layers' keys are not ours to read. Unreadable metadata reads as none.
+  static Meta Parse(std::string_view attrs) {
     Meta m;
-    if (text.empty() || text == "{}") return m;
+    auto value = attributes::Get(attrs, kAttributeKey);
+    if (!value.ok() || !value->has_value()) return m;
+    const std::string& text = **value;
     json j = json::parse(text.begin(), text.end(), nullptr, false);
     if (!j.is_object()) return m;
+    try {
+      ParseFields(j, &m);
+    } catch (const json::exception&) {
+      return Meta{};
+    }
+    return m;
+  }
+
+  static void ParseFields(json& j, Meta* out) {
+    Meta& m = *out;
     if (j.contains("ttl_s")) m.ttl_s = j["ttl_s"].get<uint64_t>();
     if (j.contains("expires_at")) m.expires_at = j["expires_at"].get<std::string>();
     if (j.contains("expires_at_ms")) m.expires_at_ms = j["expires_at_ms"].get<int64_t>();
@@ -180,7 +196,6 @@ struct StreamService::Meta {
     m.fork_sub_offset = j.value("fork_sub_offset", uint64_t{0});
     m.fork_refs = j.value("fork_refs", uint64_t{0});
     m.soft_deleted = j.value("soft_deleted", false);
-    return m;
   }
 
   std::string Serialize() const {
@@ -296,7 +311,9 @@ Status StreamService::UpdateMeta(StreamId id, const std::function<void(Meta*)>& 
   RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
   Meta meta = Meta::Parse(info.spec.attributes);
   change(&meta);
-  return registry_.store().UpdateStream(id, info.spec.retention, meta.Serialize());
+  RUNNEL_ASSIGN_OR_RETURN(std::string attrs,
+                          attributes::Set(info.spec.attributes, Meta::kAttributeKey, meta.Serialize()));
+  return registry_.store().UpdateStream(id, info.spec.retention, attrs);
 }
 
 Status StreamService::Remove(const StreamInfo& info, const Meta& meta) {
@@ -644,7 +661,9 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
 
   CreateStreamOptions options;
   options.content_type = content_type;
-  options.attributes = meta.Serialize();
+  auto attrs = attributes::Set("", Meta::kAttributeKey, meta.Serialize());
+  if (!attrs.ok()) return finish(ErrorResponse(attrs.status()));
+  options.attributes = std::move(*attrs);
   options.first_offset = first_offset;
   Status created = registry_.CreateStream(route.scope, route.name, options);
   if (!created.ok()) return finish(ErrorResponse(created));

@@ -221,7 +221,7 @@ TEST_P(ChannelConcurrencyTest, S5_ConcurrentAcksOnAPartitionKeepTheMaximum) {
   EXPECT_EQ(*registry().GetOffset(StreamScope::Global(), "acks:0", "g"), 50u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Memory, ChannelConcurrencyTest, ::testing::Values(MemoryStoreParam(), LogStoreParam()),
+INSTANTIATE_TEST_SUITE_P(Stores, ChannelConcurrencyTest, ::testing::Values(MemoryStoreParam(), LogStoreParam()),
                          StoreParamName);
 
 }  // namespace

@@ -424,7 +424,7 @@ TEST_P(ChannelFaultsTest, V2_StoreOverflowRefusalIsDefiniteAndLeavesNothingPendi
   EXPECT_EQ(ch().NextExpectedSequence(0), 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Memory, ChannelFaultsTest, ::testing::Values(MemoryStoreParam(), LogStoreParam()),
+INSTANTIATE_TEST_SUITE_P(Stores, ChannelFaultsTest, ::testing::Values(MemoryStoreParam(), LogStoreParam()),
                          StoreParamName);
 
 }  // namespace

@@ -682,7 +682,7 @@ TEST_P(ChannelRulesTest, F5_TheStoreDeclaresItsDurability) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Memory, ChannelRulesTest, ::testing::Values(MemoryStoreParam(), LogStoreParam()),
+INSTANTIATE_TEST_SUITE_P(Stores, ChannelRulesTest, ::testing::Values(MemoryStoreParam(), LogStoreParam()),
                          StoreParamName);
 
 }  // namespace
