@@ -118,9 +118,18 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--data", flags->data, "Data directory for the log store")
       ->envname("RUNNEL_DATA")
       ->capture_default_str();
-  cmd->add_option("--store", flags->store, "Store: log or memory (default: log when available)")
+  cmd->add_option("--store", flags->store,
+                  "Store: log (default), memory, or a postgres://user@host:port/db URL")
       ->envname("RUNNEL_STORE")
-      ->check(CLI::IsMember({"log", "memory"}));
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            if (value == "log" || value == "memory" || value.rfind("postgres://", 0) == 0 ||
+                value.rfind("postgresql://", 0) == 0) {
+              return "";
+            }
+            return "must be log, memory or a postgres:// URL";
+          },
+          "STORE"));
   cmd->add_option("--durability", flags->durability, "fsync, interval:<ms> or none")
       ->envname("RUNNEL_DURABILITY")
       ->capture_default_str();

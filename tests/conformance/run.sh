@@ -26,6 +26,10 @@ cleanup() {
 trap cleanup EXIT
 
 mkdir -p "$workdir/data"
+# "postgres" means the private cluster that scripts/pg-test-cluster --run started for us.
+if [[ "$store" == "postgres" ]]; then
+  store="${RUNNEL_TEST_PG_URL:?run under scripts/pg-test-cluster --run}"
+fi
 "$binary" serve --listen 127.0.0.1:0 --store "$store" --data "$workdir/data" \
   --long-poll-timeout-ms "$long_poll_ms" >"$log" 2>&1 &
 server_pid=$!
@@ -46,7 +50,7 @@ if [[ -z "$url" ]]; then
   cat "$log" >&2
   exit 1
 fi
-echo "runnel serve ($store) at $url"
+echo "runnel serve (${store%%\?*}) at $url"
 
 cd "$here"
 RUNNEL_BASE_URL="$url" RUNNEL_LONG_POLL_TIMEOUT_MS="$long_poll_ms" \
