@@ -73,6 +73,17 @@ void FaultInjectionEnv::BeforeSyncDo(uint64_t n, std::function<void()> action) {
   sync_action_ = std::move(action);
 }
 
+void FaultInjectionEnv::SetFaultPathSuffix(std::string suffix) {
+  std::lock_guard lock(mu_);
+  suffix_ = std::move(suffix);
+}
+
+namespace {
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+}  // namespace
+
 void FaultInjectionEnv::ClearFaults() {
   std::lock_guard lock(mu_);
   sync_action_in_ = 0;
@@ -91,6 +102,7 @@ Status FaultInjectionEnv::BeforeWrite(const std::string& path, size_t bytes, siz
                                       size_t* allowed) {
   writes_.fetch_add(1);
   std::lock_guard lock(mu_);
+  if (!EndsWith(path, suffix_)) return Status::OK();
   if (no_space_ && fits < bytes) {
     injected_.fetch_add(1);
     *allowed = fits;
@@ -113,6 +125,7 @@ Status FaultInjectionEnv::BeforeSync(const std::string& path) {
   }
   if (action) action();
   std::lock_guard lock(mu_);
+  if (!EndsWith(path, suffix_)) return Status::OK();
   if (fail_sync_in_ > 0 && --fail_sync_in_ == 0) {
     injected_.fetch_add(1);
     return Status::IOError("fdatasync '" + path + "': Input/output error (injected)");

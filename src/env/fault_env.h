@@ -37,6 +37,9 @@ class FaultInjectionEnv final : public Env {
   void FailSync(uint64_t n);
   void SetNoSpace(bool on);
   void BeforeSyncDo(uint64_t n, std::function<void()> action);
+  // Restricts FailWrite, FailSync and SetNoSpace to files whose path ends with `suffix`
+  // (empty: every file). ClearFaults keeps it.
+  void SetFaultPathSuffix(std::string suffix);
   // Clears every pending fault.
   void ClearFaults();
   uint64_t writes() const { return writes_.load(); }
@@ -71,6 +74,7 @@ class FaultInjectionEnv final : public Env {
   uint64_t fail_write_in_ = 0;  // GUARDED_BY(mu_); 0 = no fault armed
   uint64_t fail_sync_in_ = 0;   // GUARDED_BY(mu_)
   bool no_space_ = false;       // GUARDED_BY(mu_)
+  std::string suffix_;          // GUARDED_BY(mu_)
   uint64_t sync_action_in_ = 0;          // GUARDED_BY(mu_)
   std::function<void()> sync_action_;    // GUARDED_BY(mu_)
   std::atomic<uint64_t> writes_{0};

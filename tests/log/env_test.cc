@@ -150,5 +150,18 @@ TEST(FaultInjectionEnvTest, NoSpaceFailsWritesThatGrowTheFileUntilCleared) {
   EXPECT_EQ(ReadAll(**f), "abcdefgh");
 }
 
+TEST(FaultInjectionEnvTest, FaultsCanBeLimitedToSomeFiles) {
+  MemEnv mem;
+  FaultInjectionEnv env(&mem);
+  ASSERT_TRUE(env.CreateDir("/d").ok());
+  auto seg = env.OpenFile("/d/1.log", true);
+  auto other = env.OpenFile("/d/1.log.prep", true);
+  ASSERT_TRUE(seg.ok() && other.ok());
+  env.SetFaultPathSuffix(".log");
+  env.FailWrite(1);
+  EXPECT_TRUE((*other)->WriteAt(0, std::string_view("x")).ok());
+  EXPECT_FALSE((*seg)->WriteAt(0, std::string_view("x")).ok());
+}
+
 }  // namespace
 }  // namespace runnel::env

@@ -318,6 +318,7 @@ class LogFaultTest : public ::testing::Test {
 };
 
 TEST_F(LogFaultTest, FailedSyncIsADefiniteErrorAndTheStoreKeepsWorking) {
+  faults_.SetFaultPathSuffix(".log");  // not the segment being prepared in the background
   auto store = Open();
   ASSERT_NE(store, nullptr);
   auto info = store->CreateStream(Spec("s"));
@@ -347,6 +348,7 @@ TEST_F(LogFaultTest, FailedSyncIsADefiniteErrorAndTheStoreKeepsWorking) {
 }
 
 TEST_F(LogFaultTest, FailedWriteIsADefiniteErrorAndTheStoreKeepsWorking) {
+  faults_.SetFaultPathSuffix(".log");  // not the segment being prepared in the background
   auto store = Open();
   ASSERT_NE(store, nullptr);
   auto info = store->CreateStream(Spec("s"));

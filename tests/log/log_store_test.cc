@@ -249,5 +249,38 @@ TEST_F(LogStoreTest, ConcurrentCreatesShareCommitsAndEachNameWinsOnce) {
   for (const auto& info : *list) EXPECT_TRUE(ids.count(info.id)) << info.spec.name;
 }
 
+TEST(LogSegmentPreparationTest, RollsUseTheSegmentPreparedInTheBackground) {
+  env::MemEnv mem;
+  ASSERT_TRUE(mem.CreateDir("/data").ok());
+  ASSERT_TRUE(mem.OpenFile("/data/00000000000000000009.log.prep", true).ok());  // a leftover
+  LogStoreOptions o;
+  o.dir = "/data";
+  o.env = &mem;
+  o.segment_size = 16 << 10;
+  auto opened = OpenLogStore(o);
+  ASSERT_TRUE(opened.ok());
+  EXPECT_FALSE(mem.FileExists("/data/00000000000000000009.log.prep"));
+  auto wait_for = [&](const std::string& path) {
+    for (int i = 0; i < 1000 && !mem.FileExists(path); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return mem.FileExists(path);
+  };
+  ASSERT_TRUE(wait_for("/data/00000000000000000002.log.prep"));
+  auto info = (*opened)->CreateStream(Spec("s"));
+  ASSERT_TRUE(info.ok());
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(AppendPayloads(**opened, info->id, {std::string(1000, 'a')}).ok());
+  }
+  EXPECT_TRUE(mem.FileExists("/data/00000000000000000002.log"));
+  EXPECT_FALSE(mem.FileExists("/data/00000000000000000002.log.prep")) << "renamed, not rewritten";
+  EXPECT_TRUE(wait_for("/data/00000000000000000003.log.prep")) << "the next one is prepared";
+  opened->reset();
+  EXPECT_FALSE(mem.FileExists("/data/00000000000000000003.log.prep")) << "removed at close";
+  opened = OpenLogStore(o);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  EXPECT_EQ((*opened)->GetStreamById(info->id)->next_offset, 21u);
+}
+
 }  // namespace
 }  // namespace runnel::testing

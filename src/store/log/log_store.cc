@@ -155,6 +155,10 @@ Result<std::unique_ptr<LogStore>> LogStore::Open(const LogStoreOptions& options)
   store->last_sync_ = std::chrono::steady_clock::now();
   store->reserved_next_id_ = store->next_stream_id_;
   store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
+  if (options.prezero_segments) {
+    store->preparer_ = std::thread([s = store.get()] { s->PreparerLoop(); });
+    store->RequestPreparedSegment(store->active_segment_ + 1);
+  }
   return store;
 }
 
@@ -165,6 +169,78 @@ LogStore::~LogStore() {
   }
   queue_cv_.notify_all();
   if (writer_.joinable()) writer_.join();
+  uint64_t unused = 0;
+  {
+    std::lock_guard lock(prep_mu_);
+    prep_stop_ = true;
+    if (prep_file_) unused = prep_ready_;
+    prep_file_.reset();
+  }
+  prep_cv_.notify_all();
+  if (preparer_.joinable()) preparer_.join();
+  if (unused != 0) {
+    Status s = env_->RemoveFile(SegmentPath(unused) + ".prep");
+    (void)s;  // a leftover is removed at the next open
+  }
+}
+
+void LogStore::RequestPreparedSegment(uint64_t number) {
+  if (!options_.prezero_segments) return;
+  {
+    std::lock_guard lock(prep_mu_);
+    prep_wanted_ = number;
+  }
+  prep_cv_.notify_all();
+}
+
+std::shared_ptr<env::File> LogStore::TakePreparedSegment(uint64_t number) {
+  std::lock_guard lock(prep_mu_);
+  if (prep_ready_ != number || !prep_file_) return nullptr;
+  prep_ready_ = 0;
+  return std::move(prep_file_);
+}
+
+void LogStore::PreparerLoop() {
+  for (;;) {
+    uint64_t number;
+    {
+      std::unique_lock lock(prep_mu_);
+      prep_cv_.wait(lock, [&] {
+        return prep_stop_ || (prep_wanted_ != 0 && prep_wanted_ != prep_ready_);
+      });
+      if (prep_stop_) return;
+      number = prep_wanted_;
+    }
+    const std::string path = SegmentPath(number) + ".prep";
+    std::shared_ptr<env::File> file;
+    auto opened = env_->OpenFile(path, true);
+    Status s = opened.status();
+    if (s.ok()) {
+      file = std::move(*opened);
+      s = file->Truncate(0);
+    }
+    if (s.ok()) s = file->WriteAt(0, EncodeSegmentHeader(number));
+    for (uint64_t p = kSegmentHeaderSize; s.ok() && p < options_.segment_size; p += kZeroChunk) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kZeroChunk, options_.segment_size - p));
+      s = file->WriteAt(p, std::string_view(Zeros()).substr(0, n));
+    }
+    if (s.ok()) s = file->Sync();
+    bool keep = false;
+    {
+      std::lock_guard lock(prep_mu_);
+      if (s.ok() && prep_wanted_ == number && !prep_stop_) {
+        prep_ready_ = number;
+        prep_file_ = std::move(file);
+        keep = true;
+      } else if (prep_wanted_ == number) {
+        prep_wanted_ = 0;  // failed: the roll creates the segment itself (and reports why)
+      }
+    }
+    if (!keep) {
+      Status removed = env_->RemoveFile(path);
+      (void)removed;
+    }
+  }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -179,7 +255,8 @@ Status LogStore::Recover() {
       segs.push_back(n);
     } else if (ParseNumbered(name, "checkpoint-", ".ckpt", &n)) {
       ckpts.push_back(n);
-    } else if (name.size() > 4 && name.substr(name.size() - 4) == ".tmp") {
+    } else if ((name.size() > 4 && name.substr(name.size() - 4) == ".tmp") ||
+               (name.size() > 5 && name.substr(name.size() - 5) == ".prep")) {
       RUNNEL_RETURN_IF_ERROR(env_->RemoveFile(env::JoinPath(options_.dir, name)));
     }
   }
@@ -1069,6 +1146,30 @@ Status LogStore::RollSegment(uint64_t min_capacity) {
   const uint64_t number = active_segment_ + 1;
   const std::string path = SegmentPath(number);
   const uint64_t capacity = std::max<uint64_t>(options_.segment_size, kSegmentHeaderSize + min_capacity);
+  if (capacity == options_.segment_size) {
+    if (auto prepared = TakePreparedSegment(number)) {
+      Status s = env_->RenameFile(path + ".prep", path);
+      if (s.ok()) s = env_->SyncDir(options_.dir);
+      if (s.ok()) {
+        {
+          std::unique_lock lock(state_mu_);
+          Segment& seg = segments_[number];
+          seg.number = number;
+          seg.file = std::move(prepared);
+          seg.end = kSegmentHeaderSize;
+        }
+        active_segment_ = number;
+        active_pos_ = kSegmentHeaderSize;
+        dirty_end_ = active_pos_;
+        active_capacity_ = capacity;
+        unsynced_ = false;
+        RequestPreparedSegment(number + 1);
+        return Status::OK();
+      }
+      Status removed = env_->RemoveFile(env_->FileExists(path) ? path : path + ".prep");
+      (void)removed;  // fall back to creating the segment here
+    }
+  }
   auto fail = [&](Status s) {
     Status removed = env_->RemoveFile(path);
     (void)removed;
@@ -1098,6 +1199,7 @@ Status LogStore::RollSegment(uint64_t min_capacity) {
   dirty_end_ = active_pos_;
   active_capacity_ = capacity;
   unsynced_ = false;
+  RequestPreparedSegment(number + 1);
   return Status::OK();
 }
 

@@ -249,6 +249,21 @@ class LogStore final : public Store {
   bool stopping_ = false;                   // GUARDED_BY(queue_mu_)
   std::thread writer_;
 
+  // Segment preparation (when options_.prezero_segments): a helper thread creates the next
+  // segment (header + zeros, synced) as "<segment>.log.prep" ahead of time, so a roll is a
+  // rename instead of a segment-sized write on the writer's path.
+  void PreparerLoop();
+  void RequestPreparedSegment(uint64_t number);
+  // The prepared file for `number`, or null when it is not ready (the caller creates it).
+  std::shared_ptr<env::File> TakePreparedSegment(uint64_t number);
+  std::mutex prep_mu_;
+  std::condition_variable prep_cv_;
+  uint64_t prep_wanted_ = 0;                // GUARDED_BY(prep_mu_); 0 = nothing wanted
+  uint64_t prep_ready_ = 0;                 // GUARDED_BY(prep_mu_)
+  std::shared_ptr<env::File> prep_file_;    // GUARDED_BY(prep_mu_)
+  bool prep_stop_ = false;                  // GUARDED_BY(prep_mu_)
+  std::thread preparer_;
+
   std::atomic<uint64_t> cache_hits_{0};
   std::atomic<uint64_t> cache_misses_{0};
 
