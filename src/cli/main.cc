@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "cli/channel_cmd.h"
 #include "cli/check.h"
 #include "cli/client_commands.h"
 #include "cli/serve_command.h"
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   version->callback([] { std::printf("runnel 0.1.0\n"); });
   runnel::cli::AddServeCommand(app);
   runnel::cli::AddClientCommands(app);
+  runnel::cli::AddChannelCommand(app);
   runnel::cli::AddTokenCommand(app, &exit_code);
   runnel::cli::AddCheckCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);

@@ -26,6 +26,8 @@ int HttpStatusFor(const Status& status, bool payload_limit) {
     case StatusCode::kUnavailable:
       return 503;
     case StatusCode::kOutcomeUnknown:
+      // The write may or may not have happened: like a gateway that got no answer upstream.
+      return 504;
     case StatusCode::kCorruption:
     case StatusCode::kIOError:
     case StatusCode::kInternal:

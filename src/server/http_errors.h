@@ -12,7 +12,8 @@ namespace runnel::server {
 
 // kNotFound -> 404, kAlreadyExists/kConflict/kFailedPrecondition -> 409, kInvalidArgument -> 400,
 // kPermissionDenied -> 403, kUnauthenticated -> 401, kResourceExhausted -> 413 when
-// `payload_limit` else 429, kUnavailable -> 503, kOutOfRange -> 400, everything else -> 500.
+// `payload_limit` else 429, kUnavailable -> 503, kOutOfRange -> 400, kOutcomeUnknown -> 504,
+// everything else -> 500.
 int HttpStatusFor(const Status& status, bool payload_limit = false);
 
 // {"error":{"code":"<StatusCodeName>","message":"<message>"}}

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "server/channel_service.h"
 #include "server/http_errors.h"
 #include "server/metrics.h"
 
@@ -48,7 +49,8 @@ class HttpServer::Impl {
       : options_(options),
         ioc_(static_cast<int>(options.threads)),
         acceptor_(ioc_),
-        service_(std::move(registry), WithExecutor(options.service, &ioc_), &metrics_) {}
+        service_(std::move(registry), WithExecutor(options.service, &ioc_), &metrics_),
+        channels_(service_.registry(), options.channel_threads) {}
 
   // Store callbacks continue on the io threads, never on a store's writer thread.
   static StreamServiceOptions WithExecutor(StreamServiceOptions options, net::io_context* ioc) {
@@ -207,6 +209,25 @@ class HttpServer::Impl {
       });
     }
   };
+  // Channel requests run on the channel service's workers (they block on the store).
+  struct ChannelInitiation {
+    ChannelService* channels;
+    Route route;
+    std::shared_ptr<HttpRequest> request;
+    template <typename Handler>
+    void operator()(Handler handler) {
+      auto ex = net::get_associated_executor(handler);
+      auto shared = std::make_shared<Handler>(std::move(handler));
+      channels->Handle(route, std::move(*request), [shared, ex](HttpResponse r) {
+        net::post(ex, [shared, r = std::move(r)]() mutable { (*shared)(std::move(r)); });
+      });
+    }
+  };
+  auto AwaitChannel(const Route& route, std::shared_ptr<HttpRequest> request) {
+    return net::async_initiate<decltype(net::use_awaitable), void(HttpResponse)>(
+        ChannelInitiation{&channels_, route, std::move(request)}, net::use_awaitable);
+  }
+
   auto AwaitWrite(const Route& route, std::shared_ptr<HttpRequest> request) {
     return net::async_initiate<decltype(net::use_awaitable), void(HttpResponse)>(
         WriteInitiation{&service_, route, std::move(request)}, net::use_awaitable);
@@ -365,6 +386,12 @@ class HttpServer::Impl {
         co_return co_await Write(
             stream, StreamService::ErrorResponse(Status::InvalidArgument("use GET to list streams")),
             keep_alive, false, route.label, method);
+      case Route::Kind::kChannel: {
+        const bool head = method == "HEAD";
+        HttpResponse r =
+            co_await AwaitChannel(route, std::make_shared<HttpRequest>(std::move(request)));
+        co_return co_await Write(stream, std::move(r), keep_alive, head, route.label, method);
+      }
       case Route::Kind::kStream:
         break;
     }
@@ -523,6 +550,7 @@ class HttpServer::Impl {
   uint16_t port_ = 0;
   Metrics metrics_;
   StreamService service_;
+  ChannelService channels_;
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> in_flight_{0};
   std::mutex live_mu_;

@@ -45,6 +45,8 @@ struct ServerOptions {
   uint64_t sse_max_duration_ms = 60000;
   // Stop gracefully on SIGINT and SIGTERM while Run() is active.
   bool handle_signals = false;
+  // Worker threads for /v1/channels requests, which block on the store.
+  size_t channel_threads = 2;
   StreamServiceOptions service;
 };
 

@@ -31,6 +31,29 @@ Route ParseRoute(std::string_view path, bool allow_tenants) {
     route.label = "streams";
     return route;
   }
+  constexpr std::string_view kChannelPrefix = "/v1/channels/";
+  if (path.starts_with(kChannelPrefix)) {
+    std::string_view rest = path.substr(kChannelPrefix.size());
+    const size_t slash = rest.find('/');
+    std::string_view id = rest.substr(0, slash);
+    if (id.empty()) return route;
+    if (slash != std::string_view::npos) {
+      constexpr std::string_view kKeys = "/keys/";
+      constexpr std::string_view kPartitions = "/partitions/";
+      std::string_view tail = rest.substr(slash);
+      if (tail.starts_with(kKeys) && tail.size() > kKeys.size()) {
+        route.channel_key = std::string(tail.substr(kKeys.size()));
+      } else if (tail.starts_with(kPartitions) && tail.size() > kPartitions.size()) {
+        route.channel_partition = std::string(tail.substr(kPartitions.size()));
+      } else {
+        return route;
+      }
+    }
+    route.kind = Route::Kind::kChannel;
+    route.label = "channel";
+    route.name = std::string(id);
+    return route;
+  }
   constexpr std::string_view kStreamPrefix = "/v1/stream/";
   constexpr std::string_view kTenantPrefix = "/v1/tenants/";
   if (path.starts_with(kStreamPrefix)) {

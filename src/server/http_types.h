@@ -45,7 +45,7 @@ struct HttpResponse {
 
 // What a request path addresses.
 struct Route {
-  enum class Kind { kNotFound, kHealth, kMetrics, kStream, kList };
+  enum class Kind { kNotFound, kHealth, kMetrics, kStream, kList, kChannel };
   Kind kind = Kind::kNotFound;
   // For kStream: the scope and stream name. Global streams live under /v1/stream/<name>;
   // tenant streams will live under /v1/tenants/<tenant>/stream/<name> once authentication exists
@@ -53,6 +53,11 @@ struct Route {
   StreamScope scope = StreamScope::Global();
   std::string name;
   // kList (GET /v1/streams, a runnel extension) lists the streams of `scope`.
+  // kChannel (/v1/channels/<id>[/keys/<key> | /partitions/<p>], a runnel extension): `name` is
+  // the channel id, channel_key the idempotency key of a resolution request, channel_partition
+  // the partition of a read.
+  std::optional<std::string> channel_key;
+  std::optional<std::string> channel_partition;
   // A short label for metrics: "stream", "streams", "healthz", "metrics", "other".
   std::string_view label = "other";
 };

@@ -19,7 +19,7 @@ TEST(HttpErrorsTest, MapsEveryCode) {
   EXPECT_EQ(HttpStatusFor(Status::ResourceExhausted("x")), 429);
   EXPECT_EQ(HttpStatusFor(Status::ResourceExhausted("x"), /*payload_limit=*/true), 413);
   EXPECT_EQ(HttpStatusFor(Status::Unavailable("x")), 503);
-  EXPECT_EQ(HttpStatusFor(Status::OutcomeUnknown("x")), 500);
+  EXPECT_EQ(HttpStatusFor(Status::OutcomeUnknown("x")), 504);
   EXPECT_EQ(HttpStatusFor(Status::Corruption("x")), 500);
   EXPECT_EQ(HttpStatusFor(Status::IOError("x")), 500);
   EXPECT_EQ(HttpStatusFor(Status::Internal("x")), 500);

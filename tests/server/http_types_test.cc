@@ -51,3 +51,25 @@ TEST(ParseQueryTest, FirstOccurrenceWins) {
 
 }  // namespace
 }  // namespace runnel::server
+
+namespace runnel::server {
+namespace {
+
+TEST(ChannelRouteTest, ChannelPathsKeysAndPartitions) {
+  Route c = ParseRoute("/v1/channels/orders");
+  EXPECT_EQ(c.kind, Route::Kind::kChannel);
+  EXPECT_EQ(c.name, "orders");
+  EXPECT_FALSE(c.channel_key.has_value());
+  EXPECT_FALSE(c.channel_partition.has_value());
+  Route k = ParseRoute("/v1/channels/orders/keys/a/b c");
+  EXPECT_EQ(k.kind, Route::Kind::kChannel);
+  EXPECT_EQ(k.channel_key, "a/b c");
+  Route p = ParseRoute("/v1/channels/orders/partitions/3");
+  EXPECT_EQ(p.channel_partition, "3");
+  EXPECT_EQ(ParseRoute("/v1/channels/").kind, Route::Kind::kNotFound);
+  EXPECT_EQ(ParseRoute("/v1/channels/orders/keys/").kind, Route::Kind::kNotFound);
+  EXPECT_EQ(ParseRoute("/v1/channels/orders/other").kind, Route::Kind::kNotFound);
+}
+
+}  // namespace
+}  // namespace runnel::server

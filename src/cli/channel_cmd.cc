@@ -1,0 +1,199 @@
+#include "cli/channel_cmd.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/client_commands.h"
+#include "cli/http_client.h"
+
+namespace runnel::cli {
+namespace {
+
+using json = nlohmann::json;
+
+struct Args {
+  std::string url = "http://127.0.0.1:4437";
+  bool json_output = false;
+  std::string channel;
+  size_t partitions = 1;
+  std::string data;
+  std::string key;
+  std::string idempotency_key;
+  size_t partition = 0;
+  uint64_t from = 1;
+  size_t limit = 100;
+};
+
+void AddCommon(CLI::App* cmd, Args* a) {
+  cmd->add_option("--url", a->url, "Server URL")->envname("RUNNEL_URL")->capture_default_str();
+  cmd->add_flag("--json", a->json_output, "Print the server's JSON answer");
+  cmd->add_option("channel", a->channel, "Channel id")->required();
+}
+
+// Sends one request; prints and returns an exit code for failures, or -1 on success.
+int Send(const Args& a, const std::string& what, const std::string& method,
+         const std::string& target, const std::vector<std::pair<std::string, std::string>>& h,
+         const std::string& body, ClientResponse* out) {
+  auto client = HttpClient::Create(a.url);
+  if (!client.ok()) {
+    std::fprintf(stderr, "runnel channel %s: %s\n", what.c_str(),
+                 client.status().ToString().c_str());
+    return kExitUsage;
+  }
+  auto r = client->Send(method, target, h, body);
+  if (!r.ok()) {
+    std::fprintf(stderr, "runnel channel %s: %s\n", what.c_str(), r.status().ToString().c_str());
+    return kExitUnavailable;
+  }
+  *out = std::move(*r);
+  if (out->status >= 200 && out->status < 300) return -1;
+  std::string message = out->body;
+  auto parsed = json::parse(out->body, nullptr, false);
+  if (parsed.is_object() && parsed.contains("error")) {
+    message = parsed["error"].value("message", out->body);
+  }
+  std::fprintf(stderr, "runnel channel %s failed: HTTP %d: %s\n", what.c_str(), out->status,
+               message.c_str());
+  return ExitCodeForHttp(out->status);
+}
+
+std::string Target(const Args& a) { return "/v1/channels/" + UrlEncode(a.channel, false); }
+
+int Create(const Args& a) {
+  ClientResponse r;
+  int rc = Send(a, "create", "PUT", Target(a) + "?partitions=" + std::to_string(a.partitions), {},
+                "", &r);
+  if (rc >= 0) return rc;
+  if (a.json_output) {
+    std::printf("%s\n", r.body.c_str());
+  } else {
+    std::printf("%s channel %s with %zu partitions\n", r.status == 201 ? "created" : "exists",
+                a.channel.c_str(), a.partitions);
+  }
+  return kExitOk;
+}
+
+int Publish(const Args& a, bool data_given) {
+  std::string body = a.data;
+  if (!data_given) body.assign(std::istreambuf_iterator<char>(std::cin), {});
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (!a.key.empty()) headers.emplace_back("Partition-Key", a.key);
+  if (!a.idempotency_key.empty()) headers.emplace_back("Idempotency-Key", a.idempotency_key);
+  ClientResponse r;
+  int rc = Send(a, "publish", "POST", Target(a), headers, body, &r);
+  if (rc >= 0) {
+    if (r.status == 504) {
+      std::fprintf(stderr,
+                   "the outcome is unknown: ask with `runnel channel resolve %s KEY`, or publish "
+                   "again with the same --idempotency-key\n",
+                   a.channel.c_str());
+    }
+    return rc;
+  }
+  if (a.json_output) {
+    std::printf("%s\n", r.body.c_str());
+    return kExitOk;
+  }
+  auto j = json::parse(r.body, nullptr, false);
+  if (!j.is_object()) {
+    std::fprintf(stderr, "runnel channel publish: unexpected answer: %s\n", r.body.c_str());
+    return kExitFailure;
+  }
+  std::printf("%s partition %llu offset %llu%s\n", j.value("stream", "").c_str(),
+              static_cast<unsigned long long>(j.value("partition", 0ull)),
+              static_cast<unsigned long long>(j.value("offset", 0ull)),
+              j.value("duplicate", false) ? " (duplicate: already published)" : "");
+  return kExitOk;
+}
+
+int Read(const Args& a) {
+  ClientResponse r;
+  int rc = Send(a, "read", "GET",
+                Target(a) + "/partitions/" + std::to_string(a.partition) +
+                    "?from=" + std::to_string(a.from) + "&limit=" + std::to_string(a.limit),
+                {}, "", &r);
+  if (rc >= 0) return rc;
+  if (a.json_output) {
+    std::printf("%s\n", r.body.c_str());
+    return kExitOk;
+  }
+  auto j = json::parse(r.body, nullptr, false);
+  if (!j.is_object() || !j.contains("messages")) {
+    std::fprintf(stderr, "runnel channel read: unexpected answer: %s\n", r.body.c_str());
+    return kExitFailure;
+  }
+  for (const auto& m : j["messages"]) {
+    std::printf("%llu\t%s\t%s\n", static_cast<unsigned long long>(m.value("offset", 0ull)),
+                m.value("key", "-").c_str(),
+                m.contains("payload") ? m["payload"].get<std::string>().c_str()
+                                      : ("base64:" + m.value("payload_base64", "")).c_str());
+  }
+  return kExitOk;
+}
+
+int Resolve(const Args& a) {
+  ClientResponse r;
+  int rc = Send(a, "resolve", "GET", Target(a) + "/keys/" + UrlEncode(a.idempotency_key, false),
+                {}, "", &r);
+  if (rc >= 0) return rc;
+  if (a.json_output) {
+    std::printf("%s\n", r.body.c_str());
+    return kExitOk;
+  }
+  auto j = json::parse(r.body, nullptr, false);
+  if (j.is_object() && j.value("state", "") == "committed") {
+    std::printf("committed %s offset %llu\n", j.value("stream", "").c_str(),
+                static_cast<unsigned long long>(j.value("offset", 0ull)));
+    return kExitOk;
+  }
+  std::printf("absent\n");
+  return kExitNotFound;
+}
+
+}  // namespace
+
+void AddChannelCommand(CLI::App& app) {
+  auto* channel = app.add_subcommand("channel", "Partitioned channels: create, publish, read");
+  channel->require_subcommand(1);
+  {
+    auto a = std::make_shared<Args>();
+    auto* cmd = channel->add_subcommand("create", "Create a channel (idempotent for one count)");
+    AddCommon(cmd, a.get());
+    cmd->add_option("-p,--partitions", a->partitions, "Partition count (1-1024)")
+        ->capture_default_str();
+    cmd->callback([a] { std::exit(Create(*a)); });
+  }
+  {
+    auto a = std::make_shared<Args>();
+    auto* cmd = channel->add_subcommand("publish", "Publish one message (argument or stdin)");
+    AddCommon(cmd, a.get());
+    auto* data = cmd->add_option("data", a->data, "Message; read from stdin when absent");
+    cmd->add_option("-k,--key", a->key, "Partition key (same key, same partition, in order)");
+    cmd->add_option("-i,--idempotency-key", a->idempotency_key,
+                    "Publishing the same key again returns the first position");
+    cmd->callback([a, data] { std::exit(Publish(*a, data->count() > 0)); });
+  }
+  {
+    auto a = std::make_shared<Args>();
+    auto* cmd = channel->add_subcommand("read", "Read one partition's messages");
+    AddCommon(cmd, a.get());
+    cmd->add_option("-p,--partition", a->partition, "Partition")->capture_default_str();
+    cmd->add_option("--from", a->from, "First offset")->capture_default_str();
+    cmd->add_option("-n,--limit", a->limit, "At most this many (1-1000)")->capture_default_str();
+    cmd->callback([a] { std::exit(Read(*a)); });
+  }
+  {
+    auto a = std::make_shared<Args>();
+    auto* cmd = channel->add_subcommand("resolve", "Where an idempotency key's message landed");
+    AddCommon(cmd, a.get());
+    cmd->add_option("key", a->idempotency_key, "Idempotency key")->required();
+    cmd->callback([a] { std::exit(Resolve(*a)); });
+  }
+}
+
+}  // namespace runnel::cli

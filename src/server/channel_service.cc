@@ -1,0 +1,342 @@
+#include "server/channel_service.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/token_store.h"
+#include "server/http_errors.h"
+#include "server/sse_format.h"
+#include "server/stream_service.h"
+
+namespace runnel::server {
+namespace {
+
+using json = nlohmann::json;
+
+HttpResponse JsonResponse(int status, const json& body) {
+  HttpResponse r;
+  r.status = status;
+  r.Set("Content-Type", "application/json");
+  r.Set("Cache-Control", "no-store");
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
+}
+
+HttpResponse Error(const Status& status) { return StreamService::ErrorResponse(status); }
+
+// Same alphabet as tenant ids: safe in URLs, file names and stream names.
+Status ValidateChannelId(const std::string& id) {
+  Status s = ValidateTenantId(id);
+  if (!s.ok()) {
+    return Status::InvalidArgument(
+        "channel id must be 1 to 128 characters of letters, digits, '.', '_' and '-'");
+  }
+  return Status::OK();
+}
+
+std::optional<size_t> ParseCount(std::string_view text) {
+  if (text.empty() || text.size() > 9) return std::nullopt;
+  size_t n = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + static_cast<size_t>(c - '0');
+  }
+  return n;
+}
+
+// Structural UTF-8 check (lead and continuation bytes); what slips past it is still safe, as
+// responses are serialised with invalid sequences replaced.
+bool IsUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t extra = 0;
+    if (c < 0x80) {
+      extra = 0;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+      extra = 1;
+    } else if ((c & 0xf0) == 0xe0) {
+      extra = 2;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      extra = 3;
+    } else {
+      return false;
+    }
+    if (s.size() - i <= extra) return false;
+    for (size_t k = 1; k <= extra; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
+    }
+    i += extra + 1;
+  }
+  return true;
+}
+
+std::string StreamOf(const std::string& id, size_t partition) {
+  return id + ":" + std::to_string(partition);
+}
+
+// Partition-Key first; else the idempotency key, so a retry meets its first attempt.
+uint64_t HttpPartitioner(const MessageEnvelope& e) {
+  if (e.key) return HashKeyPartitioner(e);
+  if (e.idempotency_key) {
+    MessageEnvelope by_key;
+    by_key.key = e.idempotency_key;
+    return HashKeyPartitioner(by_key);
+  }
+  return 0;
+}
+
+}  // namespace
+
+ChannelService::ChannelService(StreamRegistry registry, size_t worker_threads)
+    : registry_(std::move(registry)) {
+  if (worker_threads == 0) worker_threads = 1;
+  for (size_t i = 0; i < worker_threads; ++i) {
+    workers_.emplace_back([this] {
+      for (;;) {
+        std::function<void()> job;
+        {
+          std::unique_lock lock(queue_mu_);
+          queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+          if (queue_.empty()) return;
+          job = std::move(queue_.front());
+          queue_.pop_front();
+        }
+        job();
+      }
+    });
+  }
+}
+
+ChannelService::~ChannelService() {
+  {
+    std::lock_guard lock(queue_mu_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+ChannelOptions ChannelService::Options() {
+  ChannelOptions options;
+  options.partition_key = HttpPartitioner;
+  return options;
+}
+
+void ChannelService::Handle(const Route& route, HttpRequest request, Done done) {
+  auto job = [this, route, request = std::move(request), done = std::move(done)] {
+    done(HandleNow(route, request));
+  };
+  {
+    std::lock_guard lock(queue_mu_);
+    queue_.push_back(std::move(job));
+  }
+  queue_cv_.notify_one();
+}
+
+HttpResponse ChannelService::HandleNow(const Route& route, const HttpRequest& request) {
+  Status valid = ValidateChannelId(route.name);
+  if (!valid.ok()) return Error(valid);
+  const std::string& method = request.method;
+  if (route.channel_key) {
+    if (method == "GET") return Resolve(route.name, *route.channel_key);
+  } else if (route.channel_partition) {
+    if (method == "GET") return ReadPartition(route.name, *route.channel_partition, request);
+  } else if (method == "PUT") {
+    return Create(route.name, request);
+  } else if (method == "GET" || method == "HEAD") {
+    return Describe(route.name);
+  } else if (method == "POST") {
+    return Publish(route.name, request);
+  }
+  HttpResponse r = Error(Status::InvalidArgument("method " + method + " is not allowed here"));
+  r.status = 405;
+  r.Set("Allow", route.channel_key || route.channel_partition ? "GET" : "GET, HEAD, POST, PUT");
+  return r;
+}
+
+Result<std::shared_ptr<ChannelService::Entry>> ChannelService::Find(const std::string& id) {
+  std::shared_ptr<Entry> entry;
+  {
+    std::lock_guard lock(mu_);
+    auto& slot = channels_[id];
+    if (!slot) slot = std::make_shared<Entry>();
+    entry = slot;
+  }
+  std::lock_guard lock(entry->mu);
+  if (!entry->channel) {
+    auto count = DurableChannel::StoredPartitionCount(registry_, StreamScope::Global(), id);
+    if (!count.ok()) {
+      if (count.status().code() == StatusCode::kNotFound) {
+        return Status::NotFound("channel '" + id + "' does not exist");
+      }
+      return count.status();
+    }
+    auto opened = DurableChannel::Open(id, *count, registry_, Options());
+    if (!opened.ok()) return opened.status();
+    entry->channel.emplace(std::move(*opened));
+  }
+  return entry;
+}
+
+HttpResponse ChannelService::Create(const std::string& id, const HttpRequest& request) {
+  auto text = request.Query("partitions");
+  if (!text) text = request.Header("channel-partitions");
+  if (!text) return Error(Status::InvalidArgument("give the partition count as ?partitions=N"));
+  auto count = ParseCount(*text);
+  if (!count || *count == 0 || *count > kMaxPartitions) {
+    return Error(Status::InvalidArgument("partitions must be a whole number from 1 to " +
+                                         std::to_string(kMaxPartitions)));
+  }
+  auto existing = DurableChannel::StoredPartitionCount(registry_, StreamScope::Global(), id);
+  int status = 201;
+  if (existing.ok()) {
+    if (*existing != *count) {
+      return Error(Status::AlreadyExists("channel '" + id + "' exists with " +
+                                         std::to_string(*existing) + " partitions"));
+    }
+    status = 200;
+  } else if (existing.status().code() != StatusCode::kNotFound) {
+    return Error(existing.status());
+  }
+  std::shared_ptr<Entry> entry;
+  {
+    std::lock_guard lock(mu_);
+    auto& slot = channels_[id];
+    if (!slot) slot = std::make_shared<Entry>();
+    entry = slot;
+  }
+  std::lock_guard lock(entry->mu);
+  if (!entry->channel) {
+    auto opened = DurableChannel::Open(id, *count, registry_, Options());
+    if (!opened.ok()) return Error(opened.status());
+    entry->channel.emplace(std::move(*opened));
+  }
+  json body = {{"channel", id}, {"partitions", *count}};
+  HttpResponse r = JsonResponse(status, body);
+  r.Set("Location", "/v1/channels/" + id);
+  return r;
+}
+
+HttpResponse ChannelService::Describe(const std::string& id) {
+  auto entry = Find(id);
+  if (!entry.ok()) return Error(entry.status());
+  std::lock_guard lock((*entry)->mu);
+  const DurableChannel& ch = *(*entry)->channel;
+  json streams = json::array();
+  json next = json::array();
+  for (size_t p = 0; p < ch.PartitionCount(); ++p) {
+    streams.push_back(ch.StreamKeyFor(p));
+    next.push_back(ch.NextSequences()[p] + 1);
+  }
+  return JsonResponse(200, {{"channel", id},
+                            {"partitions", ch.PartitionCount()},
+                            {"streams", streams},
+                            {"next_offsets", next}});
+}
+
+HttpResponse ChannelService::Publish(const std::string& id, const HttpRequest& request) {
+  MessageEnvelope e;
+  e.payload = request.body;
+  e.timestamp_ms = registry_.clock().NowMs();
+  if (auto v = request.Header("publisher-id")) e.publisher_id = std::string(*v);
+  if (auto v = request.Header("idempotency-key")) {
+    if (v->empty()) return Error(Status::InvalidArgument("Idempotency-Key must not be empty"));
+    e.idempotency_key = std::string(*v);
+  }
+  if (auto v = request.Header("partition-key")) e.key = std::string(*v);
+  auto entry = Find(id);
+  if (!entry.ok()) return Error(entry.status());
+  std::lock_guard lock((*entry)->mu);
+  DurableChannel& ch = *(*entry)->channel;
+  auto receipt = ch.PublishWithReceipt(e);
+  if (!receipt.ok()) {
+    // kOutcomeUnknown is a 504: the evidence stays with the channel, and the next publish
+    // settles it first (U6).
+    return Error(receipt.status());
+  }
+  json body = {{"partition", receipt->partition},
+               {"offset", receipt->offset},
+               {"stream", StreamOf(id, receipt->partition)},
+               {"duplicate", receipt->duplicate}};
+  return JsonResponse(receipt->duplicate ? 200 : 201, body);
+}
+
+HttpResponse ChannelService::Resolve(const std::string& id, const std::string& key) {
+  if (key.empty()) return Error(Status::InvalidArgument("idempotency key must not be empty"));
+  auto entry = Find(id);
+  if (!entry.ok()) return Error(entry.status());
+  std::lock_guard lock((*entry)->mu);
+  DurableChannel& ch = *(*entry)->channel;
+  auto resolution = ch.ResolveIdempotencyKey(key);
+  if (!resolution.ok()) {
+    // A failed read never establishes absence (I2): the caller learns only that we cannot tell.
+    HttpResponse r = Error(resolution.status());
+    if (r.status < 500) r.status = 503;
+    r.Set("Retry-After", "1");
+    return r;
+  }
+  if (!resolution->committed()) return JsonResponse(200, {{"state", "absent"}});
+  return JsonResponse(200, {{"state", "committed"},
+                            {"partition", resolution->partition},
+                            {"offset", resolution->offset},
+                            {"stream", StreamOf(id, resolution->partition)}});
+}
+
+HttpResponse ChannelService::ReadPartition(const std::string& id, const std::string& partition,
+                                           const HttpRequest& request) {
+  auto p = ParseCount(partition);
+  if (!p) return Error(Status::InvalidArgument("partition must be a whole number"));
+  uint64_t from = 1;
+  if (auto v = request.Query("from")) {
+    auto n = ParseCount(*v);
+    if (!n) return Error(Status::InvalidArgument("from must be an offset (1 or more)"));
+    from = *n;
+  }
+  size_t limit = 100;
+  if (auto v = request.Query("limit")) {
+    auto n = ParseCount(*v);
+    if (!n || *n == 0 || *n > StreamRegistry::kMaxReadLimit) {
+      return Error(Status::InvalidArgument("limit must be from 1 to " +
+                                           std::to_string(StreamRegistry::kMaxReadLimit)));
+    }
+    limit = *n;
+  }
+  auto count = DurableChannel::StoredPartitionCount(registry_, StreamScope::Global(), id);
+  if (!count.ok()) {
+    if (count.status().code() == StatusCode::kNotFound) {
+      return Error(Status::NotFound("channel '" + id + "' does not exist"));
+    }
+    return Error(count.status());
+  }
+  if (*p >= *count) {
+    return Error(Status::NotFound("channel '" + id + "' has " + std::to_string(*count) +
+                                  " partitions (0 to " + std::to_string(*count - 1) + ")"));
+  }
+  auto events = registry_.ReadSince(StreamScope::Global(), StreamOf(id, *p), from, limit);
+  if (!events.ok()) return Error(events.status());
+  json messages = json::array();
+  uint64_t next = from;
+  for (const StreamEvent& event : *events) {
+    auto e = DecodeEnvelope(event.payload);
+    if (!e.ok()) {
+      return Error(e.status().Annotate("partition " + StreamOf(id, *p) + " offset " +
+                                       std::to_string(event.offset)));
+    }
+    json m = {{"offset", event.offset},
+              {"timestamp_ms", e->timestamp_ms},
+              {"publisher_id", e->publisher_id}};
+    if (e->key) m["key"] = *e->key;
+    if (e->idempotency_key) m["idempotency_key"] = *e->idempotency_key;
+    // JSON strings must be UTF-8; anything else travels as base64.
+    if (IsUtf8(e->payload)) {
+      m["payload"] = e->payload;
+    } else {
+      m["payload_base64"] = Base64Encode(e->payload);
+    }
+    messages.push_back(std::move(m));
+    next = event.offset + 1;
+  }
+  return JsonResponse(200, {{"messages", messages}, {"next", next}});
+}
+
+}  // namespace runnel::server
