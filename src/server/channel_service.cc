@@ -154,14 +154,15 @@ HttpResponse ChannelService::HandleNow(const Route& route, const HttpRequest& re
   return r;
 }
 
+std::shared_ptr<ChannelService::Entry> ChannelService::EntryFor(const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto& slot = channels_[id];
+  if (!slot) slot = std::make_shared<Entry>();
+  return slot;
+}
+
 Result<std::shared_ptr<ChannelService::Entry>> ChannelService::Find(const std::string& id) {
-  std::shared_ptr<Entry> entry;
-  {
-    std::lock_guard lock(mu_);
-    auto& slot = channels_[id];
-    if (!slot) slot = std::make_shared<Entry>();
-    entry = slot;
-  }
+  std::shared_ptr<Entry> entry = EntryFor(id);
   std::lock_guard lock(entry->mu);
   if (!entry->channel) {
     auto count = DurableChannel::StoredPartitionCount(registry_, StreamScope::Global(), id);
@@ -198,13 +199,7 @@ HttpResponse ChannelService::Create(const std::string& id, const HttpRequest& re
   } else if (existing.status().code() != StatusCode::kNotFound) {
     return Error(existing.status());
   }
-  std::shared_ptr<Entry> entry;
-  {
-    std::lock_guard lock(mu_);
-    auto& slot = channels_[id];
-    if (!slot) slot = std::make_shared<Entry>();
-    entry = slot;
-  }
+  std::shared_ptr<Entry> entry = EntryFor(id);
   std::lock_guard lock(entry->mu);
   if (!entry->channel) {
     auto opened = DurableChannel::Open(id, *count, registry_, Options());

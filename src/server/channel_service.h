@@ -82,6 +82,8 @@ class ChannelService {
   HttpResponse Resolve(const std::string& id, const std::string& key);
   HttpResponse ReadPartition(const std::string& id, const std::string& partition,
                              const HttpRequest& request);
+  // The (possibly not yet opened) entry of `id`, created on first use.
+  std::shared_ptr<Entry> EntryFor(const std::string& id);
   // The open channel `id`, opening it from its stored partition count on first use.
   Result<std::shared_ptr<Entry>> Find(const std::string& id);
   static ChannelOptions Options();
