@@ -168,6 +168,11 @@ Result<std::shared_ptr<ChannelService::Entry>> ChannelService::Find(const std::s
     auto count = DurableChannel::StoredPartitionCount(registry_, StreamScope::Global(), id);
     if (!count.ok()) {
       if (count.status().code() == StatusCode::kNotFound) {
+        // Forget the empty entry, so requests for made-up ids cannot grow the map. (Lock order:
+        // an entry's mutex, then mu_; nothing takes them the other way round.)
+        std::lock_guard map_lock(mu_);
+        auto it = channels_.find(id);
+        if (it != channels_.end() && it->second == entry) channels_.erase(it);
         return Status::NotFound("channel '" + id + "' does not exist");
       }
       return count.status();
