@@ -206,6 +206,12 @@ HttpResponse ChannelService::Create(const std::string& id, const HttpRequest& re
   }
   std::shared_ptr<Entry> entry = EntryFor(id);
   std::lock_guard lock(entry->mu);
+  {
+    // A failed lookup may have dropped this entry from the map while we waited for it.
+    std::lock_guard map_lock(mu_);
+    auto& slot = channels_[id];
+    if (!slot) slot = entry;
+  }
   if (!entry->channel) {
     auto opened = DurableChannel::Open(id, *count, registry_, Options());
     if (!opened.ok()) return Error(opened.status());
