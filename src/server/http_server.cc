@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "server/group_service.h"
 #include "server/http_errors.h"
 #include "server/metrics.h"
 
@@ -48,7 +49,8 @@ class HttpServer::Impl {
       : options_(options),
         ioc_(static_cast<int>(options.threads)),
         acceptor_(ioc_),
-        service_(std::move(registry), WithExecutor(options.service, &ioc_), &metrics_) {}
+        service_(std::move(registry), WithExecutor(options.service, &ioc_), &metrics_),
+        groups_(&service_) {}
 
   // Store callbacks continue on the io threads, never on a store's writer thread.
   static StreamServiceOptions WithExecutor(StreamServiceOptions options, net::io_context* ioc) {
@@ -330,11 +332,23 @@ class HttpServer::Impl {
 
   // Handles one request. Returns false when the connection must close.
   net::awaitable<bool> Dispatch(beast::tcp_stream& stream, HttpRequest request, bool keep_alive) {
-    Route route = ParseRoute(request.path);
+    Route route = ParseRoute(request.path, /*allow_tenants=*/true);
     const std::string method = request.method;
     if (method == "OPTIONS") {
       co_return co_await Write(stream, StreamService::Preflight(request), keep_alive, false,
                                route.label, method);
+    }
+    // Authentication and tenant authorization, before anything looks at a stream (Z4).
+    Principal principal = Principal::Platform(/*cross_tenant=*/true);
+    if (options_.access && route.kind != Route::Kind::kHealth) {
+      if (auto denied = options_.access->Admit(request, route, &principal)) {
+        co_return co_await Write(stream, std::move(*denied), keep_alive, method == "HEAD",
+                                 route.label, method);
+      }
+    }
+    if (GroupService::Matches(request.path)) {
+      co_return co_await Write(stream, groups_.Handle(principal, request), keep_alive,
+                               method == "HEAD", "groups", method);
     }
     switch (route.kind) {
       case Route::Kind::kHealth: {
@@ -523,6 +537,7 @@ class HttpServer::Impl {
   uint16_t port_ = 0;
   Metrics metrics_;
   StreamService service_;
+  GroupService groups_;
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> in_flight_{0};
   std::mutex live_mu_;

@@ -25,6 +25,7 @@
 
 #include "runnel/registry.h"
 #include "runnel/status.h"
+#include "server/access_gate.h"
 #include "server/stream_service.h"
 
 namespace runnel::server {
@@ -46,6 +47,9 @@ struct ServerOptions {
   // Stop gracefully on SIGINT and SIGTERM while Run() is active.
   bool handle_signals = false;
   StreamServiceOptions service;
+  // Authentication and tenant authorization (access_gate.h). Null runs open: every request is
+  // the platform principal with the cross-tenant capability.
+  std::shared_ptr<AccessGate> access;
 };
 
 class HttpServer {

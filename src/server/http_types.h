@@ -48,11 +48,12 @@ struct Route {
   enum class Kind { kNotFound, kHealth, kMetrics, kStream, kList };
   Kind kind = Kind::kNotFound;
   // For kStream: the scope and stream name. Global streams live under /v1/stream/<name>;
-  // tenant streams will live under /v1/tenants/<tenant>/stream/<name> once authentication exists
-  // (issue 6); ParseRoute recognises that form but reports it only when `allow_tenants`.
+  // tenant streams live under /v1/tenants/<tenant>/stream/<name>; ParseRoute reports that form
+  // (and the tenant listing /v1/tenants/<tenant>/streams) only when `allow_tenants`.
   StreamScope scope = StreamScope::Global();
   std::string name;
-  // kList (GET /v1/streams, a runnel extension) lists the streams of `scope`.
+  // kList (GET /v1/streams or /v1/tenants/<t>/streams, a runnel extension) lists the streams of
+  // `scope`.
   // A short label for metrics: "stream", "streams", "healthz", "metrics", "other".
   std::string_view label = "other";
 };

@@ -306,6 +306,14 @@ Result<StreamService::Found> StreamService::Lookup(const StreamScope& scope,
   return found;
 }
 
+Result<StreamInfo> StreamService::LookupLive(const StreamScope& scope, std::string_view name) {
+  RUNNEL_ASSIGN_OR_RETURN(Found found, Lookup(scope, name));
+  if (found.meta.soft_deleted) {
+    return Status::NotFound("stream '" + std::string(name) + "' does not exist");
+  }
+  return std::move(found.info);
+}
+
 Status StreamService::UpdateMeta(StreamId id, const std::function<void(Meta*)>& change) {
   std::lock_guard<std::mutex> lock(meta_mu_);
   RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
@@ -510,7 +518,8 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   std::string source_name;
   if (config.fork_from) {
     auto decoded = PercentDecode(*config.fork_from, false);
-    Route src = ParseRoute(decoded ? *decoded : *config.fork_from, route.scope.tenant().has_value());
+    // Any scope: the caller's access to the source was checked before this (access_gate.h).
+    Route src = ParseRoute(decoded ? *decoded : *config.fork_from, /*allow_tenants=*/true);
     if (src.kind != Route::Kind::kStream) {
       return finish(ErrorResponse(Status::NotFound("fork source does not exist")));
     }

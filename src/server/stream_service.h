@@ -118,6 +118,9 @@ class StreamService {
   HttpResponse SseHeaders(const ReadState& state);
   // "event: data" (when the chunk has records) followed by "event: control".
   std::string SseEvents(const ReadState& state, const ReadChunk& chunk);
+  // The stream if it exists and is live (not expired, not soft-deleted), else kNotFound. For
+  // runnel extensions (consumer groups, group_service.h) that address protocol streams.
+  Result<StreamInfo> LookupLive(const StreamScope& scope, std::string_view name);
   // Wakes `on_hint` (from a store thread) when the stream may have moved.
   Result<Subscription> Watch(const ReadState& state, std::function<void()> on_hint);
 
