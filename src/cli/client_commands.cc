@@ -23,11 +23,13 @@ using json = nlohmann::json;
 
 struct Common {
   std::string url = "http://127.0.0.1:4437";
+  std::string token;
   bool json_output = false;
 };
 
 void AddCommon(CLI::App* cmd, Common* common) {
   cmd->add_option("--url", common->url, "Server URL")->envname("RUNNEL_URL")->capture_default_str();
+  cmd->add_option("--token", common->token, "Bearer token for the server")->envname("RUNNEL_TOKEN");
   cmd->add_flag("--json", common->json_output, "Machine-readable JSON output");
 }
 
@@ -59,7 +61,7 @@ bool IsTerminal(FILE* f) { return ::isatty(::fileno(f)) == 1; }
 int Create(const Common& c, const std::string& name, const std::string& content_type,
            const std::string& ttl, const std::string& expires_at, bool closed,
            const std::string& body) {
-  auto client = HttpClient::Create(c.url);
+  auto client = HttpClient::Create(c.url, c.token);
   if (!client.ok()) return FailStatus(client.status());
   std::vector<std::pair<std::string, std::string>> headers = {{"Content-Type", content_type}};
   if (!ttl.empty()) headers.emplace_back("Stream-TTL", ttl);
@@ -97,7 +99,7 @@ std::string StreamContentType(const HttpClient& client, const std::string& name,
 
 int Append(const Common& c, const std::string& name, const std::vector<std::string>& data,
            const std::string& file, bool lines, std::string content_type, bool close) {
-  auto client = HttpClient::Create(c.url);
+  auto client = HttpClient::Create(c.url, c.token);
   if (!client.ok()) return FailStatus(client.status());
   if (content_type.empty()) {
     int code = kExitOk;
@@ -166,7 +168,7 @@ int Append(const Common& c, const std::string& name, const std::vector<std::stri
 
 // Reads from `offset` until caught up (or forever when `follow`), writing data to stdout.
 int Read(const Common& c, const std::string& name, std::string offset, bool follow) {
-  auto client = HttpClient::Create(c.url);
+  auto client = HttpClient::Create(c.url, c.token);
   if (!client.ok()) return FailStatus(client.status());
   std::string cursor;
   for (;;) {
@@ -213,7 +215,7 @@ int Read(const Common& c, const std::string& name, std::string offset, bool foll
 }
 
 int List(const Common& c, const std::string& prefix) {
-  auto client = HttpClient::Create(c.url);
+  auto client = HttpClient::Create(c.url, c.token);
   if (!client.ok()) return FailStatus(client.status());
   std::string after;
   json all = json::array();
@@ -245,7 +247,7 @@ int List(const Common& c, const std::string& prefix) {
 }
 
 int Describe(const Common& c, const std::string& name) {
-  auto client = HttpClient::Create(c.url);
+  auto client = HttpClient::Create(c.url, c.token);
   if (!client.ok()) return FailStatus(client.status());
   auto r = client->Send("HEAD", StreamTarget(name), {});
   if (!r.ok()) return FailStatus(r.status());
@@ -268,7 +270,7 @@ int Describe(const Common& c, const std::string& name) {
 }
 
 int Remove(const Common& c, const std::string& name) {
-  auto client = HttpClient::Create(c.url);
+  auto client = HttpClient::Create(c.url, c.token);
   if (!client.ok()) return FailStatus(client.status());
   auto r = client->Send("DELETE", StreamTarget(name), {});
   if (!r.ok()) return FailStatus(r.status());

@@ -4,6 +4,7 @@
 
 #include "cli/check.h"
 #include "cli/client_commands.h"
+#include "cli/group_cmd.h"
 #include "cli/serve_command.h"
 #include "cli/token_cmd.h"
 #include "runnel/registry.h"
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   runnel::cli::AddClientCommands(app);
   runnel::cli::AddTokenCommand(app, &exit_code);
   runnel::cli::AddCheckCommand(app, &exit_code);
+  runnel::cli::AddGroupCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }
