@@ -382,7 +382,7 @@ class HttpServer::Impl {
       case Route::Kind::kStream:
         break;
     }
-    if (method == "PUT" || method == "POST" || method == "DELETE") {
+    if (method == "PUT" || method == "POST" || method == "DELETE" || method == "PATCH") {
       HttpResponse r =
           co_await AwaitWrite(route, std::make_shared<HttpRequest>(std::move(request)));
       co_return co_await Write(stream, std::move(r), keep_alive, false, route.label, method);

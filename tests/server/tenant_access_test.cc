@@ -214,6 +214,10 @@ TEST_F(TenantServerTest, IsolationMatrix) {
       {"group read-next", "GET", true, "?group=g", {}, ""},
       {"group ack", "POST", true, "?group=g&ack=1", {}, ""},
       {"group prune", "POST", true, "?prune=0", {}, ""},
+      {"retention change", "PATCH", false, "", {"Stream-Retention-Max-Events: 1000"}, ""},
+      {"conditional append", "POST", false, "",
+       {"Content-Type: text/plain", "Stream-Expected-Offset: 0000000000000000_0000000000000000"},
+       "y"},
   };
   const std::vector<std::pair<std::string, int Caller::*>> scopes = {
       {"tenants/acme/", &Caller::acme},
@@ -463,6 +467,83 @@ TEST_F(GroupHttpTest, PruneWithFastAndSlowGroupsP7) {
   EXPECT_EQ(read.status, 200);
   EXPECT_EQ(read.body.find("{\"n\":3}"), std::string::npos) << read.body;
   EXPECT_NE(read.body.find("{\"n\":4}"), std::string::npos) << read.body;
+}
+
+}  // namespace
+}  // namespace runnel::server
+
+namespace runnel::server {
+namespace {
+
+std::string HeaderValue(const Response& r, std::string_view name) {
+  std::string lower = r.head;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  size_t at = lower.find("\r\n" + std::string(name) + ":");
+  if (at == std::string::npos) return "";
+  size_t start = at + 3 + name.size();
+  size_t end = r.head.find("\r\n", start);
+  std::string value = r.head.substr(start, end - start);
+  while (!value.empty() && value.front() == ' ') value.erase(0, 1);
+  return value;
+}
+
+TEST_F(TenantServerTest, RetentionSetAtCreateVisibleOnHeadAndChangeable) {
+  StartServer(false);
+  const std::string path = "/v1/stream/r";
+  ASSERT_EQ(Send(port(), "PUT", path,
+                 {"Content-Type: text/plain", "Stream-Retention-Max-Events: 3"})
+                .status,
+            201);
+  // A re-create with different retention is a different configuration.
+  EXPECT_EQ(Send(port(), "PUT", path, {"Content-Type: text/plain"}).status, 409);
+  EXPECT_EQ(Send(port(), "PUT", path,
+                 {"Content-Type: text/plain", "Stream-Retention-Max-Events: 3"})
+                .status,
+            200);
+  EXPECT_EQ(Send(port(), "PUT", "/v1/stream/r0",
+                 {"Content-Type: text/plain", "Stream-Retention-Max-Events: 0"})
+                .status,
+            400);
+  Response head = Send(port(), "HEAD", path);
+  EXPECT_EQ(HeaderValue(head, "stream-retention-max-events"), "3");
+  for (int i = 1; i <= 5; ++i) {
+    ASSERT_EQ(Send(port(), "POST", path, {"Content-Type: text/plain"}, "e" + std::to_string(i))
+                  .status,
+              204);
+  }
+  EXPECT_EQ(Send(port(), "GET", path + "?offset=-1").body, "e3e4e5");
+  // Changed later: PATCH replaces the caps.
+  Response patch = Send(port(), "PATCH", path, {"Stream-Retention-Max-Events: 1"});
+  EXPECT_EQ(patch.status, 204) << patch.body;
+  EXPECT_EQ(HeaderValue(Send(port(), "HEAD", path), "stream-retention-max-events"), "1");
+  ASSERT_EQ(Send(port(), "POST", path, {"Content-Type: text/plain"}, "e6").status, 204);
+  EXPECT_EQ(Send(port(), "GET", path + "?offset=-1").body, "e6");
+  EXPECT_EQ(Send(port(), "PATCH", "/v1/stream/missing", {"Stream-Retention-Max-Events: 1"}).status,
+            404);
+  EXPECT_EQ(Send(port(), "PATCH", path).status, 400);
+  EXPECT_EQ(Send(port(), "PATCH", path, {"Stream-Retention: none"}).status, 204);
+  EXPECT_EQ(HeaderValue(Send(port(), "HEAD", path), "stream-retention-max-events"), "");
+}
+
+TEST_F(TenantServerTest, ConditionalAppendConflictsWithCurrentTail) {
+  StartServer(false);
+  const std::string path = "/v1/stream/cas";
+  ASSERT_EQ(Send(port(), "PUT", path, {"Content-Type: text/plain"}).status, 201);
+  const std::string at0 = "Stream-Expected-Offset: 0000000000000000_0000000000000000";
+  const std::string at1 = "Stream-Expected-Offset: 0000000000000000_0000000000000001";
+  Response first = Send(port(), "POST", path, {"Content-Type: text/plain", at0}, "a");
+  EXPECT_EQ(first.status, 204) << first.body;
+  EXPECT_EQ(HeaderValue(first, "stream-next-offset"), "0000000000000000_0000000000000001");
+  // The position is occupied now.
+  Response again = Send(port(), "POST", path, {"Content-Type: text/plain", at0}, "b");
+  EXPECT_EQ(again.status, 409) << again.body;
+  EXPECT_EQ(HeaderValue(again, "stream-next-offset"), "0000000000000000_0000000000000001");
+  EXPECT_EQ(Send(port(), "POST", path, {"Content-Type: text/plain", at1}, "c").status, 204);
+  EXPECT_EQ(Send(port(), "POST", path, {"Content-Type: text/plain", "Stream-Expected-Offset: x"},
+                 "d")
+                .status,
+            400);
+  EXPECT_EQ(Send(port(), "GET", path + "?offset=-1").body, "ac");
 }
 
 }  // namespace
