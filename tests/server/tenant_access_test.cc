@@ -548,3 +548,53 @@ TEST_F(TenantServerTest, ConditionalAppendConflictsWithCurrentTail) {
 
 }  // namespace
 }  // namespace runnel::server
+
+namespace runnel::server {
+namespace {
+
+TEST_F(TenantServerTest, GroupsSurviveARestartOnTheLogStore) {
+  auto open_server = [&]() {
+    RegistryOptions registry_options;
+    registry_options.store = "log";
+    registry_options.data_dir = (dir_ / "data").string();
+    auto registry = StreamRegistry::Open(registry_options);
+    EXPECT_TRUE(registry.ok()) << registry.status().ToString();
+    ServerOptions options;
+    options.host = "127.0.0.1";
+    options.port = 0;
+    options.threads = 2;
+    auto server = HttpServer::Start(std::move(*registry), options);
+    EXPECT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+    thread_ = std::thread([this] { server_->Run(); });
+  };
+  open_server();
+  const std::string path = "/v1/tenants/acme/stream/durable";
+  ASSERT_EQ(Send(port(), "PUT", path, {"Content-Type: application/json"}).status, 201);
+  ASSERT_EQ(
+      Send(port(), "POST", path, {"Content-Type: application/json"}, "[1,2,3,4,5]").status, 204);
+  ASSERT_EQ(Send(port(), "POST", "/v1/groups/tenants/acme/stream/durable?group=g&ack=3").status,
+            200);
+  server_->Stop();
+  thread_.join();
+  server_.reset();
+
+  open_server();
+  Response list = Send(port(), "GET", "/v1/groups/tenants/acme/stream/durable");
+  ASSERT_EQ(list.status, 200) << list.body;
+  auto body = json::parse(list.body, nullptr, false);
+  ASSERT_TRUE(body.is_object()) << list.body;
+  ASSERT_EQ(body["groups"].size(), 1u) << list.body;
+  EXPECT_EQ(body["groups"][0]["group"], "g");
+  EXPECT_EQ(body["groups"][0]["last_acked"], 3);
+  EXPECT_EQ(body["groups"][0]["lag"], 2);
+  Response next = Send(port(), "GET", "/v1/groups/tenants/acme/stream/durable?group=g");
+  auto events = json::parse(next.body, nullptr, false);
+  ASSERT_TRUE(events.is_object()) << next.body;
+  ASSERT_EQ(events["events"].size(), 2u) << next.body;
+  EXPECT_EQ(events["events"][0]["offset"], 4);
+  EXPECT_EQ(events["events"][0]["data"], 4);
+}
+
+}  // namespace
+}  // namespace runnel::server
