@@ -90,6 +90,13 @@ expect_eq "$("$R" group ack --tenant acme jobs workers 1)" "workers	last_acked=1
 expect_rc 4 "$R" group ls --tenant acme jobs --token "$platform"
 expect_rc 4 "$R" group ls jobs-anything --tenant globex
 expect_rc 4 "$R" ls   # the global listing needs the platform
+# The client commands in a tenant scope.
+"$R" create --tenant acme notes -t text/plain >/dev/null
+"$R" append --tenant acme notes 'hello' >/dev/null
+expect_eq "$("$R" read --tenant acme notes)" "hello" "tenant read"
+expect_eq "$("$R" ls --tenant acme | cut -f1 | tr '\n' ' ')" "jobs notes " "tenant ls"
+expect_rc 4 "$R" read --tenant acme notes --token "$platform"
+expect_rc 4 "$R" read --tenant globex notes
 
 # A token created while the server runs works without a restart (re-read at most once a second).
 globex="$("$R" token --data "$data" create --tenant globex 2>/dev/null)"
