@@ -411,7 +411,7 @@ class HttpServer::Impl {
     HttpResponse r = StreamService::ErrorResponse(
         Status::InvalidArgument("method " + method + " is not allowed on a stream"));
     r.status = 405;
-    r.Set("Allow", "GET, HEAD, POST, PUT, DELETE, OPTIONS");
+    r.Set("Allow", "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS");
     co_return co_await Write(stream, std::move(r), keep_alive, false, route.label, method);
   }
 

@@ -359,7 +359,9 @@ void StreamService::AddCommonHeaders(HttpResponse* r) {
   r->Set("Access-Control-Expose-Headers",
          "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, "
          "Stream-Expires-At, ETag, Location, Content-Type, Producer-Epoch, Producer-Seq, "
-         "Producer-Expected-Seq, Producer-Received-Seq, Stream-SSE-Data-Encoding");
+         "Producer-Expected-Seq, Producer-Received-Seq, Stream-SSE-Data-Encoding, "
+         "Stream-Retention-Max-Events, Stream-Retention-Max-Age-Ms, Stream-Retention-Max-Bytes, "
+         "WWW-Authenticate");
   r->Set("X-Content-Type-Options", "nosniff");
   r->Set("Cross-Origin-Resource-Policy", "cross-origin");
 }
@@ -367,7 +369,7 @@ void StreamService::AddCommonHeaders(HttpResponse* r) {
 HttpResponse StreamService::Preflight(const HttpRequest& request) {
   HttpResponse r;
   r.status = 204;
-  r.Set("Access-Control-Allow-Methods", "GET, HEAD, POST, PUT, DELETE, OPTIONS");
+  r.Set("Access-Control-Allow-Methods", "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS");
   auto requested = request.Header("access-control-request-headers");
   r.Set("Access-Control-Allow-Headers",
         requested && !requested->empty()
@@ -375,7 +377,9 @@ HttpResponse StreamService::Preflight(const HttpRequest& request) {
             : std::string("Content-Type, Authorization, If-None-Match, Stream-Seq, Stream-TTL, "
                           "Stream-Expires-At, Stream-Closed, Stream-Forked-From, "
                           "Stream-Fork-Offset, Stream-Fork-Sub-Offset, Producer-Id, "
-                          "Producer-Epoch, Producer-Seq"));
+                          "Producer-Epoch, Producer-Seq, Stream-Expected-Offset, "
+                          "Stream-Retention, Stream-Retention-Max-Events, "
+                          "Stream-Retention-Max-Age-Ms, Stream-Retention-Max-Bytes"));
   r.Set("Access-Control-Max-Age", "86400");
   return r;
 }
