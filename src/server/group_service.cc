@@ -83,7 +83,14 @@ Route GroupService::StreamRouteOf(std::string_view path) {
   return route;
 }
 
-HttpResponse GroupService::Handle(const Principal& who, const HttpRequest& request) {
+bool GroupService::WantsLongPoll(const HttpRequest& request) {
+  return request.method == "GET" && request.Query("group") &&
+         request.Query("live") == std::optional<std::string_view>("long-poll");
+}
+
+HttpResponse GroupService::Handle(const Principal& who, const HttpRequest& request,
+                                  bool* empty_read) {
+  if (empty_read) *empty_read = false;
   Route route = StreamRouteOf(request.path);
   if (route.kind != Route::Kind::kStream) {
     return StreamService::ErrorResponse(Status::NotFound("no such route"));
@@ -154,6 +161,11 @@ HttpResponse GroupService::Handle(const Principal& who, const HttpRequest& reque
     if (!acked.ok()) return StreamService::ErrorResponse(acked.status());
     auto events = registry.ReadAfter(route.scope, route.name, *acked, limit);
     if (!events.ok()) return StreamService::ErrorResponse(events.status());
+    if (auto live = request.Query("live"); live && *live != "long-poll") {
+      return StreamService::ErrorResponse(
+          Status::InvalidArgument("live must be 'long-poll' for a group read"));
+    }
+    if (empty_read) *empty_read = events->empty();
     const std::string media = LowerMediaType(info->spec.content_type);
     json list = json::array();
     uint64_t next_ack = *acked;

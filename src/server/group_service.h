@@ -10,6 +10,9 @@
 //   GET  ...?group=G[&limit=N]    read-next (catch-up): events after G's last acked offset
 //                                 {"group","last_acked","events":[{"offset","appended_at_ms",
 //                                 "data" | "data_base64"}],"next_ack"}
+//   GET  ...?group=G&live=long-poll  the same, but with nothing to read it waits (the server's
+//                                 long-poll timeout) for an append, then answers 200 with the
+//                                 events or 204 on timeout (the wait lives in http_server.cc)
 //   POST ...?group=G&ack=N        ack through N (monotonic): {"group","last_acked"} (stored value)
 //   POST ...?prune=N              consumer-aware prune through N: {"removed"}
 // Offsets are registry offsets: the k-th record ever appended has offset k, which is also the
@@ -40,8 +43,12 @@ class GroupService {
   // The stream route a group path addresses (kNotFound if none).
   static Route StreamRouteOf(std::string_view path);
 
-  // Serves one request for `who` (already authenticated).
-  HttpResponse Handle(const Principal& who, const HttpRequest& request);
+  // Serves one request for `who` (already authenticated). `*empty_read` (optional) is set to
+  // whether the answer is a successful read-next that found no events.
+  HttpResponse Handle(const Principal& who, const HttpRequest& request,
+                      bool* empty_read = nullptr);
+  // True for a read-next that asks to wait for work (`live=long-poll`).
+  static bool WantsLongPoll(const HttpRequest& request);
 
  private:
   StreamService* const streams_;

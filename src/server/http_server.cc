@@ -282,6 +282,37 @@ class HttpServer::Impl {
     co_return co_await Write(stream, std::move(response), keep_alive, false, "stream", "GET");
   }
 
+  // A group read-next that waits for work: re-reads after every append hint until it finds
+  // events (200), the long-poll timeout passes or the server stops (204).
+  net::awaitable<bool> GroupLongPoll(beast::tcp_stream& stream, Principal principal,
+                                     HttpRequest request, bool keep_alive) {
+    Route route = GroupService::StreamRouteOf(request.path);
+    auto waker = NewWaker(stream.get_executor());
+    auto subscription = service_.registry().Subscribe(route.scope, route.name, "", std::nullopt,
+                                                      HintFor(waker));
+    metrics_.LiveReaderStarted();
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::milliseconds(service_.options().long_poll_timeout_ms);
+    stream.expires_never();
+    bool empty = true;
+    HttpResponse r;
+    for (;;) {
+      // Read after subscribing, so an append between the first read and the subscription wakes.
+      r = groups_.Handle(principal, request, &empty);
+      if (!empty || !subscription.ok()) break;
+      if (!co_await WaitForHint(*waker, deadline)) {
+        r = groups_.Handle(principal, request, &empty);
+        break;
+      }
+    }
+    metrics_.LiveReaderEnded();
+    if (empty && r.status == 200) {
+      r.status = 204;
+      r.body.clear();
+    }
+    co_return co_await Write(stream, std::move(r), keep_alive, false, "groups", "GET");
+  }
+
   // Streams SSE until the stream closes, the reader leaves, the session's time is up or the
   // server stops. Always ends the connection.
   net::awaitable<void> Sse(beast::tcp_stream& stream, ReadState state) {
@@ -347,8 +378,14 @@ class HttpServer::Impl {
       }
     }
     if (GroupService::Matches(request.path)) {
-      co_return co_await Write(stream, groups_.Handle(principal, request), keep_alive,
-                               method == "HEAD", "groups", method);
+      bool empty_read = false;
+      HttpResponse r = groups_.Handle(principal, request, &empty_read);
+      if (empty_read && GroupService::WantsLongPoll(request)) {
+        co_return co_await GroupLongPoll(stream, std::move(principal), std::move(request),
+                                         keep_alive);
+      }
+      co_return co_await Write(stream, std::move(r), keep_alive, method == "HEAD", "groups",
+                               method);
     }
     switch (route.kind) {
       case Route::Kind::kHealth: {

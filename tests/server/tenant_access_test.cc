@@ -598,3 +598,56 @@ TEST_F(TenantServerTest, GroupsSurviveARestartOnTheLogStore) {
 
 }  // namespace
 }  // namespace runnel::server
+
+namespace runnel::server {
+namespace {
+
+TEST_F(GroupHttpTest, LongPollReadNextWaitsForAnAppend) {
+  StartServer(false);
+  Seed("/v1/stream/lp", 2);
+  const std::string base = "/v1/groups/stream/lp";
+  Call("POST", base + "?group=w&ack=2");
+  // With the test server's 200 ms long-poll timeout and nothing to read: 204.
+  Response timeout = Send(port(), "GET", base + "?group=w&live=long-poll");
+  EXPECT_EQ(timeout.status, 204) << timeout.body;
+  // With work available the answer is immediate.
+  Call("POST", base + "?group=v&ack=1");
+  json ready = Call("GET", base + "?group=v&live=long-poll");
+  EXPECT_EQ(Offsets(ready), (std::vector<uint64_t>{2}));
+  Call("GET", base + "?group=v&live=sse", 400);
+}
+
+class GroupLongPollTest : public GroupHttpTest {};
+
+TEST_F(GroupLongPollTest, AppendWakesAWaitingReader) {
+  // A long timeout: the reader gets the event whether the append lands before or after it
+  // starts waiting, so the outcome does not depend on timing.
+  ServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.threads = 2;
+  options.service.long_poll_timeout_ms = 30000;
+  auto server = HttpServer::Start(StreamRegistry(), options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  server_ = std::move(*server);
+  thread_ = std::thread([this] { server_->Run(); });
+  Seed("/v1/stream/wake", 1);
+  Call("POST", "/v1/groups/stream/wake?group=w&ack=1");
+  Response waited;
+  std::thread reader([&] {
+    waited = Send(port(), "GET", "/v1/groups/stream/wake?group=w&live=long-poll");
+  });
+  ASSERT_EQ(Send(port(), "POST", "/v1/stream/wake", {"Content-Type: application/json"},
+                 "[{\"n\":2}]")
+                .status,
+            204);
+  reader.join();
+  ASSERT_EQ(waited.status, 200) << waited.body;
+  auto body = json::parse(waited.body, nullptr, false);
+  ASSERT_TRUE(body.is_object()) << waited.body;
+  ASSERT_EQ(body["events"].size(), 1u);
+  EXPECT_EQ(body["events"][0]["offset"], 2);
+}
+
+}  // namespace
+}  // namespace runnel::server
