@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/token_store.h"
+#include "server/group_service.h"
 #include "server/http_server.h"
 
 namespace runnel::server {
@@ -647,6 +648,34 @@ TEST_F(GroupLongPollTest, AppendWakesAWaitingReader) {
   ASSERT_TRUE(body.is_object()) << waited.body;
   ASSERT_EQ(body["events"].size(), 1u);
   EXPECT_EQ(body["events"][0]["offset"], 2);
+}
+
+}  // namespace
+}  // namespace runnel::server
+
+namespace runnel::server {
+namespace {
+
+TEST(TenantRoutes, TenantStreamListingAndGroupPaths) {
+  Route list = ParseRoute("/v1/tenants/acme/streams", /*allow_tenants=*/true);
+  EXPECT_EQ(list.kind, Route::Kind::kList);
+  EXPECT_EQ(list.scope, StreamScope::Tenant("acme"));
+  EXPECT_EQ(ParseRoute("/v1/tenants/acme/streams", /*allow_tenants=*/false).kind,
+            Route::Kind::kNotFound);
+  EXPECT_EQ(ParseRoute("/v1/tenants/acme/streamsx", true).kind, Route::Kind::kNotFound);
+
+  Route global = GroupService::StreamRouteOf("/v1/groups/stream/a/b");
+  EXPECT_EQ(global.kind, Route::Kind::kStream);
+  EXPECT_EQ(global.scope, StreamScope::Global());
+  EXPECT_EQ(global.name, "a/b");
+  Route tenant = GroupService::StreamRouteOf("/v1/groups/tenants/acme/stream/x");
+  EXPECT_EQ(tenant.kind, Route::Kind::kStream);
+  EXPECT_EQ(tenant.scope, StreamScope::Tenant("acme"));
+  EXPECT_EQ(tenant.name, "x");
+  EXPECT_EQ(GroupService::StreamRouteOf("/v1/groups/streams").kind, Route::Kind::kNotFound);
+  EXPECT_EQ(GroupService::StreamRouteOf("/v1/groups/tenants/acme/streams").kind,
+            Route::Kind::kNotFound);
+  EXPECT_FALSE(GroupService::Matches("/v1/stream/groups"));
 }
 
 }  // namespace
