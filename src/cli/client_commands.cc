@@ -23,15 +23,27 @@ using json = nlohmann::json;
 
 struct Common {
   std::string url = "http://127.0.0.1:4437";
+  std::string token;
+  // Empty: the global scope (/v1/stream/...); else /v1/tenants/<tenant>/stream/...
+  std::string tenant;
   bool json_output = false;
 };
 
 void AddCommon(CLI::App* cmd, Common* common) {
   cmd->add_option("--url", common->url, "Server URL")->envname("RUNNEL_URL")->capture_default_str();
+  cmd->add_option("--token", common->token, "Bearer token for the server")->envname("RUNNEL_TOKEN");
+  cmd->add_option("--tenant", common->tenant, "The tenant scope (default: the global scope)")
+      ->envname("RUNNEL_TENANT");
   cmd->add_flag("--json", common->json_output, "Machine-readable JSON output");
 }
 
-std::string StreamTarget(const std::string& name) { return "/v1/stream/" + UrlEncode(name, true); }
+std::string ScopePrefix(const Common& c) {
+  return c.tenant.empty() ? "/v1/" : "/v1/tenants/" + UrlEncode(c.tenant, false) + "/";
+}
+
+std::string StreamTarget(const Common& c, const std::string& name) {
+  return ScopePrefix(c) + "stream/" + UrlEncode(name, true);
+}
 
 // Prints the error of a failed response and returns its exit code.
 int Fail(const std::string& what, const ClientResponse& r, bool json_output) {
@@ -59,13 +71,13 @@ bool IsTerminal(FILE* f) { return ::isatty(::fileno(f)) == 1; }
 int Create(const Common& c, const std::string& name, const std::string& content_type,
            const std::string& ttl, const std::string& expires_at, bool closed,
            const std::string& body) {
-  auto client = HttpClient::Create(c.url);
+  auto client = HttpClient::Create(c.url, c.token);
   if (!client.ok()) return FailStatus(client.status());
   std::vector<std::pair<std::string, std::string>> headers = {{"Content-Type", content_type}};
   if (!ttl.empty()) headers.emplace_back("Stream-TTL", ttl);
   if (!expires_at.empty()) headers.emplace_back("Stream-Expires-At", expires_at);
   if (closed) headers.emplace_back("Stream-Closed", "true");
-  auto r = client->Send("PUT", StreamTarget(name), headers, body);
+  auto r = client->Send("PUT", StreamTarget(c, name), headers, body);
   if (!r.ok()) return FailStatus(r.status());
   if (r->status != 200 && r->status != 201) return Fail("create", *r, c.json_output);
   if (c.json_output) {
@@ -81,9 +93,9 @@ int Create(const Common& c, const std::string& name, const std::string& content_
   return kExitOk;
 }
 
-std::string StreamContentType(const HttpClient& client, const std::string& name, int* exit_code,
-                              bool json_output) {
-  auto r = client.Send("HEAD", StreamTarget(name), {});
+std::string StreamContentType(const Common& c, const HttpClient& client, const std::string& name,
+                              int* exit_code, bool json_output) {
+  auto r = client.Send("HEAD", StreamTarget(c, name), {});
   if (!r.ok()) {
     *exit_code = FailStatus(r.status());
     return {};
@@ -97,11 +109,11 @@ std::string StreamContentType(const HttpClient& client, const std::string& name,
 
 int Append(const Common& c, const std::string& name, const std::vector<std::string>& data,
            const std::string& file, bool lines, std::string content_type, bool close) {
-  auto client = HttpClient::Create(c.url);
+  auto client = HttpClient::Create(c.url, c.token);
   if (!client.ok()) return FailStatus(client.status());
   if (content_type.empty()) {
     int code = kExitOk;
-    content_type = StreamContentType(*client, name, &code, c.json_output);
+    content_type = StreamContentType(c, *client, name, &code, c.json_output);
     if (code != kExitOk) return code;
   }
   std::vector<std::string> bodies = data;
@@ -139,7 +151,7 @@ int Append(const Common& c, const std::string& name, const std::vector<std::stri
     std::vector<std::pair<std::string, std::string>> headers = {{"Content-Type", content_type}};
     if (close && last) headers.emplace_back("Stream-Closed", "true");
     std::string body = i < bodies.size() ? bodies[i] : std::string();
-    auto r = client->Send("POST", StreamTarget(name), headers, body);
+    auto r = client->Send("POST", StreamTarget(c, name), headers, body);
     if (!r.ok()) return FailStatus(r.status());
     if (r->status != 200 && r->status != 204) return Fail("append", *r, c.json_output);
     next_offset = r->Header("stream-next-offset");
@@ -166,11 +178,11 @@ int Append(const Common& c, const std::string& name, const std::vector<std::stri
 
 // Reads from `offset` until caught up (or forever when `follow`), writing data to stdout.
 int Read(const Common& c, const std::string& name, std::string offset, bool follow) {
-  auto client = HttpClient::Create(c.url);
+  auto client = HttpClient::Create(c.url, c.token);
   if (!client.ok()) return FailStatus(client.status());
   std::string cursor;
   for (;;) {
-    std::string target = StreamTarget(name) + "?offset=" + UrlEncode(offset, false);
+    std::string target = StreamTarget(c, name) + "?offset=" + UrlEncode(offset, false);
     if (follow) target += "&live=long-poll";
     if (!cursor.empty()) target += "&cursor=" + UrlEncode(cursor, false);
     auto r = client->Send("GET", target, {});
@@ -213,12 +225,12 @@ int Read(const Common& c, const std::string& name, std::string offset, bool foll
 }
 
 int List(const Common& c, const std::string& prefix) {
-  auto client = HttpClient::Create(c.url);
+  auto client = HttpClient::Create(c.url, c.token);
   if (!client.ok()) return FailStatus(client.status());
   std::string after;
   json all = json::array();
   for (;;) {
-    std::string target = "/v1/streams?prefix=" + UrlEncode(prefix, false);
+    std::string target = ScopePrefix(c) + "streams?prefix=" + UrlEncode(prefix, false);
     if (!after.empty()) target += "&after=" + UrlEncode(after, false);
     auto r = client->Send("GET", target, {});
     if (!r.ok()) return FailStatus(r.status());
@@ -245,9 +257,9 @@ int List(const Common& c, const std::string& prefix) {
 }
 
 int Describe(const Common& c, const std::string& name) {
-  auto client = HttpClient::Create(c.url);
+  auto client = HttpClient::Create(c.url, c.token);
   if (!client.ok()) return FailStatus(client.status());
-  auto r = client->Send("HEAD", StreamTarget(name), {});
+  auto r = client->Send("HEAD", StreamTarget(c, name), {});
   if (!r.ok()) return FailStatus(r.status());
   if (r->status != 200) return Fail("describe", *r, c.json_output);
   json d = {{"name", name},
@@ -268,9 +280,9 @@ int Describe(const Common& c, const std::string& name) {
 }
 
 int Remove(const Common& c, const std::string& name) {
-  auto client = HttpClient::Create(c.url);
+  auto client = HttpClient::Create(c.url, c.token);
   if (!client.ok()) return FailStatus(client.status());
-  auto r = client->Send("DELETE", StreamTarget(name), {});
+  auto r = client->Send("DELETE", StreamTarget(c, name), {});
   if (!r.ok()) return FailStatus(r.status());
   if (r->status != 204 && r->status != 200) return Fail("rm", *r, c.json_output);
   if (c.json_output) {

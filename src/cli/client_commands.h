@@ -1,6 +1,8 @@
 // The CLI as a client of `runnel serve`: create, append, read, tail, ls, describe, rm.
 //
-// Every command takes --url (or RUNNEL_URL; default http://127.0.0.1:4437) and --json. Exit
+// Every command takes --url (or RUNNEL_URL; default http://127.0.0.1:4437), --token (or
+// RUNNEL_TOKEN; sent as a bearer token), --tenant (or RUNNEL_TENANT; the tenant scope
+// /v1/tenants/<tenant>/..., default global) and --json. Exit
 // codes (ExitCodeForHttp): 0 success, 1 other failure, 2 usage error, 3 stream not found,
 // 4 conflict (exists with another configuration, closed, sequence), 5 server unreachable.
 #ifndef RUNNEL_CLI_CLIENT_COMMANDS_H_

@@ -101,7 +101,11 @@ class Reader {
 
 }  // namespace
 
-Result<HttpClient> HttpClient::Create(const std::string& base_url) {
+Result<HttpClient> HttpClient::Create(const std::string& base_url,
+                                      const std::string& bearer_token) {
+  if (bearer_token.find_first_of("\r\n") != std::string::npos) {
+    return Status::InvalidArgument("the token must be one line");
+  }
   constexpr std::string_view kScheme = "http://";
   if (base_url.rfind(kScheme, 0) != 0) {
     return Status::InvalidArgument("the server URL must start with http:// (got '" + base_url +
@@ -137,7 +141,9 @@ Result<HttpClient> HttpClient::Create(const std::string& base_url) {
     port = static_cast<uint16_t>(std::stoul(digits));
   }
   if (host.empty()) return Status::InvalidArgument("no host in '" + base_url + "'");
-  return HttpClient(kScheme.data() + rest, host, port);
+  HttpClient client(kScheme.data() + rest, host, port);
+  client.bearer_token_ = bearer_token;
+  return client;
 }
 
 Result<ClientResponse> HttpClient::Send(
@@ -149,6 +155,7 @@ Result<ClientResponse> HttpClient::Send(
   std::string request = method + " " + target + " HTTP/1.1\r\nHost: " + host_ + ":" +
                         std::to_string(port_) + "\r\nConnection: close\r\n";
   for (const auto& [name, value] : headers) request += name + ": " + value + "\r\n";
+  if (!bearer_token_.empty()) request += "Authorization: Bearer " + bearer_token_ + "\r\n";
   if (!body.empty() || method == "POST" || method == "PUT") {
     request += "Content-Length: " + std::to_string(body.size()) + "\r\n";
   }

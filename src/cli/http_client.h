@@ -32,7 +32,9 @@ struct ClientResponse {
 class HttpClient {
  public:
   // `base_url` like "http://127.0.0.1:4437". kInvalidArgument if it is not plain http.
-  static Result<HttpClient> Create(const std::string& base_url);
+  // A non-empty `bearer_token` is sent as `Authorization: Bearer <token>` on every request.
+  static Result<HttpClient> Create(const std::string& base_url,
+                                   const std::string& bearer_token = "");
 
   // Sends one request. kUnavailable when the server cannot be reached.
   Result<ClientResponse> Send(const std::string& method, const std::string& target,
@@ -47,6 +49,7 @@ class HttpClient {
   std::string base_url_;
   std::string host_;
   uint16_t port_;
+  std::string bearer_token_;
 };
 
 // Percent-encodes a stream name for a URL path ('/' kept) or a query value ('/' encoded).

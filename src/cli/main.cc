@@ -5,6 +5,7 @@
 #include "cli/channel_cmd.h"
 #include "cli/check.h"
 #include "cli/client_commands.h"
+#include "cli/group_cmd.h"
 #include "cli/serve_command.h"
 #include "cli/token_cmd.h"
 #include "runnel/registry.h"
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {
   runnel::cli::AddChannelCommand(app);
   runnel::cli::AddTokenCommand(app, &exit_code);
   runnel::cli::AddCheckCommand(app, &exit_code);
+  runnel::cli::AddGroupCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -28,7 +28,15 @@ struct ServeFlags {
   uint64_t request_timeout_ms = 30000;
   size_t max_connections = 10000;
   uint64_t sse_max_duration_ms = 60000;
+  // Empty: <data>/tokens.
+  std::string tokens;
+  // "tokens", "none", or empty: tokens when the token file has any.
+  std::string auth;
 };
+
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
 
 bool ValidDurability(const std::string& d) {
   if (d == "fsync" || d == "none") return true;
@@ -77,7 +85,33 @@ int RunServe(const ServeFlags& flags) {
     return 1;
   }
 
+  server::AccessOptions access_options;
+  access_options.tokens_path = flags.tokens.empty() ? flags.data + "/tokens" : flags.tokens;
+  access_options.mode = flags.auth == "none"     ? server::AccessOptions::Mode::kNone
+                        : flags.auth == "tokens" ? server::AccessOptions::Mode::kTokens
+                                                 : server::AccessOptions::Mode::kAuto;
+  auto access = server::AccessGate::Open(access_options);
+  if (!access.ok()) {
+    std::fprintf(stderr, "runnel serve: cannot load the token file %s: %s\n",
+                 access_options.tokens_path.c_str(), access.status().ToString().c_str());
+    return 1;
+  }
+  const bool open = !(*access)->RequiresTokens();
+  // Safe by default: an open server listens only on loopback unless asked explicitly.
+  if (open && flags.auth != "none" && !IsLoopback(host)) {
+    std::fprintf(stderr,
+                 "runnel serve: no tokens in %s, refusing to serve %s without authentication; "
+                 "create one with `runnel token create`, or pass --auth none\n",
+                 access_options.tokens_path.c_str(), host.c_str());
+    return 2;
+  }
+  std::string auth_line =
+      open ? std::string(flags.auth == "none" ? "none (open, --auth none)" : "none (open)")
+           : "tokens (" + std::to_string((*access)->token_count()) + " in " +
+                 access_options.tokens_path + ")";
+
   server::ServerOptions options;
+  options.access = std::move(*access);
   options.host = host;
   options.port = static_cast<uint16_t>(port);
   options.threads = flags.threads;
@@ -96,11 +130,13 @@ int RunServe(const ServeFlags& flags) {
     std::fprintf(stderr, "runnel serve: %s\n", server.status().ToString().c_str());
     return 1;
   }
-  std::printf("runnel serve: listening on http://%s:%u (store: %s, data: %s, durability: %s)\n",
+  std::printf(
+      "runnel serve: listening on http://%s:%u (store: %s, data: %s, durability: %s, auth: %s)\n",
               options.host.c_str(), (*server)->port(),
               registry_options.store.rfind("postgres", 0) == 0 ? "postgres"
                                                                : registry_options.store.c_str(),
-              registry_options.store == "log" ? flags.data.c_str() : "-", durability.c_str());
+              registry_options.store == "log" ? flags.data.c_str() : "-", durability.c_str(),
+              auth_line.c_str());
   std::fflush(stdout);
   (*server)->Run();
   std::printf("runnel serve: stopped\n");
@@ -165,6 +201,13 @@ void AddServeCommand(CLI::App& app) {
                   "End SSE responses after this long so clients reconnect")
       ->envname("RUNNEL_SSE_MAX_DURATION_MS")
       ->capture_default_str();
+  cmd->add_option("--tokens", flags->tokens, "Bearer token file (default: <data>/tokens)")
+      ->envname("RUNNEL_TOKENS");
+  cmd->add_option("--auth", flags->auth,
+                  "tokens (always require a token) or none (serve open, even off loopback); "
+                  "default: tokens when the token file has any")
+      ->envname("RUNNEL_AUTH")
+      ->check(CLI::IsMember({"tokens", "none"}));
   cmd->callback([flags] { std::exit(RunServe(*flags)); });
 }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "server/channel_service.h"
+#include "server/group_service.h"
 #include "server/http_errors.h"
 #include "server/metrics.h"
 
@@ -50,7 +51,8 @@ class HttpServer::Impl {
         ioc_(static_cast<int>(options.threads)),
         acceptor_(ioc_),
         service_(std::move(registry), WithExecutor(options.service, &ioc_), &metrics_),
-        channels_(service_.registry(), options.channel_threads) {}
+        channels_(service_.registry(), options.channel_threads),
+        groups_(&service_) {}
 
   // Store callbacks continue on the io threads, never on a store's writer thread.
   static StreamServiceOptions WithExecutor(StreamServiceOptions options, net::io_context* ioc) {
@@ -301,6 +303,37 @@ class HttpServer::Impl {
     co_return co_await Write(stream, std::move(response), keep_alive, false, "stream", "GET");
   }
 
+  // A group read-next that waits for work: re-reads after every append hint until it finds
+  // events (200), the long-poll timeout passes or the server stops (204).
+  net::awaitable<bool> GroupLongPoll(beast::tcp_stream& stream, Principal principal,
+                                     HttpRequest request, bool keep_alive) {
+    Route route = GroupService::StreamRouteOf(request.path);
+    auto waker = NewWaker(stream.get_executor());
+    auto subscription = service_.registry().Subscribe(route.scope, route.name, "", std::nullopt,
+                                                      HintFor(waker));
+    metrics_.LiveReaderStarted();
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::milliseconds(service_.options().long_poll_timeout_ms);
+    stream.expires_never();
+    bool empty = true;
+    HttpResponse r;
+    for (;;) {
+      // Read after subscribing, so an append between the first read and the subscription wakes.
+      r = groups_.Handle(principal, request, &empty);
+      if (!empty || !subscription.ok()) break;
+      if (!co_await WaitForHint(*waker, deadline)) {
+        r = groups_.Handle(principal, request, &empty);
+        break;
+      }
+    }
+    metrics_.LiveReaderEnded();
+    if (empty && r.status == 200) {
+      r.status = 204;
+      r.body.clear();
+    }
+    co_return co_await Write(stream, std::move(r), keep_alive, false, "groups", "GET");
+  }
+
   // Streams SSE until the stream closes, the reader leaves, the session's time is up or the
   // server stops. Always ends the connection.
   net::awaitable<void> Sse(beast::tcp_stream& stream, ReadState state) {
@@ -351,11 +384,29 @@ class HttpServer::Impl {
 
   // Handles one request. Returns false when the connection must close.
   net::awaitable<bool> Dispatch(beast::tcp_stream& stream, HttpRequest request, bool keep_alive) {
-    Route route = ParseRoute(request.path);
+    Route route = ParseRoute(request.path, /*allow_tenants=*/true);
     const std::string method = request.method;
     if (method == "OPTIONS") {
       co_return co_await Write(stream, StreamService::Preflight(request), keep_alive, false,
                                route.label, method);
+    }
+    // Authentication and tenant authorization, before anything looks at a stream (Z4).
+    Principal principal = Principal::Platform(/*cross_tenant=*/true);
+    if (options_.access && route.kind != Route::Kind::kHealth) {
+      if (auto denied = options_.access->Admit(request, route, &principal)) {
+        co_return co_await Write(stream, std::move(*denied), keep_alive, method == "HEAD",
+                                 route.label, method);
+      }
+    }
+    if (GroupService::Matches(request.path)) {
+      bool empty_read = false;
+      HttpResponse r = groups_.Handle(principal, request, &empty_read);
+      if (empty_read && GroupService::WantsLongPoll(request)) {
+        co_return co_await GroupLongPoll(stream, std::move(principal), std::move(request),
+                                         keep_alive);
+      }
+      co_return co_await Write(stream, std::move(r), keep_alive, method == "HEAD", "groups",
+                               method);
     }
     switch (route.kind) {
       case Route::Kind::kHealth: {
@@ -395,7 +446,7 @@ class HttpServer::Impl {
       case Route::Kind::kStream:
         break;
     }
-    if (method == "PUT" || method == "POST" || method == "DELETE") {
+    if (method == "PUT" || method == "POST" || method == "DELETE" || method == "PATCH") {
       HttpResponse r =
           co_await AwaitWrite(route, std::make_shared<HttpRequest>(std::move(request)));
       co_return co_await Write(stream, std::move(r), keep_alive, false, route.label, method);
@@ -424,7 +475,7 @@ class HttpServer::Impl {
     HttpResponse r = StreamService::ErrorResponse(
         Status::InvalidArgument("method " + method + " is not allowed on a stream"));
     r.status = 405;
-    r.Set("Allow", "GET, HEAD, POST, PUT, DELETE, OPTIONS");
+    r.Set("Allow", "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS");
     co_return co_await Write(stream, std::move(r), keep_alive, false, route.label, method);
   }
 
@@ -551,6 +602,7 @@ class HttpServer::Impl {
   Metrics metrics_;
   StreamService service_;
   ChannelService channels_;
+  GroupService groups_;
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> in_flight_{0};
   std::mutex live_mu_;

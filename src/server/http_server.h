@@ -25,6 +25,7 @@
 
 #include "runnel/registry.h"
 #include "runnel/status.h"
+#include "server/access_gate.h"
 #include "server/stream_service.h"
 
 namespace runnel::server {
@@ -48,6 +49,9 @@ struct ServerOptions {
   // Worker threads for /v1/channels requests, which block on the store.
   size_t channel_threads = 2;
   StreamServiceOptions service;
+  // Authentication and tenant authorization (access_gate.h). Null runs open: every request is
+  // the platform principal with the cross-tenant capability.
+  std::shared_ptr<AccessGate> access;
 };
 
 class HttpServer {

@@ -70,6 +70,12 @@ Route ParseRoute(std::string_view path, bool allow_tenants) {
     if (slash == std::string_view::npos || slash == 0) return route;
     std::string_view tenant = rest.substr(0, slash);
     rest = rest.substr(slash);
+    if (rest == "/streams") {
+      route.kind = Route::Kind::kList;
+      route.label = "tenant_streams";
+      route.scope = StreamScope::Tenant(std::string(tenant));
+      return route;
+    }
     constexpr std::string_view kTenantStream = "/stream/";
     if (!rest.starts_with(kTenantStream) || rest.size() == kTenantStream.size()) return route;
     route.kind = Route::Kind::kStream;

@@ -48,16 +48,17 @@ struct Route {
   enum class Kind { kNotFound, kHealth, kMetrics, kStream, kList, kChannel };
   Kind kind = Kind::kNotFound;
   // For kStream: the scope and stream name. Global streams live under /v1/stream/<name>;
-  // tenant streams will live under /v1/tenants/<tenant>/stream/<name> once authentication exists
-  // (issue 6); ParseRoute recognises that form but reports it only when `allow_tenants`.
+  // tenant streams live under /v1/tenants/<tenant>/stream/<name>; ParseRoute reports that form
+  // (and the tenant listing /v1/tenants/<tenant>/streams) only when `allow_tenants`.
   StreamScope scope = StreamScope::Global();
   std::string name;
-  // kList (GET /v1/streams, a runnel extension) lists the streams of `scope`.
   // kChannel (/v1/channels/<id>[/keys/<key> | /partitions/<p>], a runnel extension): `name` is
   // the channel id, channel_key the idempotency key of a resolution request, channel_partition
   // the partition of a read.
   std::optional<std::string> channel_key;
   std::optional<std::string> channel_partition;
+  // kList (GET /v1/streams or /v1/tenants/<t>/streams, a runnel extension) lists the streams of
+  // `scope`.
   // A short label for metrics: "stream", "streams", "healthz", "metrics", "other".
   std::string_view label = "other";
 };

@@ -306,6 +306,14 @@ Result<StreamService::Found> StreamService::Lookup(const StreamScope& scope,
   return found;
 }
 
+Result<StreamInfo> StreamService::LookupLive(const StreamScope& scope, std::string_view name) {
+  RUNNEL_ASSIGN_OR_RETURN(Found found, Lookup(scope, name));
+  if (found.meta.soft_deleted) {
+    return Status::NotFound("stream '" + std::string(name) + "' does not exist");
+  }
+  return std::move(found.info);
+}
+
 Status StreamService::UpdateMeta(StreamId id, const std::function<void(Meta*)>& change) {
   std::lock_guard<std::mutex> lock(meta_mu_);
   RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
@@ -351,7 +359,9 @@ void StreamService::AddCommonHeaders(HttpResponse* r) {
   r->Set("Access-Control-Expose-Headers",
          "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, "
          "Stream-Expires-At, ETag, Location, Content-Type, Producer-Epoch, Producer-Seq, "
-         "Producer-Expected-Seq, Producer-Received-Seq, Stream-SSE-Data-Encoding");
+         "Producer-Expected-Seq, Producer-Received-Seq, Stream-SSE-Data-Encoding, "
+         "Stream-Retention-Max-Events, Stream-Retention-Max-Age-Ms, Stream-Retention-Max-Bytes, "
+         "WWW-Authenticate");
   r->Set("X-Content-Type-Options", "nosniff");
   r->Set("Cross-Origin-Resource-Policy", "cross-origin");
 }
@@ -359,7 +369,7 @@ void StreamService::AddCommonHeaders(HttpResponse* r) {
 HttpResponse StreamService::Preflight(const HttpRequest& request) {
   HttpResponse r;
   r.status = 204;
-  r.Set("Access-Control-Allow-Methods", "GET, HEAD, POST, PUT, DELETE, OPTIONS");
+  r.Set("Access-Control-Allow-Methods", "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS");
   auto requested = request.Header("access-control-request-headers");
   r.Set("Access-Control-Allow-Headers",
         requested && !requested->empty()
@@ -367,7 +377,9 @@ HttpResponse StreamService::Preflight(const HttpRequest& request) {
             : std::string("Content-Type, Authorization, If-None-Match, Stream-Seq, Stream-TTL, "
                           "Stream-Expires-At, Stream-Closed, Stream-Forked-From, "
                           "Stream-Fork-Offset, Stream-Fork-Sub-Offset, Producer-Id, "
-                          "Producer-Epoch, Producer-Seq"));
+                          "Producer-Epoch, Producer-Seq, Stream-Expected-Offset, "
+                          "Stream-Retention, Stream-Retention-Max-Events, "
+                          "Stream-Retention-Max-Age-Ms, Stream-Retention-Max-Bytes"));
   r.Set("Access-Control-Max-Age", "86400");
   return r;
 }
@@ -421,6 +433,8 @@ void StreamService::HandleWrite(const Route& route, HttpRequest request, Done do
       Create(route, *shared, std::move(release), std::move(done));
     } else if (shared->method == "POST") {
       Append(route, *shared, std::move(release), std::move(done));
+    } else if (shared->method == "PATCH") {
+      UpdateRetention(route, *shared, std::move(release), std::move(done));
     } else {
       Delete(route, std::move(release), std::move(done));
     }
@@ -458,7 +472,41 @@ struct CreateConfig {
   std::optional<std::string> fork_offset;
   uint64_t fork_sub_offset = 0;
   bool has_sub_offset = false;
+  StreamRetention retention;
 };
+
+// Stream-Retention-Max-Events / -Max-Age-Ms / -Max-Bytes (a runnel extension): positive
+// integers; an absent header leaves that cap unset.
+Result<StreamRetention> ParseRetentionHeaders(const HttpRequest& request) {
+  StreamRetention retention;
+  const std::pair<const char*, std::optional<uint64_t> StreamRetention::*> fields[] = {
+      {"stream-retention-max-events", &StreamRetention::max_events},
+      {"stream-retention-max-age-ms", &StreamRetention::max_age_ms},
+      {"stream-retention-max-bytes", &StreamRetention::max_bytes},
+  };
+  for (const auto& [header, field] : fields) {
+    if (auto value = request.Header(header)) {
+      auto parsed = ParseCanonicalUint(*value, kMaxSafeInteger);
+      if (!parsed || *parsed == 0) {
+        return Status::InvalidArgument(std::string(header) + " must be a positive integer");
+      }
+      retention.*field = *parsed;
+    }
+  }
+  return retention;
+}
+
+void SetRetentionHeaders(const StreamRetention& retention, HttpResponse* r) {
+  if (retention.max_events) {
+    r->Set("Stream-Retention-Max-Events", std::to_string(*retention.max_events));
+  }
+  if (retention.max_age_ms) {
+    r->Set("Stream-Retention-Max-Age-Ms", std::to_string(*retention.max_age_ms));
+  }
+  if (retention.max_bytes) {
+    r->Set("Stream-Retention-Max-Bytes", std::to_string(*retention.max_bytes));
+  }
+}
 
 Result<CreateConfig> ParseCreateConfig(const HttpRequest& request) {
   CreateConfig c;
@@ -489,6 +537,7 @@ Result<CreateConfig> ParseCreateConfig(const HttpRequest& request) {
   if (!c.fork_from && (c.fork_offset || c.has_sub_offset)) {
     return Status::InvalidArgument("fork headers require Stream-Forked-From");
   }
+  RUNNEL_ASSIGN_OR_RETURN(c.retention, ParseRetentionHeaders(request));
   return c;
 }
 
@@ -510,7 +559,8 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   std::string source_name;
   if (config.fork_from) {
     auto decoded = PercentDecode(*config.fork_from, false);
-    Route src = ParseRoute(decoded ? *decoded : *config.fork_from, route.scope.tenant().has_value());
+    // Any scope: the caller's access to the source was checked before this (access_gate.h).
+    Route src = ParseRoute(decoded ? *decoded : *config.fork_from, /*allow_tenants=*/true);
     if (src.kind != Route::Kind::kStream) {
       return finish(ErrorResponse(Status::NotFound("fork source does not exist")));
     }
@@ -534,6 +584,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
       same = same && config.ttl_s == f.meta.ttl_s && config.expires_at_ms == f.meta.expires_at_ms;
     }
     same = same && config.closed == f.info.closed;
+    same = same && config.retention == f.info.spec.retention;
     if (config.fork_from) {
       same = same && f.meta.fork_ns == source_scope->Label() && f.meta.fork_name == source_name;
       if (config.fork_offset) {
@@ -661,6 +712,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
 
   CreateStreamOptions options;
   options.content_type = content_type;
+  options.retention = config.retention;
   auto attrs = attributes::Set("", Meta::kAttributeKey, meta.Serialize());
   if (!attrs.ok()) return finish(ErrorResponse(attrs.status()));
   options.attributes = std::move(*attrs);
@@ -829,6 +881,25 @@ void StreamService::Append(const Route& route, const HttpRequest& request, Relea
     }
   }
 
+  // Conditional append (runnel extension): the batch must start at this position, else 409
+  // with the current tail in Stream-Next-Offset (the seed-003 "occupied sequence" rule).
+  std::optional<uint64_t> expected_position;
+  if (auto expected = request.Header("stream-expected-offset")) {
+    auto parsed = ParseOffset(*expected);
+    if (!parsed.ok() || parsed->kind != OffsetQuery::Kind::kPosition) {
+      return finish(ErrorResponse(
+          Status::InvalidArgument("Stream-Expected-Offset must be an offset token")));
+    }
+    expected_position = parsed->position;
+    if (*expected_position != TailPosition(info)) {
+      HttpResponse r = ErrorResponse(Status::Conflict(
+          "Stream-Expected-Offset does not match the stream's next offset", *expected_position,
+          TailPosition(info)));
+      r.Set("Stream-Next-Offset", FormatOffset(TailPosition(info)));
+      return finish(std::move(r));
+    }
+  }
+
   std::vector<AppendRecord> records;
   if (!request.body.empty()) {
     if (json_mode) {
@@ -845,6 +916,7 @@ void StreamService::Append(const Route& route, const HttpRequest& request, Relea
   options.producer = producer;
   options.close = close;
   const bool empty = records.empty();
+  if (expected_position && !empty) options.expected_offset = *expected_position + 1;
   auto started = std::chrono::steady_clock::now();
   StreamId id = info.id;
   registry_.AppendBatchAsync(
@@ -856,6 +928,12 @@ void StreamService::Append(const Route& route, const HttpRequest& request, Relea
         HttpResponse r;
         if (!result.ok()) {
           r = ErrorResponse(result.status());
+          if (result.status().code() == StatusCode::kConflict) {
+            // A conditional append lost a race: report the tail it must start at now.
+            if (auto info = registry_.store().GetStreamById(id); info.ok()) {
+              r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
+            }
+          }
           if (result.status().code() == StatusCode::kFailedPrecondition) {
             // Closed by a concurrent request after our check.
             r.Set("Stream-Closed", "true");
@@ -890,6 +968,35 @@ void StreamService::Append(const Route& route, const HttpRequest& request, Relea
 
 // ---------------------------------------------------------------------------------------------
 // HEAD, listing and reads
+
+void StreamService::UpdateRetention(const Route& route, const HttpRequest& request,
+                                    Release release, Done done) {
+  HttpResponse response;
+  auto retention = ParseRetentionHeaders(request);
+  const bool clear = request.Header("stream-retention") == std::optional<std::string_view>("none");
+  if (retention.ok() && *retention == StreamRetention{} && !clear) {
+    retention = Status::InvalidArgument(
+        "send Stream-Retention-Max-Events, -Max-Age-Ms or -Max-Bytes, or Stream-Retention: none");
+  }
+  auto found = Lookup(route.scope, route.name);
+  if (!retention.ok()) {
+    response = ErrorResponse(retention.status());
+  } else if (!found.ok()) {
+    response = ErrorResponse(found.status());
+  } else if (found->meta.soft_deleted) {
+    response = Gone();
+  } else if (Status set = registry_.SetRetention(route.scope, route.name, *retention); !set.ok()) {
+    response = ErrorResponse(set);
+  } else {
+    response.status = 204;
+    SetRetentionHeaders(*retention, &response);
+    if (auto info = registry_.store().GetStreamById(found->info.id); info.ok()) {
+      response.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
+    }
+  }
+  release();
+  done(std::move(response));
+}
 
 HttpResponse StreamService::HandleList(const Route& route, const HttpRequest& request) {
   std::string prefix(request.Query("prefix").value_or(""));
@@ -961,6 +1068,7 @@ HttpResponse StreamService::HandleHead(const Route& route, const HttpRequest&) {
   if (found->meta.ttl_s) r.Set("Stream-TTL", std::to_string(*found->meta.ttl_s));
   if (found->meta.expires_at) r.Set("Stream-Expires-At", *found->meta.expires_at);
   if (found->info.closed) r.Set("Stream-Closed", "true");
+  SetRetentionHeaders(found->info.spec.retention, &r);
   r.Set("Cache-Control", "no-store");
   return r;
 }

@@ -96,7 +96,8 @@ class StreamService {
   const StreamServiceOptions& options() const { return options_; }
   StreamRegistry& registry() { return registry_; }
 
-  // PUT (create/fork), POST (append/close) and DELETE. `done` runs exactly once.
+  // PUT (create/fork), POST (append/close), DELETE and PATCH (retention). `done` runs exactly
+  // once.
   void HandleWrite(const Route& route, HttpRequest request, Done done);
   // GET /v1/streams?prefix=&after=&limit= (runnel extension): streams of the route's scope in
   // name order as {"streams":[{name, content_type, next_offset, closed, ...}], "next_after"}.
@@ -118,6 +119,9 @@ class StreamService {
   HttpResponse SseHeaders(const ReadState& state);
   // "event: data" (when the chunk has records) followed by "event: control".
   std::string SseEvents(const ReadState& state, const ReadChunk& chunk);
+  // The stream if it exists and is live (not expired, not soft-deleted), else kNotFound. For
+  // runnel extensions (consumer groups, group_service.h) that address protocol streams.
+  Result<StreamInfo> LookupLive(const StreamScope& scope, std::string_view name);
   // Wakes `on_hint` (from a store thread) when the stream may have moved.
   Result<Subscription> Watch(const ReadState& state, std::function<void()> on_hint);
 
@@ -154,6 +158,10 @@ class StreamService {
   void Create(const Route& route, const HttpRequest& request, Release release, Done done);
   void Append(const Route& route, const HttpRequest& request, Release release, Done done);
   void Delete(const Route& route, Release release, Done done);
+  // PATCH (runnel extension): replaces the stream's retention caps with the
+  // Stream-Retention-Max-* headers sent (an absent header clears that cap); with none of them,
+  // `Stream-Retention: none` clears every cap and anything else is 400.
+  void UpdateRetention(const Route& route, const HttpRequest& request, Release release, Done done);
 
   StreamRegistry registry_;
   StreamServiceOptions options_;

@@ -220,7 +220,7 @@ TEST_F(ServerLimitsTest, MalformedRequestsGet4xxJsonErrors) {
   EXPECT_EQ(no_route.status, 404);
   auto bad_ttl = c.Request(Put("/v1/stream/t", "", "Stream-TTL: 1.5\r\n"));
   EXPECT_EQ(bad_ttl.status, 400);
-  auto method = c.Request("PATCH /v1/stream/s HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+  auto method = c.Request("TRACE /v1/stream/s HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
   EXPECT_EQ(method.status, 405);
 }
 

@@ -1,0 +1,682 @@
+// Tenant isolation and authentication over HTTP (SEMANTICS Z1-Z4), and consumer groups over
+// HTTP (C2, C5, P7), against an in-process server on a free loopback port with a token file in
+// a temporary directory.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/token_store.h"
+#include "server/group_service.h"
+#include "server/http_server.h"
+
+namespace runnel::server {
+namespace {
+
+using json = nlohmann::json;
+
+struct Response {
+  int status = 0;
+  std::string head;  // status line and headers
+  std::string body;
+};
+
+// One request on a fresh blocking loopback connection, answered with Connection: close.
+Response Send(uint16_t port, const std::string& method, const std::string& target,
+              const std::vector<std::string>& headers = {}, const std::string& body = "") {
+  Response r;
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return r;
+  }
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string text = method + " " + target + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
+  for (const auto& h : headers) text += h + "\r\n";
+  if (!body.empty() || method == "POST" || method == "PUT") {
+    text += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  }
+  text += "\r\n" + body;
+  size_t sent = 0;
+  while (sent < text.size()) {
+    ssize_t n = ::send(fd, text.data() + sent, text.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<size_t>(n);
+  }
+  std::string all;
+  char chunk[65536];
+  for (;;) {  // the server closes after the response; a HEAD response has no body to wait for
+    ssize_t n = ::recv(fd, chunk, sizeof(chunk), 0);
+    if (n <= 0) break;
+    all.append(chunk, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  size_t end = all.find("\r\n\r\n");
+  if (end == std::string::npos || all.size() < 12) return r;
+  r.head = all.substr(0, end);
+  r.body = all.substr(end + 4);
+  r.status = std::stoi(all.substr(9, 3));
+  return r;
+}
+
+bool HasHeader(const Response& r, std::string_view name) {
+  std::string lower = r.head;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower.find("\r\n" + std::string(name) + ":") != std::string::npos;
+}
+
+class TenantServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("runnel_tenant_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    tokens_path_ = (dir_ / "tokens").string();
+  }
+  void TearDown() override {
+    if (server_) {
+      server_->Stop();
+      thread_.join();
+    }
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::string NewToken(std::optional<std::string> tenant, bool cross,
+                       std::optional<uint64_t> expires_at_ms = std::nullopt) {
+    auto store = TokenStore::Open(tokens_path_);
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    TokenGrant grant;
+    grant.tenant = std::move(tenant);
+    grant.cross_tenant = cross;
+    grant.expires_at_ms = expires_at_ms;
+    auto token = (*store)->Create(grant);
+    EXPECT_TRUE(token.ok()) << token.status().ToString();
+    return *token;
+  }
+
+  // auth: true = an AccessGate over the token file (re-read on every request).
+  void StartServer(bool auth) {
+    ServerOptions options;
+    options.host = "127.0.0.1";
+    options.port = 0;
+    options.threads = 2;
+    options.service.long_poll_timeout_ms = 200;
+    if (auth) {
+      AccessOptions access;
+      access.tokens_path = tokens_path_;
+      access.reload_interval_ms = 0;
+      auto gate = AccessGate::Open(access);
+      ASSERT_TRUE(gate.ok()) << gate.status().ToString();
+      options.access = *gate;
+    }
+    auto server = HttpServer::Start(StreamRegistry(), options);
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+    thread_ = std::thread([this] { server_->Run(); });
+  }
+  uint16_t port() const { return server_->port(); }
+
+  static std::string Bearer(const std::string& token) { return "Authorization: Bearer " + token; }
+
+  std::filesystem::path dir_;
+  std::string tokens_path_;
+  std::unique_ptr<HttpServer> server_;
+  std::thread thread_;
+};
+
+// Strings only the owners may ever see.
+constexpr const char* kAcmeSecretName = "hidden-acme-name";
+constexpr const char* kAcmeData = "acme-payload-7f3a";
+constexpr const char* kGlobexSecretName = "hidden-globex-name";
+
+struct Caller {
+  std::string label;
+  std::vector<std::string> headers;
+  // Expected for acme's streams, globex's streams and global streams: 0 = allowed (neither 401
+  // nor 403), else the exact status.
+  int acme = 0;
+  int globex = 0;
+  int global = 0;
+};
+
+struct Op {
+  std::string label;
+  std::string method;
+  // Target for a stream URL path "<scope-prefix>/stream/<name>" (groups use the group URL).
+  bool groups = false;
+  std::string query;
+  std::vector<std::string> headers;
+  std::string body;
+};
+
+TEST_F(TenantServerTest, IsolationMatrix) {
+  const std::string acme = NewToken("acme", false);
+  const std::string globex = NewToken("globex", false);
+  const std::string platform = NewToken(std::nullopt, false);
+  const std::string acme_cross = NewToken("acme", true);
+  const std::string platform_cross = NewToken(std::nullopt, true);
+  const std::string expired = NewToken("acme", false, /*expires_at_ms=*/1);
+  StartServer(true);
+
+  // Seed: acme and globex streams, through their owners.
+  auto seed = [&](const std::string& token, const std::string& path, const std::string& data) {
+    auto put = Send(port(), "PUT", path, {Bearer(token), "Content-Type: text/plain"});
+    ASSERT_EQ(put.status, 201) << path << " " << put.body;
+    auto post = Send(port(), "POST", path, {Bearer(token), "Content-Type: text/plain"}, data);
+    ASSERT_EQ(post.status, 204) << path << " " << post.body;
+  };
+  seed(acme, "/v1/tenants/acme/stream/s", kAcmeData);
+  seed(acme, std::string("/v1/tenants/acme/stream/") + kAcmeSecretName, kAcmeData);
+  seed(globex, "/v1/tenants/globex/stream/s", "globex-data");
+  seed(globex, std::string("/v1/tenants/globex/stream/") + kGlobexSecretName, "globex-data");
+  seed(platform, "/v1/stream/s", "global-data");
+  // Groups on acme's stream, so group listings have something to leak.
+  ASSERT_EQ(Send(port(), "POST", "/v1/groups/tenants/acme/stream/s?group=acme-group&ack=1",
+                 {Bearer(acme)})
+                .status,
+            200);
+
+  const std::vector<Caller> callers = {
+      {"same tenant (acme)", {Bearer(acme)}, 0, 403, 403},
+      {"other tenant (globex)", {Bearer(globex)}, 403, 0, 403},
+      {"platform", {Bearer(platform)}, 403, 403, 0},
+      {"tenant with cross-tenant capability", {Bearer(acme_cross)}, 0, 0, 0},
+      {"platform with cross-tenant capability", {Bearer(platform_cross)}, 0, 0, 0},
+      {"no token", {}, 401, 401, 401},
+      {"non-bearer scheme", {"Authorization: Basic dXNlcjpwYXNz"}, 401, 401, 401},
+      {"malformed token", {Bearer("not-a-token")}, 403, 403, 403},
+      {"unknown token", {Bearer("rnl_000000000000_" + std::string(43, 'A'))}, 403, 403, 403},
+      {"expired token", {Bearer(expired)}, 403, 403, 403},
+  };
+  // Read-only or idempotent operations first; each is tried on an existing and a missing
+  // stream, so a denial can be compared across the two (Z4).
+  const std::vector<Op> ops = {
+      {"read", "GET", false, "?offset=-1", {}, ""},
+      {"head", "HEAD", false, "", {}, ""},
+      {"append", "POST", false, "", {"Content-Type: text/plain"}, "x"},
+      {"create (idempotent)", "PUT", false, "", {"Content-Type: text/plain"}, ""},
+      {"group list", "GET", true, "", {}, ""},
+      {"group read-next", "GET", true, "?group=g", {}, ""},
+      {"group ack", "POST", true, "?group=g&ack=1", {}, ""},
+      {"group prune", "POST", true, "?prune=0", {}, ""},
+      {"retention change", "PATCH", false, "", {"Stream-Retention-Max-Events: 1000"}, ""},
+      {"conditional append", "POST", false, "",
+       {"Content-Type: text/plain", "Stream-Expected-Offset: 0000000000000000_0000000000000000"},
+       "y"},
+  };
+  const std::vector<std::pair<std::string, int Caller::*>> scopes = {
+      {"tenants/acme/", &Caller::acme},
+      {"tenants/globex/", &Caller::globex},
+      {"", &Caller::global},
+  };
+  auto check_no_leak = [](const Response& r, const std::string& context, bool acme_visible,
+                          bool globex_visible) {
+    const std::string all = r.head + "\n" + r.body;
+    if (!acme_visible) {
+      EXPECT_EQ(all.find(kAcmeSecretName), std::string::npos) << context << "\n" << all;
+      EXPECT_EQ(all.find(kAcmeData), std::string::npos) << context << "\n" << all;
+      EXPECT_EQ(all.find("acme-group"), std::string::npos) << context << "\n" << all;
+    }
+    if (!globex_visible) {
+      EXPECT_EQ(all.find(kGlobexSecretName), std::string::npos) << context << "\n" << all;
+      EXPECT_EQ(all.find("globex-data"), std::string::npos) << context << "\n" << all;
+    }
+  };
+
+  int checked = 0;
+  for (const Caller& caller : callers) {
+    const bool sees_acme = caller.acme == 0;
+    const bool sees_globex = caller.globex == 0;
+    for (const auto& [prefix, field] : scopes) {
+      const int expected = caller.*field;
+      for (const Op& op : ops) {
+        Response answers[2];
+        for (int missing = 0; missing < 2; ++missing) {
+          const std::string name = missing ? "no-such-stream" : "s";
+          const std::string target = std::string(op.groups ? "/v1/groups/" : "/v1/") + prefix +
+                                     "stream/" + name + op.query;
+          std::vector<std::string> headers = caller.headers;
+          headers.insert(headers.end(), op.headers.begin(), op.headers.end());
+          Response r = Send(port(), op.method, target, headers, op.body);
+          const std::string context = caller.label + " " + op.label + " " + op.method + " " +
+                                      target + " -> " + std::to_string(r.status);
+          ++checked;
+          if (expected == 0) {
+            EXPECT_NE(r.status, 0) << context;
+            EXPECT_NE(r.status, 401) << context;
+            EXPECT_NE(r.status, 403) << context;
+          } else {
+            EXPECT_EQ(r.status, expected) << context << "\n" << r.body;
+            if (expected == 401) {
+              EXPECT_TRUE(HasHeader(r, "www-authenticate")) << context;
+            }
+          }
+          check_no_leak(r, context, sees_acme, sees_globex);
+          answers[missing] = r;
+        }
+        if (expected != 0 && op.method != "HEAD") {
+          // The same denial whether or not the stream exists, apart from the name sent.
+          std::string existing = answers[0].body;
+          const std::string absent = answers[1].body;
+          for (size_t at; (at = existing.find("'s'")) != std::string::npos;) {
+            existing.replace(at, 3, "'no-such-stream'");
+          }
+          EXPECT_EQ(existing, absent) << caller.label << " " << op.label << " " << prefix;
+        }
+        EXPECT_EQ(answers[0].status == 403 || answers[0].status == 401,
+                  answers[1].status == 403 || answers[1].status == 401)
+            << caller.label << " " << op.label << " " << prefix;
+      }
+    }
+
+    // Listings: the tenant form and the global form.
+    for (const auto& [prefix, field] : scopes) {
+      const int expected = caller.*field;
+      const std::string target =
+          prefix.empty() ? "/v1/streams" : "/v1/" + prefix.substr(0, prefix.size() - 1) + "/streams";
+      Response r = Send(port(), "GET", target, caller.headers);
+      const std::string context = caller.label + " list " + target;
+      ++checked;
+      if (expected == 0) {
+        EXPECT_EQ(r.status, 200) << context << "\n" << r.body;
+      } else {
+        EXPECT_EQ(r.status, expected) << context << "\n" << r.body;
+      }
+      check_no_leak(r, context, sees_acme && prefix == "tenants/acme/",
+                    sees_globex && prefix == "tenants/globex/");
+    }
+
+    // Forks into the caller's allowed scope from acme's stream (existing and missing).
+    if (caller.globex == 0 && caller.acme != 0) {
+      Response from_existing =
+          Send(port(), "PUT", "/v1/tenants/globex/stream/fork1",
+               caller.headers.empty() ? std::vector<std::string>{}
+                                      : std::vector<std::string>{caller.headers[0],
+                                                                 "Stream-Forked-From: "
+                                                                 "/v1/tenants/acme/stream/s"});
+      EXPECT_EQ(from_existing.status, 403) << caller.label << " " << from_existing.body;
+      check_no_leak(from_existing, caller.label + " fork", false, true);
+    }
+
+    // /metrics: the platform or a cross-tenant caller only.
+    Response metrics = Send(port(), "GET", "/metrics", caller.headers);
+    EXPECT_EQ(metrics.status, caller.global == 0 ? 200 : (caller.global == 401 ? 401 : 403))
+        << caller.label;
+  }
+  EXPECT_GT(checked, 400);
+
+  // Destructive operations last: denied deletes leave the stream in place.
+  for (const std::string& token : {globex, platform, expired}) {
+    Response del = Send(port(), "DELETE", "/v1/tenants/acme/stream/s", {Bearer(token)});
+    EXPECT_EQ(del.status, 403);
+  }
+  EXPECT_EQ(Send(port(), "DELETE", "/v1/tenants/acme/stream/s", {}).status, 401);
+  Response still = Send(port(), "GET", "/v1/tenants/acme/stream/s?offset=-1", {Bearer(acme)});
+  EXPECT_EQ(still.status, 200);
+  EXPECT_NE(still.body.find(kAcmeData), std::string::npos);
+  EXPECT_EQ(Send(port(), "DELETE", "/v1/tenants/acme/stream/s", {Bearer(acme)}).status, 204);
+  // A cross-tenant caller may fork across scopes.
+  Response fork = Send(port(), "PUT", "/v1/tenants/globex/stream/copy",
+                       {Bearer(acme_cross), "Stream-Forked-From: /v1/tenants/acme/stream/" +
+                                                std::string(kAcmeSecretName)});
+  EXPECT_EQ(fork.status, 201) << fork.body;
+}
+
+TEST_F(TenantServerTest, HealthzAndPreflightNeedNoToken) {
+  NewToken("acme", false);
+  StartServer(true);
+  EXPECT_EQ(Send(port(), "GET", "/healthz").status, 200);
+  Response preflight = Send(port(), "OPTIONS", "/v1/tenants/acme/stream/s",
+                            {"Origin: http://example.test", "Access-Control-Request-Method: POST"});
+  EXPECT_NE(preflight.status, 401);
+  EXPECT_NE(preflight.status, 403);
+}
+
+TEST_F(TenantServerTest, OpenWithoutTokensAndTokenFileReloaded) {
+  StartServer(true);
+  // No tokens: open, tenant routes work for everyone.
+  EXPECT_EQ(Send(port(), "PUT", "/v1/tenants/acme/stream/s", {"Content-Type: text/plain"}).status,
+            201);
+  EXPECT_EQ(Send(port(), "GET", "/v1/tenants/acme/streams").status, 200);
+  // A token created while running takes effect without a restart.
+  const std::string acme = NewToken("acme", false);
+  Response anonymous = Send(port(), "GET", "/v1/tenants/acme/stream/s?offset=-1");
+  EXPECT_EQ(anonymous.status, 401);
+  EXPECT_TRUE(HasHeader(anonymous, "www-authenticate"));
+  auto body = json::parse(anonymous.body, nullptr, false);
+  ASSERT_TRUE(body.is_object());
+  EXPECT_EQ(body["error"]["code"], "unauthenticated");
+  EXPECT_EQ(Send(port(), "GET", "/v1/tenants/acme/stream/s?offset=-1", {Bearer(acme)}).status,
+            200);
+}
+
+TEST_F(TenantServerTest, TenantListingShowsOnlyThatTenant) {
+  const std::string acme = NewToken("acme", false);
+  const std::string globex = NewToken("globex", false);
+  StartServer(true);
+  ASSERT_EQ(Send(port(), "PUT", "/v1/tenants/acme/stream/a1", {Bearer(acme)}).status, 201);
+  ASSERT_EQ(Send(port(), "PUT", "/v1/tenants/globex/stream/g1", {Bearer(globex)}).status, 201);
+  Response list = Send(port(), "GET", "/v1/tenants/acme/streams", {Bearer(acme)});
+  ASSERT_EQ(list.status, 200);
+  auto body = json::parse(list.body, nullptr, false);
+  ASSERT_TRUE(body.is_object()) << list.body;
+  ASSERT_EQ(body["streams"].size(), 1u) << list.body;
+  EXPECT_EQ(body["streams"][0]["name"], "a1");
+}
+
+// --- Consumer groups over HTTP ---
+
+class GroupHttpTest : public TenantServerTest {
+ protected:
+  json Call(const std::string& method, const std::string& target, int expect_status = 200) {
+    Response r = Send(port(), method, target);
+    EXPECT_EQ(r.status, expect_status) << method << " " << target << " " << r.body;
+    auto body = json::parse(r.body, nullptr, false);
+    return body.is_discarded() ? json() : body;
+  }
+  std::vector<uint64_t> Offsets(const json& read) {
+    std::vector<uint64_t> out;
+    for (const auto& e : read["events"]) out.push_back(e["offset"].get<uint64_t>());
+    return out;
+  }
+  void Seed(const std::string& path, int n) {
+    ASSERT_EQ(Send(port(), "PUT", path, {"Content-Type: application/json"}).status, 201);
+    json batch = json::array();
+    for (int i = 1; i <= n; ++i) batch.push_back({{"n", i}});
+    ASSERT_EQ(
+        Send(port(), "POST", path, {"Content-Type: application/json"}, batch.dump()).status, 204);
+  }
+};
+
+TEST_F(GroupHttpTest, AckIsMonotonicC2) {
+  StartServer(false);
+  Seed("/v1/stream/c2", 5);
+  const std::string g = "/v1/groups/stream/c2?group=c1&ack=";
+  EXPECT_EQ(Call("POST", g + "3")["last_acked"], 3);
+  EXPECT_EQ(Call("POST", g + "1")["last_acked"], 3);
+  EXPECT_EQ(Call("POST", g + "3")["last_acked"], 3);
+  EXPECT_EQ(Call("POST", g + "5")["last_acked"], 5);
+  // Other groups are independent (C3).
+  EXPECT_EQ(Call("GET", "/v1/groups/stream/c2?group=c2")["last_acked"], 0);
+  Call("POST", g + "x", 400);
+  Call("POST", "/v1/groups/stream/missing?group=c1&ack=1", 404);
+}
+
+TEST_F(GroupHttpTest, ReadNextC5) {
+  StartServer(false);
+  Seed("/v1/tenants/acme/stream/c5", 5);
+  const std::string base = "/v1/groups/tenants/acme/stream/c5";
+  Call("POST", base + "?group=A&ack=3");
+  Call("POST", base + "?group=B&ack=1");
+  EXPECT_EQ(Offsets(Call("GET", base + "?group=A")), (std::vector<uint64_t>{4, 5}));
+  EXPECT_EQ(Offsets(Call("GET", base + "?group=B")), (std::vector<uint64_t>{2, 3, 4, 5}));
+  json c = Call("GET", base + "?group=C");
+  EXPECT_EQ(Offsets(c), (std::vector<uint64_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(c["events"][0]["data"], json({{"n", 1}}));
+  EXPECT_EQ(c["next_ack"], 5);
+  Call("POST", base + "?group=A&ack=2");
+  EXPECT_EQ(Offsets(Call("GET", base + "?group=A")), (std::vector<uint64_t>{4, 5}));
+  EXPECT_EQ(Offsets(Call("GET", base + "?group=B&limit=2")), (std::vector<uint64_t>{2, 3}));
+  // Reads are pure (D4): reading did not move B.
+  EXPECT_EQ(Call("GET", base + "?group=B")["last_acked"], 1);
+}
+
+TEST_F(GroupHttpTest, PruneWithFastAndSlowGroupsP7) {
+  StartServer(false);
+  Seed("/v1/stream/p7", 10);
+  const std::string base = "/v1/groups/stream/p7";
+  Call("POST", base + "?group=fast&ack=8");
+  Call("POST", base + "?group=slow&ack=3");
+  json list = Call("GET", base);
+  EXPECT_EQ(list["tail"], 10);
+  ASSERT_EQ(list["groups"].size(), 2u) << list.dump();
+  for (const auto& g : list["groups"]) {
+    if (g["group"] == "fast") {
+      EXPECT_EQ(g["last_acked"], 8);
+      EXPECT_EQ(g["lag"], 2);
+    } else {
+      EXPECT_EQ(g["group"], "slow");
+      EXPECT_EQ(g["last_acked"], 3);
+      EXPECT_EQ(g["lag"], 7);
+    }
+  }
+  EXPECT_EQ(Call("POST", base + "?prune=8")["removed"], 3);
+  EXPECT_EQ(Offsets(Call("GET", base + "?group=slow")),
+            (std::vector<uint64_t>{4, 5, 6, 7, 8, 9, 10}));
+  EXPECT_EQ(Offsets(Call("GET", base + "?group=fast")), (std::vector<uint64_t>{9, 10}));
+  // P9: a repeat removes nothing and group offsets did not move.
+  EXPECT_EQ(Call("POST", base + "?prune=8")["removed"], 0);
+  EXPECT_EQ(Call("GET", base + "?group=slow")["last_acked"], 3);
+  // The protocol read starts at the retained head.
+  Response read = Send(port(), "GET", "/v1/stream/p7?offset=-1");
+  EXPECT_EQ(read.status, 200);
+  EXPECT_EQ(read.body.find("{\"n\":3}"), std::string::npos) << read.body;
+  EXPECT_NE(read.body.find("{\"n\":4}"), std::string::npos) << read.body;
+}
+
+}  // namespace
+}  // namespace runnel::server
+
+namespace runnel::server {
+namespace {
+
+std::string HeaderValue(const Response& r, std::string_view name) {
+  std::string lower = r.head;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  size_t at = lower.find("\r\n" + std::string(name) + ":");
+  if (at == std::string::npos) return "";
+  size_t start = at + 3 + name.size();
+  size_t end = r.head.find("\r\n", start);
+  std::string value = r.head.substr(start, end - start);
+  while (!value.empty() && value.front() == ' ') value.erase(0, 1);
+  return value;
+}
+
+TEST_F(TenantServerTest, RetentionSetAtCreateVisibleOnHeadAndChangeable) {
+  StartServer(false);
+  const std::string path = "/v1/stream/r";
+  ASSERT_EQ(Send(port(), "PUT", path,
+                 {"Content-Type: text/plain", "Stream-Retention-Max-Events: 3"})
+                .status,
+            201);
+  // A re-create with different retention is a different configuration.
+  EXPECT_EQ(Send(port(), "PUT", path, {"Content-Type: text/plain"}).status, 409);
+  EXPECT_EQ(Send(port(), "PUT", path,
+                 {"Content-Type: text/plain", "Stream-Retention-Max-Events: 3"})
+                .status,
+            200);
+  EXPECT_EQ(Send(port(), "PUT", "/v1/stream/r0",
+                 {"Content-Type: text/plain", "Stream-Retention-Max-Events: 0"})
+                .status,
+            400);
+  Response head = Send(port(), "HEAD", path);
+  EXPECT_EQ(HeaderValue(head, "stream-retention-max-events"), "3");
+  for (int i = 1; i <= 5; ++i) {
+    ASSERT_EQ(Send(port(), "POST", path, {"Content-Type: text/plain"}, "e" + std::to_string(i))
+                  .status,
+              204);
+  }
+  EXPECT_EQ(Send(port(), "GET", path + "?offset=-1").body, "e3e4e5");
+  // Changed later: PATCH replaces the caps.
+  Response patch = Send(port(), "PATCH", path, {"Stream-Retention-Max-Events: 1"});
+  EXPECT_EQ(patch.status, 204) << patch.body;
+  EXPECT_EQ(HeaderValue(Send(port(), "HEAD", path), "stream-retention-max-events"), "1");
+  ASSERT_EQ(Send(port(), "POST", path, {"Content-Type: text/plain"}, "e6").status, 204);
+  EXPECT_EQ(Send(port(), "GET", path + "?offset=-1").body, "e6");
+  EXPECT_EQ(Send(port(), "PATCH", "/v1/stream/missing", {"Stream-Retention-Max-Events: 1"}).status,
+            404);
+  EXPECT_EQ(Send(port(), "PATCH", path).status, 400);
+  EXPECT_EQ(Send(port(), "PATCH", path, {"Stream-Retention: none"}).status, 204);
+  EXPECT_EQ(HeaderValue(Send(port(), "HEAD", path), "stream-retention-max-events"), "");
+}
+
+TEST_F(TenantServerTest, ConditionalAppendConflictsWithCurrentTail) {
+  StartServer(false);
+  const std::string path = "/v1/stream/cas";
+  ASSERT_EQ(Send(port(), "PUT", path, {"Content-Type: text/plain"}).status, 201);
+  const std::string at0 = "Stream-Expected-Offset: 0000000000000000_0000000000000000";
+  const std::string at1 = "Stream-Expected-Offset: 0000000000000000_0000000000000001";
+  Response first = Send(port(), "POST", path, {"Content-Type: text/plain", at0}, "a");
+  EXPECT_EQ(first.status, 204) << first.body;
+  EXPECT_EQ(HeaderValue(first, "stream-next-offset"), "0000000000000000_0000000000000001");
+  // The position is occupied now.
+  Response again = Send(port(), "POST", path, {"Content-Type: text/plain", at0}, "b");
+  EXPECT_EQ(again.status, 409) << again.body;
+  EXPECT_EQ(HeaderValue(again, "stream-next-offset"), "0000000000000000_0000000000000001");
+  EXPECT_EQ(Send(port(), "POST", path, {"Content-Type: text/plain", at1}, "c").status, 204);
+  EXPECT_EQ(Send(port(), "POST", path, {"Content-Type: text/plain", "Stream-Expected-Offset: x"},
+                 "d")
+                .status,
+            400);
+  EXPECT_EQ(Send(port(), "GET", path + "?offset=-1").body, "ac");
+}
+
+}  // namespace
+}  // namespace runnel::server
+
+namespace runnel::server {
+namespace {
+
+TEST_F(TenantServerTest, GroupsSurviveARestartOnTheLogStore) {
+  auto open_server = [&]() {
+    RegistryOptions registry_options;
+    registry_options.store = "log";
+    registry_options.data_dir = (dir_ / "data").string();
+    auto registry = StreamRegistry::Open(registry_options);
+    EXPECT_TRUE(registry.ok()) << registry.status().ToString();
+    ServerOptions options;
+    options.host = "127.0.0.1";
+    options.port = 0;
+    options.threads = 2;
+    auto server = HttpServer::Start(std::move(*registry), options);
+    EXPECT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+    thread_ = std::thread([this] { server_->Run(); });
+  };
+  open_server();
+  const std::string path = "/v1/tenants/acme/stream/durable";
+  ASSERT_EQ(Send(port(), "PUT", path, {"Content-Type: application/json"}).status, 201);
+  ASSERT_EQ(
+      Send(port(), "POST", path, {"Content-Type: application/json"}, "[1,2,3,4,5]").status, 204);
+  ASSERT_EQ(Send(port(), "POST", "/v1/groups/tenants/acme/stream/durable?group=g&ack=3").status,
+            200);
+  server_->Stop();
+  thread_.join();
+  server_.reset();
+
+  open_server();
+  Response list = Send(port(), "GET", "/v1/groups/tenants/acme/stream/durable");
+  ASSERT_EQ(list.status, 200) << list.body;
+  auto body = json::parse(list.body, nullptr, false);
+  ASSERT_TRUE(body.is_object()) << list.body;
+  ASSERT_EQ(body["groups"].size(), 1u) << list.body;
+  EXPECT_EQ(body["groups"][0]["group"], "g");
+  EXPECT_EQ(body["groups"][0]["last_acked"], 3);
+  EXPECT_EQ(body["groups"][0]["lag"], 2);
+  Response next = Send(port(), "GET", "/v1/groups/tenants/acme/stream/durable?group=g");
+  auto events = json::parse(next.body, nullptr, false);
+  ASSERT_TRUE(events.is_object()) << next.body;
+  ASSERT_EQ(events["events"].size(), 2u) << next.body;
+  EXPECT_EQ(events["events"][0]["offset"], 4);
+  EXPECT_EQ(events["events"][0]["data"], 4);
+}
+
+}  // namespace
+}  // namespace runnel::server
+
+namespace runnel::server {
+namespace {
+
+TEST_F(GroupHttpTest, LongPollReadNextWaitsForAnAppend) {
+  StartServer(false);
+  Seed("/v1/stream/lp", 2);
+  const std::string base = "/v1/groups/stream/lp";
+  Call("POST", base + "?group=w&ack=2");
+  // With the test server's 200 ms long-poll timeout and nothing to read: 204.
+  Response timeout = Send(port(), "GET", base + "?group=w&live=long-poll");
+  EXPECT_EQ(timeout.status, 204) << timeout.body;
+  // With work available the answer is immediate.
+  Call("POST", base + "?group=v&ack=1");
+  json ready = Call("GET", base + "?group=v&live=long-poll");
+  EXPECT_EQ(Offsets(ready), (std::vector<uint64_t>{2}));
+  Call("GET", base + "?group=v&live=sse", 400);
+}
+
+class GroupLongPollTest : public GroupHttpTest {};
+
+TEST_F(GroupLongPollTest, AppendWakesAWaitingReader) {
+  // A long timeout: the reader gets the event whether the append lands before or after it
+  // starts waiting, so the outcome does not depend on timing.
+  ServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.threads = 2;
+  options.service.long_poll_timeout_ms = 30000;
+  auto server = HttpServer::Start(StreamRegistry(), options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  server_ = std::move(*server);
+  thread_ = std::thread([this] { server_->Run(); });
+  Seed("/v1/stream/wake", 1);
+  Call("POST", "/v1/groups/stream/wake?group=w&ack=1");
+  Response waited;
+  std::thread reader([&] {
+    waited = Send(port(), "GET", "/v1/groups/stream/wake?group=w&live=long-poll");
+  });
+  ASSERT_EQ(Send(port(), "POST", "/v1/stream/wake", {"Content-Type: application/json"},
+                 "[{\"n\":2}]")
+                .status,
+            204);
+  reader.join();
+  ASSERT_EQ(waited.status, 200) << waited.body;
+  auto body = json::parse(waited.body, nullptr, false);
+  ASSERT_TRUE(body.is_object()) << waited.body;
+  ASSERT_EQ(body["events"].size(), 1u);
+  EXPECT_EQ(body["events"][0]["offset"], 2);
+}
+
+}  // namespace
+}  // namespace runnel::server
+
+namespace runnel::server {
+namespace {
+
+TEST(TenantRoutes, TenantStreamListingAndGroupPaths) {
+  Route list = ParseRoute("/v1/tenants/acme/streams", /*allow_tenants=*/true);
+  EXPECT_EQ(list.kind, Route::Kind::kList);
+  EXPECT_EQ(list.scope, StreamScope::Tenant("acme"));
+  EXPECT_EQ(ParseRoute("/v1/tenants/acme/streams", /*allow_tenants=*/false).kind,
+            Route::Kind::kNotFound);
+  EXPECT_EQ(ParseRoute("/v1/tenants/acme/streamsx", true).kind, Route::Kind::kNotFound);
+
+  Route global = GroupService::StreamRouteOf("/v1/groups/stream/a/b");
+  EXPECT_EQ(global.kind, Route::Kind::kStream);
+  EXPECT_EQ(global.scope, StreamScope::Global());
+  EXPECT_EQ(global.name, "a/b");
+  Route tenant = GroupService::StreamRouteOf("/v1/groups/tenants/acme/stream/x");
+  EXPECT_EQ(tenant.kind, Route::Kind::kStream);
+  EXPECT_EQ(tenant.scope, StreamScope::Tenant("acme"));
+  EXPECT_EQ(tenant.name, "x");
+  EXPECT_EQ(GroupService::StreamRouteOf("/v1/groups/streams").kind, Route::Kind::kNotFound);
+  EXPECT_EQ(GroupService::StreamRouteOf("/v1/groups/tenants/acme/streams").kind,
+            Route::Kind::kNotFound);
+  EXPECT_FALSE(GroupService::Matches("/v1/stream/groups"));
+}
+
+}  // namespace
+}  // namespace runnel::server
