@@ -72,4 +72,14 @@ expect_eq "$("$R" channel read orders -p "$part" | wc -l | tr -d ' ')" "2" "no r
 next="$(curl -s "$RUNNEL_URL/v1/channels/orders" | sed 's/.*"next_offsets":\[\([^]]*\)\].*/\1/')"
 expect_eq "$(echo "$next" | tr ',' '\n' | awk '{s+=$1} END {print s}')" "6" "next offsets after restart (V2)"
 
+# With tokens configured, channels (global scope) need the platform or the cross-tenant
+# capability (SEMANTICS Z1-Z3); the server picks up new tokens without a restart.
+tenant="$("$R" token --data "$workdir/data" create --tenant acme 2>/dev/null)"
+platform="$("$R" token --data "$workdir/data" create --platform 2>/dev/null)"
+sleep 1.2
+expect_eq "$(http_code "$RUNNEL_URL/v1/channels/orders")" "401" "no token"
+expect_eq "$(http_code -H "Authorization: Bearer $tenant" "$RUNNEL_URL/v1/channels/orders")" "403" "tenant token"
+expect_eq "$(http_code -H "Authorization: Bearer $tenant" "$RUNNEL_URL/v1/channels/ghost")" "403" "tenant token, unknown channel (Z4)"
+expect_eq "$(http_code -H "Authorization: Bearer $platform" "$RUNNEL_URL/v1/channels/orders")" "200" "platform token"
+
 echo "channels e2e: all checks passed"
