@@ -680,3 +680,84 @@ TEST(TenantRoutes, TenantStreamListingAndGroupPaths) {
 
 }  // namespace
 }  // namespace runnel::server
+
+namespace runnel::server {
+namespace {
+
+class QuotaTest : public TenantServerTest {
+ protected:
+  void StartWithQuotas(QuotaOptions quotas) {
+    ServerOptions options;
+    options.host = "127.0.0.1";
+    options.port = 0;
+    options.threads = 2;
+    options.quotas = quotas;
+    auto server = HttpServer::Start(StreamRegistry(), options);
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+    thread_ = std::thread([this] { server_->Run(); });
+  }
+};
+
+TEST_F(QuotaTest, StreamLimitPerTenant) {
+  QuotaOptions quotas;
+  quotas.max_streams = 2;
+  StartWithQuotas(quotas);
+  const std::vector<std::string> ct = {"Content-Type: text/plain"};
+  EXPECT_EQ(Send(port(), "PUT", "/v1/tenants/acme/stream/a", ct).status, 201);
+  EXPECT_EQ(Send(port(), "PUT", "/v1/tenants/acme/stream/b", ct).status, 201);
+  Response third = Send(port(), "PUT", "/v1/tenants/acme/stream/c", ct);
+  EXPECT_EQ(third.status, 429) << third.body;
+  EXPECT_TRUE(HasHeader(third, "retry-after"));
+  // Re-creating an existing stream is not a new stream; other tenants and global are separate.
+  EXPECT_EQ(Send(port(), "PUT", "/v1/tenants/acme/stream/a", ct).status, 200);
+  EXPECT_EQ(Send(port(), "PUT", "/v1/tenants/globex/stream/c", ct).status, 201);
+  EXPECT_EQ(Send(port(), "PUT", "/v1/stream/c", ct).status, 201);
+  EXPECT_EQ(Send(port(), "PUT", "/v1/stream/d", ct).status, 201);
+  EXPECT_EQ(Send(port(), "PUT", "/v1/stream/e", ct).status, 201);
+}
+
+TEST_F(QuotaTest, StoredBytesPerTenant) {
+  QuotaOptions quotas;
+  quotas.max_bytes = 10;
+  StartWithQuotas(quotas);
+  const std::vector<std::string> ct = {"Content-Type: text/plain"};
+  ASSERT_EQ(Send(port(), "PUT", "/v1/tenants/acme/stream/a", ct).status, 201);
+  EXPECT_EQ(Send(port(), "POST", "/v1/tenants/acme/stream/a", ct, std::string(20, 'x')).status,
+            204);
+  Response over = Send(port(), "POST", "/v1/tenants/acme/stream/a", ct, "y");
+  EXPECT_EQ(over.status, 429) << over.body;
+  EXPECT_TRUE(HasHeader(over, "retry-after"));
+  ASSERT_EQ(Send(port(), "PUT", "/v1/tenants/globex/stream/a", ct).status, 201);
+  EXPECT_EQ(Send(port(), "POST", "/v1/tenants/globex/stream/a", ct, "z").status, 204);
+}
+
+TEST_F(QuotaTest, AppendRatePerTenant) {
+  ManualClock clock(1000000);
+  QuotaOptions quotas;
+  quotas.appends_per_sec = 3;
+  quotas.clock = &clock;
+  StartWithQuotas(quotas);
+  const std::vector<std::string> ct = {"Content-Type: text/plain"};
+  ASSERT_EQ(Send(port(), "PUT", "/v1/tenants/acme/stream/a", ct).status, 201);
+  ASSERT_EQ(Send(port(), "PUT", "/v1/tenants/globex/stream/a", ct).status, 201);
+  auto appends = [&](const std::string& tenant, int n) {
+    std::vector<int> statuses;
+    for (int i = 0; i < n; ++i) {
+      statuses.push_back(
+          Send(port(), "POST", "/v1/tenants/" + tenant + "/stream/a", ct, "x").status);
+    }
+    return statuses;
+  };
+  // The clock stands still: the bucket holds exactly one second's worth.
+  EXPECT_EQ(appends("acme", 5), (std::vector<int>{204, 204, 204, 429, 429}));
+  // Another tenant has its own bucket.
+  EXPECT_EQ(appends("globex", 1), (std::vector<int>{204}));
+  clock.Advance(1000);
+  EXPECT_EQ(appends("acme", 4), (std::vector<int>{204, 204, 204, 429}));
+  clock.Advance(334);
+  EXPECT_EQ(appends("acme", 2), (std::vector<int>{204, 429}));
+}
+
+}  // namespace
+}  // namespace runnel::server
