@@ -513,6 +513,11 @@ TEST_F(TenantServerTest, RetentionSetAtCreateVisibleOnHeadAndChangeable) {
               204);
   }
   EXPECT_EQ(Send(port(), "GET", path + "?offset=-1").body, "e3e4e5");
+  // Positions 0 and 1 (before records 1 and 2) were trimmed: 410; position 2 is the head.
+  EXPECT_EQ(Send(port(), "GET", path + "?offset=0000000000000000_0000000000000000").status, 410);
+  EXPECT_EQ(Send(port(), "GET", path + "?offset=0000000000000000_0000000000000001").status, 410);
+  EXPECT_EQ(Send(port(), "GET", path + "?offset=0000000000000000_0000000000000002").body,
+            "e3e4e5");
   // Changed later: PATCH replaces the caps.
   Response patch = Send(port(), "PATCH", path, {"Stream-Retention-Max-Events: 1"});
   EXPECT_EQ(patch.status, 204) << patch.body;
