@@ -92,7 +92,9 @@ bool AccessGate::RequiresTokens() {
       break;
   }
   auto tokens = Current();
-  return tokens && !tokens->empty();
+  // Sticky: revoking the last token or deleting the file must not open the server.
+  if (tokens && !tokens->empty()) had_tokens_.store(true);
+  return had_tokens_.load();
 }
 
 size_t AccessGate::token_count() {

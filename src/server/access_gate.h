@@ -2,8 +2,10 @@
 // touch what its route addresses (SEMANTICS Z1-Z4 through CheckStreamAccess). HTTP-library-free.
 //
 // Modes:
-// - kAuto (default): tokens are required whenever the token file holds at least one token;
-//   with none the server runs open.
+// - kAuto (default): tokens are required once the token file has held at least one token
+//   (since start-up); before that the server runs open. Revoking the last token or deleting the
+//   file never opens a server that required tokens: it then refuses every request until a
+//   token exists again or it is restarted.
 // - kTokens: tokens are always required (with an empty file every request is refused).
 // - kNone: never authenticate.
 // Open means every request acts as the platform principal with the cross-tenant capability.
@@ -91,6 +93,7 @@ class AccessGate {
   };
   FileId file_id_;  // GUARDED_BY(mu_)
   uint64_t last_check_ms_ = 0;  // GUARDED_BY(mu_)
+  std::atomic<bool> had_tokens_{false};
 };
 
 }  // namespace runnel::server

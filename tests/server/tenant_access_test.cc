@@ -364,6 +364,19 @@ TEST_F(TenantServerTest, OpenWithoutTokensAndTokenFileReloaded) {
   EXPECT_EQ(body["error"]["code"], "unauthenticated");
   EXPECT_EQ(Send(port(), "GET", "/v1/tenants/acme/stream/s?offset=-1", {Bearer(acme)}).status,
             200);
+  // Revoking the last token, or deleting the file, does not open the server again.
+  {
+    auto store = TokenStore::Open(tokens_path_);
+    ASSERT_TRUE(store.ok());
+    auto listed = (*store)->List();
+    ASSERT_EQ(listed.size(), 1u);
+    ASSERT_TRUE((*store)->Revoke(listed[0].id).ok());
+  }
+  EXPECT_EQ(Send(port(), "GET", "/v1/tenants/acme/stream/s?offset=-1").status, 401);
+  EXPECT_EQ(Send(port(), "GET", "/v1/tenants/acme/stream/s?offset=-1", {Bearer(acme)}).status,
+            403);
+  std::filesystem::remove(tokens_path_);
+  EXPECT_EQ(Send(port(), "GET", "/v1/tenants/acme/stream/s?offset=-1").status, 401);
 }
 
 TEST_F(TenantServerTest, TenantListingShowsOnlyThatTenant) {
