@@ -288,8 +288,9 @@ TEST_F(TenantServerTest, IsolationMatrix) {
     // Listings: the tenant form and the global form.
     for (const auto& [prefix, field] : scopes) {
       const int expected = caller.*field;
-      const std::string target =
-          prefix.empty() ? "/v1/streams" : "/v1/" + prefix.substr(0, prefix.size() - 1) + "/streams";
+      const std::string target = prefix.empty()
+                                     ? "/v1/streams"
+                                     : "/v1/" + prefix.substr(0, prefix.size() - 1) + "/streams";
       Response r = Send(port(), "GET", target, caller.headers);
       const std::string context = caller.label + " list " + target;
       ++checked;
@@ -391,6 +392,21 @@ TEST_F(TenantServerTest, TenantListingShowsOnlyThatTenant) {
   ASSERT_TRUE(body.is_object()) << list.body;
   ASSERT_EQ(body["streams"].size(), 1u) << list.body;
   EXPECT_EQ(body["streams"][0]["name"], "a1");
+  // Prefix and pagination work in a tenant scope too.
+  ASSERT_EQ(Send(port(), "PUT", "/v1/tenants/acme/stream/a2", {Bearer(acme)}).status, 201);
+  ASSERT_EQ(Send(port(), "PUT", "/v1/tenants/acme/stream/b1", {Bearer(acme)}).status, 201);
+  Response page = Send(port(), "GET", "/v1/tenants/acme/streams?prefix=a&limit=1", {Bearer(acme)});
+  ASSERT_EQ(page.status, 200);
+  auto first = json::parse(page.body, nullptr, false);
+  ASSERT_TRUE(first.is_object()) << page.body;
+  ASSERT_EQ(first["streams"].size(), 1u) << page.body;
+  EXPECT_EQ(first["streams"][0]["name"], "a1");
+  Response rest =
+      Send(port(), "GET", "/v1/tenants/acme/streams?prefix=a&after=a1", {Bearer(acme)});
+  auto second = json::parse(rest.body, nullptr, false);
+  ASSERT_TRUE(second.is_object()) << rest.body;
+  ASSERT_EQ(second["streams"].size(), 1u) << rest.body;
+  EXPECT_EQ(second["streams"][0]["name"], "a2");
 }
 
 // --- Consumer groups over HTTP ---
