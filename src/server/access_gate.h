@@ -70,8 +70,7 @@ class AccessGate {
 
   // Authenticate + Authorize. nullopt: go ahead as *who. Otherwise the response to send (401
   // carries WWW-Authenticate).
-  std::optional<HttpResponse> Admit(const HttpRequest& request, const Route& route,
-                                    Principal* who);
+  std::optional<HttpResponse> Admit(const HttpRequest& request, const Route& route, Principal* who);
 
   // The response for an authentication or authorization failure.
   static HttpResponse Denied(const Status& status);
@@ -91,7 +90,7 @@ class AccessGate {
     uint64_t inode = 0;
     bool operator==(const FileId&) const = default;
   };
-  FileId file_id_;  // GUARDED_BY(mu_)
+  FileId file_id_;              // GUARDED_BY(mu_)
   uint64_t last_check_ms_ = 0;  // GUARDED_BY(mu_)
   std::atomic<bool> had_tokens_{false};
 };

@@ -216,7 +216,10 @@ TEST_F(TenantServerTest, IsolationMatrix) {
       {"group ack", "POST", true, "?group=g&ack=1", {}, ""},
       {"group prune", "POST", true, "?prune=0", {}, ""},
       {"retention change", "PATCH", false, "", {"Stream-Retention-Max-Events: 1000"}, ""},
-      {"conditional append", "POST", false, "",
+      {"conditional append",
+       "POST",
+       false,
+       "",
        {"Content-Type: text/plain", "Stream-Expected-Offset: 0000000000000000_0000000000000000"},
        "y"},
   };
@@ -363,8 +366,7 @@ TEST_F(TenantServerTest, OpenWithoutTokensAndTokenFileReloaded) {
   auto body = json::parse(anonymous.body, nullptr, false);
   ASSERT_TRUE(body.is_object());
   EXPECT_EQ(body["error"]["code"], "unauthenticated");
-  EXPECT_EQ(Send(port(), "GET", "/v1/tenants/acme/stream/s?offset=-1", {Bearer(acme)}).status,
-            200);
+  EXPECT_EQ(Send(port(), "GET", "/v1/tenants/acme/stream/s?offset=-1", {Bearer(acme)}).status, 200);
   // Revoking the last token, or deleting the file, does not open the server again.
   {
     auto store = TokenStore::Open(tokens_path_);
@@ -374,8 +376,7 @@ TEST_F(TenantServerTest, OpenWithoutTokensAndTokenFileReloaded) {
     ASSERT_TRUE((*store)->Revoke(listed[0].id).ok());
   }
   EXPECT_EQ(Send(port(), "GET", "/v1/tenants/acme/stream/s?offset=-1").status, 401);
-  EXPECT_EQ(Send(port(), "GET", "/v1/tenants/acme/stream/s?offset=-1", {Bearer(acme)}).status,
-            403);
+  EXPECT_EQ(Send(port(), "GET", "/v1/tenants/acme/stream/s?offset=-1", {Bearer(acme)}).status, 403);
   std::filesystem::remove(tokens_path_);
   EXPECT_EQ(Send(port(), "GET", "/v1/tenants/acme/stream/s?offset=-1").status, 401);
 }
@@ -401,8 +402,7 @@ TEST_F(TenantServerTest, TenantListingShowsOnlyThatTenant) {
   ASSERT_TRUE(first.is_object()) << page.body;
   ASSERT_EQ(first["streams"].size(), 1u) << page.body;
   EXPECT_EQ(first["streams"][0]["name"], "a1");
-  Response rest =
-      Send(port(), "GET", "/v1/tenants/acme/streams?prefix=a&after=a1", {Bearer(acme)});
+  Response rest = Send(port(), "GET", "/v1/tenants/acme/streams?prefix=a&after=a1", {Bearer(acme)});
   auto second = json::parse(rest.body, nullptr, false);
   ASSERT_TRUE(second.is_object()) << rest.body;
   ASSERT_EQ(second["streams"].size(), 1u) << rest.body;
@@ -428,8 +428,8 @@ class GroupHttpTest : public TenantServerTest {
     ASSERT_EQ(Send(port(), "PUT", path, {"Content-Type: application/json"}).status, 201);
     json batch = json::array();
     for (int i = 1; i <= n; ++i) batch.push_back({{"n", i}});
-    ASSERT_EQ(
-        Send(port(), "POST", path, {"Content-Type: application/json"}, batch.dump()).status, 204);
+    ASSERT_EQ(Send(port(), "POST", path, {"Content-Type: application/json"}, batch.dump()).status,
+              204);
   }
 };
 
@@ -520,16 +520,16 @@ std::string HeaderValue(const Response& r, std::string_view name) {
 TEST_F(TenantServerTest, RetentionSetAtCreateVisibleOnHeadAndChangeable) {
   StartServer(false);
   const std::string path = "/v1/stream/r";
-  ASSERT_EQ(Send(port(), "PUT", path,
-                 {"Content-Type: text/plain", "Stream-Retention-Max-Events: 3"})
-                .status,
-            201);
+  ASSERT_EQ(
+      Send(port(), "PUT", path, {"Content-Type: text/plain", "Stream-Retention-Max-Events: 3"})
+          .status,
+      201);
   // A re-create with different retention is a different configuration.
   EXPECT_EQ(Send(port(), "PUT", path, {"Content-Type: text/plain"}).status, 409);
-  EXPECT_EQ(Send(port(), "PUT", path,
-                 {"Content-Type: text/plain", "Stream-Retention-Max-Events: 3"})
-                .status,
-            200);
+  EXPECT_EQ(
+      Send(port(), "PUT", path, {"Content-Type: text/plain", "Stream-Retention-Max-Events: 3"})
+          .status,
+      200);
   EXPECT_EQ(Send(port(), "PUT", "/v1/stream/r0",
                  {"Content-Type: text/plain", "Stream-Retention-Max-Events: 0"})
                 .status,
@@ -537,16 +537,15 @@ TEST_F(TenantServerTest, RetentionSetAtCreateVisibleOnHeadAndChangeable) {
   Response head = Send(port(), "HEAD", path);
   EXPECT_EQ(HeaderValue(head, "stream-retention-max-events"), "3");
   for (int i = 1; i <= 5; ++i) {
-    ASSERT_EQ(Send(port(), "POST", path, {"Content-Type: text/plain"}, "e" + std::to_string(i))
-                  .status,
-              204);
+    ASSERT_EQ(
+        Send(port(), "POST", path, {"Content-Type: text/plain"}, "e" + std::to_string(i)).status,
+        204);
   }
   EXPECT_EQ(Send(port(), "GET", path + "?offset=-1").body, "e3e4e5");
   // Positions 0 and 1 (before records 1 and 2) were trimmed: 410; position 2 is the head.
   EXPECT_EQ(Send(port(), "GET", path + "?offset=0000000000000000_0000000000000000").status, 410);
   EXPECT_EQ(Send(port(), "GET", path + "?offset=0000000000000000_0000000000000001").status, 410);
-  EXPECT_EQ(Send(port(), "GET", path + "?offset=0000000000000000_0000000000000002").body,
-            "e3e4e5");
+  EXPECT_EQ(Send(port(), "GET", path + "?offset=0000000000000000_0000000000000002").body, "e3e4e5");
   // Changed later: PATCH replaces the caps.
   Response patch = Send(port(), "PATCH", path, {"Stream-Retention-Max-Events: 1"});
   EXPECT_EQ(patch.status, 204) << patch.body;
@@ -574,10 +573,10 @@ TEST_F(TenantServerTest, ConditionalAppendConflictsWithCurrentTail) {
   EXPECT_EQ(again.status, 409) << again.body;
   EXPECT_EQ(HeaderValue(again, "stream-next-offset"), "0000000000000000_0000000000000001");
   EXPECT_EQ(Send(port(), "POST", path, {"Content-Type: text/plain", at1}, "c").status, 204);
-  EXPECT_EQ(Send(port(), "POST", path, {"Content-Type: text/plain", "Stream-Expected-Offset: x"},
-                 "d")
-                .status,
-            400);
+  EXPECT_EQ(
+      Send(port(), "POST", path, {"Content-Type: text/plain", "Stream-Expected-Offset: x"}, "d")
+          .status,
+      400);
   EXPECT_EQ(Send(port(), "GET", path + "?offset=-1").body, "ac");
 }
 
@@ -606,8 +605,8 @@ TEST_F(TenantServerTest, GroupsSurviveARestartOnTheLogStore) {
   open_server();
   const std::string path = "/v1/tenants/acme/stream/durable";
   ASSERT_EQ(Send(port(), "PUT", path, {"Content-Type: application/json"}).status, 201);
-  ASSERT_EQ(
-      Send(port(), "POST", path, {"Content-Type: application/json"}, "[1,2,3,4,5]").status, 204);
+  ASSERT_EQ(Send(port(), "POST", path, {"Content-Type: application/json"}, "[1,2,3,4,5]").status,
+            204);
   ASSERT_EQ(Send(port(), "POST", "/v1/groups/tenants/acme/stream/durable?group=g&ack=3").status,
             200);
   server_->Stop();
@@ -669,13 +668,12 @@ TEST_F(GroupLongPollTest, AppendWakesAWaitingReader) {
   Seed("/v1/stream/wake", 1);
   Call("POST", "/v1/groups/stream/wake?group=w&ack=1");
   Response waited;
-  std::thread reader([&] {
-    waited = Send(port(), "GET", "/v1/groups/stream/wake?group=w&live=long-poll");
-  });
-  ASSERT_EQ(Send(port(), "POST", "/v1/stream/wake", {"Content-Type: application/json"},
-                 "[{\"n\":2}]")
-                .status,
-            204);
+  std::thread reader(
+      [&] { waited = Send(port(), "GET", "/v1/groups/stream/wake?group=w&live=long-poll"); });
+  ASSERT_EQ(
+      Send(port(), "POST", "/v1/stream/wake", {"Content-Type: application/json"}, "[{\"n\":2}]")
+          .status,
+      204);
   reader.join();
   ASSERT_EQ(waited.status, 200) << waited.body;
   auto body = json::parse(waited.body, nullptr, false);
