@@ -110,8 +110,8 @@ int List(const GroupArgs& a, bool only_lag) {
 
 int Ack(const GroupArgs& a) {
   json body;
-  int code = Call(a, "POST", "?" + Query("group", a.group) + "&ack=" + std::to_string(a.offset),
-                  &body);
+  int code =
+      Call(a, "POST", "?" + Query("group", a.group) + "&ack=" + std::to_string(a.offset), &body);
   if (code != kExitOk) return code;
   if (a.json_output) {
     std::printf("%s\n", body.dump().c_str());
@@ -124,8 +124,8 @@ int Ack(const GroupArgs& a) {
 
 int Next(const GroupArgs& a) {
   json body;
-  int code = Call(a, "GET", "?" + Query("group", a.group) + "&limit=" + std::to_string(a.limit),
-                  &body);
+  int code =
+      Call(a, "GET", "?" + Query("group", a.group) + "&limit=" + std::to_string(a.limit), &body);
   if (code != kExitOk) return code;
   if (a.json_output) {
     std::printf("%s\n", body.dump().c_str());

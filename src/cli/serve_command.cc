@@ -32,6 +32,9 @@ struct ServeFlags {
   std::string tokens;
   // "tokens", "none", or empty: tokens when the token file has any.
   std::string auth;
+  uint64_t quota_streams = 0;
+  uint64_t quota_bytes = 0;
+  uint64_t quota_appends_per_sec = 0;
 };
 
 bool IsLoopback(const std::string& host) {
@@ -112,6 +115,9 @@ int RunServe(const ServeFlags& flags) {
 
   server::ServerOptions options;
   options.access = std::move(*access);
+  options.quotas.max_streams = flags.quota_streams;
+  options.quotas.max_bytes = flags.quota_bytes;
+  options.quotas.appends_per_sec = flags.quota_appends_per_sec;
   options.host = host;
   options.port = static_cast<uint16_t>(port);
   options.threads = flags.threads;
@@ -208,6 +214,18 @@ void AddServeCommand(CLI::App& app) {
                   "default: tokens when the token file has any")
       ->envname("RUNNEL_AUTH")
       ->check(CLI::IsMember({"tokens", "none"}));
+  cmd->add_option("--quota-streams", flags->quota_streams,
+                  "Most streams per tenant (0: unlimited; else 429)")
+      ->envname("RUNNEL_QUOTA_STREAMS")
+      ->capture_default_str();
+  cmd->add_option("--quota-bytes", flags->quota_bytes,
+                  "Most retained bytes per tenant (0: unlimited; else 429)")
+      ->envname("RUNNEL_QUOTA_BYTES")
+      ->capture_default_str();
+  cmd->add_option("--quota-appends-per-sec", flags->quota_appends_per_sec,
+                  "Most appends per second per tenant (0: unlimited; else 429)")
+      ->envname("RUNNEL_QUOTA_APPENDS_PER_SEC")
+      ->capture_default_str();
   cmd->callback([flags] { std::exit(RunServe(*flags)); });
 }
 

@@ -84,15 +84,14 @@ std::shared_ptr<const TokenStore> AccessGate::Current() {
 
 bool AccessGate::RequiresTokens() {
   switch (options_.mode) {
-    case AccessOptions::Mode::kNone:
-      return false;
-    case AccessOptions::Mode::kTokens:
-      return true;
-    case AccessOptions::Mode::kAuto:
-      break;
+    case AccessOptions::Mode::kNone: return false;
+    case AccessOptions::Mode::kTokens: return true;
+    case AccessOptions::Mode::kAuto: break;
   }
   auto tokens = Current();
-  return tokens && !tokens->empty();
+  // Sticky: revoking the last token or deleting the file must not open the server.
+  if (tokens && !tokens->empty()) had_tokens_.store(true);
+  return had_tokens_.load();
 }
 
 size_t AccessGate::token_count() {
@@ -117,8 +116,7 @@ Result<Principal> AccessGate::Authenticate(const HttpRequest& request) {
   return tokens->Authenticate(bearer);
 }
 
-Status AccessGate::Authorize(const Principal& who, const Route& route,
-                             const HttpRequest& request) {
+Status AccessGate::Authorize(const Principal& who, const Route& route, const HttpRequest& request) {
   switch (route.kind) {
     case Route::Kind::kStream:
     case Route::Kind::kList: {
@@ -146,8 +144,7 @@ Status AccessGate::Authorize(const Principal& who, const Route& route,
       // Server-wide counters: the platform, or a caller that may act in every scope.
       return CheckStreamAccess(who, StreamScope::Global(), "/metrics");
     case Route::Kind::kHealth:
-    case Route::Kind::kNotFound:
-      return Status::OK();
+    case Route::Kind::kNotFound: return Status::OK();
   }
   return Status::OK();
 }

@@ -2,8 +2,10 @@
 // touch what its route addresses (SEMANTICS Z1-Z4 through CheckStreamAccess). HTTP-library-free.
 //
 // Modes:
-// - kAuto (default): tokens are required whenever the token file holds at least one token;
-//   with none the server runs open.
+// - kAuto (default): tokens are required once the token file has held at least one token
+//   (since start-up); before that the server runs open. Revoking the last token or deleting the
+//   file never opens a server that required tokens: it then refuses every request until a
+//   token exists again or it is restarted.
 // - kTokens: tokens are always required (with an empty file every request is refused).
 // - kNone: never authenticate.
 // Open means every request acts as the platform principal with the cross-tenant capability.
@@ -68,8 +70,7 @@ class AccessGate {
 
   // Authenticate + Authorize. nullopt: go ahead as *who. Otherwise the response to send (401
   // carries WWW-Authenticate).
-  std::optional<HttpResponse> Admit(const HttpRequest& request, const Route& route,
-                                    Principal* who);
+  std::optional<HttpResponse> Admit(const HttpRequest& request, const Route& route, Principal* who);
 
   // The response for an authentication or authorization failure.
   static HttpResponse Denied(const Status& status);
@@ -89,8 +90,9 @@ class AccessGate {
     uint64_t inode = 0;
     bool operator==(const FileId&) const = default;
   };
-  FileId file_id_;  // GUARDED_BY(mu_)
+  FileId file_id_;              // GUARDED_BY(mu_)
   uint64_t last_check_ms_ = 0;  // GUARDED_BY(mu_)
+  std::atomic<bool> had_tokens_{false};
 };
 
 }  // namespace runnel::server

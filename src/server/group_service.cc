@@ -72,7 +72,9 @@ Status ValidateGroup(std::string_view group) {
 
 }  // namespace
 
-bool GroupService::Matches(std::string_view path) { return path.starts_with(kGroupsPrefix); }
+bool GroupService::Matches(std::string_view path) {
+  return path.starts_with(kGroupsPrefix);
+}
 
 Route GroupService::StreamRouteOf(std::string_view path) {
   if (!Matches(path)) return Route{};

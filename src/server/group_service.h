@@ -45,8 +45,7 @@ class GroupService {
 
   // Serves one request for `who` (already authenticated). `*empty_read` (optional) is set to
   // whether the answer is a successful read-next that found no events.
-  HttpResponse Handle(const Principal& who, const HttpRequest& request,
-                      bool* empty_read = nullptr);
+  HttpResponse Handle(const Principal& who, const HttpRequest& request, bool* empty_read = nullptr);
   // True for a read-next that asks to wait for work (`live=long-poll`).
   static bool WantsLongPoll(const HttpRequest& request);
 

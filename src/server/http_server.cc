@@ -52,7 +52,11 @@ class HttpServer::Impl {
         acceptor_(ioc_),
         service_(std::move(registry), WithExecutor(options.service, &ioc_), &metrics_),
         channels_(service_.registry(), options.channel_threads),
-        groups_(&service_) {}
+        groups_(&service_) {
+    if (options.quotas.any()) {
+      quota_ = std::make_unique<TenantQuota>(options.quotas, service_.registry());
+    }
+  }
 
   // Store callbacks continue on the io threads, never on a store's writer thread.
   static StreamServiceOptions WithExecutor(StreamServiceOptions options, net::io_context* ioc) {
@@ -398,6 +402,12 @@ class HttpServer::Impl {
                                  route.label, method);
       }
     }
+    if (quota_) {
+      if (auto limited = quota_->Check(route, request)) {
+        co_return co_await Write(stream, std::move(*limited), keep_alive, method == "HEAD",
+                                 route.label, method);
+      }
+    }
     if (GroupService::Matches(request.path)) {
       bool empty_read = false;
       HttpResponse r = groups_.Handle(principal, request, &empty_read);
@@ -603,6 +613,7 @@ class HttpServer::Impl {
   StreamService service_;
   ChannelService channels_;
   GroupService groups_;
+  std::unique_ptr<TenantQuota> quota_;  // null without quotas
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> in_flight_{0};
   std::mutex live_mu_;

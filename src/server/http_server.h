@@ -27,6 +27,7 @@
 #include "runnel/status.h"
 #include "server/access_gate.h"
 #include "server/stream_service.h"
+#include "server/tenant_quota.h"
 
 namespace runnel::server {
 
@@ -52,6 +53,8 @@ struct ServerOptions {
   // Authentication and tenant authorization (access_gate.h). Null runs open: every request is
   // the platform principal with the cross-tenant capability.
   std::shared_ptr<AccessGate> access;
+  // Per-tenant limits (tenant_quota.h); all zero means none.
+  QuotaOptions quotas;
 };
 
 class HttpServer {

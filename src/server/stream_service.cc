@@ -1130,6 +1130,14 @@ std::optional<ReadState> StreamService::BeginRead(const Route& route, const Http
         *error = ErrorResponse(Status::InvalidArgument("offset is beyond the stream's tail"));
         return std::nullopt;
       }
+      if (const uint64_t first_kept = info.head_offset ? info.head_offset : info.next_offset;
+          query.position + 1 < first_kept) {
+        // Records at this position were trimmed by retention or prune (PROTOCOL.md reserves
+        // 410 for an offset before the retention window). "-1" still reads from the head.
+        *error = ErrorResponse(Status::NotFound("offset is before the oldest retained record"));
+        error->status = 410;
+        return std::nullopt;
+      }
       state.position = query.position;
       break;
   }

@@ -216,7 +216,10 @@ TEST_F(TenantServerTest, IsolationMatrix) {
       {"group ack", "POST", true, "?group=g&ack=1", {}, ""},
       {"group prune", "POST", true, "?prune=0", {}, ""},
       {"retention change", "PATCH", false, "", {"Stream-Retention-Max-Events: 1000"}, ""},
-      {"conditional append", "POST", false, "",
+      {"conditional append",
+       "POST",
+       false,
+       "",
        {"Content-Type: text/plain", "Stream-Expected-Offset: 0000000000000000_0000000000000000"},
        "y"},
   };
@@ -288,8 +291,9 @@ TEST_F(TenantServerTest, IsolationMatrix) {
     // Listings: the tenant form and the global form.
     for (const auto& [prefix, field] : scopes) {
       const int expected = caller.*field;
-      const std::string target =
-          prefix.empty() ? "/v1/streams" : "/v1/" + prefix.substr(0, prefix.size() - 1) + "/streams";
+      const std::string target = prefix.empty()
+                                     ? "/v1/streams"
+                                     : "/v1/" + prefix.substr(0, prefix.size() - 1) + "/streams";
       Response r = Send(port(), "GET", target, caller.headers);
       const std::string context = caller.label + " list " + target;
       ++checked;
@@ -362,8 +366,19 @@ TEST_F(TenantServerTest, OpenWithoutTokensAndTokenFileReloaded) {
   auto body = json::parse(anonymous.body, nullptr, false);
   ASSERT_TRUE(body.is_object());
   EXPECT_EQ(body["error"]["code"], "unauthenticated");
-  EXPECT_EQ(Send(port(), "GET", "/v1/tenants/acme/stream/s?offset=-1", {Bearer(acme)}).status,
-            200);
+  EXPECT_EQ(Send(port(), "GET", "/v1/tenants/acme/stream/s?offset=-1", {Bearer(acme)}).status, 200);
+  // Revoking the last token, or deleting the file, does not open the server again.
+  {
+    auto store = TokenStore::Open(tokens_path_);
+    ASSERT_TRUE(store.ok());
+    auto listed = (*store)->List();
+    ASSERT_EQ(listed.size(), 1u);
+    ASSERT_TRUE((*store)->Revoke(listed[0].id).ok());
+  }
+  EXPECT_EQ(Send(port(), "GET", "/v1/tenants/acme/stream/s?offset=-1").status, 401);
+  EXPECT_EQ(Send(port(), "GET", "/v1/tenants/acme/stream/s?offset=-1", {Bearer(acme)}).status, 403);
+  std::filesystem::remove(tokens_path_);
+  EXPECT_EQ(Send(port(), "GET", "/v1/tenants/acme/stream/s?offset=-1").status, 401);
 }
 
 TEST_F(TenantServerTest, TenantListingShowsOnlyThatTenant) {
@@ -378,6 +393,20 @@ TEST_F(TenantServerTest, TenantListingShowsOnlyThatTenant) {
   ASSERT_TRUE(body.is_object()) << list.body;
   ASSERT_EQ(body["streams"].size(), 1u) << list.body;
   EXPECT_EQ(body["streams"][0]["name"], "a1");
+  // Prefix and pagination work in a tenant scope too.
+  ASSERT_EQ(Send(port(), "PUT", "/v1/tenants/acme/stream/a2", {Bearer(acme)}).status, 201);
+  ASSERT_EQ(Send(port(), "PUT", "/v1/tenants/acme/stream/b1", {Bearer(acme)}).status, 201);
+  Response page = Send(port(), "GET", "/v1/tenants/acme/streams?prefix=a&limit=1", {Bearer(acme)});
+  ASSERT_EQ(page.status, 200);
+  auto first = json::parse(page.body, nullptr, false);
+  ASSERT_TRUE(first.is_object()) << page.body;
+  ASSERT_EQ(first["streams"].size(), 1u) << page.body;
+  EXPECT_EQ(first["streams"][0]["name"], "a1");
+  Response rest = Send(port(), "GET", "/v1/tenants/acme/streams?prefix=a&after=a1", {Bearer(acme)});
+  auto second = json::parse(rest.body, nullptr, false);
+  ASSERT_TRUE(second.is_object()) << rest.body;
+  ASSERT_EQ(second["streams"].size(), 1u) << rest.body;
+  EXPECT_EQ(second["streams"][0]["name"], "a2");
 }
 
 // --- Consumer groups over HTTP ---
@@ -399,8 +428,8 @@ class GroupHttpTest : public TenantServerTest {
     ASSERT_EQ(Send(port(), "PUT", path, {"Content-Type: application/json"}).status, 201);
     json batch = json::array();
     for (int i = 1; i <= n; ++i) batch.push_back({{"n", i}});
-    ASSERT_EQ(
-        Send(port(), "POST", path, {"Content-Type: application/json"}, batch.dump()).status, 204);
+    ASSERT_EQ(Send(port(), "POST", path, {"Content-Type: application/json"}, batch.dump()).status,
+              204);
   }
 };
 
@@ -491,16 +520,16 @@ std::string HeaderValue(const Response& r, std::string_view name) {
 TEST_F(TenantServerTest, RetentionSetAtCreateVisibleOnHeadAndChangeable) {
   StartServer(false);
   const std::string path = "/v1/stream/r";
-  ASSERT_EQ(Send(port(), "PUT", path,
-                 {"Content-Type: text/plain", "Stream-Retention-Max-Events: 3"})
-                .status,
-            201);
+  ASSERT_EQ(
+      Send(port(), "PUT", path, {"Content-Type: text/plain", "Stream-Retention-Max-Events: 3"})
+          .status,
+      201);
   // A re-create with different retention is a different configuration.
   EXPECT_EQ(Send(port(), "PUT", path, {"Content-Type: text/plain"}).status, 409);
-  EXPECT_EQ(Send(port(), "PUT", path,
-                 {"Content-Type: text/plain", "Stream-Retention-Max-Events: 3"})
-                .status,
-            200);
+  EXPECT_EQ(
+      Send(port(), "PUT", path, {"Content-Type: text/plain", "Stream-Retention-Max-Events: 3"})
+          .status,
+      200);
   EXPECT_EQ(Send(port(), "PUT", "/v1/stream/r0",
                  {"Content-Type: text/plain", "Stream-Retention-Max-Events: 0"})
                 .status,
@@ -508,11 +537,15 @@ TEST_F(TenantServerTest, RetentionSetAtCreateVisibleOnHeadAndChangeable) {
   Response head = Send(port(), "HEAD", path);
   EXPECT_EQ(HeaderValue(head, "stream-retention-max-events"), "3");
   for (int i = 1; i <= 5; ++i) {
-    ASSERT_EQ(Send(port(), "POST", path, {"Content-Type: text/plain"}, "e" + std::to_string(i))
-                  .status,
-              204);
+    ASSERT_EQ(
+        Send(port(), "POST", path, {"Content-Type: text/plain"}, "e" + std::to_string(i)).status,
+        204);
   }
   EXPECT_EQ(Send(port(), "GET", path + "?offset=-1").body, "e3e4e5");
+  // Positions 0 and 1 (before records 1 and 2) were trimmed: 410; position 2 is the head.
+  EXPECT_EQ(Send(port(), "GET", path + "?offset=0000000000000000_0000000000000000").status, 410);
+  EXPECT_EQ(Send(port(), "GET", path + "?offset=0000000000000000_0000000000000001").status, 410);
+  EXPECT_EQ(Send(port(), "GET", path + "?offset=0000000000000000_0000000000000002").body, "e3e4e5");
   // Changed later: PATCH replaces the caps.
   Response patch = Send(port(), "PATCH", path, {"Stream-Retention-Max-Events: 1"});
   EXPECT_EQ(patch.status, 204) << patch.body;
@@ -540,10 +573,10 @@ TEST_F(TenantServerTest, ConditionalAppendConflictsWithCurrentTail) {
   EXPECT_EQ(again.status, 409) << again.body;
   EXPECT_EQ(HeaderValue(again, "stream-next-offset"), "0000000000000000_0000000000000001");
   EXPECT_EQ(Send(port(), "POST", path, {"Content-Type: text/plain", at1}, "c").status, 204);
-  EXPECT_EQ(Send(port(), "POST", path, {"Content-Type: text/plain", "Stream-Expected-Offset: x"},
-                 "d")
-                .status,
-            400);
+  EXPECT_EQ(
+      Send(port(), "POST", path, {"Content-Type: text/plain", "Stream-Expected-Offset: x"}, "d")
+          .status,
+      400);
   EXPECT_EQ(Send(port(), "GET", path + "?offset=-1").body, "ac");
 }
 
@@ -572,8 +605,8 @@ TEST_F(TenantServerTest, GroupsSurviveARestartOnTheLogStore) {
   open_server();
   const std::string path = "/v1/tenants/acme/stream/durable";
   ASSERT_EQ(Send(port(), "PUT", path, {"Content-Type: application/json"}).status, 201);
-  ASSERT_EQ(
-      Send(port(), "POST", path, {"Content-Type: application/json"}, "[1,2,3,4,5]").status, 204);
+  ASSERT_EQ(Send(port(), "POST", path, {"Content-Type: application/json"}, "[1,2,3,4,5]").status,
+            204);
   ASSERT_EQ(Send(port(), "POST", "/v1/groups/tenants/acme/stream/durable?group=g&ack=3").status,
             200);
   server_->Stop();
@@ -635,13 +668,12 @@ TEST_F(GroupLongPollTest, AppendWakesAWaitingReader) {
   Seed("/v1/stream/wake", 1);
   Call("POST", "/v1/groups/stream/wake?group=w&ack=1");
   Response waited;
-  std::thread reader([&] {
-    waited = Send(port(), "GET", "/v1/groups/stream/wake?group=w&live=long-poll");
-  });
-  ASSERT_EQ(Send(port(), "POST", "/v1/stream/wake", {"Content-Type: application/json"},
-                 "[{\"n\":2}]")
-                .status,
-            204);
+  std::thread reader(
+      [&] { waited = Send(port(), "GET", "/v1/groups/stream/wake?group=w&live=long-poll"); });
+  ASSERT_EQ(
+      Send(port(), "POST", "/v1/stream/wake", {"Content-Type: application/json"}, "[{\"n\":2}]")
+          .status,
+      204);
   reader.join();
   ASSERT_EQ(waited.status, 200) << waited.body;
   auto body = json::parse(waited.body, nullptr, false);
@@ -676,6 +708,87 @@ TEST(TenantRoutes, TenantStreamListingAndGroupPaths) {
   EXPECT_EQ(GroupService::StreamRouteOf("/v1/groups/tenants/acme/streams").kind,
             Route::Kind::kNotFound);
   EXPECT_FALSE(GroupService::Matches("/v1/stream/groups"));
+}
+
+}  // namespace
+}  // namespace runnel::server
+
+namespace runnel::server {
+namespace {
+
+class QuotaTest : public TenantServerTest {
+ protected:
+  void StartWithQuotas(QuotaOptions quotas) {
+    ServerOptions options;
+    options.host = "127.0.0.1";
+    options.port = 0;
+    options.threads = 2;
+    options.quotas = quotas;
+    auto server = HttpServer::Start(StreamRegistry(), options);
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+    thread_ = std::thread([this] { server_->Run(); });
+  }
+};
+
+TEST_F(QuotaTest, StreamLimitPerTenant) {
+  QuotaOptions quotas;
+  quotas.max_streams = 2;
+  StartWithQuotas(quotas);
+  const std::vector<std::string> ct = {"Content-Type: text/plain"};
+  EXPECT_EQ(Send(port(), "PUT", "/v1/tenants/acme/stream/a", ct).status, 201);
+  EXPECT_EQ(Send(port(), "PUT", "/v1/tenants/acme/stream/b", ct).status, 201);
+  Response third = Send(port(), "PUT", "/v1/tenants/acme/stream/c", ct);
+  EXPECT_EQ(third.status, 429) << third.body;
+  EXPECT_TRUE(HasHeader(third, "retry-after"));
+  // Re-creating an existing stream is not a new stream; other tenants and global are separate.
+  EXPECT_EQ(Send(port(), "PUT", "/v1/tenants/acme/stream/a", ct).status, 200);
+  EXPECT_EQ(Send(port(), "PUT", "/v1/tenants/globex/stream/c", ct).status, 201);
+  EXPECT_EQ(Send(port(), "PUT", "/v1/stream/c", ct).status, 201);
+  EXPECT_EQ(Send(port(), "PUT", "/v1/stream/d", ct).status, 201);
+  EXPECT_EQ(Send(port(), "PUT", "/v1/stream/e", ct).status, 201);
+}
+
+TEST_F(QuotaTest, StoredBytesPerTenant) {
+  QuotaOptions quotas;
+  quotas.max_bytes = 10;
+  StartWithQuotas(quotas);
+  const std::vector<std::string> ct = {"Content-Type: text/plain"};
+  ASSERT_EQ(Send(port(), "PUT", "/v1/tenants/acme/stream/a", ct).status, 201);
+  EXPECT_EQ(Send(port(), "POST", "/v1/tenants/acme/stream/a", ct, std::string(20, 'x')).status,
+            204);
+  Response over = Send(port(), "POST", "/v1/tenants/acme/stream/a", ct, "y");
+  EXPECT_EQ(over.status, 429) << over.body;
+  EXPECT_TRUE(HasHeader(over, "retry-after"));
+  ASSERT_EQ(Send(port(), "PUT", "/v1/tenants/globex/stream/a", ct).status, 201);
+  EXPECT_EQ(Send(port(), "POST", "/v1/tenants/globex/stream/a", ct, "z").status, 204);
+}
+
+TEST_F(QuotaTest, AppendRatePerTenant) {
+  ManualClock clock(1000000);
+  QuotaOptions quotas;
+  quotas.appends_per_sec = 3;
+  quotas.clock = &clock;
+  StartWithQuotas(quotas);
+  const std::vector<std::string> ct = {"Content-Type: text/plain"};
+  ASSERT_EQ(Send(port(), "PUT", "/v1/tenants/acme/stream/a", ct).status, 201);
+  ASSERT_EQ(Send(port(), "PUT", "/v1/tenants/globex/stream/a", ct).status, 201);
+  auto appends = [&](const std::string& tenant, int n) {
+    std::vector<int> statuses;
+    for (int i = 0; i < n; ++i) {
+      statuses.push_back(
+          Send(port(), "POST", "/v1/tenants/" + tenant + "/stream/a", ct, "x").status);
+    }
+    return statuses;
+  };
+  // The clock stands still: the bucket holds exactly one second's worth.
+  EXPECT_EQ(appends("acme", 5), (std::vector<int>{204, 204, 204, 429, 429}));
+  // Another tenant has its own bucket.
+  EXPECT_EQ(appends("globex", 1), (std::vector<int>{204}));
+  clock.Advance(1000);
+  EXPECT_EQ(appends("acme", 4), (std::vector<int>{204, 204, 204, 429}));
+  clock.Advance(334);
+  EXPECT_EQ(appends("acme", 2), (std::vector<int>{204, 429}));
 }
 
 }  // namespace

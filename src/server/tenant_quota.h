@@ -1,0 +1,75 @@
+// TenantQuota: per-tenant limits on `runnel serve`, answered with 429 and Retry-After.
+//
+// - max_streams: a PUT that would create a stream in a tenant scope already holding this many
+//   streams is refused (soft-deleted and expired-but-not-yet-collected streams count).
+// - max_bytes: an append (POST with a body) to a tenant scope whose retained bytes are at or
+//   above this is refused. The scope's total is recomputed from the store at most once a
+//   second; in between, admitted request bodies are added to it (an upper bound, since
+//   retention and prune may trim). The append that crosses the limit is admitted.
+// - appends_per_sec: a token bucket per tenant (capacity = one second's worth) over POSTs to its
+//   streams.
+// 0 means unlimited. The global scope is not limited. Checks run after authorization, so a
+// caller who may not act in a scope never learns anything about it from a 429.
+//
+// Creates racing each other in one tenant may each pass the stream check before either lands,
+// so the stream limit can be exceeded by the number of concurrent creates.
+//
+// Thread-safety: Check may be called from any thread concurrently.
+#ifndef RUNNEL_SERVER_TENANT_QUOTA_H_
+#define RUNNEL_SERVER_TENANT_QUOTA_H_
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "runnel/clock.h"
+#include "runnel/registry.h"
+#include "server/http_types.h"
+
+namespace runnel::server {
+
+struct QuotaOptions {
+  uint64_t max_streams = 0;
+  uint64_t max_bytes = 0;
+  uint64_t appends_per_sec = 0;
+  // Time for the rate limit and the bytes recomputation; not owned. Null: a monotonic clock.
+  Clock* clock = nullptr;
+
+  bool any() const { return max_streams || max_bytes || appends_per_sec; }
+};
+
+class TenantQuota {
+ public:
+  TenantQuota(QuotaOptions options, StreamRegistry registry)
+      : options_(options), registry_(std::move(registry)) {}
+
+  // nullopt: within quota. Otherwise the 429 response to send.
+  std::optional<HttpResponse> Check(const Route& route, const HttpRequest& request);
+
+ private:
+  struct Bucket {
+    double tokens = 0;
+    uint64_t last_ms = 0;
+    bool started = false;
+  };
+  struct Usage {
+    uint64_t bytes = 0;
+    uint64_t computed_ms = 0;
+    bool known = false;
+  };
+  uint64_t NowMs() const;
+  Result<uint64_t> CountStreams(const std::string& ns, uint64_t stop_at);
+  Result<uint64_t> RetainedBytes(const std::string& ns);
+
+  const QuotaOptions options_;
+  StreamRegistry registry_;
+  std::mutex mu_;
+  std::map<std::string, Bucket> buckets_;  // GUARDED_BY(mu_), by tenant
+  std::map<std::string, Usage> usage_;     // GUARDED_BY(mu_), by tenant
+};
+
+}  // namespace runnel::server
+
+#endif  // RUNNEL_SERVER_TENANT_QUOTA_H_
