@@ -282,7 +282,7 @@ bool StreamService::Expired(const StreamInfo& info, const Meta& meta) {
       auto [it, inserted] = last_access_ms_.emplace(info.id, now);
       last = it->second;
     }
-    if (now >= last + *meta.ttl_s * 1000) return true;
+    if (now >= last + *meta.ttl_s * 1000 + options_.ttl_grace_ms) return true;
   }
   return false;
 }

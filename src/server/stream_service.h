@@ -45,6 +45,11 @@ namespace runnel::server {
 struct StreamServiceOptions {
   // How long a long-poll waits before answering 204.
   uint64_t long_poll_timeout_ms = 20000;
+  // A stream with a sliding TTL expires once it has been idle for TTL seconds plus this grace.
+  // Whole-second TTLs renewed "just in time" by a client would otherwise race with request
+  // scheduling delays; the grace makes the guarantee "alive for at least TTL seconds after the
+  // last access, gone within TTL + grace".
+  uint64_t ttl_grace_ms = 1000;
   // The most body bytes one catch-up response carries (at least one record is always sent).
   size_t max_read_bytes = 1u << 20;
   // Runs continuations of store callbacks. Store callbacks may run on a store's writer thread,
