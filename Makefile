@@ -15,6 +15,8 @@ CMAKE_GEN   := -G Ninja
 TSAN_REGEX   ?= Concurren|A8_|D6_|C8_|N1_|TwoInstances|TwoWriters
 TSAN_TARGETS ?= runnel_tests runnel_channel_tests runnel_log_tests
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
+# Hash paths relative to the checkout, so clones in other folders (as CI makes) share the cache.
+export CCACHE_BASEDIR ?= $(CURDIR)
 
 .PHONY: fuzz
 .PHONY: all deps build run test test-release test-asan test-tsan test-example bench format \
