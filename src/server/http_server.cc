@@ -199,44 +199,40 @@ class HttpServer::Impl {
     co_return !ec;
   }
 
-  // Starts a StreamService write and returns an awaitable for its response; the service's
-  // callback (any thread) is posted back to the awaiting coroutine's executor. Deliberately not
-  // a coroutine itself: GCC 12 mishandles lambda captures of coroutine parameters.
-  struct WriteInitiation {
-    StreamService* service;
+  // Starts a request on a service (StreamService::HandleWrite, ChannelService::Handle) and
+  // returns an awaitable for its response; the service's callback (any thread) is posted back to
+  // the awaiting coroutine's executor. Deliberately not a coroutine itself: GCC 12 mishandles
+  // lambda captures of coroutine parameters.
+  template <typename Service>
+  using StartFn = void (Service::*)(const Route&, HttpRequest, std::function<void(HttpResponse)>);
+  template <typename Service>
+  struct ServiceInitiation {
+    Service* service;
+    StartFn<Service> start;
     Route route;
     std::shared_ptr<HttpRequest> request;
     template <typename Handler>
     void operator()(Handler handler) {
       auto ex = net::get_associated_executor(handler);
       auto shared = std::make_shared<Handler>(std::move(handler));
-      service->HandleWrite(route, std::move(*request), [shared, ex](HttpResponse r) {
+      (service->*start)(route, std::move(*request), [shared, ex](HttpResponse r) {
         net::post(ex, [shared, r = std::move(r)]() mutable { (*shared)(std::move(r)); });
       });
     }
   };
-  // Channel requests run on the channel service's workers (they block on the store).
-  struct ChannelInitiation {
-    ChannelService* channels;
-    Route route;
-    std::shared_ptr<HttpRequest> request;
-    template <typename Handler>
-    void operator()(Handler handler) {
-      auto ex = net::get_associated_executor(handler);
-      auto shared = std::make_shared<Handler>(std::move(handler));
-      channels->Handle(route, std::move(*request), [shared, ex](HttpResponse r) {
-        net::post(ex, [shared, r = std::move(r)]() mutable { (*shared)(std::move(r)); });
-      });
-    }
-  };
-  auto AwaitChannel(const Route& route, std::shared_ptr<HttpRequest> request) {
+  template <typename Service>
+  static auto AwaitService(Service* service, StartFn<Service> start, const Route& route,
+                           std::shared_ptr<HttpRequest> request) {
     return net::async_initiate<decltype(net::use_awaitable), void(HttpResponse)>(
-        ChannelInitiation{&channels_, route, std::move(request)}, net::use_awaitable);
+        ServiceInitiation<Service>{service, start, route, std::move(request)}, net::use_awaitable);
   }
-
+  // Writes run on the stream service; channel requests on the channel service's workers (they
+  // block on the store).
   auto AwaitWrite(const Route& route, std::shared_ptr<HttpRequest> request) {
-    return net::async_initiate<decltype(net::use_awaitable), void(HttpResponse)>(
-        WriteInitiation{&service_, route, std::move(request)}, net::use_awaitable);
+    return AwaitService(&service_, &StreamService::HandleWrite, route, std::move(request));
+  }
+  auto AwaitChannel(const Route& route, std::shared_ptr<HttpRequest> request) {
+    return AwaitService(&channels_, &ChannelService::Handle, route, std::move(request));
   }
 
   std::shared_ptr<Waker> NewWaker(const net::any_io_executor& ex) {
