@@ -82,7 +82,8 @@ test-example: build
 	$(BUILD)/example/readme
 	@echo "test-example: installed package, pkg-config and README example all build and run"
 
-bench: deps
+bench:
+	@scripts/install-deps --bench
 	cmake -S . -B $(BENCH_DIR) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Release -DRUNNEL_BUILD_TESTS=OFF \
 	  -DRUNNEL_BUILD_BENCHMARKS=ON
 	cmake --build $(BENCH_DIR) -j $(JOBS)

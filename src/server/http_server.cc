@@ -24,6 +24,7 @@
 #include "server/group_service.h"
 #include "server/http_errors.h"
 #include "server/metrics.h"
+#include "server/worker_pool.h"
 
 namespace runnel::server {
 
@@ -50,17 +51,24 @@ class HttpServer::Impl {
       : options_(options),
         ioc_(static_cast<int>(options.threads)),
         acceptor_(ioc_),
-        service_(std::move(registry), WithExecutor(options.service, &ioc_), &metrics_),
+        service_(std::move(registry), WithExecutors(options.service, &ioc_, &catalog_workers_),
+                 &metrics_),
         channels_(service_.registry(), options.channel_threads),
-        groups_(&service_) {
+        groups_(&service_),
+        catalog_workers_(options.catalog_threads) {
     if (options.quotas.any()) {
       quota_ = std::make_unique<TenantQuota>(options.quotas, service_.registry());
     }
   }
 
-  // Store callbacks continue on the io threads, never on a store's writer thread.
-  static StreamServiceOptions WithExecutor(StreamServiceOptions options, net::io_context* ioc) {
+  // Store callbacks continue on the io threads, never on a store's writer thread; catalog
+  // writes run on the catalog workers (constructed after the service, used only once serving).
+  static StreamServiceOptions WithExecutors(StreamServiceOptions options, net::io_context* ioc,
+                                            WorkerPool* catalog) {
     options.executor = [ioc](std::function<void()> fn) { net::post(*ioc, std::move(fn)); };
+    options.blocking_executor = [catalog](std::function<void()> fn) {
+      catalog->Submit(std::move(fn));
+    };
     return options;
   }
 
@@ -149,15 +157,14 @@ class HttpServer::Impl {
         net::co_spawn(ex, RejectBusy(std::move(socket)), net::detached);
         continue;
       }
-      net::co_spawn(ex, Session(beast::tcp_stream(std::move(socket))),
-                    [](std::exception_ptr e) {
-                      if (!e) return;
-                      try {
-                        std::rethrow_exception(e);
-                      } catch (const std::exception& ex) {
-                        spdlog::error("connection failed: {}", ex.what());
-                      }
-                    });
+      net::co_spawn(ex, Session(beast::tcp_stream(std::move(socket))), [](std::exception_ptr e) {
+        if (!e) return;
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& ex) {
+          spdlog::error("connection failed: {}", ex.what());
+        }
+      });
     }
   }
 
@@ -168,7 +175,8 @@ class HttpServer::Impl {
         "application/json\r\nConnection: close\r\nContent-Length: " +
         std::to_string(body.size()) + "\r\n\r\n" + body;
     boost::system::error_code ec;
-    co_await net::async_write(socket, net::buffer(text), net::redirect_error(net::use_awaitable, ec));
+    co_await net::async_write(socket, net::buffer(text),
+                              net::redirect_error(net::use_awaitable, ec));
     socket.shutdown(tcp::socket::shutdown_both, ec);
     metrics_.CountRequest("other", "-", 503);
   }
@@ -309,8 +317,8 @@ class HttpServer::Impl {
                                      HttpRequest request, bool keep_alive) {
     Route route = GroupService::StreamRouteOf(request.path);
     auto waker = NewWaker(stream.get_executor());
-    auto subscription = service_.registry().Subscribe(route.scope, route.name, "", std::nullopt,
-                                                      HintFor(waker));
+    auto subscription =
+        service_.registry().Subscribe(route.scope, route.name, "", std::nullopt, HintFor(waker));
     metrics_.LiveReaderStarted();
     auto deadline = std::chrono::steady_clock::now() +
                     std::chrono::milliseconds(service_.options().long_poll_timeout_ms);
@@ -354,8 +362,8 @@ class HttpServer::Impl {
     auto waker = NewWaker(stream.get_executor());
     auto subscription = service_.Watch(state, HintFor(waker));
     metrics_.LiveReaderStarted();
-    auto deadline = std::chrono::steady_clock::now() +
-                    std::chrono::milliseconds(options_.sse_max_duration_ms);
+    auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.sse_max_duration_ms);
     bool first = true;
     for (;;) {
       ReadChunk chunk = service_.Read(state);
@@ -441,7 +449,8 @@ class HttpServer::Impl {
                                    route.label, method);
         }
         co_return co_await Write(
-            stream, StreamService::ErrorResponse(Status::InvalidArgument("use GET to list streams")),
+            stream,
+            StreamService::ErrorResponse(Status::InvalidArgument("use GET to list streams")),
             keep_alive, false, route.label, method);
       case Route::Kind::kChannel: {
         const bool head = method == "HEAD";
@@ -449,8 +458,7 @@ class HttpServer::Impl {
             co_await AwaitChannel(route, std::make_shared<HttpRequest>(std::move(request)));
         co_return co_await Write(stream, std::move(r), keep_alive, head, route.label, method);
       }
-      case Route::Kind::kStream:
-        break;
+      case Route::Kind::kStream: break;
     }
     if (method == "PUT" || method == "POST" || method == "DELETE" || method == "PATCH") {
       HttpResponse r =
@@ -473,9 +481,7 @@ class HttpServer::Impl {
                                    keep_alive, false, route.label, method);
         case LiveMode::kLongPoll:
           co_return co_await LongPoll(stream, std::move(*state), keep_alive);
-        case LiveMode::kSse:
-          co_await Sse(stream, std::move(*state));
-          co_return false;
+        case LiveMode::kSse: co_await Sse(stream, std::move(*state)); co_return false;
       }
     }
     HttpResponse r = StreamService::ErrorResponse(
@@ -609,6 +615,9 @@ class HttpServer::Impl {
   StreamService service_;
   ChannelService channels_;
   GroupService groups_;
+  // Catalog writes (create, retention change, delete) block until durable; they run here.
+  // Declared after the services so it is destroyed (finishing queued jobs) before them.
+  WorkerPool catalog_workers_;
   std::unique_ptr<TenantQuota> quota_;  // null without quotas
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> in_flight_{0};
@@ -632,8 +641,14 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(StreamRegistry registry,
 
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HttpServer::~HttpServer() = default;
-uint16_t HttpServer::port() const { return impl_->port(); }
-void HttpServer::Run() { impl_->Run(); }
-void HttpServer::Stop() { impl_->Stop(); }
+uint16_t HttpServer::port() const {
+  return impl_->port();
+}
+void HttpServer::Run() {
+  impl_->Run();
+}
+void HttpServer::Stop() {
+  impl_->Stop();
+}
 
 }  // namespace runnel::server

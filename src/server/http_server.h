@@ -49,6 +49,9 @@ struct ServerOptions {
   bool handle_signals = false;
   // Worker threads for /v1/channels requests, which block on the store.
   size_t channel_threads = 2;
+  // Worker threads for catalog writes (create, retention change, delete), which wait for their
+  // commit; concurrent ones share a group commit, so more threads mean more creates per sync.
+  size_t catalog_threads = 16;
   StreamServiceOptions service;
   // Authentication and tenant authorization (access_gate.h). Null runs open: every request is
   // the platform principal with the cross-tenant capability.

@@ -149,7 +149,9 @@ HttpResponse Gone() {
 }
 
 // Position of the tail (the number of records ever appended, including trimmed ones).
-uint64_t TailPosition(const StreamInfo& info) { return info.next_offset - 1; }
+uint64_t TailPosition(const StreamInfo& info) {
+  return info.next_offset - 1;
+}
 
 }  // namespace
 
@@ -319,8 +321,9 @@ Status StreamService::UpdateMeta(StreamId id, const std::function<void(Meta*)>& 
   RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
   Meta meta = Meta::Parse(info.spec.attributes);
   change(&meta);
-  RUNNEL_ASSIGN_OR_RETURN(std::string attrs,
-                          attributes::Set(info.spec.attributes, Meta::kAttributeKey, meta.Serialize()));
+  RUNNEL_ASSIGN_OR_RETURN(
+      std::string attrs,
+      attributes::Set(info.spec.attributes, Meta::kAttributeKey, meta.Serialize()));
   return registry_.store().UpdateStream(id, info.spec.retention, attrs);
 }
 
@@ -418,27 +421,41 @@ void StreamService::HandleWrite(const Route& route, HttpRequest request, Done do
     // Only validation that reads state it then changes needs the lane: Stream-Seq, closing and
     // idempotent producers. A plain append relies on the store's own atomicity, so plain
     // appends to one stream can share a group commit.
-    const bool needs_lane = shared->Header("stream-seq").has_value() ||
-                            IsTrue(shared->Header("stream-closed")) ||
-                            shared->Header("producer-id").has_value() ||
-                            shared->Header("producer-epoch").has_value() ||
-                            shared->Header("producer-seq").has_value();
+    const bool needs_lane =
+        shared->Header("stream-seq").has_value() || IsTrue(shared->Header("stream-closed")) ||
+        shared->Header("producer-id").has_value() || shared->Header("producer-epoch").has_value() ||
+        shared->Header("producer-seq").has_value();
     if (!needs_lane) {
-      Append(route, *shared, [] {}, std::move(done));
+      Append(
+          route, *shared, [] {}, std::move(done));
       return;
     }
   }
   RunInLane(key, [this, route, shared, done = std::move(done)](Release release) mutable {
-    if (shared->method == "PUT") {
-      Create(route, *shared, std::move(release), std::move(done));
-    } else if (shared->method == "POST") {
-      Append(route, *shared, std::move(release), std::move(done));
-    } else if (shared->method == "PATCH") {
-      UpdateRetention(route, *shared, std::move(release), std::move(done));
-    } else {
-      Delete(route, std::move(release), std::move(done));
+    if (shared->method != "POST" && options_.blocking_executor) {
+      options_.blocking_executor(
+          [this, route, shared, release = std::move(release), done = std::move(done)]() mutable {
+            RunCatalogWrite(route, *shared, std::move(release), std::move(done));
+          });
+      return;
     }
+    if (shared->method == "POST") {
+      Append(route, *shared, std::move(release), std::move(done));
+      return;
+    }
+    RunCatalogWrite(route, *shared, std::move(release), std::move(done));
   });
+}
+
+void StreamService::RunCatalogWrite(const Route& route, const HttpRequest& request, Release release,
+                                    Done done) {
+  if (request.method == "PUT") {
+    Create(route, request, std::move(release), std::move(done));
+  } else if (request.method == "PATCH") {
+    UpdateRetention(route, request, std::move(release), std::move(done));
+  } else {
+    Delete(route, std::move(release), std::move(done));
+  }
 }
 
 void StreamService::Delete(const Route& route, Release release, Done done) {
@@ -510,7 +527,8 @@ void SetRetentionHeaders(const StreamRetention& retention, HttpResponse* r) {
 
 Result<CreateConfig> ParseCreateConfig(const HttpRequest& request) {
   CreateConfig c;
-  if (auto ct = request.Header("content-type"); ct && !ct->empty()) c.content_type = std::string(*ct);
+  if (auto ct = request.Header("content-type"); ct && !ct->empty())
+    c.content_type = std::string(*ct);
   auto ttl = request.Header("stream-ttl");
   auto expires = request.Header("stream-expires-at");
   if (ttl && expires) {
@@ -530,7 +548,8 @@ Result<CreateConfig> ParseCreateConfig(const HttpRequest& request) {
   if (auto off = request.Header("stream-fork-offset")) c.fork_offset = std::string(*off);
   if (auto sub = request.Header("stream-fork-sub-offset")) {
     auto parsed = ParseUint(*sub, kMaxSafeInteger);
-    if (!parsed) return Status::InvalidArgument("Stream-Fork-Sub-Offset must be a non-negative integer");
+    if (!parsed)
+      return Status::InvalidArgument("Stream-Fork-Sub-Offset must be a non-negative integer");
     c.fork_sub_offset = *parsed;
     c.has_sub_offset = true;
   }
@@ -628,8 +647,8 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
     }
     source = std::move(*src);
     const StreamInfo& sinfo = source->info;
-    if (config.content_type &&
-        NormalizeContentType(*config.content_type) != NormalizeContentType(sinfo.spec.content_type)) {
+    if (config.content_type && NormalizeContentType(*config.content_type) !=
+                                   NormalizeContentType(sinfo.spec.content_type)) {
       return finish(ErrorResponse(
           Status::AlreadyExists("fork content type differs from the source stream's")));
     }
@@ -749,18 +768,18 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
        path](Result<AppendResult> result) mutable {
         Defer([release = std::move(release), done = std::move(done), content_type, close, path,
                result = std::move(result)]() mutable {
-        HttpResponse r;
-        if (!result.ok()) {
-          r = ErrorResponse(result.status());
-        } else {
-          r.status = 201;
-          r.Set("Location", path);
-          r.Set("Content-Type", content_type);
-          r.Set("Stream-Next-Offset", FormatOffset(result->next_offset - 1));
-          if (close) r.Set("Stream-Closed", "true");
-        }
-        release();
-        done(std::move(r));
+          HttpResponse r;
+          if (!result.ok()) {
+            r = ErrorResponse(result.status());
+          } else {
+            r.status = 201;
+            r.Set("Location", path);
+            r.Set("Content-Type", content_type);
+            r.Set("Stream-Next-Offset", FormatOffset(result->next_offset - 1));
+            if (close) r.Set("Stream-Closed", "true");
+          }
+          release();
+          done(std::move(r));
         });
       });
 }
@@ -833,8 +852,8 @@ void StreamService::Append(const Route& route, const HttpRequest& request, Relea
       return finish(ErrorResponse(Status::InvalidArgument("Content-Type is required")));
     }
     if (NormalizeContentType(*ct) != NormalizeContentType(info.spec.content_type)) {
-      return finish(ErrorResponse(Status::Conflict(
-          "Content-Type does not match the stream's", 0, 0)));
+      return finish(
+          ErrorResponse(Status::Conflict("Content-Type does not match the stream's", 0, 0)));
     }
   }
 
@@ -863,8 +882,8 @@ void StreamService::Append(const Route& route, const HttpRequest& request, Relea
       r.Set("Stream-Next-Offset", FormatOffset(TailPosition(info)));
       return finish(std::move(r));
     } else if (producer->seq > stored->seq + 1) {
-      HttpResponse r = ErrorResponse(
-          Status::Conflict("producer sequence gap", stored->seq + 1, producer->seq));
+      HttpResponse r =
+          ErrorResponse(Status::Conflict("producer sequence gap", stored->seq + 1, producer->seq));
       r.Set("Producer-Expected-Seq", std::to_string(stored->seq + 1));
       r.Set("Producer-Received-Seq", std::to_string(producer->seq));
       return finish(std::move(r));
@@ -875,9 +894,8 @@ void StreamService::Append(const Route& route, const HttpRequest& request, Relea
   if (auto seq = request.Header("stream-seq")) {
     stream_seq = std::string(*seq);
     if (found->meta.stream_seq && *stream_seq <= *found->meta.stream_seq) {
-      return finish(ErrorResponse(
-          Status::Conflict("Stream-Seq must increase (last '" + *found->meta.stream_seq + "')", 0,
-                           0)));
+      return finish(ErrorResponse(Status::Conflict(
+          "Stream-Seq must increase (last '" + *found->meta.stream_seq + "')", 0, 0)));
     }
   }
 
@@ -887,14 +905,14 @@ void StreamService::Append(const Route& route, const HttpRequest& request, Relea
   if (auto expected = request.Header("stream-expected-offset")) {
     auto parsed = ParseOffset(*expected);
     if (!parsed.ok() || parsed->kind != OffsetQuery::Kind::kPosition) {
-      return finish(ErrorResponse(
-          Status::InvalidArgument("Stream-Expected-Offset must be an offset token")));
+      return finish(
+          ErrorResponse(Status::InvalidArgument("Stream-Expected-Offset must be an offset token")));
     }
     expected_position = parsed->position;
     if (*expected_position != TailPosition(info)) {
-      HttpResponse r = ErrorResponse(Status::Conflict(
-          "Stream-Expected-Offset does not match the stream's next offset", *expected_position,
-          TailPosition(info)));
+      HttpResponse r = ErrorResponse(
+          Status::Conflict("Stream-Expected-Offset does not match the stream's next offset",
+                           *expected_position, TailPosition(info)));
       r.Set("Stream-Next-Offset", FormatOffset(TailPosition(info)));
       return finish(std::move(r));
     }
@@ -921,47 +939,47 @@ void StreamService::Append(const Route& route, const HttpRequest& request, Relea
   StreamId id = info.id;
   registry_.AppendBatchAsync(
       route.scope, route.name, std::move(records), options,
-      [this, release = std::move(release), done = std::move(done), producer, close, stream_seq,
-       id, started, empty](Result<AppendResult> result) mutable {
+      [this, release = std::move(release), done = std::move(done), producer, close, stream_seq, id,
+       started, empty](Result<AppendResult> result) mutable {
         Defer([this, release = std::move(release), done = std::move(done), producer, close,
                stream_seq, id, started, empty, result = std::move(result)]() mutable {
-        HttpResponse r;
-        if (!result.ok()) {
-          r = ErrorResponse(result.status());
-          if (result.status().code() == StatusCode::kConflict) {
-            // A conditional append lost a race: report the tail it must start at now.
-            if (auto info = registry_.store().GetStreamById(id); info.ok()) {
-              r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
+          HttpResponse r;
+          if (!result.ok()) {
+            r = ErrorResponse(result.status());
+            if (result.status().code() == StatusCode::kConflict) {
+              // A conditional append lost a race: report the tail it must start at now.
+              if (auto info = registry_.store().GetStreamById(id); info.ok()) {
+                r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
+              }
+            }
+            if (result.status().code() == StatusCode::kFailedPrecondition) {
+              // Closed by a concurrent request after our check.
+              r.Set("Stream-Closed", "true");
+              if (auto info = registry_.store().GetStreamById(id); info.ok()) {
+                r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
+              }
+            }
+          } else {
+            if (stream_seq) {
+              Status saved = UpdateMeta(id, [&](Meta* m) { m->stream_seq = stream_seq; });
+              (void)saved;
+            }
+            r.status = producer && !empty ? 200 : 204;
+            r.Set("Stream-Next-Offset", FormatOffset(result->next_offset - 1));
+            if (close) r.Set("Stream-Closed", "true");
+            if (producer) {
+              r.Set("Producer-Epoch", std::to_string(producer->epoch));
+              r.Set("Producer-Seq", std::to_string(producer->seq));
+            }
+            if (metrics_) {
+              metrics_->ObserveAppendLatency(
+                  static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                            std::chrono::steady_clock::now() - started)
+                                            .count()));
             }
           }
-          if (result.status().code() == StatusCode::kFailedPrecondition) {
-            // Closed by a concurrent request after our check.
-            r.Set("Stream-Closed", "true");
-            if (auto info = registry_.store().GetStreamById(id); info.ok()) {
-              r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
-            }
-          }
-        } else {
-          if (stream_seq) {
-            Status saved = UpdateMeta(id, [&](Meta* m) { m->stream_seq = stream_seq; });
-            (void)saved;
-          }
-          r.status = producer && !empty ? 200 : 204;
-          r.Set("Stream-Next-Offset", FormatOffset(result->next_offset - 1));
-          if (close) r.Set("Stream-Closed", "true");
-          if (producer) {
-            r.Set("Producer-Epoch", std::to_string(producer->epoch));
-            r.Set("Producer-Seq", std::to_string(producer->seq));
-          }
-          if (metrics_) {
-            metrics_->ObserveAppendLatency(static_cast<uint64_t>(
-                std::chrono::duration_cast<std::chrono::microseconds>(
-                    std::chrono::steady_clock::now() - started)
-                    .count()));
-          }
-        }
-        release();
-        done(std::move(r));
+          release();
+          done(std::move(r));
         });
       });
 }
@@ -969,8 +987,8 @@ void StreamService::Append(const Route& route, const HttpRequest& request, Relea
 // ---------------------------------------------------------------------------------------------
 // HEAD, listing and reads
 
-void StreamService::UpdateRetention(const Route& route, const HttpRequest& request,
-                                    Release release, Done done) {
+void StreamService::UpdateRetention(const Route& route, const HttpRequest& request, Release release,
+                                    Done done) {
   HttpResponse response;
   auto retention = ParseRetentionHeaders(request);
   const bool clear = request.Header("stream-retention") == std::optional<std::string_view>("none");
@@ -1118,9 +1136,7 @@ std::optional<ReadState> StreamService::BeginRead(const Route& route, const Http
   state.json = IsJsonContentType(info.spec.content_type);
   state.base64 = IsBase64ContentType(info.spec.content_type);
   switch (query.kind) {
-    case OffsetQuery::Kind::kBeginning:
-      state.position = 0;
-      break;
+    case OffsetQuery::Kind::kBeginning: state.position = 0; break;
     case OffsetQuery::Kind::kNow:
       state.position = TailPosition(info);
       state.offset_now = true;
@@ -1150,8 +1166,8 @@ ReadChunk StreamService::Read(const ReadState& state) {
   ReadChunk chunk;
   chunk.start = state.position;
   chunk.next = state.position;
-  auto records = registry_.store().Read(state.id, state.position + 1,
-                                        StreamRegistry::kMaxReadLimit, options_.max_read_bytes);
+  auto records = registry_.store().Read(state.id, state.position + 1, StreamRegistry::kMaxReadLimit,
+                                        options_.max_read_bytes);
   auto info = registry_.store().GetStreamById(state.id);
   if (!info.ok() || !records.ok()) {
     chunk.gone = true;

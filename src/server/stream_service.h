@@ -57,6 +57,10 @@ struct StreamServiceOptions {
   // stall group commit, so the service hands that work to this executor. Null runs it inline
   // (fine for the memory store and tests).
   std::function<void(std::function<void()>)> executor;
+  // Runs catalog writes (create, retention change, delete), which wait for their commit to be
+  // durable. Handing them to a pool of threads keeps io threads free and lets concurrent creates
+  // share one group commit. Null runs them inline (tests).
+  std::function<void(std::function<void()>)> blocking_executor;
 };
 
 enum class LiveMode { kNone, kLongPoll, kSse };
@@ -162,6 +166,8 @@ class StreamService {
 
   void Create(const Route& route, const HttpRequest& request, Release release, Done done);
   void Append(const Route& route, const HttpRequest& request, Release release, Done done);
+  // PUT, PATCH or DELETE, on the calling thread (options_.blocking_executor's in a server).
+  void RunCatalogWrite(const Route& route, const HttpRequest& request, Release release, Done done);
   void Delete(const Route& route, Release release, Done done);
   // PATCH (runnel extension): replaces the stream's retention caps with the
   // Stream-Retention-Max-* headers sent (an absent header clears that cap); with none of them,
