@@ -1166,7 +1166,7 @@ ReadChunk StreamService::Read(const ReadState& state) {
   ReadChunk chunk;
   chunk.start = state.position;
   chunk.next = state.position;
-  auto records = registry_.store().Read(state.id, state.position + 1, StreamRegistry::kMaxReadLimit,
+  auto records = registry_.store().Read(state.id, state.position + 1, options_.max_read_records,
                                         options_.max_read_bytes);
   auto info = registry_.store().GetStreamById(state.id);
   if (!info.ok() || !records.ok()) {

@@ -52,6 +52,9 @@ struct StreamServiceOptions {
   uint64_t ttl_grace_ms = 1000;
   // The most body bytes one catch-up response carries (at least one record is always sent).
   size_t max_read_bytes = 1u << 20;
+  // The most records one catch-up response carries. Small JSON messages would otherwise cost a
+  // round trip per thousand; max_read_bytes still bounds the response.
+  size_t max_read_records = 65536;
   // Runs continuations of store callbacks. Store callbacks may run on a store's writer thread,
   // where calling back into the store (or starting the next queued write) could deadlock or
   // stall group commit, so the service hands that work to this executor. Null runs it inline
