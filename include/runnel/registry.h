@@ -83,6 +83,8 @@ struct AppendOptions {
   std::optional<ProducerState> producer;
   // Close the stream after this batch.
   bool close = false;
+  // Replaces the stream's attributes atomically with the batch (AppendRequest::attributes).
+  std::optional<std::string> attributes;
 };
 
 // A wake-up subscription (SEMANTICS N1-N4). A hint says only "the stream may have moved":

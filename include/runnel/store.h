@@ -94,6 +94,9 @@ struct AppendRequest {
   std::optional<ProducerState> producer;
   // Close the stream after these records, atomically with them.
   bool close = false;
+  // When set, replaces the stream's attributes atomically with the records (the layer above
+  // keeps per-append protocol state there, such as the last Stream-Seq).
+  std::optional<std::string> attributes;
 };
 
 struct AppendResult {

@@ -261,6 +261,7 @@ void StreamRegistry::AppendBatchAsync(const StreamScope& scope, std::string_view
   request.now_ms = options.now_ms ? *options.now_ms : core_->clock().NowMs();
   request.expected_offset = options.expected_offset;
   request.producer = options.producer;
+  request.attributes = options.attributes;
   request.close = options.close;
   core_->store().Append(std::move(request), std::move(done));
 }

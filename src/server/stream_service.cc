@@ -317,7 +317,8 @@ Result<StreamInfo> StreamService::LookupLive(const StreamScope& scope, std::stri
 }
 
 Status StreamService::UpdateMeta(StreamId id, const std::function<void(Meta*)>& change) {
-  std::lock_guard<std::mutex> lock(meta_mu_);
+  std::unique_lock<std::mutex> lock(meta_mu_);
+  meta_cv_.wait(lock, [&] { return meta_in_flight_.count(id) == 0; });
   RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
   Meta meta = Meta::Parse(info.spec.attributes);
   change(&meta);
@@ -325,6 +326,28 @@ Status StreamService::UpdateMeta(StreamId id, const std::function<void(Meta*)>& 
       std::string attrs,
       attributes::Set(info.spec.attributes, Meta::kAttributeKey, meta.Serialize()));
   return registry_.store().UpdateStream(id, info.spec.retention, attrs);
+}
+
+Result<std::string> StreamService::BeginMetaAppend(StreamId id, const std::string& seq) {
+  std::unique_lock<std::mutex> lock(meta_mu_);
+  // Stream-Seq appends run in the stream's lane, so none of them is in flight here; an
+  // UpdateMeta holds meta_mu_ for its whole write, so none of those is either.
+  RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
+  Meta meta = Meta::Parse(info.spec.attributes);
+  meta.stream_seq = seq;
+  RUNNEL_ASSIGN_OR_RETURN(
+      std::string attrs,
+      attributes::Set(info.spec.attributes, Meta::kAttributeKey, meta.Serialize()));
+  meta_in_flight_.insert(id);
+  return attrs;
+}
+
+void StreamService::MetaAppendDone(StreamId id) {
+  {
+    std::lock_guard<std::mutex> lock(meta_mu_);
+    meta_in_flight_.erase(id);
+  }
+  meta_cv_.notify_all();
 }
 
 Status StreamService::Remove(const StreamInfo& info, const Meta& meta) {
@@ -934,15 +957,23 @@ void StreamService::Append(const Route& route, const HttpRequest& request, Relea
   options.producer = producer;
   options.close = close;
   const bool empty = records.empty();
+  StreamId id = info.id;
+  if (stream_seq) {
+    // The last Stream-Seq commits with the records, so a crash cannot separate them.
+    auto attrs = BeginMetaAppend(id, *stream_seq);
+    if (!attrs.ok()) return finish(ErrorResponse(attrs.status()));
+    options.attributes = std::move(*attrs);
+  }
   if (expected_position && !empty) options.expected_offset = *expected_position + 1;
   auto started = std::chrono::steady_clock::now();
-  StreamId id = info.id;
   registry_.AppendBatchAsync(
       route.scope, route.name, std::move(records), options,
       [this, release = std::move(release), done = std::move(done), producer, close, stream_seq, id,
        started, empty](Result<AppendResult> result) mutable {
         Defer([this, release = std::move(release), done = std::move(done), producer, close,
                stream_seq, id, started, empty, result = std::move(result)]() mutable {
+          // Not on the store's thread: an UpdateMeta holds meta_mu_ while it waits for a commit.
+          if (stream_seq) MetaAppendDone(id);
           HttpResponse r;
           if (!result.ok()) {
             r = ErrorResponse(result.status());
@@ -960,10 +991,6 @@ void StreamService::Append(const Route& route, const HttpRequest& request, Relea
               }
             }
           } else {
-            if (stream_seq) {
-              Status saved = UpdateMeta(id, [&](Meta* m) { m->stream_seq = stream_seq; });
-              (void)saved;
-            }
             r.status = producer && !empty ? 200 : 204;
             r.Set("Stream-Next-Offset", FormatOffset(result->next_offset - 1));
             if (close) r.Set("Stream-Closed", "true");

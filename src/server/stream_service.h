@@ -10,8 +10,8 @@
 // - protocol metadata (TTL, Expires-At, last Stream-Seq, fork origin, fork reference count,
 //   soft deletion) lives in the stream's opaque attributes as JSON;
 // - idempotent producer state is the store's ProducerState, committed atomically with the
-//   records through AppendOptions::producer; Stream-Seq is written to the attributes after the
-//   append commits (a crash in between can forget the last Stream-Seq);
+//   records through AppendOptions::producer; the last Stream-Seq is committed with the records
+//   too, as new attributes in the same store write (AppendOptions::attributes);
 // - forks copy the inherited records into the new stream at the same offsets.
 //
 // Writes to one stream that validate against state they then change (PUT, DELETE, and POSTs
@@ -25,6 +25,7 @@
 #ifndef RUNNEL_SERVER_STREAM_SERVICE_H_
 #define RUNNEL_SERVER_STREAM_SERVICE_H_
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -34,6 +35,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "runnel/registry.h"
 #include "server/http_types.h"
@@ -166,6 +168,11 @@ class StreamService {
   // Removes a stream, or soft-deletes it while forks reference it; cascades to fork sources.
   Status Remove(const StreamInfo& info, const Meta& meta);
   Status UpdateMeta(StreamId id, const std::function<void(Meta*)>& change);
+  // The attributes of stream `id` with the last Stream-Seq set to `seq`, computed from the
+  // stored ones; marks the stream's metadata in flight (see meta_in_flight_) until
+  // MetaAppendDone(id).
+  Result<std::string> BeginMetaAppend(StreamId id, const std::string& seq);
+  void MetaAppendDone(StreamId id);
 
   void Create(const Route& route, const HttpRequest& request, Release release, Done done);
   void Append(const Route& route, const HttpRequest& request, Release release, Done done);
@@ -184,7 +191,13 @@ class StreamService {
   std::mutex lanes_mu_;
   std::unordered_map<std::string, std::deque<std::function<void(Release)>>> lanes_;
 
+  // Serialises read-modify-writes of a stream's protocol metadata. An append that carries new
+  // attributes (the last Stream-Seq) computes them from the stored ones and commits them with
+  // its records; until it completes, its stream is in meta_in_flight_ and UpdateMeta on that
+  // stream waits, so neither write can overwrite the other's change.
   std::mutex meta_mu_;
+  std::condition_variable meta_cv_;
+  std::unordered_set<StreamId> meta_in_flight_;  // GUARDED_BY(meta_mu_)
 
   std::mutex access_mu_;
   std::unordered_map<StreamId, uint64_t> last_access_ms_;

@@ -48,13 +48,12 @@ std::string BuildGoldenSegment() {
   log::AppendFrame(&seg, FrameType::kCreateStream, log::EncodeCreateStream(2, audit));
   std::string body;
   std::vector<AppendRecord> recs = {{std::string("k1"), "{\"n\":1}"}, {std::nullopt, "{\"n\":2}"}};
-  log::EncodeAppendBatch(&body, 1, 1, 1700000000100, recs, false,
-                         ProducerState{"prod-a", 3, 7, 0});
+  log::EncodeAppendBatch(&body, 1, 1, 1700000000100, recs, false, ProducerState{"prod-a", 3, 7, 0});
   log::AppendFrame(&seg, FrameType::kAppendBatch, body);
   body.clear();
-  log::EncodeAppendBatch(&body, 2, 1, 1700000000200, {{std::nullopt, "a"}, {std::nullopt, "b"},
-                                                     {std::nullopt, "c"}},
-                         false, std::nullopt);
+  log::EncodeAppendBatch(&body, 2, 1, 1700000000200,
+                         {{std::nullopt, "a"}, {std::nullopt, "b"}, {std::nullopt, "c"}}, false,
+                         std::nullopt);
   log::AppendFrame(&seg, FrameType::kAppendBatch, body);
   log::AppendFrame(&seg, FrameType::kCursorCommit,
                    log::EncodeCursorCommit(1, "billing", 1, 1700000000300));
@@ -97,13 +96,36 @@ std::vector<std::string> ListNames(const std::string& dir) {
 
 TEST(LogFormatTest, Crc32cMatchesKnownAnswers) {
   EXPECT_EQ(log::Crc32c(""), 0u);
-  EXPECT_EQ(log::Crc32c("123456789"), 0xE3069283u);  // the standard CRC-32C check value
+  EXPECT_EQ(log::Crc32c("123456789"), 0xE3069283u);            // the standard CRC-32C check value
   EXPECT_EQ(log::Crc32c(std::string(32, '\0')), 0x8A9136AAu);  // RFC 3720 B.4
   EXPECT_EQ(log::Crc32c(std::string(32, '\xff')), 0x62A8AB43u);
   const std::string long_text(1000, 'q');
   EXPECT_EQ(log::Crc32cExtend(log::Crc32c(long_text.substr(0, 333)), long_text.data() + 333, 667),
             log::Crc32c(long_text));
   EXPECT_EQ(log::UnmaskCrc(log::MaskCrc(0x12345678u)), 0x12345678u);
+}
+
+// Bit 2 of an append batch's flags: new stream attributes, committed with the records.
+TEST(LogFormatTest, AppendBatchCarriesAttributesWhenGiven) {
+  std::string body;
+  log::EncodeAppendBatch(&body, 7, 5, 1700000000500, {{std::nullopt, "x"}}, false,
+                         ProducerState{"p", 1, 2, 0},
+                         std::string("{\"ds\":{\"stream_seq\":\"9\"}}"));
+  log::AppendBatchHeader h;
+  std::vector<StoredRecord> records;
+  ASSERT_TRUE(log::DecodeAppendBatch(body, &h, nullptr, &records));
+  ASSERT_TRUE(h.attributes.has_value());
+  EXPECT_EQ(*h.attributes, "{\"ds\":{\"stream_seq\":\"9\"}}");
+  ASSERT_TRUE(h.producer.has_value());
+  EXPECT_EQ(h.producer->seq, 2u);
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].offset, 5u);
+  // Without the bit there are no attributes, and a truncated attribute string is malformed.
+  std::string plain;
+  log::EncodeAppendBatch(&plain, 7, 5, 1, {{std::nullopt, "x"}}, false, std::nullopt);
+  ASSERT_TRUE(log::DecodeAppendBatch(plain, &h, nullptr, nullptr));
+  EXPECT_FALSE(h.attributes.has_value());
+  EXPECT_FALSE(log::DecodeAppendBatch(std::string_view(body).substr(0, 60), &h, nullptr, nullptr));
 }
 
 TEST(LogFormatTest, GoldenSegmentIsByteIdenticalAndDecodes) {

@@ -347,6 +347,40 @@ TEST_P(StoreContractTest, ProducerStateCommitsWithTheBatch) {
   EXPECT_EQ((*store_->GetProducer(s.id, "p1"))->seq, 7u);
 }
 
+// The protocol layer keeps per-append state (the last Stream-Seq) in the attributes; it must
+// commit with the records or a crash between the two would forget it and accept a retry twice.
+TEST_P(StoreContractTest, AttributesCommitWithTheBatch) {
+  StreamInfo s = Create("s");
+  AppendRequest req;
+  req.stream = s.id;
+  req.now_ms = 1;
+  req.records = {AppendRecord{std::nullopt, "a"}};
+  req.attributes = "seq=1";
+  ASSERT_TRUE(AppendSync(*store_, std::move(req)).ok());
+  EXPECT_EQ(store_->GetStreamById(s.id)->spec.attributes, "seq=1");
+  // An append without attributes leaves them alone.
+  ASSERT_TRUE(Append(s.id, {"b"}).ok());
+  EXPECT_EQ(store_->GetStreamById(s.id)->spec.attributes, "seq=1");
+  // A refused batch changes nothing.
+  AppendRequest refused;
+  refused.stream = s.id;
+  refused.records = {AppendRecord{std::nullopt, "c"}};
+  refused.expected_offset = 1;
+  refused.attributes = "seq=2";
+  EXPECT_EQ(AppendSync(*store_, std::move(refused)).status().code(), StatusCode::kConflict);
+  EXPECT_EQ(store_->GetStreamById(s.id)->spec.attributes, "seq=1");
+  // A close-only batch can carry them too.
+  AppendRequest close;
+  close.stream = s.id;
+  close.close = true;
+  close.attributes = "seq=3";
+  ASSERT_TRUE(AppendSync(*store_, std::move(close)).ok());
+  auto info = store_->GetStreamById(s.id);
+  EXPECT_TRUE(info->closed);
+  EXPECT_EQ(info->spec.attributes, "seq=3");
+  EXPECT_EQ(info->next_offset, 3u);
+}
+
 TEST_P(StoreContractTest, UpdateStreamChangesRetentionAtNextAppendAndAttributes) {
   StreamSpec spec;
   spec.ns = "global";
@@ -505,6 +539,23 @@ TEST_P(PersistentStoreTest, NextOffsetSurvivesWhenTheStreamWasEmptied) {  // V4,
   EXPECT_EQ(info->event_count, 0u);
   EXPECT_EQ(info->next_offset, 8u);
   EXPECT_EQ(Append(info->id, {"y"})->first_offset, 8u);
+}
+
+TEST_P(PersistentStoreTest, AttributesWrittenWithABatchSurviveAReopen) {
+  StreamInfo s = Create("s");
+  for (int i = 1; i <= 3; ++i) {
+    AppendRequest req;
+    req.stream = s.id;
+    req.now_ms = 1;
+    req.records = {AppendRecord{std::nullopt, "x"}};
+    req.attributes = "seq=" + std::to_string(i);
+    ASSERT_TRUE(AppendSync(*store_, std::move(req)).ok());
+  }
+  Reopen();
+  auto info = store_->GetStream("global", "s");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->spec.attributes, "seq=3");
+  EXPECT_EQ(info->next_offset, 4u);
 }
 
 TEST_P(PersistentStoreTest, DeletesClosesAndRetentionChangesSurviveAReopen) {

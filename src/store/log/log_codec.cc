@@ -215,17 +215,20 @@ std::string EncodeCheckpointMarker(uint64_t seq) {
 
 void EncodeAppendBatch(std::string* dst, StreamId id, uint64_t first_offset, uint64_t ts,
                        const std::vector<AppendRecord>& records, bool close,
-                       const std::optional<ProducerState>& producer) {
+                       const std::optional<ProducerState>& producer,
+                       const std::optional<std::string>& attributes) {
   PutU64(dst, id);
   PutU64(dst, first_offset);
   PutU64(dst, ts);
   PutU32(dst, static_cast<uint32_t>(records.size()));
-  PutU8(dst, (close ? kBatchClose : 0) | (producer ? kBatchProducer : 0));
+  PutU8(dst, (close ? kBatchClose : 0) | (producer ? kBatchProducer : 0) |
+                 (attributes ? kBatchAttributes : 0));
   if (producer) {
     PutString(dst, producer->producer_id);
     PutU64(dst, producer->epoch);
     PutU64(dst, producer->seq);
   }
+  if (attributes) PutString(dst, *attributes);
   for (const AppendRecord& r : records) {
     PutU8(dst, r.key ? 1 : 0);
     if (r.key) PutString(dst, *r.key);
@@ -239,7 +242,8 @@ bool DecodeAppendBatch(std::string_view body, AppendBatchHeader* h,
   Reader r(body);
   uint8_t flags;
   if (!r.U64(&h->stream) || !r.U64(&h->first_offset) || !r.U64(&h->timestamp) ||
-      !r.U32(&h->count) || !r.U8(&flags) || (flags & ~3u) != 0) {
+      !r.U32(&h->count) || !r.U8(&flags) ||
+      (flags & ~unsigned{kBatchClose | kBatchProducer | kBatchAttributes}) != 0) {
     return false;
   }
   h->close = flags & kBatchClose;
@@ -248,6 +252,12 @@ bool DecodeAppendBatch(std::string_view body, AppendBatchHeader* h,
     ProducerState p;
     if (!r.String(&p.producer_id) || !r.U64(&p.epoch) || !r.U64(&p.seq)) return false;
     h->producer = std::move(p);
+  }
+  h->attributes.reset();
+  if (flags & kBatchAttributes) {
+    std::string_view attrs;
+    if (!r.String(&attrs)) return false;
+    h->attributes = std::string(attrs);
   }
   if (h->count > r.remaining() / 5) return false;  // each record needs at least 5 bytes
   for (uint32_t i = 0; i < h->count; ++i) {
@@ -312,6 +322,7 @@ std::string DescribeFrame(FrameType type, std::string_view body) {
                         " first_offset=" + std::to_string(h.first_offset) +
                         " ts=" + std::to_string(h.timestamp) + " count=" + std::to_string(h.count);
       if (h.close) out += " close";
+      if (h.attributes) out += " attributes=" + std::to_string(h.attributes->size()) + "B";
       if (h.producer) {
         out += " producer=" + h.producer->producer_id + "/" + std::to_string(h.producer->epoch) +
                "/" + std::to_string(h.producer->seq);

@@ -74,7 +74,8 @@ std::string EncodeCheckpointMarker(uint64_t seq);
 // Appends the kAppendBatch body to dst.
 void EncodeAppendBatch(std::string* dst, StreamId id, uint64_t first_offset, uint64_t ts,
                        const std::vector<AppendRecord>& records, bool close,
-                       const std::optional<ProducerState>& producer);
+                       const std::optional<ProducerState>& producer,
+                       const std::optional<std::string>& attributes = std::nullopt);
 
 struct AppendBatchHeader {
   StreamId stream = 0;
@@ -83,6 +84,7 @@ struct AppendBatchHeader {
   uint32_t count = 0;
   bool close = false;
   std::optional<ProducerState> producer;  // last_offset left 0
+  std::optional<std::string> attributes;  // replaces the stream's attributes when set
 };
 // Decodes an append batch body. `sizes` (if not null) receives (payload size, key size) of each
 // record;

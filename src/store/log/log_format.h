@@ -60,9 +60,10 @@ enum class FrameType : uint8_t {
   // u64 stream id.
   kDeleteStream = 3,
   // u64 stream id, u64 first offset, u64 timestamp ms, u32 record count, u8 flags
-  // (bit 0: close the stream after the records; bit 1: producer state follows),
-  // [string producer id, u64 epoch, u64 seq], then per record: u8 has_key, [string key],
-  // string payload. Producer state, the close and the records commit together.
+  // (bit 0: close the stream after the records; bit 1: producer state follows; bit 2: new
+  // stream attributes follow), [string producer id, u64 epoch, u64 seq], [string attributes],
+  // then per record: u8 has_key, [string key], string payload. Producer state, attributes, the
+  // close and the records commit together.
   kAppendBatch = 4,
   // u64 stream id, string consumer, u64 offset, u64 timestamp ms. Replay max-merges it.
   kCursorCommit = 5,
@@ -86,6 +87,7 @@ inline constexpr uint8_t kRetentionMaxBytes = 4;
 
 inline constexpr uint8_t kBatchClose = 1;
 inline constexpr uint8_t kBatchProducer = 2;
+inline constexpr uint8_t kBatchAttributes = 4;
 
 }  // namespace runnel::log
 

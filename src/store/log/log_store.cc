@@ -687,6 +687,7 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
         s->mut().producers[p.producer_id] = std::move(p);
       }
       if (h.close) s->closed = true;
+      if (h.attributes) s->spec.attributes = std::move(*h.attributes);
       // Retention, exactly as every store applies it.
       store::RetainedView view;
       view.count = static_cast<size_t>(s->next - s->head);
@@ -899,13 +900,14 @@ void LogStore::Prepare(Op& op) {
       size_t estimate = 64;
       for (const auto& r : req.records) estimate += 9 + r.payload.size() + (r.key ? r.key->size() : 0);
       if (req.producer) estimate += 24 + req.producer->producer_id.size();
+      if (req.attributes) estimate += 4 + req.attributes->size();
       if (estimate > kMaxBodySize) {
         return refuse(Status::InvalidArgument("append batch of " + std::to_string(estimate) +
                                               " bytes is larger than the 1 GiB limit"));
       }
       body.reserve(estimate);
       EncodeAppendBatch(&body, req.stream, s->reserved_next, req.now_ms, req.records, req.close,
-                        req.producer);
+                        req.producer, req.attributes);
       op.frame.reserve(body.size() + kFrameHeaderSize);
       AppendFrame(&op.frame, FrameType::kAppendBatch, body);
       op.append_result.first_offset = n ? s->reserved_next : 0;

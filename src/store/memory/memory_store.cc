@@ -212,6 +212,7 @@ void MemoryStore::Append(AppendRequest request, AppendCallback done) {
       s->producers[p.producer_id] = std::move(p);
     }
     if (request.close) s->closed = true;
+    if (request.attributes) s->spec.attributes = std::move(*request.attributes);
     ApplyRetention(*s, request.now_ms);
     next = s->next_offset;
   }

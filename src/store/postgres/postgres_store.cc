@@ -104,6 +104,8 @@ struct GroupStream {
   std::vector<std::pair<uint64_t, uint64_t>> added;
   // Records read back from the table for retention, by offset: (appended_at_ms, bytes).
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> fetched;
+  // New attributes from the group's last append that set them (AppendRequest::attributes).
+  std::optional<std::string> attributes;
   bool touched = false;
 };
 
@@ -770,6 +772,7 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
       producers[{req.stream, ps.producer_id}] = std::move(ps);
     }
     if (req.close) s.closed = true;
+    if (req.attributes) s.attributes = *req.attributes;
     if (s.retention.max_events || s.retention.max_age_ms || s.retention.max_bytes) {
       // The retained records are [head, next): those before next0 are in the table (read back
       // a page at a time, as the shared retention pass asks for them), the rest are s.added.
@@ -871,6 +874,7 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
   }
   std::vector<int64_t> up_id, up_next, up_head, up_bytes, del_id, del_lo, del_hi;
   std::vector<bool> up_closed;
+  std::vector<std::optional<std::string_view>> up_attrs;  // NULL keeps the stored attributes
   std::vector<std::string> notes;
   for (auto& [id, s] : streams) {
     if (!s.touched) continue;
@@ -885,6 +889,8 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
     up_head.push_back(OffsetToDb(s.head));
     up_bytes.push_back(BitsToDb(s.bytes));
     up_closed.push_back(s.closed);
+    up_attrs.push_back(s.attributes ? std::optional<std::string_view>(*s.attributes)
+                                    : std::nullopt);
     notes.push_back(std::to_string(id) + ":" + std::to_string(s.next));
   }
   if (!del_id.empty()) {
@@ -934,7 +940,7 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
     }
     sql +=
         "upd AS (UPDATE streams s SET next_offset = u.next, retained_bytes = u.bytes, "
-        "closed = u.closed FROM unnest(";
+        "closed = u.closed, attributes = coalesce(u.attrs, s.attributes) FROM unnest(";
     wp.Int8Array(up_id);
     sql += arg("::bigint[]") + ", ";
     wp.Int8Array(up_next);
@@ -943,11 +949,13 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
     sql += arg("::bigint[]") + ", ";
     wp.BoolArray(up_closed);
     sql += arg("::boolean[]") + ", ";
+    wp.ByteaArray(up_attrs);
+    sql += arg("::bytea[]") + ", ";
     wp.Int8Array(old_next);
     sql += arg("::bigint[]") + ", ";
     wp.Int8Array(old_bytes);
     sql += arg("::bigint[]") +
-           ") AS u(id, next, bytes, closed, old_next, old_bytes) WHERE s.id = u.id "
+           ") AS u(id, next, bytes, closed, attrs, old_next, old_bytes) WHERE s.id = u.id "
            "AND s.next_offset = u.old_next AND s.retained_bytes = u.old_bytes AND NOT s.closed "
            "AND NOT s.deleted AND s.max_events IS NULL AND s.max_age_ms IS NULL "
            "AND s.max_bytes IS NULL RETURNING 1) "
@@ -957,7 +965,8 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
   } else {
     sql +=
         "upd AS (UPDATE streams s SET next_offset = u.next, head_offset = u.head, "
-        "retained_bytes = u.bytes, closed = u.closed FROM unnest(";
+        "retained_bytes = u.bytes, closed = u.closed, attributes = coalesce(u.attrs, "
+        "s.attributes) FROM unnest(";
     wp.Int8Array(up_id);
     sql += arg("::bigint[]") + ", ";
     wp.Int8Array(up_next);
@@ -967,8 +976,10 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
     wp.Int8Array(up_bytes);
     sql += arg("::bigint[]") + ", ";
     wp.BoolArray(up_closed);
-    sql += arg("::boolean[]") +
-           ") AS u(id, next, head, bytes, closed) WHERE s.id = u.id RETURNING 1) "
+    sql += arg("::boolean[]") + ", ";
+    wp.ByteaArray(up_attrs);
+    sql += arg("::bytea[]") +
+           ") AS u(id, next, head, bytes, closed, attrs) WHERE s.id = u.id RETURNING 1) "
            "SELECT count(*) FROM upd";
   }
 
