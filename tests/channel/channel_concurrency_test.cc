@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "channel/channel_test_base.h"
-#include "log/log_harness.h"
+#include "channel/channel_suites.h"
 
 namespace runnel::testing {
 namespace {
@@ -221,8 +221,7 @@ TEST_P(ChannelConcurrencyTest, S5_ConcurrentAcksOnAPartitionKeepTheMaximum) {
   EXPECT_EQ(*registry().GetOffset(StreamScope::Global(), "acks:0", "g"), 50u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, ChannelConcurrencyTest, ::testing::Values(MemoryStoreParam(), LogStoreParam()),
-                         StoreParamName);
+RUNNEL_CHANNEL_SUITE_INSTANCES(ChannelConcurrencyTest);
 
 }  // namespace
 }  // namespace runnel::testing

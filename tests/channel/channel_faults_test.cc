@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "channel/channel_test_base.h"
-#include "log/log_harness.h"
+#include "channel/channel_suites.h"
 
 namespace runnel::testing {
 namespace {
@@ -424,8 +424,7 @@ TEST_P(ChannelFaultsTest, V2_StoreOverflowRefusalIsDefiniteAndLeavesNothingPendi
   EXPECT_EQ(ch().NextExpectedSequence(0), 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, ChannelFaultsTest, ::testing::Values(MemoryStoreParam(), LogStoreParam()),
-                         StoreParamName);
+RUNNEL_CHANNEL_SUITE_INSTANCES(ChannelFaultsTest);
 
 }  // namespace
 }  // namespace runnel::testing

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "channel/channel_test_base.h"
-#include "log/log_harness.h"
+#include "channel/channel_suites.h"
 
 namespace runnel::testing {
 namespace {
@@ -438,9 +438,14 @@ TEST_P(ChannelRulesTest, V2_RecoveryPagesThroughMoreThanOneReadBatch) {
       ASSERT_TRUE(ch->Publish(Env("m", "k" + std::to_string(i))).ok());
     }
   }
+  // Without its head checkpoint (V3) the channel walks the whole partition.
+  auto checkpoint = faulty().inner().GetStream(StreamScope::Global().Label(), "pages:checkpoint");
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
+  ASSERT_TRUE(faulty().inner().DeleteStream(checkpoint->id).ok());
   const uint64_t reads = faulty().reads();
   auto reopened = DurableChannel::Open("pages", 1, registry());
   ASSERT_TRUE(reopened.ok());
+  EXPECT_FALSE(reopened->OpenedFromCheckpoint());
   EXPECT_EQ(reopened->NextSequences(), (std::vector<uint64_t>{static_cast<uint64_t>(n)}));
   EXPECT_GE(faulty().reads() - reads, 3u);
   auto last = reopened->PublishWithReceipt(Env("m", "k" + std::to_string(n - 1)));
@@ -682,8 +687,7 @@ TEST_P(ChannelRulesTest, F5_TheStoreDeclaresItsDurability) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, ChannelRulesTest, ::testing::Values(MemoryStoreParam(), LogStoreParam()),
-                         StoreParamName);
+RUNNEL_CHANNEL_SUITE_INSTANCES(ChannelRulesTest);
 
 }  // namespace
 }  // namespace runnel::testing

@@ -46,6 +46,15 @@ class KeyIndex {
     if (!table_.empty()) __builtin_prefetch(&table_[Normalize(hash) & (table_.size() - 1)]);
   }
 
+  // Calls visit(hash, partition, sequence) for every entry, in table order. The hash given is
+  // the one stored: Hash(key), except that a hash of 0 is stored as 1 (see Normalize).
+  template <typename Visit>
+  void ForEach(Visit&& visit) const {
+    for (const Entry& e : table_) {
+      if (e.hash != 0) visit(e.hash, static_cast<size_t>(e.partition), e.sequence);
+    }
+  }
+
   size_t size() const { return size_; }
 
  private:
