@@ -236,8 +236,8 @@ struct ChannelError {
     kStoreError,
   };
   Kind kind = Kind::kStoreError;
-  Status status;             // what the call returned
-  std::string stream_key;    // empty if not about one partition
+  Status status;                     // what the call returned
+  std::string stream_key;            // empty if not about one partition
   std::optional<uint64_t> sequence;  // the slot concerned
   // kPendingAppendUnreadable: the original append error (kept) and the latest read error.
   Status append_error;
@@ -293,11 +293,14 @@ class DurableChannel {
   // The largest slot a publish may reserve: its offset must stay <= 2^64-2 so the stream's
   // next offset stays representable.
   static constexpr uint64_t kMaxSequence = ~uint64_t{0} - 2;
+  // The largest partition count a channel may have (the checkpoint format numbers partitions
+  // with 32 bits; this keeps per-channel state small).
+  static constexpr size_t kMaxPartitionCount = 65536;
 
   // Opens (creating missing partition streams) and recovers next sequences and the key index
-  // from the stored rows (V2). kInvalidArgument "ConfigError" for partition_count 0 (K1), an
-  // empty channel id, or partitions tagged with another count; read and decode errors as
-  // returned by the store / the decoder.
+  // from the stored rows (V2, V3). kInvalidArgument "ConfigError" for partition_count 0 (K1)
+  // or above kMaxPartitionCount, an empty channel id, or partitions tagged with another count; read
+  // and decode errors as returned by the store / the decoder.
   static Result<DurableChannel> Open(std::string channel_id, size_t partition_count,
                                      StreamRegistry registry, ChannelOptions options = {});
   // Open with a partition-key function (seed with_partition_key).
@@ -376,8 +379,7 @@ class DurableChannel {
   // reopening a channel whose count the caller does not know. kNotFound if that stream does
   // not exist; kInvalidArgument "ConfigError" if it is not a channel partition.
   static Result<size_t> StoredPartitionCount(const StreamRegistry& registry,
-                                             const StreamScope& scope,
-                                             std::string_view channel_id);
+                                             const StreamScope& scope, std::string_view channel_id);
 
   // Records a head checkpoint (V3), then Store::Flush; errors propagated (F3). Resets the
   // checkpoint counter on success. (Flushes made by the checkpoint policy only flush.)
@@ -482,8 +484,7 @@ class EphemeralChannel {
   static Result<EphemeralChannel> Create(std::string channel_id, size_t partition_count,
                                          PartitionKeyFn partition_key = nullptr);
   // ConfigError unless config.mode is kEphemeral and the config validates (F1, F2).
-  static Result<EphemeralChannel> FromConfig(std::string channel_id,
-                                             const DurabilityConfig& config,
+  static Result<EphemeralChannel> FromConfig(std::string channel_id, const DurabilityConfig& config,
                                              PartitionKeyFn partition_key = nullptr);
 
   const std::string& ChannelId() const { return channel_id_; }

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "channel/channel_test_base.h"
 #include "channel/channel_suites.h"
+#include "channel/channel_test_base.h"
 #include "core/channel/checkpoint_format.h"
 
 namespace runnel::testing {
@@ -48,7 +48,8 @@ class ChannelCheckpointTest : public ChannelTestBase {
   // Rows the FaultyStore's Read calls returned from the partitions (not the companion stream).
   uint64_t PartitionRowsRead() {
     uint64_t n = 0;
-    for (size_t p = 0; p < kParts; ++p) n += faulty().rows_read(IdOf("orders:" + std::to_string(p)));
+    for (size_t p = 0; p < kParts; ++p)
+      n += faulty().rows_read(IdOf("orders:" + std::to_string(p)));
     return n;
   }
 
@@ -230,14 +231,14 @@ TEST_P(ChannelCheckpointTest, V3_MissingRecordMeansAFullWalkThenARecord) {
 }
 
 // Closes a channel after 300 publishes and returns the last stored record.
-#define PREPARE_300(last)                          \
-  do {                                             \
-    auto ch = OpenOrders();                        \
-    ASSERT_TRUE(ch.ok());                          \
-    PublishRange(*ch, 0, 300);                     \
-  } while (0);                                     \
+#define PREPARE_300(last)                                          \
+  do {                                                             \
+    auto ch = OpenOrders();                                        \
+    ASSERT_TRUE(ch.ok());                                          \
+    PublishRange(*ch, 0, 300);                                     \
+  } while (0);                                                     \
   std::vector<channel::CheckpointRecord> stored = StoredRecords(); \
-  ASSERT_FALSE(stored.empty());                    \
+  ASSERT_FALSE(stored.empty());                                    \
   channel::CheckpointRecord last = stored.back()
 
 TEST_P(ChannelCheckpointTest, V3_OverclaimingRecordIsRefusedWithAWarningThenAFullWalk) {
@@ -331,7 +332,9 @@ TEST_P(ChannelCheckpointTest, V3_CorruptRecordIsRefusedThenAFullWalk) {
 }
 
 TEST_P(ChannelCheckpointTest, V3_ACompanionStreamOfAnotherKindIsRefused) {
-  ASSERT_TRUE(registry().CreateStream(StreamScope::Global(), kCheckpointStream, CreateStreamOptions{}).ok());
+  ASSERT_TRUE(registry()
+                  .CreateStream(StreamScope::Global(), kCheckpointStream, CreateStreamOptions{})
+                  .ok());
   auto ch = OpenOrders();
   ASSERT_FALSE(ch.ok());
   EXPECT_EQ(ch.status().code(), StatusCode::kInvalidArgument);
@@ -361,8 +364,8 @@ TEST_P(ChannelCheckpointTest, V3_TwoInstancesRecordingInTurnKeepOneValidChain) {
   ASSERT_TRUE(c.ok());
   EXPECT_TRUE(c->OpenedFromCheckpoint()) << (warnings_.empty() ? "" : warnings_[0]);
   EXPECT_EQ(TotalRows(), 1800u);
-  ExpectIndexAgreesWithScan(*c, {"req-0", "req-299", "req-300", "req-1234", "req-1799",
-                                 "req-1800"});
+  ExpectIndexAgreesWithScan(*c,
+                            {"req-0", "req-299", "req-300", "req-1234", "req-1799", "req-1800"});
   for (int i : {5, 650, 1500}) {
     auto dup = c->PublishWithReceipt(Keyed(i));
     ASSERT_TRUE(dup.ok());

@@ -4,6 +4,8 @@
 
 namespace runnel::testing {
 
-std::vector<StoreParam> ChannelStoreParams() { return {MemoryStoreParam(), LogStoreParam()}; }
+std::vector<StoreParam> ChannelStoreParams() {
+  return {MemoryStoreParam(), LogStoreParam()};
+}
 
 }  // namespace runnel::testing

@@ -5,6 +5,8 @@
 
 namespace runnel::testing {
 
-std::vector<StoreParam> ChannelStoreParams() { return {PostgresStoreParam()}; }
+std::vector<StoreParam> ChannelStoreParams() {
+  return {PostgresStoreParam()};
+}
 
 }  // namespace runnel::testing

@@ -17,9 +17,9 @@ std::vector<StoreParam> ChannelStoreParams();
 
 }  // namespace runnel::testing
 
-#define RUNNEL_CHANNEL_SUITE_INSTANCES(suite)                                                \
-  INSTANTIATE_TEST_SUITE_P(Stores, suite,                                                    \
-                           ::testing::ValuesIn(::runnel::testing::ChannelStoreParams()),     \
+#define RUNNEL_CHANNEL_SUITE_INSTANCES(suite)                                            \
+  INSTANTIATE_TEST_SUITE_P(Stores, suite,                                                \
+                           ::testing::ValuesIn(::runnel::testing::ChannelStoreParams()), \
                            ::runnel::testing::StoreParamName)
 
 #endif  // RUNNEL_TESTS_CHANNEL_CHANNEL_SUITES_H_

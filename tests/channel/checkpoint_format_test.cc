@@ -42,10 +42,10 @@ TEST(CheckpointFormatTest, V3_EncodingIsTheDocumentedLayout) {
   std::string expected = "RCK1";
   expected.push_back('\x01');
   expected += U32(2);
-  expected += U64(0) + U64(3);             // from
-  expected += U64(2) + U64(7);             // head
-  expected += U64(0x1111) + U64(0);        // fingerprints
-  expected += U32(2);                      // entries
+  expected += U64(0) + U64(3);       // from
+  expected += U64(2) + U64(7);       // head
+  expected += U64(0x1111) + U64(0);  // fingerprints
+  expected += U32(2);                // entries
   expected += U32(0) + U64(1) + U64(0xAAAA);
   expected += U32(1) + U64(6) + U64(0xBBBB);
   expected += U64(Fingerprint64(expected));  // checksum of everything before it

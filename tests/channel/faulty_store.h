@@ -249,17 +249,17 @@ class FaultyStore final : public Store {
 
   std::unique_ptr<Store> inner_;
   mutable std::mutex mu_;
-  std::deque<AppendFault> append_faults_;               // GUARDED_BY(mu_)
+  std::deque<AppendFault> append_faults_;                  // GUARDED_BY(mu_)
   std::vector<std::optional<uint64_t>> expected_offsets_;  // GUARDED_BY(mu_)
-  std::map<StreamId, uint64_t> rows_read_;                  // GUARDED_BY(mu_)
-  int read_failures_ = 0;                               // GUARDED_BY(mu_)
-  int read_at_failures_ = 0;                            // GUARDED_BY(mu_)
-  int flush_failures_ = 0;                              // GUARDED_BY(mu_)
-  Status read_status_;                                  // GUARDED_BY(mu_)
-  Status read_at_status_;                               // GUARDED_BY(mu_)
-  Status flush_status_;                                 // GUARDED_BY(mu_)
-  MessageEnvelope foreign_{"foreign", std::nullopt, 7, "other-writer", std::nullopt,
-                           std::nullopt};                // GUARDED_BY(mu_)
+  std::map<StreamId, uint64_t> rows_read_;                 // GUARDED_BY(mu_)
+  int read_failures_ = 0;                                  // GUARDED_BY(mu_)
+  int read_at_failures_ = 0;                               // GUARDED_BY(mu_)
+  int flush_failures_ = 0;                                 // GUARDED_BY(mu_)
+  Status read_status_;                                     // GUARDED_BY(mu_)
+  Status read_at_status_;                                  // GUARDED_BY(mu_)
+  Status flush_status_;                                    // GUARDED_BY(mu_)
+  MessageEnvelope foreign_{"foreign",      std::nullopt, 7,
+                           "other-writer", std::nullopt, std::nullopt};  // GUARDED_BY(mu_)
   std::atomic<uint64_t> calls_{0};
   std::atomic<uint64_t> appends_{0};
   std::atomic<uint64_t> reads_{0};

@@ -104,7 +104,8 @@ Status DurabilityConfig::Validate() const {
 
 KeyLookup::KeyLookup(StreamRegistry registry, StreamScope scope,
                      std::vector<std::string> stream_keys)
-    : registry_(std::move(registry)), scope_(std::move(scope)),
+    : registry_(std::move(registry)),
+      scope_(std::move(scope)),
       stream_keys_(std::move(stream_keys)) {}
 
 Result<AppendResolution> KeyLookup::Find(std::string_view key,
@@ -115,8 +116,8 @@ Result<AppendResolution> KeyLookup::Find(std::string_view key,
     if (!info.ok()) return info.status().Annotate("StoreError: " + stream_keys_[p]);
     uint64_t next = (p < from.size() ? from[p] : 0) + 1;
     for (;;) {
-      auto rows = store.Read(info->id, next, DurableChannel::kReadBatchSize,
-                             StreamRegistry::kMaxReadBytes);
+      auto rows =
+          store.Read(info->id, next, DurableChannel::kReadBatchSize, StreamRegistry::kMaxReadBytes);
       if (!rows.ok()) return rows.status().Annotate("StoreError: " + stream_keys_[p]);
       if (rows->empty()) break;
       for (const StoredRecord& r : *rows) {
@@ -155,36 +156,35 @@ void DurableChannel::Warn(const std::string& sentence) const {
 
 Result<DurableChannel> DurableChannel::Open(std::string channel_id, size_t partition_count,
                                             StreamRegistry registry, ChannelOptions options) {
-  return OpenImpl(std::move(channel_id), partition_count, std::move(registry),
-                  std::move(options), std::nullopt);
+  return OpenImpl(std::move(channel_id), partition_count, std::move(registry), std::move(options),
+                  std::nullopt);
 }
 
 Result<DurableChannel> DurableChannel::WithPartitionKey(std::string channel_id,
                                                         size_t partition_count,
-                                                        StreamRegistry registry,
-                                                        PartitionKeyFn fn,
+                                                        StreamRegistry registry, PartitionKeyFn fn,
                                                         ChannelOptions options) {
   options.partition_key = std::move(fn);
-  return OpenImpl(std::move(channel_id), partition_count, std::move(registry),
-                  std::move(options), std::nullopt);
+  return OpenImpl(std::move(channel_id), partition_count, std::move(registry), std::move(options),
+                  std::nullopt);
 }
 
-Result<DurableChannel> DurableChannel::FromRecoveredSequences(
-    std::string channel_id, size_t partition_count, StreamRegistry registry,
-    std::vector<uint64_t> next_sequences, ChannelOptions options) {
+Result<DurableChannel> DurableChannel::FromRecoveredSequences(std::string channel_id,
+                                                              size_t partition_count,
+                                                              StreamRegistry registry,
+                                                              std::vector<uint64_t> next_sequences,
+                                                              ChannelOptions options) {
   if (partition_count != 0 && next_sequences.size() != partition_count) {
     return ConfigError("recovered " + std::to_string(next_sequences.size()) +
-                       " next sequences for " + std::to_string(partition_count) +
-                       " partitions");
+                       " next sequences for " + std::to_string(partition_count) + " partitions");
   }
-  return OpenImpl(std::move(channel_id), partition_count, std::move(registry),
-                  std::move(options), std::move(next_sequences));
+  return OpenImpl(std::move(channel_id), partition_count, std::move(registry), std::move(options),
+                  std::move(next_sequences));
 }
 
 Result<DurableChannel> DurableChannel::FromConfig(std::string channel_id,
                                                   const DurabilityConfig& config,
-                                                  StreamRegistry registry,
-                                                  ChannelOptions options) {
+                                                  StreamRegistry registry, ChannelOptions options) {
   RUNNEL_RETURN_IF_ERROR(config.Validate());
   if (config.mode == DurabilityMode::kEphemeral) {
     return ConfigError("a DurableChannel cannot be opened with an ephemeral config");
@@ -195,9 +195,13 @@ Result<DurableChannel> DurableChannel::FromConfig(std::string channel_id,
 }
 
 Result<DurableChannel> DurableChannel::OpenImpl(
-    std::string channel_id, size_t partition_count, StreamRegistry registry,
-    ChannelOptions options, std::optional<std::vector<uint64_t>> next_sequences) {
+    std::string channel_id, size_t partition_count, StreamRegistry registry, ChannelOptions options,
+    std::optional<std::vector<uint64_t>> next_sequences) {
   if (partition_count == 0) return ConfigError("partition_count must be at least 1");
+  if (partition_count > kMaxPartitionCount) {
+    return ConfigError("partition_count " + std::to_string(partition_count) +
+                       " is above the limit of " + std::to_string(kMaxPartitionCount));
+  }
   if (channel_id.empty()) return ConfigError("the channel id must not be empty");
   if (options.checkpoint_policy.kind == CheckpointPolicy::Kind::kPerBatch &&
       options.checkpoint_policy.batch == 0) {
@@ -287,8 +291,8 @@ Status DurableChannel::CatchUp(size_t p) {
   if (!info.ok()) return info.status().Annotate("StoreError: reading " + stream_keys_[p]);
   const uint64_t known_end = info->next_offset - 1;
   while (scanned_[p] < known_end) {
-    auto rows = store.Read(stream_ids_[p], scanned_[p] + 1, kReadBatchSize,
-                           StreamRegistry::kMaxReadBytes);
+    auto rows =
+        store.Read(stream_ids_[p], scanned_[p] + 1, kReadBatchSize, StreamRegistry::kMaxReadBytes);
     if (!rows.ok()) return rows.status().Annotate("StoreError: reading " + stream_keys_[p]);
     if (rows->empty()) break;
     for (const StoredRecord& r : *rows) {
@@ -374,8 +378,7 @@ Status DurableChannel::Fail(ChannelError error) {
 
 // ---- Publish ----
 
-Result<AppendResult> DurableChannel::AppendAt(size_t p, uint64_t sequence,
-                                              const std::string& bytes,
+Result<AppendResult> DurableChannel::AppendAt(size_t p, uint64_t sequence, const std::string& bytes,
                                               const std::optional<std::string>& record_key,
                                               uint64_t now_ms) {
   AppendRequest request;
@@ -385,9 +388,8 @@ Result<AppendResult> DurableChannel::AppendAt(size_t p, uint64_t sequence,
   request.expected_offset = sequence + 1;
   std::promise<Result<AppendResult>> promise;
   auto future = promise.get_future();
-  registry_->store().Append(std::move(request), [&promise](Result<AppendResult> r) {
-    promise.set_value(std::move(r));
-  });
+  registry_->store().Append(
+      std::move(request), [&promise](Result<AppendResult> r) { promise.set_value(std::move(r)); });
   return future.get();
 }
 
@@ -408,8 +410,8 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
   const uint64_t key_hash = key ? channel::KeyIndex::Hash(*key) : 0;
   if (key) index_->Prefetch(key_hash);
   if (Status valid = ValidateEnvelope(envelope); !valid.ok()) {
-    return Fail({ChannelError::Kind::kEnvelopeError, Status::InvalidArgument(
-                     "EnvelopeError: " + std::string(valid.message()))});
+    return Fail({ChannelError::Kind::kEnvelopeError,
+                 Status::InvalidArgument("EnvelopeError: " + std::string(valid.message()))});
   }
   const size_t p = PartitionFor(envelope);
   const std::string bytes = EncodeEnvelope(envelope);
@@ -493,11 +495,11 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
       // U1: keep the evidence, never resend. S4: this is not a conflict.
       pending_->append_error = status;
       if (!status.message().empty()) pending_->cause = std::string(status.message());
-      ChannelError e{ChannelError::Kind::kAppendUnresolved,
-                     Status::OutcomeUnknown("AppendUnresolved: " +
-                                            Where(stream_keys_[p], sequence) + ": " +
-                                            pending_->cause),
-                     stream_keys_[p], sequence};
+      ChannelError e{
+          ChannelError::Kind::kAppendUnresolved,
+          Status::OutcomeUnknown("AppendUnresolved: " + Where(stream_keys_[p], sequence) + ": " +
+                                 pending_->cause),
+          stream_keys_[p], sequence};
       e.append_error = status;
       return Fail(std::move(e));
     }
@@ -513,14 +515,14 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
         if (*hit) return duplicate(**hit);
       }
       if (attempt == 0) continue;
-      ChannelError e{ChannelError::Kind::kSequenceConflict,
-                     Status::Conflict("SequenceConflict: " + Where(stream_keys_[p], sequence) +
-                                          ": expected offset " +
-                                          std::to_string(status.conflict_expected().value_or(0)) +
-                                          ", actual " + std::to_string(actual) +
-                                          " (second conflict; not retried)",
-                                      status.conflict_expected().value_or(sequence + 1), actual),
-                     stream_keys_[p], sequence};
+      ChannelError e{
+          ChannelError::Kind::kSequenceConflict,
+          Status::Conflict(
+              "SequenceConflict: " + Where(stream_keys_[p], sequence) + ": expected offset " +
+                  std::to_string(status.conflict_expected().value_or(0)) + ", actual " +
+                  std::to_string(actual) + " (second conflict; not retried)",
+              status.conflict_expected().value_or(sequence + 1), actual),
+          stream_keys_[p], sequence};
       e.expected = e.status.conflict_expected();
       e.actual = e.status.conflict_actual();
       return Fail(std::move(e));
@@ -647,11 +649,11 @@ Result<bool> DurableChannel::LoadCheckpoint() {
       auto part = store.GetStreamById(stream_ids_[p]);
       if (!part.ok()) return part.status().Annotate("StoreError: reading " + stream_keys_[p]);
       const uint64_t end = part->next_offset - 1;
-      const std::string claim = "partition " + stream_keys_[p] + " head " +
-                                std::to_string(last.head[p]);
+      const std::string claim =
+          "partition " + stream_keys_[p] + " head " + std::to_string(last.head[p]);
       if (last.head[p] > end) {
-        problem = "it overclaims: " + claim + ", but the partition ends at slot " +
-                  std::to_string(end);
+        problem =
+            "it overclaims: " + claim + ", but the partition ends at slot " + std::to_string(end);
         break;
       }
       if (last.head[p] == 0 || last.fingerprint[p] == 0) continue;
@@ -744,20 +746,35 @@ Status DurableChannel::AppendCheckpoint() {
     since_checkpoint_ = 0;
     return Status::OK();
   }
+  // The entries in (partition, slot) order.
   std::vector<channel::CheckpointEntry> entries;
   if (base) {
     entries.reserve(index_->size());
     index_->ForEach([&](uint64_t hash, size_t p, uint64_t slot) {
       entries.push_back({static_cast<uint32_t>(p), slot, hash});
     });
+    std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+      return a.partition != b.partition ? a.partition < b.partition : a.slot < b.slot;
+    });
   } else {
+    // unrecorded_ is in slot order within each partition (rows are indexed in slot order),
+    // so a stable bucketing by partition sorts it.
+    std::vector<size_t> start(n + 1, 0);
+    size_t kept = 0;
     for (const channel::CheckpointEntry& e : unrecorded_) {
-      if (e.slot >= from[e.partition] && e.slot < head[e.partition]) entries.push_back(e);
+      if (e.slot >= from[e.partition] && e.slot < head[e.partition]) {
+        ++start[e.partition + 1];
+        ++kept;
+      }
+    }
+    for (size_t p = 0; p < n; ++p) start[p + 1] += start[p];
+    entries.resize(kept);
+    for (const channel::CheckpointEntry& e : unrecorded_) {
+      if (e.slot >= from[e.partition] && e.slot < head[e.partition]) {
+        entries[start[e.partition]++] = e;
+      }
     }
   }
-  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
-    return a.partition != b.partition ? a.partition < b.partition : a.slot < b.slot;
-  });
   // Split into records of at most kMaxCheckpointEntries, each continuing the previous one;
   // only the last carries the fingerprints. They are appended in one atomic batch.
   AppendRequest request;
@@ -836,12 +853,12 @@ Result<std::optional<AppendResolution>> DurableChannel::ResolveImpl() {
   const size_t p = pending_->partition;
   const uint64_t sequence = pending_->sequence;
   auto unreadable = [&](const Status& read_error) {
-    ChannelError e{ChannelError::Kind::kPendingAppendUnreadable,
-                   Status::FailedPrecondition(
-                       "PendingAppendUnreadable: " + Where(stream_keys_[p], sequence) +
-                       ": append error: " + pending_->append_error.ToString() +
-                       "; read error: " + read_error.ToString()),
-                   stream_keys_[p], sequence};
+    ChannelError e{
+        ChannelError::Kind::kPendingAppendUnreadable,
+        Status::FailedPrecondition("PendingAppendUnreadable: " + Where(stream_keys_[p], sequence) +
+                                   ": append error: " + pending_->append_error.ToString() +
+                                   "; read error: " + read_error.ToString()),
+        stream_keys_[p], sequence};
     e.append_error = pending_->append_error;
     e.read_error = read_error;
     return Fail(std::move(e));
@@ -879,7 +896,9 @@ Result<std::optional<AppendResolution>> DurableChannel::ResolveImpl() {
   return std::optional<AppendResolution>(AppendResolution::Absent());
 }
 
-void DurableChannel::AbandonPending() { pending_.reset(); }
+void DurableChannel::AbandonPending() {
+  pending_.reset();
+}
 
 // ---- Idempotency keys ----
 
@@ -904,9 +923,8 @@ Result<AppendResolution> DurableChannel::FindIdempotencyKey(std::string_view key
   }
   auto hit = IndexLookup(key);
   if (!hit.ok()) {
-    return Fail({hit.status().code() == StatusCode::kCorruption
-                     ? ChannelError::Kind::kEnvelopeError
-                     : ChannelError::Kind::kStoreError,
+    return Fail({hit.status().code() == StatusCode::kCorruption ? ChannelError::Kind::kEnvelopeError
+                                                                : ChannelError::Kind::kStoreError,
                  hit.status()});
   }
   if (!*hit) return AppendResolution::Absent();

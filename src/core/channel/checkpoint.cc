@@ -1,3 +1,4 @@
+#include <bit>
 #include <cstring>
 #include <string>
 
@@ -10,6 +11,17 @@ uint64_t LoadU64(const char* p, size_t n) {
   uint64_t v = 0;
   for (size_t i = 0; i < n; ++i) v |= uint64_t{static_cast<unsigned char>(p[i])} << (8 * i);
   return v;
+}
+
+// One whole little-endian word, as a single load where the host is little-endian.
+uint64_t LoadWord(const char* p) {
+  if constexpr (std::endian::native == std::endian::little) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
+  } else {
+    return LoadU64(p, 8);
+  }
 }
 
 void PutU32(std::string& out, uint32_t v) {
@@ -33,7 +45,7 @@ uint64_t Fingerprint64(std::string_view bytes) {
   uint64_t h = 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(bytes.size());
   const char* p = bytes.data();
   size_t n = bytes.size();
-  for (; n >= 8; p += 8, n -= 8) h = mix(h, LoadU64(p, 8));
+  for (; n >= 8; p += 8, n -= 8) h = mix(h, LoadWord(p));
   if (n > 0) h = mix(h, LoadU64(p, n));
   h ^= h >> 32;
   h *= 0x94D049BB133111EBull;
@@ -71,7 +83,8 @@ std::string EncodeCheckpoint(const CheckpointRecord& r) {
 
 Result<CheckpointRecord> DecodeCheckpoint(std::string_view in) {
   constexpr size_t kHeader = 4 + 1 + 4;
-  if (in.size() < kHeader + 4 + 8) return Corrupt("truncated: " + std::to_string(in.size()) + " bytes");
+  if (in.size() < kHeader + 4 + 8)
+    return Corrupt("truncated: " + std::to_string(in.size()) + " bytes");
   if (in.substr(0, 4) != kCheckpointMagic) return Corrupt("bad magic");
   const auto version = static_cast<uint8_t>(in[4]);
   if (version != kCheckpointVersion) {
@@ -107,8 +120,7 @@ Result<CheckpointRecord> DecodeCheckpoint(std::string_view in) {
   pos += 4;
   if (m > kMaxCheckpointEntries) return Corrupt("too many entries: " + std::to_string(m));
   if (body - pos != m * kCheckpointEntrySize) {
-    return Corrupt(body - pos < m * kCheckpointEntrySize ? "truncated entries"
-                                                          : "trailing bytes");
+    return Corrupt(body - pos < m * kCheckpointEntrySize ? "truncated entries" : "trailing bytes");
   }
   r.entries.resize(m);
   for (CheckpointEntry& e : r.entries) {
