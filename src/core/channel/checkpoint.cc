@@ -24,13 +24,6 @@ uint64_t LoadWord(const char* p) {
   }
 }
 
-void PutU32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-}
-void PutU64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-}
-
 Status Corrupt(std::string_view what) {
   return Status::Corruption("CheckpointError: " + std::string(what));
 }
@@ -62,22 +55,27 @@ bool CheckpointRecord::IsBase() const {
 
 std::string EncodeCheckpoint(const CheckpointRecord& r) {
   const size_t n = r.head.size();
-  std::string out;
-  out.reserve(kCheckpointMagic.size() + 1 + 4 + 24 * n + 4 +
-              kCheckpointEntrySize * r.entries.size() + 8);
-  out.append(kCheckpointMagic);
-  out.push_back(static_cast<char>(kCheckpointVersion));
-  PutU32(out, static_cast<uint32_t>(n));
-  for (uint64_t v : r.from) PutU64(out, v);
-  for (uint64_t v : r.head) PutU64(out, v);
-  for (uint64_t v : r.fingerprint) PutU64(out, v);
-  PutU32(out, static_cast<uint32_t>(r.entries.size()));
+  const size_t size =
+      kCheckpointMagic.size() + 1 + 4 + 24 * n + 4 + kCheckpointEntrySize * r.entries.size() + 8;
+  std::string out(size, '\0');
+  char* p = out.data();
+  auto put = [&p](uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) *p++ = static_cast<char>((v >> (8 * i)) & 0xFF);
+  };
+  std::memcpy(p, kCheckpointMagic.data(), kCheckpointMagic.size());
+  p += kCheckpointMagic.size();
+  *p++ = static_cast<char>(kCheckpointVersion);
+  put(n, 4);
+  for (uint64_t v : r.from) put(v, 8);
+  for (uint64_t v : r.head) put(v, 8);
+  for (uint64_t v : r.fingerprint) put(v, 8);
+  put(r.entries.size(), 4);
   for (const CheckpointEntry& e : r.entries) {
-    PutU32(out, e.partition);
-    PutU64(out, e.slot);
-    PutU64(out, e.hash);
+    put(e.partition, 4);
+    put(e.slot, 8);
+    put(e.hash, 8);
   }
-  PutU64(out, Fingerprint64(out));
+  put(Fingerprint64(std::string_view(out.data(), size - 8)), 8);
   return out;
 }
 

@@ -49,9 +49,10 @@ class KeyIndex {
     }
   }
 
-  // A hint that `hash` will be looked up soon: starts loading its home slot.
+  // A hint that `hash` will be looked up and then inserted soon: starts loading its home slot
+  // for writing.
   void Prefetch(uint64_t hash) const {
-    if (!table_.empty()) __builtin_prefetch(&table_[Normalize(hash) & (table_.size() - 1)]);
+    if (!table_.empty()) __builtin_prefetch(&table_[Normalize(hash) & (table_.size() - 1)], 1);
   }
 
   // Calls visit(hash, partition, sequence) for every entry, in table order. The hash given is
