@@ -5,6 +5,8 @@
 #include <string>
 
 #include "core/channel/checkpoint_format.h"
+#include "runnel/channel.h"
+#include "runnel/registry.h"
 
 namespace runnel::channel {
 namespace {
@@ -135,3 +137,66 @@ TEST(CheckpointFormatTest, V3_OtherMagicOrVersionIsRefused) {
 
 }  // namespace
 }  // namespace runnel::channel
+
+namespace runnel {
+namespace {
+
+// A base record over more than kMaxCheckpointEntries keyed rows is split into records appended
+// in one batch, each continuing the previous one; a restart loads them all. Memory store only:
+// it takes 70000 publishes.
+TEST(CheckpointSplitTest, V3_ALargeBaseIsSplitIntoContinuingRecordsThatReloadExactly) {
+  constexpr int kRows = static_cast<int>(channel::kMaxCheckpointEntries) + 4464;
+  StreamRegistry registry;
+  auto open = [&] {
+    return DurableChannel::WithPartitionKey("big", 2, registry, HashKeyPartitioner);
+  };
+  auto env = [](int i) {
+    MessageEnvelope e;
+    e.payload = "p";
+    e.publisher_id = "t";
+    e.idempotency_key = "key-" + std::to_string(i);
+    e.key = "user-" + std::to_string(i % 5);
+    return e;
+  };
+  {
+    auto ch = open();
+    ASSERT_TRUE(ch.ok());
+    for (int i = 0; i < kRows; ++i) ASSERT_TRUE(ch->Publish(env(i)).ok()) << i;
+  }
+  // Without the chain the next open walks everything and records one base for all the rows.
+  auto info = registry.store().GetStream(StreamScope::Global().Label(), "big:checkpoint");
+  ASSERT_TRUE(info.ok());
+  ASSERT_TRUE(registry.store().DeleteStream(info->id).ok());
+  {
+    auto ch = open();
+    ASSERT_TRUE(ch.ok());
+    EXPECT_FALSE(ch->OpenedFromCheckpoint());
+  }
+  auto records = registry.ReadSince(StreamScope::Global(), "big:checkpoint", 1, 100);
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), 2u);
+  auto first = channel::DecodeCheckpoint((*records)[0].payload);
+  auto second = channel::DecodeCheckpoint((*records)[1].payload);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_TRUE(first->IsBase());
+  EXPECT_EQ(first->entries.size(), channel::kMaxCheckpointEntries);
+  EXPECT_EQ(second->from, first->head);
+  EXPECT_EQ(first->entries.size() + second->entries.size(), static_cast<size_t>(kRows));
+  EXPECT_EQ(first->fingerprint, (std::vector<uint64_t>{0, 0}));  // only the last one claims
+
+  auto ch = open();
+  ASSERT_TRUE(ch.ok());
+  EXPECT_TRUE(ch->OpenedFromCheckpoint());
+  KeyLookup scan = ch->GetKeyLookup();
+  for (int i : {0, 1, 40000, 65535, 65536, kRows - 1, kRows}) {
+    const std::string key = "key-" + std::to_string(i);
+    auto indexed = ch->FindIdempotencyKey(key);
+    auto scanned = scan.Find(key, {});
+    ASSERT_TRUE(indexed.ok() && scanned.ok());
+    EXPECT_EQ(*indexed, *scanned) << key;
+    EXPECT_EQ(indexed->committed(), i < kRows) << key;
+  }
+}
+
+}  // namespace
+}  // namespace runnel
