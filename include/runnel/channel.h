@@ -56,11 +56,27 @@
 // A failed read or an undecodable row is an error, never "absent" (I2).
 //
 // Recovery (V1-V7). Opening a channel creates missing partition streams (tagging them with the
-// channel's partition count in their attributes, "runnel-channel/1 partitions=<n>
-// partition=<i>") and refuses partitions tagged with another count. Next sequences come from
-// the stream's next offset (which survives retention, V4) and the highest stored row, so a new
-// channel over the same store continues where the old one stopped. A row that does not decode
-// is kCorruption "EnvelopeError: stream <key> sequence <s>: ..." (V7).
+// channel's partition count under the "runnel.channel" key of their attributes,
+// {"partition":<i>,"partitions":<n>}) and refuses partitions tagged with another count. Next
+// sequences come from the stream's next offset (which survives retention, V4) and the highest
+// stored row, so a new channel over the same store continues where the old one stopped. A row
+// that does not decode is kCorruption "EnvelopeError: stream <key> sequence <s>: ..." (V7).
+//
+// Head checkpoint (V3). The key index of slots [0, head[p]) is persisted, in slices, as a chain
+// of records in the companion stream `<channel_id>:checkpoint` (tagged
+// {"checkpoint":true,"partitions":<n>}; format: src/core/channel/checkpoint_format.h and
+// docs/formats/channel_checkpoint.md). A record is appended, position-guarded, after every 256
+// appends this instance commits, by FlushStore, and by the destructor (a clean stop), each time
+// holding only the keyed rows not yet recorded. Open reads the chain (from its last base
+// record), verifies it — checksums, continuity, and for the last record that no head passes the
+// partition's end and that the row just below each head has the fingerprint the record claims
+// (one ReadAt per non-empty partition) — loads its entries into the index and reads only the
+// rows after the heads. A missing chain means a full walk, then a base record (when the walk
+// found rows). A chain that does not verify is refused with a warning (ChannelOptions::warn),
+// then a full walk and a new base record, after which the older records are truncated away.
+// A failed checkpoint write never fails a publish: it is reported through warn and retried at
+// the next interval; FlushStore returns it. A restart therefore reads the chain (about 20
+// bytes per keyed row, no payloads) plus the rows after the last record.
 //
 // Thread-safety: a DurableChannel is NOT thread-safe (the seed's channel is `&mut self`): use
 // one instance per writer, or guard it externally. Several instances, in one process or many,
@@ -86,6 +102,7 @@ namespace runnel {
 
 namespace channel {
 class KeyIndex;
+struct CheckpointEntry;
 }  // namespace channel
 
 // ---------------------------------------------------------------------------------------------
@@ -219,8 +236,8 @@ struct ChannelError {
     kStoreError,
   };
   Kind kind = Kind::kStoreError;
-  Status status;             // what the call returned
-  std::string stream_key;    // empty if not about one partition
+  Status status;                     // what the call returned
+  std::string stream_key;            // empty if not about one partition
   std::optional<uint64_t> sequence;  // the slot concerned
   // kPendingAppendUnreadable: the original append error (kept) and the latest read error.
   Status append_error;
@@ -261,6 +278,9 @@ struct ChannelOptions {
   // Before each publish with an idempotency key, catch the index up on every partition, not
   // only the target one (see the file comment). Costs one catalog read per partition.
   bool check_all_partitions_for_keys = false;
+  // Receives warnings (a refused head checkpoint, a failed checkpoint write), one sentence each.
+  // Empty: they are written to stderr as "runnel: WARN channel <id>: <sentence>".
+  std::function<void(std::string_view)> warn;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -273,11 +293,14 @@ class DurableChannel {
   // The largest slot a publish may reserve: its offset must stay <= 2^64-2 so the stream's
   // next offset stays representable.
   static constexpr uint64_t kMaxSequence = ~uint64_t{0} - 2;
+  // The largest partition count a channel may have (the checkpoint format numbers partitions
+  // with 32 bits; this keeps per-channel state small).
+  static constexpr size_t kMaxPartitionCount = 65536;
 
   // Opens (creating missing partition streams) and recovers next sequences and the key index
-  // from the stored rows (V2). kInvalidArgument "ConfigError" for partition_count 0 (K1), an
-  // empty channel id, or partitions tagged with another count; read and decode errors as
-  // returned by the store / the decoder.
+  // from the stored rows (V2, V3). kInvalidArgument "ConfigError" for partition_count 0 (K1)
+  // or above kMaxPartitionCount, an empty channel id, or partitions tagged with another count; read
+  // and decode errors as returned by the store / the decoder.
   static Result<DurableChannel> Open(std::string channel_id, size_t partition_count,
                                      StreamRegistry registry, ChannelOptions options = {});
   // Open with a partition-key function (seed with_partition_key).
@@ -297,9 +320,12 @@ class DurableChannel {
   static Result<DurableChannel> FromConfig(std::string channel_id, const DurabilityConfig& config,
                                            StreamRegistry registry, ChannelOptions options = {});
 
-  // A moved-from channel may only be destroyed or assigned to.
+  // A moved-from channel may only be destroyed or assigned to. Assigning over a channel drops
+  // it without the clean-stop checkpoint (like a crash); destroy it or call FlushStore first.
   DurableChannel(DurableChannel&&) noexcept;
   DurableChannel& operator=(DurableChannel&&) noexcept;
+  // A clean stop: records a head checkpoint when rows were indexed since the last one (V3).
+  // A failure is reported through ChannelOptions::warn.
   ~DurableChannel();
   DurableChannel(const DurableChannel&) = delete;
   DurableChannel& operator=(const DurableChannel&) = delete;
@@ -353,11 +379,19 @@ class DurableChannel {
   // reopening a channel whose count the caller does not know. kNotFound if that stream does
   // not exist; kInvalidArgument "ConfigError" if it is not a channel partition.
   static Result<size_t> StoredPartitionCount(const StreamRegistry& registry,
-                                             const StreamScope& scope,
-                                             std::string_view channel_id);
+                                             const StreamScope& scope, std::string_view channel_id);
 
-  // Store::Flush, errors propagated (F3). Resets the checkpoint counter on success.
+  // Records a head checkpoint (V3), then Store::Flush; errors propagated (F3). Resets the
+  // checkpoint counter on success. (Flushes made by the checkpoint policy only flush.)
   Status FlushStore();
+  // Records a head checkpoint of the rows indexed since the last one, if any (V3). One guarded
+  // append to the companion stream; on a conflict (another instance recorded first) the
+  // channel follows the newer records and tries once more.
+  Status RecordCheckpoint();
+  // How many head checkpoint records this instance has written, and whether Open accepted a
+  // stored one (false: it walked every partition).
+  uint64_t CheckpointCount() const { return checkpoint_count_; }
+  bool OpenedFromCheckpoint() const { return opened_from_checkpoint_; }
   // F4 bookkeeping: committed publishes since the last successful flush, and how many flushes
   // the channel has made (explicit and by policy).
   uint64_t PublishesSinceFlush() const { return since_flush_; }
@@ -385,7 +419,15 @@ class DurableChannel {
                                 const std::optional<std::string>& record_key, uint64_t now_ms);
   Result<std::optional<AppendResolution>> ResolveImpl();
   Status AfterCommit();
+  Status FlushOnly();
   Status Fail(ChannelError error);
+  // V3: reads and verifies the stored chain, loading the index and scanned_ from it. Returns
+  // whether it was accepted; read errors are returned (never taken for "missing").
+  Result<bool> LoadCheckpoint();
+  // Reads companion records from checkpoint_next_ on, following the chain (conflict path).
+  Status FollowCheckpoints();
+  Status AppendCheckpoint();
+  void Warn(const std::string& sentence) const;
 
   std::string channel_id_;
   StreamScope scope_ = StreamScope::Global();
@@ -400,6 +442,33 @@ class DurableChannel {
   // Invariant: index_ holds every keyed row in slots [0, scanned_[p]) of every partition p.
   std::vector<uint64_t> scanned_;
   std::unique_ptr<channel::KeyIndex> index_;
+  // V3 head checkpoint. ck_head_/ck_fp_: the head and fingerprints of the chain's last record
+  // (as far as this instance knows). Invariant: unrecorded_ holds every keyed row indexed at a
+  // slot >= ck_head_[p] (and maybe some below, which are skipped). last_fp_[p]: the
+  // fingerprint of the row at scanned_[p]-1, 0 when unknown.
+  std::function<void(std::string_view)> warn_;
+  std::string checkpoint_key_;
+  std::optional<StreamId> checkpoint_id_;
+  uint64_t checkpoint_next_ = 1;  // the companion offset the next record must take
+  std::vector<uint64_t> ck_head_;
+  std::vector<uint64_t> ck_fp_;
+  std::vector<uint64_t> last_fp_;
+  std::vector<channel::CheckpointEntry> unrecorded_;
+  bool need_base_ = true;
+  bool opened_from_checkpoint_ = false;
+  uint64_t since_checkpoint_ = 0;
+  uint64_t checkpoint_count_ = 0;
+  // False in a moved-from channel (its destructor does nothing).
+  struct Live {
+    bool value = false;
+    Live() = default;
+    Live(Live&& o) noexcept : value(o.value) { o.value = false; }
+    Live& operator=(Live&& o) noexcept {
+      value = o.value;
+      o.value = false;
+      return *this;
+    }
+  } live_;
   std::optional<UnresolvedAppend> pending_;
   std::optional<ChannelError> last_error_;
   uint64_t since_flush_ = 0;
@@ -415,8 +484,7 @@ class EphemeralChannel {
   static Result<EphemeralChannel> Create(std::string channel_id, size_t partition_count,
                                          PartitionKeyFn partition_key = nullptr);
   // ConfigError unless config.mode is kEphemeral and the config validates (F1, F2).
-  static Result<EphemeralChannel> FromConfig(std::string channel_id,
-                                             const DurabilityConfig& config,
+  static Result<EphemeralChannel> FromConfig(std::string channel_id, const DurabilityConfig& config,
                                              PartitionKeyFn partition_key = nullptr);
 
   const std::string& ChannelId() const { return channel_id_; }

@@ -11,8 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include "channel/channel_suites.h"
 #include "channel/channel_test_base.h"
-#include "log/log_harness.h"
 
 namespace runnel::testing {
 namespace {
@@ -114,8 +114,7 @@ void ChannelConcurrencyTest::TwoWriters(const std::string& channel, size_t parti
       auto env = DecodeEnvelope(events[i].payload);
       ASSERT_TRUE(env.ok()) << env.status().ToString();
       ASSERT_TRUE(env->idempotency_key.has_value());
-      EXPECT_TRUE(stored.emplace(*env->idempotency_key, std::make_pair(p, events[i].offset))
-                      .second)
+      EXPECT_TRUE(stored.emplace(*env->idempotency_key, std::make_pair(p, events[i].offset)).second)
           << *env->idempotency_key << " stored twice";
     }
   }
@@ -196,8 +195,8 @@ TEST_P(ChannelConcurrencyTest, S3_ConcurrentRetriesOfOneKeyCommitItOnce) {
   for (int i = 0; i < kKeys; ++i) {
     EXPECT_EQ(got[0][i].partition, got[1][i].partition) << i;
     EXPECT_EQ(got[0][i].offset, got[1][i].offset) << i;
-    EXPECT_NE(got[0][i].duplicate, got[1][i].duplicate) << "request " << i
-                                                        << " committed twice or not at all";
+    EXPECT_NE(got[0][i].duplicate, got[1][i].duplicate)
+        << "request " << i << " committed twice or not at all";
   }
 }
 
@@ -221,8 +220,7 @@ TEST_P(ChannelConcurrencyTest, S5_ConcurrentAcksOnAPartitionKeepTheMaximum) {
   EXPECT_EQ(*registry().GetOffset(StreamScope::Global(), "acks:0", "g"), 50u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, ChannelConcurrencyTest, ::testing::Values(MemoryStoreParam(), LogStoreParam()),
-                         StoreParamName);
+RUNNEL_CHANNEL_SUITE_INSTANCES(ChannelConcurrencyTest);
 
 }  // namespace
 }  // namespace runnel::testing

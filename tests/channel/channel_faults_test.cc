@@ -5,8 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "channel/channel_suites.h"
 #include "channel/channel_test_base.h"
-#include "log/log_harness.h"
 
 namespace runnel::testing {
 namespace {
@@ -16,8 +16,8 @@ using Fault = FaultyStore::AppendFault;
 class ChannelFaultsTest : public ChannelTestBase {
  protected:
   void OpenChannel(size_t partitions = 1) {
-    auto ch = DurableChannel::WithPartitionKey("orders", partitions, registry(),
-                                               HashKeyPartitioner);
+    auto ch =
+        DurableChannel::WithPartitionKey("orders", partitions, registry(), HashKeyPartitioner);
     ASSERT_TRUE(ch.ok()) << ch.status().ToString();
     channel_.emplace(std::move(*ch));
   }
@@ -37,9 +37,8 @@ TEST_P(ChannelFaultsTest, U1_UnknownOutcomeKeepsExactEvidenceAndNeverResends) {
   auto r = ch().Publish(e);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kOutcomeUnknown);
-  EXPECT_EQ(r.status().message().rfind("AppendUnresolved: stream orders:0 sequence 1 (offset 2)",
-                                       0),
-            0u)
+  EXPECT_EQ(
+      r.status().message().rfind("AppendUnresolved: stream orders:0 sequence 1 (offset 2)", 0), 0u)
       << r.status().ToString();
   EXPECT_EQ(faulty().appends(), appends + 1) << "the payload was sent more than once";
   ASSERT_TRUE(ch().PendingAppend().has_value());
@@ -424,8 +423,7 @@ TEST_P(ChannelFaultsTest, V2_StoreOverflowRefusalIsDefiniteAndLeavesNothingPendi
   EXPECT_EQ(ch().NextExpectedSequence(0), 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, ChannelFaultsTest, ::testing::Values(MemoryStoreParam(), LogStoreParam()),
-                         StoreParamName);
+RUNNEL_CHANNEL_SUITE_INSTANCES(ChannelFaultsTest);
 
 }  // namespace
 }  // namespace runnel::testing

@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "channel/channel_suites.h"
 #include "channel/channel_test_base.h"
-#include "log/log_harness.h"
 
 namespace runnel::testing {
 namespace {
@@ -28,8 +28,7 @@ TEST_P(ChannelRulesTest, K1_ZeroPartitionsIsConfigErrorInEveryConstructor) {
     EXPECT_EQ(s.message().rfind("ConfigError: ", 0), 0u) << s.ToString();
   };
   expect_config_error(DurableChannel::Open("c", 0, registry()).status());
-  expect_config_error(
-      DurableChannel::WithPartitionKey("c", 0, registry(), FirstByte).status());
+  expect_config_error(DurableChannel::WithPartitionKey("c", 0, registry(), FirstByte).status());
   expect_config_error(DurableChannel::FromRecoveredSequences("c", 0, registry(), {}).status());
   DurabilityConfig config;
   config.partition_count = 0;
@@ -53,10 +52,8 @@ TEST_P(ChannelRulesTest, K2_PartitionForIsZeroWithOnePartitionOrNoKeyFunction) {
 
 TEST_P(ChannelRulesTest, K2_PartitionForIsKeyModCountAlwaysBelowCountAndDoesNoIo) {
   uint64_t next_key = 0;
-  auto ch = DurableChannel::WithPartitionKey("mod", 4, registry(),
-                                             [&next_key](const MessageEnvelope&) {
-                                               return next_key;
-                                             });
+  auto ch = DurableChannel::WithPartitionKey(
+      "mod", 4, registry(), [&next_key](const MessageEnvelope&) { return next_key; });
   ASSERT_TRUE(ch.ok());
   const uint64_t calls = faulty().calls();
   next_key = 7;
@@ -109,9 +106,15 @@ TEST_P(ChannelRulesTest, K4_ThreePublishesOnTwoPartitionsWithoutKeyFunction) {
 TEST_P(ChannelRulesTest, K4_FirstPayloadByteKeysSpreadOverPartitions) {
   auto ch = DurableChannel::WithPartitionKey("independent", 2, registry(), FirstByte);
   ASSERT_TRUE(ch.ok());
-  auto a = ch->PublishWithReceipt(Env("\x02" "a"));
-  auto b = ch->PublishWithReceipt(Env("\x04" "b"));
-  auto c = ch->PublishWithReceipt(Env("\x01" "c"));
+  auto a =
+      ch->PublishWithReceipt(Env("\x02"
+                                 "a"));
+  auto b =
+      ch->PublishWithReceipt(Env("\x04"
+                                 "b"));
+  auto c =
+      ch->PublishWithReceipt(Env("\x01"
+                                 "c"));
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   EXPECT_EQ(ch->NextSequences(), (std::vector<uint64_t>{2, 1}));
   EXPECT_EQ(c->partition, 1u);
@@ -191,9 +194,15 @@ TEST_P(ChannelRulesTest, K8_EphemeralChannelMakesZeroStoreCalls) {
   const uint64_t calls = faulty().calls();
   auto ch = EphemeralChannel::Create("eph", 2, FirstByte);
   ASSERT_TRUE(ch.ok());
-  auto a = ch->Publish(Env("\x01" "a"));
-  auto b = ch->Publish(Env("\x01" "b"));
-  auto c = ch->Publish(Env("\x02" "c"));
+  auto a =
+      ch->Publish(Env("\x01"
+                      "a"));
+  auto b =
+      ch->Publish(Env("\x01"
+                      "b"));
+  auto c =
+      ch->Publish(Env("\x02"
+                      "c"));
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   EXPECT_EQ(*a, 1u);
   EXPECT_EQ(*b, 2u);
@@ -210,8 +219,14 @@ TEST_P(ChannelRulesTest, K8_EphemeralChannelMakesZeroStoreCalls) {
 TEST_P(ChannelRulesTest, I1_FindIdempotencyKeyReportsCommittedPositionOrAbsent) {
   auto ch = DurableChannel::WithPartitionKey("i1", 2, registry(), FirstByte);
   ASSERT_TRUE(ch.ok());
-  ASSERT_TRUE(ch->Publish(Env("\x01" "x", "a")).ok());
-  ASSERT_TRUE(ch->Publish(Env("\x01" "y", "b")).ok());
+  ASSERT_TRUE(ch->Publish(Env("\x01"
+                              "x",
+                              "a"))
+                  .ok());
+  ASSERT_TRUE(ch->Publish(Env("\x01"
+                              "y",
+                              "b"))
+                  .ok());
   auto b = ch->FindIdempotencyKey("b");
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(*b, AppendResolution::Committed(1, 1));
@@ -338,11 +353,17 @@ TEST_P(ChannelRulesTest, I4_KeySurvivesReopeningTheChannel) {
   {
     auto ch = DurableChannel::WithPartitionKey("i4r", 2, registry(), FirstByte);
     ASSERT_TRUE(ch.ok());
-    ASSERT_TRUE(ch->Publish(Env("\x01" "a", "restart-key")).ok());
+    ASSERT_TRUE(ch->Publish(Env("\x01"
+                                "a",
+                                "restart-key"))
+                    .ok());
   }
   auto reopened = DurableChannel::WithPartitionKey("i4r", 2, registry(), FirstByte);
   ASSERT_TRUE(reopened.ok());
-  auto again = reopened->PublishWithReceipt(Env("\x01" "a", "restart-key"));
+  auto again =
+      reopened->PublishWithReceipt(Env("\x01"
+                                       "a",
+                                       "restart-key"));
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(again->duplicate);
   EXPECT_EQ(again->offset, 1u);
@@ -353,10 +374,16 @@ TEST_P(ChannelRulesTest, I4_KeyCommittedByAnotherInstanceAfterThisOneOpenedIsFou
   auto a = DurableChannel::WithPartitionKey("shared", 2, registry(), FirstByte);
   auto b = DurableChannel::WithPartitionKey("shared", 2, registry(), FirstByte);
   ASSERT_TRUE(a.ok() && b.ok());
-  auto original = a->PublishWithReceipt(Env("\x01" "m", "k"));
+  auto original =
+      a->PublishWithReceipt(Env("\x01"
+                                "m",
+                                "k"));
   ASSERT_TRUE(original.ok());
   // b's index predates the row; its guarded append conflicts, it reads the gap and finds it.
-  auto retry = b->PublishWithReceipt(Env("\x01" "m", "k"));
+  auto retry =
+      b->PublishWithReceipt(Env("\x01"
+                                "m",
+                                "k"));
   ASSERT_TRUE(retry.ok()) << retry.status().ToString();
   EXPECT_TRUE(retry->duplicate);
   EXPECT_EQ(retry->offset, original->offset);
@@ -438,9 +465,14 @@ TEST_P(ChannelRulesTest, V2_RecoveryPagesThroughMoreThanOneReadBatch) {
       ASSERT_TRUE(ch->Publish(Env("m", "k" + std::to_string(i))).ok());
     }
   }
+  // Without its head checkpoint (V3) the channel walks the whole partition.
+  auto checkpoint = faulty().inner().GetStream(StreamScope::Global().Label(), "pages:checkpoint");
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
+  ASSERT_TRUE(faulty().inner().DeleteStream(checkpoint->id).ok());
   const uint64_t reads = faulty().reads();
   auto reopened = DurableChannel::Open("pages", 1, registry());
   ASSERT_TRUE(reopened.ok());
+  EXPECT_FALSE(reopened->OpenedFromCheckpoint());
   EXPECT_EQ(reopened->NextSequences(), (std::vector<uint64_t>{static_cast<uint64_t>(n)}));
   EXPECT_GE(faulty().reads() - reads, 3u);
   auto last = reopened->PublishWithReceipt(Env("m", "k" + std::to_string(n - 1)));
@@ -563,9 +595,8 @@ TEST_P(ChannelRulesTest, V7_CorruptRowIsEnvelopeErrorNamingStreamAndSequence) {
   auto reopened = DurableChannel::Open("v7", 1, registry());
   ASSERT_FALSE(reopened.ok());
   EXPECT_EQ(reopened.status().code(), StatusCode::kCorruption);
-  EXPECT_EQ(reopened.status().message().rfind("EnvelopeError: stream v7:0 sequence 1 (offset 2)",
-                                              0),
-            0u)
+  EXPECT_EQ(
+      reopened.status().message().rfind("EnvelopeError: stream v7:0 sequence 1 (offset 2)", 0), 0u)
       << reopened.status().ToString();
 }
 
@@ -589,9 +620,9 @@ TEST_P(ChannelRulesTest, F1_DurabilityConfigValidation) {
   batch.checkpoint_policy = CheckpointPolicy::PerBatch(1);
   EXPECT_TRUE(batch.Validate().ok());
   EXPECT_FALSE(DurableChannel::FromConfig("f1", zero, registry()).ok());
-  EXPECT_FALSE(DurableChannel::FromConfig("f1", DurabilityConfig{DurabilityMode::kDurableDedup},
-                                          registry())
-                   .ok());
+  EXPECT_FALSE(
+      DurableChannel::FromConfig("f1", DurabilityConfig{DurabilityMode::kDurableDedup}, registry())
+          .ok());
 }
 
 TEST_P(ChannelRulesTest, F2_ModesAreCheckedByEachChannelKind) {
@@ -682,8 +713,7 @@ TEST_P(ChannelRulesTest, F5_TheStoreDeclaresItsDurability) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, ChannelRulesTest, ::testing::Values(MemoryStoreParam(), LogStoreParam()),
-                         StoreParamName);
+RUNNEL_CHANNEL_SUITE_INSTANCES(ChannelRulesTest);
 
 }  // namespace
 }  // namespace runnel::testing

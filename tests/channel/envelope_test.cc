@@ -63,14 +63,14 @@ TEST(EnvelopeTest, K6_GoldenBytes) {
   e.publisher_id = "p";
   e.idempotency_key = "k";
   EXPECT_EQ(Hex(EncodeEnvelope(e)),
-            "4c4d4531"            // "LME1"
-            "01"                  // version
-            "0100000000000000"    // timestamp_ms
-            "0100000070"          // publisher_id "p"
-            "01010000006b"        // idempotency_key present, "k"
-            "00"                  // key absent
-            "00"                  // causal_context absent
-            "020000006869");      // payload "hi"
+            "4c4d4531"          // "LME1"
+            "01"                // version
+            "0100000000000000"  // timestamp_ms
+            "0100000070"        // publisher_id "p"
+            "01010000006b"      // idempotency_key present, "k"
+            "00"                // key absent
+            "00"                // causal_context absent
+            "020000006869");    // payload "hi"
 }
 
 TEST(EnvelopeTest, V7_EveryTruncationIsRefused) {

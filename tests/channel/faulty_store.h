@@ -9,7 +9,8 @@
 //                           forwarded (so a guarded append meets a real conflict)
 //   kOutOfRange             refused with kOutOfRange, nothing applied
 // Read, ReadAt and Flush failures are counted down: the next n calls fail with the given
-// status. Every call is counted, and the expected_offset of every append is recorded.
+// status. Every call is counted, and the expected_offset of every append is recorded, and so
+// is the number of records each stream's Read calls returned.
 //
 // Thread-safety: like any Store, callable from any thread.
 #ifndef RUNNEL_TESTS_CHANNEL_FAULTY_STORE_H_
@@ -18,6 +19,7 @@
 #include <atomic>
 #include <deque>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -73,6 +75,12 @@ class FaultyStore final : public Store {
   uint64_t read_ats() const { return read_ats_.load(); }
   uint64_t flushes() const { return flushes_.load(); }
   uint64_t foreign_writes() const { return foreign_writes_.load(); }
+  // Records returned by Read calls on stream `id` so far.
+  uint64_t rows_read(StreamId id) const {
+    std::lock_guard lock(mu_);
+    auto it = rows_read_.find(id);
+    return it == rows_read_.end() ? 0 : it->second;
+  }
   // The expected_offset of every Append call, in order (nullopt for unguarded ones).
   std::vector<std::optional<uint64_t>> expected_offsets() const {
     std::lock_guard lock(mu_);
@@ -164,7 +172,12 @@ class FaultyStore final : public Store {
     ++calls_;
     ++reads_;
     if (Status s = TakeFailure(read_failures_, read_status_); !s.ok()) return s;
-    return inner_->Read(id, from, limit, max_bytes);
+    auto rows = inner_->Read(id, from, limit, max_bytes);
+    if (rows.ok()) {
+      std::lock_guard lock(mu_);
+      rows_read_[id] += rows->size();
+    }
+    return rows;
   }
   Result<std::optional<StoredRecord>> ReadAt(StreamId id, uint64_t offset) override {
     ++calls_;
@@ -236,16 +249,17 @@ class FaultyStore final : public Store {
 
   std::unique_ptr<Store> inner_;
   mutable std::mutex mu_;
-  std::deque<AppendFault> append_faults_;               // GUARDED_BY(mu_)
+  std::deque<AppendFault> append_faults_;                  // GUARDED_BY(mu_)
   std::vector<std::optional<uint64_t>> expected_offsets_;  // GUARDED_BY(mu_)
-  int read_failures_ = 0;                               // GUARDED_BY(mu_)
-  int read_at_failures_ = 0;                            // GUARDED_BY(mu_)
-  int flush_failures_ = 0;                              // GUARDED_BY(mu_)
-  Status read_status_;                                  // GUARDED_BY(mu_)
-  Status read_at_status_;                               // GUARDED_BY(mu_)
-  Status flush_status_;                                 // GUARDED_BY(mu_)
-  MessageEnvelope foreign_{"foreign", std::nullopt, 7, "other-writer", std::nullopt,
-                           std::nullopt};                // GUARDED_BY(mu_)
+  std::map<StreamId, uint64_t> rows_read_;                 // GUARDED_BY(mu_)
+  int read_failures_ = 0;                                  // GUARDED_BY(mu_)
+  int read_at_failures_ = 0;                               // GUARDED_BY(mu_)
+  int flush_failures_ = 0;                                 // GUARDED_BY(mu_)
+  Status read_status_;                                     // GUARDED_BY(mu_)
+  Status read_at_status_;                                  // GUARDED_BY(mu_)
+  Status flush_status_;                                    // GUARDED_BY(mu_)
+  MessageEnvelope foreign_{"foreign",      std::nullopt, 7,
+                           "other-writer", std::nullopt, std::nullopt};  // GUARDED_BY(mu_)
   std::atomic<uint64_t> calls_{0};
   std::atomic<uint64_t> appends_{0};
   std::atomic<uint64_t> reads_{0};

@@ -1,11 +1,13 @@
 #include "runnel/channel.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <future>
 #include <string>
 #include <utility>
 
 #include "core/attributes.h"
+#include "core/channel/checkpoint_format.h"
 #include "core/channel/envelope_format.h"
 #include "core/channel/key_index.h"
 
@@ -19,6 +21,11 @@ constexpr std::string_view kAttributeKey = "runnel.channel";
 std::string PartitionTag(size_t partition_count, size_t partition) {
   return "{\"partition\":" + std::to_string(partition) +
          ",\"partitions\":" + std::to_string(partition_count) + "}";
+}
+
+// The tag of the companion stream holding the head checkpoint (V3).
+std::string CheckpointTag(size_t partition_count) {
+  return "{\"checkpoint\":true,\"partitions\":" + std::to_string(partition_count) + "}";
 }
 
 // The partition count of a tag, or 0 when the tag is malformed.
@@ -97,7 +104,8 @@ Status DurabilityConfig::Validate() const {
 
 KeyLookup::KeyLookup(StreamRegistry registry, StreamScope scope,
                      std::vector<std::string> stream_keys)
-    : registry_(std::move(registry)), scope_(std::move(scope)),
+    : registry_(std::move(registry)),
+      scope_(std::move(scope)),
       stream_keys_(std::move(stream_keys)) {}
 
 Result<AppendResolution> KeyLookup::Find(std::string_view key,
@@ -108,8 +116,8 @@ Result<AppendResolution> KeyLookup::Find(std::string_view key,
     if (!info.ok()) return info.status().Annotate("StoreError: " + stream_keys_[p]);
     uint64_t next = (p < from.size() ? from[p] : 0) + 1;
     for (;;) {
-      auto rows = store.Read(info->id, next, DurableChannel::kReadBatchSize,
-                             StreamRegistry::kMaxReadBytes);
+      auto rows =
+          store.Read(info->id, next, DurableChannel::kReadBatchSize, StreamRegistry::kMaxReadBytes);
       if (!rows.ok()) return rows.status().Annotate("StoreError: " + stream_keys_[p]);
       if (rows->empty()) break;
       for (const StoredRecord& r : *rows) {
@@ -130,40 +138,53 @@ Result<AppendResolution> KeyLookup::Find(std::string_view key,
 DurableChannel::DurableChannel() : index_(std::make_unique<channel::KeyIndex>()) {}
 DurableChannel::DurableChannel(DurableChannel&&) noexcept = default;
 DurableChannel& DurableChannel::operator=(DurableChannel&&) noexcept = default;
-DurableChannel::~DurableChannel() = default;
+
+DurableChannel::~DurableChannel() {
+  if (!live_.value) return;
+  // A clean stop (V3): record what was indexed since the last record.
+  Status s = RecordCheckpoint();
+  if (!s.ok()) Warn("head checkpoint at close not recorded: " + s.ToString());
+}
+
+void DurableChannel::Warn(const std::string& sentence) const {
+  if (warn_) {
+    warn_(sentence);
+  } else {
+    std::fprintf(stderr, "runnel: WARN channel %s: %s\n", channel_id_.c_str(), sentence.c_str());
+  }
+}
 
 Result<DurableChannel> DurableChannel::Open(std::string channel_id, size_t partition_count,
                                             StreamRegistry registry, ChannelOptions options) {
-  return OpenImpl(std::move(channel_id), partition_count, std::move(registry),
-                  std::move(options), std::nullopt);
+  return OpenImpl(std::move(channel_id), partition_count, std::move(registry), std::move(options),
+                  std::nullopt);
 }
 
 Result<DurableChannel> DurableChannel::WithPartitionKey(std::string channel_id,
                                                         size_t partition_count,
-                                                        StreamRegistry registry,
-                                                        PartitionKeyFn fn,
+                                                        StreamRegistry registry, PartitionKeyFn fn,
                                                         ChannelOptions options) {
   options.partition_key = std::move(fn);
-  return OpenImpl(std::move(channel_id), partition_count, std::move(registry),
-                  std::move(options), std::nullopt);
+  return OpenImpl(std::move(channel_id), partition_count, std::move(registry), std::move(options),
+                  std::nullopt);
 }
 
-Result<DurableChannel> DurableChannel::FromRecoveredSequences(
-    std::string channel_id, size_t partition_count, StreamRegistry registry,
-    std::vector<uint64_t> next_sequences, ChannelOptions options) {
+Result<DurableChannel> DurableChannel::FromRecoveredSequences(std::string channel_id,
+                                                              size_t partition_count,
+                                                              StreamRegistry registry,
+                                                              std::vector<uint64_t> next_sequences,
+                                                              ChannelOptions options) {
   if (partition_count != 0 && next_sequences.size() != partition_count) {
     return ConfigError("recovered " + std::to_string(next_sequences.size()) +
-                       " next sequences for " + std::to_string(partition_count) +
-                       " partitions");
+                       " next sequences for " + std::to_string(partition_count) + " partitions");
   }
-  return OpenImpl(std::move(channel_id), partition_count, std::move(registry),
-                  std::move(options), std::move(next_sequences));
+  return OpenImpl(std::move(channel_id), partition_count, std::move(registry), std::move(options),
+                  std::move(next_sequences));
 }
 
 Result<DurableChannel> DurableChannel::FromConfig(std::string channel_id,
                                                   const DurabilityConfig& config,
-                                                  StreamRegistry registry,
-                                                  ChannelOptions options) {
+                                                  StreamRegistry registry, ChannelOptions options) {
   RUNNEL_RETURN_IF_ERROR(config.Validate());
   if (config.mode == DurabilityMode::kEphemeral) {
     return ConfigError("a DurableChannel cannot be opened with an ephemeral config");
@@ -174,9 +195,13 @@ Result<DurableChannel> DurableChannel::FromConfig(std::string channel_id,
 }
 
 Result<DurableChannel> DurableChannel::OpenImpl(
-    std::string channel_id, size_t partition_count, StreamRegistry registry,
-    ChannelOptions options, std::optional<std::vector<uint64_t>> next_sequences) {
+    std::string channel_id, size_t partition_count, StreamRegistry registry, ChannelOptions options,
+    std::optional<std::vector<uint64_t>> next_sequences) {
   if (partition_count == 0) return ConfigError("partition_count must be at least 1");
+  if (partition_count > kMaxPartitionCount) {
+    return ConfigError("partition_count " + std::to_string(partition_count) +
+                       " is above the limit of " + std::to_string(kMaxPartitionCount));
+  }
   if (channel_id.empty()) return ConfigError("the channel id must not be empty");
   if (options.checkpoint_policy.kind == CheckpointPolicy::Kind::kPerBatch &&
       options.checkpoint_policy.batch == 0) {
@@ -189,11 +214,17 @@ Result<DurableChannel> DurableChannel::OpenImpl(
   ch.partition_key_ = std::move(options.partition_key);
   ch.policy_ = options.checkpoint_policy;
   ch.check_all_partitions_ = options.check_all_partitions_for_keys;
+  ch.warn_ = std::move(options.warn);
   for (size_t i = 0; i < partition_count; ++i) ch.stream_keys_.push_back(ch.StreamKeyFor(i));
+  ch.checkpoint_key_ = ch.channel_id_ + std::string(channel::kCheckpointStreamSuffix);
   ch.stream_ids_.assign(partition_count, 0);
   ch.next_.assign(partition_count, 0);
   ch.scanned_.assign(partition_count, 0);
+  ch.ck_head_.assign(partition_count, 0);
+  ch.ck_fp_.assign(partition_count, 0);
+  ch.last_fp_.assign(partition_count, 0);
   RUNNEL_RETURN_IF_ERROR(ch.OpenPartitions());
+  ch.live_.value = true;
   if (next_sequences) {
     ch.next_ = std::move(*next_sequences);
   } else {
@@ -236,7 +267,18 @@ Status DurableChannel::OpenPartitions() {
                          ": the channel was created with another partition count");
     }
     stream_ids_[i] = info->id;
-    RUNNEL_RETURN_IF_ERROR(CatchUp(i));
+  }
+  RUNNEL_ASSIGN_OR_RETURN(opened_from_checkpoint_, LoadCheckpoint());
+  for (size_t i = 0; i < stream_keys_.size(); ++i) RUNNEL_RETURN_IF_ERROR(CatchUp(i));
+  if (!opened_from_checkpoint_) {
+    bool found_rows = false;
+    for (uint64_t s : scanned_) found_rows = found_rows || s > 0;
+    // Missing or refused: the full walk is done, record it as a new base (V3).
+    if (found_rows || checkpoint_id_) {
+      if (Status s = RecordCheckpoint(); !s.ok()) {
+        Warn("head checkpoint after the full walk not recorded: " + s.ToString());
+      }
+    }
   }
   return Status::OK();
 }
@@ -249,8 +291,8 @@ Status DurableChannel::CatchUp(size_t p) {
   if (!info.ok()) return info.status().Annotate("StoreError: reading " + stream_keys_[p]);
   const uint64_t known_end = info->next_offset - 1;
   while (scanned_[p] < known_end) {
-    auto rows = store.Read(stream_ids_[p], scanned_[p] + 1, kReadBatchSize,
-                           StreamRegistry::kMaxReadBytes);
+    auto rows =
+        store.Read(stream_ids_[p], scanned_[p] + 1, kReadBatchSize, StreamRegistry::kMaxReadBytes);
     if (!rows.ok()) return rows.status().Annotate("StoreError: reading " + stream_keys_[p]);
     if (rows->empty()) break;
     for (const StoredRecord& r : *rows) {
@@ -260,14 +302,21 @@ Status DurableChannel::CatchUp(size_t p) {
       IndexRow(p, sequence, *env);
       scanned_[p] = sequence + 1;
     }
+    last_fp_[p] = channel::RowFingerprint(rows->back().payload);
   }
-  scanned_[p] = std::max(scanned_[p], known_end);
+  if (known_end > scanned_[p]) {
+    // The rows up to the extent were removed by retention: nothing to fingerprint.
+    scanned_[p] = known_end;
+    last_fp_[p] = 0;
+  }
   return Status::OK();
 }
 
 void DurableChannel::IndexRow(size_t p, uint64_t sequence, const MessageEnvelope& envelope) {
   if (!envelope.idempotency_key) return;
-  index_->Insert(channel::KeyIndex::Hash(*envelope.idempotency_key), p, sequence);
+  const uint64_t hash = channel::KeyIndex::Hash(*envelope.idempotency_key);
+  index_->Insert(hash, p, sequence);
+  unrecorded_.push_back({static_cast<uint32_t>(p), sequence, hash});
 }
 
 Result<std::optional<AppendResolution>> DurableChannel::IndexLookup(std::string_view key) const {
@@ -329,8 +378,7 @@ Status DurableChannel::Fail(ChannelError error) {
 
 // ---- Publish ----
 
-Result<AppendResult> DurableChannel::AppendAt(size_t p, uint64_t sequence,
-                                              const std::string& bytes,
+Result<AppendResult> DurableChannel::AppendAt(size_t p, uint64_t sequence, const std::string& bytes,
                                               const std::optional<std::string>& record_key,
                                               uint64_t now_ms) {
   AppendRequest request;
@@ -340,9 +388,8 @@ Result<AppendResult> DurableChannel::AppendAt(size_t p, uint64_t sequence,
   request.expected_offset = sequence + 1;
   std::promise<Result<AppendResult>> promise;
   auto future = promise.get_future();
-  registry_->store().Append(std::move(request), [&promise](Result<AppendResult> r) {
-    promise.set_value(std::move(r));
-  });
+  registry_->store().Append(
+      std::move(request), [&promise](Result<AppendResult> r) { promise.set_value(std::move(r)); });
   return future.get();
 }
 
@@ -363,8 +410,8 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
   const uint64_t key_hash = key ? channel::KeyIndex::Hash(*key) : 0;
   if (key) index_->Prefetch(key_hash);
   if (Status valid = ValidateEnvelope(envelope); !valid.ok()) {
-    return Fail({ChannelError::Kind::kEnvelopeError, Status::InvalidArgument(
-                     "EnvelopeError: " + std::string(valid.message()))});
+    return Fail({ChannelError::Kind::kEnvelopeError,
+                 Status::InvalidArgument("EnvelopeError: " + std::string(valid.message()))});
   }
   const size_t p = PartitionFor(envelope);
   const std::string bytes = EncodeEnvelope(envelope);
@@ -427,8 +474,12 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
       }
       next_[p] = sequence + 1;
       if (scanned_[p] == sequence) {
-        if (key) index_->Insert(key_hash, p, sequence);
+        if (key) {
+          index_->Insert(key_hash, p, sequence);
+          unrecorded_.push_back({static_cast<uint32_t>(p), sequence, key_hash});
+        }
         scanned_[p] = sequence + 1;
+        last_fp_[p] = channel::RowFingerprint(bytes);
       }
       PublishReceipt receipt{p, sequence, sequence + 1, false};
       if (Status s = AfterCommit(); !s.ok()) {
@@ -444,11 +495,11 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
       // U1: keep the evidence, never resend. S4: this is not a conflict.
       pending_->append_error = status;
       if (!status.message().empty()) pending_->cause = std::string(status.message());
-      ChannelError e{ChannelError::Kind::kAppendUnresolved,
-                     Status::OutcomeUnknown("AppendUnresolved: " +
-                                            Where(stream_keys_[p], sequence) + ": " +
-                                            pending_->cause),
-                     stream_keys_[p], sequence};
+      ChannelError e{
+          ChannelError::Kind::kAppendUnresolved,
+          Status::OutcomeUnknown("AppendUnresolved: " + Where(stream_keys_[p], sequence) + ": " +
+                                 pending_->cause),
+          stream_keys_[p], sequence};
       e.append_error = status;
       return Fail(std::move(e));
     }
@@ -464,14 +515,14 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
         if (*hit) return duplicate(**hit);
       }
       if (attempt == 0) continue;
-      ChannelError e{ChannelError::Kind::kSequenceConflict,
-                     Status::Conflict("SequenceConflict: " + Where(stream_keys_[p], sequence) +
-                                          ": expected offset " +
-                                          std::to_string(status.conflict_expected().value_or(0)) +
-                                          ", actual " + std::to_string(actual) +
-                                          " (second conflict; not retried)",
-                                      status.conflict_expected().value_or(sequence + 1), actual),
-                     stream_keys_[p], sequence};
+      ChannelError e{
+          ChannelError::Kind::kSequenceConflict,
+          Status::Conflict(
+              "SequenceConflict: " + Where(stream_keys_[p], sequence) + ": expected offset " +
+                  std::to_string(status.conflict_expected().value_or(0)) + ", actual " +
+                  std::to_string(actual) + " (second conflict; not retried)",
+              status.conflict_expected().value_or(sequence + 1), actual),
+          stream_keys_[p], sequence};
       e.expected = e.status.conflict_expected();
       e.actual = e.status.conflict_actual();
       return Fail(std::move(e));
@@ -490,18 +541,303 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
 
 Status DurableChannel::AfterCommit() {
   ++since_flush_;
+  if (++since_checkpoint_ >= channel::kCheckpointInterval) {
+    // V3: a failed record costs only a longer restart; the publish stands.
+    if (Status s = RecordCheckpoint(); !s.ok()) {
+      Warn("head checkpoint not recorded: " + s.ToString());
+      since_checkpoint_ = 0;
+    }
+  }
   const bool due =
       policy_.kind == CheckpointPolicy::Kind::kPerMessage ||
       (policy_.kind == CheckpointPolicy::Kind::kPerBatch && since_flush_ >= policy_.batch);
   if (!due) return Status::OK();
-  return FlushStore();
+  return FlushOnly();
 }
 
 Status DurableChannel::FlushStore() {
+  RUNNEL_RETURN_IF_ERROR(RecordCheckpoint());
+  return FlushOnly();
+}
+
+Status DurableChannel::FlushOnly() {
   Status s = registry_->store().Flush();
   if (!s.ok()) return s;
   since_flush_ = 0;
   ++flush_count_;
+  return Status::OK();
+}
+
+// ---- Head checkpoint (V3) ----
+
+namespace {
+
+Result<AppendResult> AppendAndWait(Store& store, AppendRequest request) {
+  std::promise<Result<AppendResult>> promise;
+  auto future = promise.get_future();
+  store.Append(std::move(request),
+               [&promise](Result<AppendResult> r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+}  // namespace
+
+Result<bool> DurableChannel::LoadCheckpoint() {
+  Store& store = registry_->store();
+  const size_t n = stream_keys_.size();
+  auto info = store.GetStream(scope_.Label(), checkpoint_key_);
+  if (!info.ok()) {
+    if (info.status().code() == StatusCode::kNotFound) return false;  // missing: full walk
+    return info.status().Annotate("StoreError: opening " + checkpoint_key_);
+  }
+  auto tag = attributes::Get(info->spec.attributes, kAttributeKey);
+  if (!tag.ok() || !tag->has_value() || **tag != CheckpointTag(n)) {
+    return ConfigError("stream " + checkpoint_key_ +
+                       " exists and is not the head checkpoint of a channel with " +
+                       std::to_string(n) + " partitions");
+  }
+  checkpoint_id_ = info->id;
+  checkpoint_next_ = info->next_offset;
+  // The chain is the last base record and every record after it; a refused record before
+  // that base does not matter.
+  std::vector<channel::CheckpointRecord> chain;
+  std::string problem;
+  bool any = false;
+  uint64_t from = 1;
+  for (;;) {
+    auto rows = store.Read(*checkpoint_id_, from, kReadBatchSize, StreamRegistry::kMaxReadBytes);
+    if (!rows.ok()) return rows.status().Annotate("StoreError: reading " + checkpoint_key_);
+    if (rows->empty()) break;
+    for (StoredRecord& r : *rows) {
+      any = true;
+      from = r.offset + 1;
+      checkpoint_next_ = std::max(checkpoint_next_, r.offset + 1);
+      const std::string at = "the record at offset " + std::to_string(r.offset);
+      auto record = channel::DecodeCheckpoint(r.payload);
+      if (!record.ok()) {
+        problem = at + " is corrupt: " + std::string(record.status().message());
+        continue;
+      }
+      if (record->head.size() != n) {
+        problem = at + " covers " + std::to_string(record->head.size()) + " partitions, not " +
+                  std::to_string(n);
+        continue;
+      }
+      if (record->IsBase()) {
+        chain.clear();
+        problem.clear();
+        chain.push_back(std::move(*record));
+        continue;
+      }
+      if (!problem.empty()) continue;
+      if (chain.empty()) {
+        problem = at + " continues no base record";
+      } else if (record->from != chain.back().head) {
+        problem = at + " does not start where the record before it ended";
+      } else {
+        chain.push_back(std::move(*record));
+      }
+    }
+  }
+  if (!any) return false;  // missing
+  if (problem.empty() && chain.empty()) problem = "no base record";
+  if (problem.empty()) {
+    // Verify the claim of the last record against the partitions (read after the chain, so
+    // rows a record covers are committed before the partition's extent is read).
+    const channel::CheckpointRecord& last = chain.back();
+    for (size_t p = 0; p < n && problem.empty(); ++p) {
+      auto part = store.GetStreamById(stream_ids_[p]);
+      if (!part.ok()) return part.status().Annotate("StoreError: reading " + stream_keys_[p]);
+      const uint64_t end = part->next_offset - 1;
+      const std::string claim =
+          "partition " + stream_keys_[p] + " head " + std::to_string(last.head[p]);
+      if (last.head[p] > end) {
+        problem =
+            "it overclaims: " + claim + ", but the partition ends at slot " + std::to_string(end);
+        break;
+      }
+      if (last.head[p] == 0 || last.fingerprint[p] == 0) continue;
+      auto row = store.ReadAt(stream_ids_[p], last.head[p]);
+      if (!row.ok()) {
+        return row.status().Annotate("StoreError: verifying the head checkpoint at " +
+                                     Where(stream_keys_[p], last.head[p] - 1));
+      }
+      // An absent row was removed by retention: nothing left to compare with.
+      if (row->has_value() && channel::RowFingerprint((*row)->payload) != last.fingerprint[p]) {
+        problem = "it disagrees with the rows: " + claim + ", but the row at slot " +
+                  std::to_string(last.head[p] - 1) + " is not the one it recorded";
+      }
+    }
+  }
+  if (!problem.empty()) {
+    Warn("head checkpoint in " + checkpoint_key_ + " refused (" + problem +
+         "); walking every partition");
+    return false;
+  }
+  for (const channel::CheckpointRecord& record : chain) {
+    for (const channel::CheckpointEntry& e : record.entries) {
+      index_->Insert(e.hash, e.partition, e.slot);
+    }
+  }
+  const channel::CheckpointRecord& last = chain.back();
+  scanned_ = last.head;
+  ck_head_ = last.head;
+  ck_fp_ = last.fingerprint;
+  last_fp_ = last.fingerprint;
+  need_base_ = false;
+  return true;
+}
+
+Status DurableChannel::FollowCheckpoints() {
+  Store& store = registry_->store();
+  if (!checkpoint_id_) {
+    auto info = store.GetStream(scope_.Label(), checkpoint_key_);
+    if (!info.ok()) return info.status().Annotate("StoreError: opening " + checkpoint_key_);
+    checkpoint_id_ = info->id;
+  }
+  const size_t n = stream_keys_.size();
+  for (;;) {
+    auto rows = store.Read(*checkpoint_id_, checkpoint_next_, kReadBatchSize,
+                           StreamRegistry::kMaxReadBytes);
+    if (!rows.ok()) return rows.status().Annotate("StoreError: reading " + checkpoint_key_);
+    if (rows->empty()) return Status::OK();
+    for (const StoredRecord& r : *rows) {
+      checkpoint_next_ = r.offset + 1;
+      auto record = channel::DecodeCheckpoint(r.payload);
+      if (!record.ok() || record->head.size() != n) {
+        need_base_ = true;  // the chain is broken: the next record restarts it
+        continue;
+      }
+      // A record that does not continue the chain as known, or that lowers a head (a base
+      // written by an instance that knows less), leaves rows this instance no longer holds
+      // as unrecorded: restart the chain.
+      if (!record->IsBase() && record->from != ck_head_) need_base_ = true;
+      for (size_t p = 0; p < n; ++p) {
+        if (record->head[p] < ck_head_[p]) need_base_ = true;
+      }
+      ck_head_ = record->head;
+      ck_fp_ = record->fingerprint;
+    }
+  }
+}
+
+Status DurableChannel::RecordCheckpoint() {
+  for (int attempt = 0;; ++attempt) {
+    Status s = AppendCheckpoint();
+    if (s.ok() || s.code() != StatusCode::kConflict || attempt == 1) return s;
+    RUNNEL_RETURN_IF_ERROR(FollowCheckpoints());
+  }
+}
+
+Status DurableChannel::AppendCheckpoint() {
+  const size_t n = stream_keys_.size();
+  const bool base = need_base_;
+  std::vector<uint64_t> from = base ? std::vector<uint64_t>(n, 0) : ck_head_;
+  std::vector<uint64_t> head(n);
+  std::vector<uint64_t> fp(n);
+  bool changed = base;
+  for (size_t p = 0; p < n; ++p) {
+    // A base holds exactly this instance's index; a delta never lowers a head.
+    head[p] = base ? scanned_[p] : std::max(ck_head_[p], scanned_[p]);
+    fp[p] = head[p] == scanned_[p] ? last_fp_[p] : ck_fp_[p];
+    changed = changed || head[p] != ck_head_[p];
+  }
+  if (!changed) {
+    since_checkpoint_ = 0;
+    return Status::OK();
+  }
+  // The entries in (partition, slot) order.
+  std::vector<channel::CheckpointEntry> entries;
+  if (base) {
+    entries.reserve(index_->size());
+    index_->ForEach([&](uint64_t hash, size_t p, uint64_t slot) {
+      entries.push_back({static_cast<uint32_t>(p), slot, hash});
+    });
+    std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+      return a.partition != b.partition ? a.partition < b.partition : a.slot < b.slot;
+    });
+  } else {
+    // unrecorded_ is in slot order within each partition (rows are indexed in slot order),
+    // so a stable bucketing by partition sorts it.
+    std::vector<size_t> start(n + 1, 0);
+    size_t kept = 0;
+    for (const channel::CheckpointEntry& e : unrecorded_) {
+      if (e.slot >= from[e.partition] && e.slot < head[e.partition]) {
+        ++start[e.partition + 1];
+        ++kept;
+      }
+    }
+    for (size_t p = 0; p < n; ++p) start[p + 1] += start[p];
+    entries.resize(kept);
+    for (const channel::CheckpointEntry& e : unrecorded_) {
+      if (e.slot >= from[e.partition] && e.slot < head[e.partition]) {
+        entries[start[e.partition]++] = e;
+      }
+    }
+  }
+  // Split into records of at most kMaxCheckpointEntries, each continuing the previous one;
+  // only the last carries the fingerprints. They are appended in one atomic batch.
+  AppendRequest request;
+  request.now_ms = registry_->clock().NowMs();
+  request.expected_offset = checkpoint_next_;
+  size_t i = 0;
+  do {
+    channel::CheckpointRecord record;
+    record.from = from;
+    const size_t take = std::min<size_t>(entries.size() - i, channel::kMaxCheckpointEntries);
+    record.entries.assign(entries.begin() + static_cast<ptrdiff_t>(i),
+                          entries.begin() + static_cast<ptrdiff_t>(i + take));
+    i += take;
+    if (i == entries.size()) {
+      record.head = head;
+      record.fingerprint = fp;
+    } else {
+      const channel::CheckpointEntry& next = entries[i];
+      record.head = from;
+      for (size_t p = 0; p < next.partition; ++p) record.head[p] = head[p];
+      record.head[next.partition] = next.slot;
+      record.fingerprint.assign(n, 0);
+    }
+    from = record.head;
+    request.records.push_back(AppendRecord{std::nullopt, channel::EncodeCheckpoint(record)});
+  } while (i < entries.size());
+
+  Store& store = registry_->store();
+  if (!checkpoint_id_) {
+    CreateStreamOptions create;
+    RUNNEL_ASSIGN_OR_RETURN(create.attributes,
+                            attributes::Set("", kAttributeKey, CheckpointTag(n)));
+    Status created = registry_->CreateStream(scope_, checkpoint_key_, create);
+    if (!created.ok() && created.code() != StatusCode::kAlreadyExists) {
+      return created.Annotate("StoreError: creating " + checkpoint_key_);
+    }
+    auto info = store.GetStream(scope_.Label(), checkpoint_key_);
+    if (!info.ok()) return info.status().Annotate("StoreError: opening " + checkpoint_key_);
+    auto tag = attributes::Get(info->spec.attributes, kAttributeKey);
+    if (!tag.ok() || !tag->has_value() || **tag != CheckpointTag(n)) {
+      return ConfigError("stream " + checkpoint_key_ + " is not a channel head checkpoint");
+    }
+    checkpoint_id_ = info->id;
+    request.expected_offset = checkpoint_next_ = std::max(checkpoint_next_, info->next_offset);
+  }
+  request.stream = *checkpoint_id_;
+  auto appended = AppendAndWait(store, std::move(request));
+  if (!appended.ok()) {
+    return appended.status().Annotate("StoreError: recording the head checkpoint in " +
+                                      checkpoint_key_);
+  }
+  ck_head_ = std::move(head);
+  ck_fp_ = std::move(fp);
+  checkpoint_next_ = appended->next_offset;
+  unrecorded_.clear();
+  need_base_ = false;
+  since_checkpoint_ = 0;
+  ++checkpoint_count_;
+  if (base && appended->first_offset > 1) {
+    // The records before the new base are no longer part of the chain.
+    auto cut = store.TruncatePrefix(*checkpoint_id_, appended->first_offset - 1, false);
+    if (!cut.ok()) Warn("old head checkpoint records not removed: " + cut.status().ToString());
+  }
   return Status::OK();
 }
 
@@ -517,12 +853,12 @@ Result<std::optional<AppendResolution>> DurableChannel::ResolveImpl() {
   const size_t p = pending_->partition;
   const uint64_t sequence = pending_->sequence;
   auto unreadable = [&](const Status& read_error) {
-    ChannelError e{ChannelError::Kind::kPendingAppendUnreadable,
-                   Status::FailedPrecondition(
-                       "PendingAppendUnreadable: " + Where(stream_keys_[p], sequence) +
-                       ": append error: " + pending_->append_error.ToString() +
-                       "; read error: " + read_error.ToString()),
-                   stream_keys_[p], sequence};
+    ChannelError e{
+        ChannelError::Kind::kPendingAppendUnreadable,
+        Status::FailedPrecondition("PendingAppendUnreadable: " + Where(stream_keys_[p], sequence) +
+                                   ": append error: " + pending_->append_error.ToString() +
+                                   "; read error: " + read_error.ToString()),
+        stream_keys_[p], sequence};
     e.append_error = pending_->append_error;
     e.read_error = read_error;
     return Fail(std::move(e));
@@ -550,6 +886,7 @@ Result<std::optional<AppendResolution>> DurableChannel::ResolveImpl() {
     if (env.ok()) {
       IndexRow(p, sequence, *env);
       scanned_[p] = sequence + 1;
+      last_fp_[p] = channel::RowFingerprint(row.payload);
     }
   }
   pending_.reset();
@@ -559,7 +896,9 @@ Result<std::optional<AppendResolution>> DurableChannel::ResolveImpl() {
   return std::optional<AppendResolution>(AppendResolution::Absent());
 }
 
-void DurableChannel::AbandonPending() { pending_.reset(); }
+void DurableChannel::AbandonPending() {
+  pending_.reset();
+}
 
 // ---- Idempotency keys ----
 
@@ -584,9 +923,8 @@ Result<AppendResolution> DurableChannel::FindIdempotencyKey(std::string_view key
   }
   auto hit = IndexLookup(key);
   if (!hit.ok()) {
-    return Fail({hit.status().code() == StatusCode::kCorruption
-                     ? ChannelError::Kind::kEnvelopeError
-                     : ChannelError::Kind::kStoreError,
+    return Fail({hit.status().code() == StatusCode::kCorruption ? ChannelError::Kind::kEnvelopeError
+                                                                : ChannelError::Kind::kStoreError,
                  hit.status()});
   }
   if (!*hit) return AppendResolution::Absent();
