@@ -26,7 +26,14 @@
 // dedicated listening connection on every node calls the store's TailListener for appends made
 // by other nodes; appends made by this store call the listener directly, before their callback.
 // Notifications are hints: one can be lost when a connection dies between the two commits, and
-// a listener that lost its connection wakes every stream once it is back.
+// a listener that lost its connection wakes every stream once it is back. Under them runs a slow
+// safety-net poll (PostgresStoreOptions::safety_poll) over the tails of the streams readers wait
+// on, so no lost notification strands a reader.
+//
+// Connections: an idle pooled connection (or a worker's) that the server closed meanwhile (a
+// restart, an idle timeout) is noticed before use and replaced, so after a database restart the
+// first requests do not fail on stale sessions. While the database is unreachable every call
+// fails fast with kUnavailable.
 //
 // Thread-safety: every method may be called from any thread. Append never blocks on the
 // database: it queues the request for a pool of worker threads, each with its own connection,
@@ -76,6 +83,10 @@ struct PostgresStoreOptions {
   // How often the listener connection is checked and re-established when lost; a lost listener
   // also wakes every stream once it is back (notifications may have been missed meanwhile).
   std::chrono::milliseconds listener_poll{500};
+  // The safety net under LISTEN/NOTIFY: this often the listener re-reads the tails of the
+  // streams readers wait on (Store::SetWatchedStreams) and wakes those that moved, so a lost
+  // notification delays a reader by at most about this long. 0 turns the poll off.
+  std::chrono::milliseconds safety_poll{1500};
   // Not owned; null means Clock::Real(). Used for nothing that affects stored data (appends carry
   // their own now_ms); reserved for expiry.
   Clock* clock = nullptr;
