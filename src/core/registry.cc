@@ -328,23 +328,33 @@ void StreamRegistry::AppendBatchAsync(const StreamScope& scope, std::string_view
   core_->store().Append(
       std::move(request), [weak, retry, scope, name = std::string(name), key = std::move(key),
                            done = std::move(done)](Result<AppendResult> r) mutable {
-        auto core = weak.lock();
-        if (r.ok() || r.status().code() != StatusCode::kNotFound || core == nullptr) {
+        if (r.ok() || r.status().code() != StatusCode::kNotFound) {
           done(std::move(r));
           return;
         }
-        core->ForgetId(key);
-        auto info = core->Lookup(scope, name);
-        if (!info.ok()) {
-          done(info.status());
-          return;
+        // `done` runs only after the core is let go: the caller may drop the last registry
+        // handle as soon as it has its answer, and the core (which joins this store thread)
+        // must not be destroyed on this thread.
+        std::optional<Result<AppendResult>> answer;
+        {
+          auto core = weak.lock();
+          if (core == nullptr) {
+            answer.emplace(std::move(r));
+          } else {
+            core->ForgetId(key);
+            auto info = core->Lookup(scope, name);
+            if (!info.ok()) {
+              answer.emplace(info.status());
+            } else if (info->id == retry->stream) {
+              answer.emplace(std::move(r));
+            } else {
+              retry->stream = info->id;
+              core->store().Append(std::move(*retry), std::move(done));
+              return;
+            }
+          }
         }
-        if (info->id == retry->stream) {
-          done(std::move(r));
-          return;
-        }
-        retry->stream = info->id;
-        core->store().Append(std::move(*retry), std::move(done));
+        done(std::move(*answer));
       });
 }
 
