@@ -38,6 +38,9 @@ constexpr int64_t kMaxInt8 = std::numeric_limits<int64_t>::max();
 constexpr int kMaxSoloAttempts = 3;
 // Rows fetched at a time when retention needs the timestamps or sizes of old records.
 constexpr int64_t kRetentionPage = 1000;
+// How long a stream whose optimistic attempt failed (another node appended to it meanwhile)
+// takes the locking path before the next optimistic try.
+constexpr std::chrono::seconds kContendedBackoff{2};
 
 Status StreamNotFound(StreamId id) {
   return Status::NotFound("stream #" + std::to_string(id) + " does not exist");
@@ -594,12 +597,16 @@ void PostgresStore::CommitGroup(std::unique_ptr<pg::Conn>& conn, std::vector<Pen
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;
   // Producer appends always take the locking path: their (epoch, seq) is checked against the
   // stored state under the stream's row lock.
+  const auto now = std::chrono::steady_clock::now();
   const bool all_cached = std::all_of(group.begin(), group.end(), [&](const Pending& p) {
-    return cache.count(p.request.stream) != 0 && !p.request.producer;
+    auto c = cache.find(p.request.stream);
+    return c != cache.end() && now >= c->second.optimistic_after && !p.request.producer;
   });
+  bool stale = false;
   if (all_cached) {
     const GroupEnd fast = TryGroup(*conn, group, all, outcomes, cache, /*optimistic=*/true);
     if (fast != GroupEnd::kStale) return;
+    stale = true;
     for (auto& o : outcomes) o.reset();
     if (conn->broken()) {
       for (auto& o : outcomes) o.emplace(Status::Unavailable("postgres: connection lost"));
@@ -607,6 +614,12 @@ void PostgresStore::CommitGroup(std::unique_ptr<pg::Conn>& conn, std::vector<Pen
     }
   }
   const GroupEnd end = TryGroup(*conn, group, all, outcomes, cache, /*optimistic=*/false);
+  if (stale) {
+    for (const Pending& p : group) {
+      auto c = cache.find(p.request.stream);
+      if (c != cache.end()) c->second.optimistic_after = now + kContendedBackoff;
+    }
+  }
   if (end != GroupEnd::kSqlError) return;
   // Something in the group failed and everything was rolled back. Commit each append alone, so
   // one bad append cannot fail the others, and so its own error is reported precisely.
@@ -1047,9 +1060,19 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
   // a notifying transaction holds a database-wide lock from its pre-commit until its commit is
   // done, so notifying inside the append transactions would serialize all of them (and their
   // WAL flushes). A hint lost in a crash is harmless: listeners are hints, readers re-read.
-  // Optimistically, BEGIN travels in the same round trip too.
+  // Optimistically, BEGIN and the row locks travel in the same round trip too.
   std::vector<pg::Conn::Statement> closing;
-  if (optimistic) closing.push_back(pg::Conn::Statement{"BEGIN", Params()});
+  if (optimistic) {
+    closing.push_back(pg::Conn::Statement{"BEGIN", Params()});
+    // Lock the rows in id order before the write, as the locking path does: the write's parts
+    // (inserts under a unique index, the catalog update) would otherwise take their locks in
+    // whatever order the plan visits them, and two nodes writing the same streams could
+    // deadlock (each waiting out deadlock_timeout).
+    pg::Conn::Statement lock;
+    lock.sql = "SELECT id FROM streams WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE";
+    lock.params.Int8Array(up_id);
+    closing.push_back(std::move(lock));
+  }
   const size_t w = closing.size();
   closing.push_back(pg::Conn::Statement{std::move(sql), std::move(wp)});
   closing.push_back(pg::Conn::Statement{"COMMIT", Params()});
@@ -1094,7 +1117,9 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
     const bool plain = !st.deleted && !st.closed && !st.retention.max_events &&
                        !st.retention.max_age_ms && !st.retention.max_bytes;
     if (plain) {
-      cache[id] = CachedStream{st.next, st.bytes};
+      CachedStream& c = cache[id];  // keeps optimistic_after
+      c.next = st.next;
+      c.bytes = st.bytes;
     } else {
       cache.erase(id);
     }

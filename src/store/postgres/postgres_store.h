@@ -17,6 +17,7 @@
 #define RUNNEL_STORE_POSTGRES_POSTGRES_STORE_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -90,6 +91,9 @@ class PostgresStore final : public Store {
   struct CachedStream {
     uint64_t next = 0;
     uint64_t bytes = 0;
+    // Set when an optimistic attempt on this stream found it changed (another node appends to
+    // it too): until then its groups take the locking path, which costs no failed attempt.
+    std::chrono::steady_clock::time_point optimistic_after{};
   };
   using StreamCache = std::map<StreamId, CachedStream>;
 
