@@ -1,48 +1,143 @@
 #!/usr/bin/env bash
-# PostgreSQL store vs. PostgreSQL's own unbatched rate, in one run on one private cluster
-# (scripts/pg-test-cluster, durable defaults: fsync=on, synchronous_commit=on):
-#   1. pgbench, 16 clients, one 100-byte row INSERT per transaction;
-#   2. runnel's PostgreSQL store (BUILD_DIR/bin/pg_append_bench), 16 and 64 client threads, each
-#      appending one 100-byte record at a time and waiting for it (group commit batches them).
-# Prints rows/s for each, transactions per second seen by the server, and runnel/pgbench ratios.
+# The PostgreSQL store next to PostgreSQL's own rates, in one run on one private cluster
+# (scripts/pg-test-cluster with its durable defaults: fsync=on, synchronous_commit=on):
+#   1. pgbench, 16 clients, one 100-byte row INSERT per transaction (the unbatched rate);
+#   2. pgbench, 16 clients, one 100-row multi-row INSERT per transaction (the batched ceiling);
+#   3. runnel's store alone (BUILD_DIR/bin/pg_append_bench), 64 threads, one record per append;
+#   4. `runnel serve --store postgres://...`: 100-byte HTTP appends (wrk, 64 connections over 16
+#      streams), all through one node;
+#   5. the same 64 connections spread over three nodes on the same database.
+# Then (1) once more. Prints rows/s, transactions/s seen by the server (reads count too), and
+# the ratios against the targets, using the mean of the two unbatched pgbench runs: one node
+# >= 3x the unbatched pgbench rate; three nodes within 10% of one node.
 #
 #   bench/pg_bench.sh [BUILD_DIR] [SECONDS]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build_dir=$(cd "${1:-$root/build/bench}" && pwd)
-seconds=${2:-10}
+seconds=${2:-${BENCH_SECONDS:-10}}
 prog="$build_dir/bin/pg_append_bench"
-if [ ! -x "$prog" ]; then
-  echo "pg_bench.sh: $prog not built (configure with -DRUNNEL_BUILD_BENCHMARKS=ON)" >&2
+runnel="$build_dir/bin/runnel"
+if [ ! -x "$prog" ] || [ ! -x "$runnel" ]; then
+  echo "pg_bench.sh: $prog or $runnel not built (configure with -DRUNNEL_BUILD_BENCHMARKS=ON)" >&2
   exit 1
 fi
+command -v wrk >/dev/null || { echo "pg_bench.sh: wrk is not installed (apt-get install wrk)" >&2; exit 1; }
 if [ -z "${RUNNEL_TEST_PG_URL:-}" ]; then
   exec "$root/scripts/pg-test-cluster" --run "$0" "$build_dir" "$seconds"
 fi
 bindir=${RUNNEL_TEST_PG_BINDIR:-/usr/lib/postgresql/15/bin}
 psql=("$bindir/psql" -X -q -At "$RUNNEL_TEST_PG_URL")
 work=$(mktemp -d /tmp/runnel-pgbench.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do
+    if kill -0 "$p" 2>/dev/null; then kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; fi
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
 
 xacts() { "${psql[@]}" -c "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
 "${psql[@]}" -c "CREATE TABLE pgb_rows (id bigserial PRIMARY KEY, stream_id int NOT NULL, payload bytea NOT NULL)"
 cat > "$work/insert.sql" <<'SQL'
 \set s random(1, 16)
 INSERT INTO pgb_rows (stream_id, payload) VALUES (:s, convert_to(repeat('x', 100), 'UTF8'));
 SQL
-before=$(xacts)
-pgbench_out=$("$bindir/pgbench" -n -c 16 -j 2 -T "$seconds" -f "$work/insert.sql" "$RUNNEL_TEST_PG_URL" 2>&1)
-pg_rate=$(echo "$pgbench_out" | awk '/^tps = / {print int($3)}')
-after=$(xacts)
-echo "pgbench 16 clients, 1 row/transaction: ${pg_rate} rows/s ($(( (after - before) / seconds )) commits/s)"
+{
+  echo '\set s random(1, 16)'
+  printf 'INSERT INTO pgb_rows (stream_id, payload) VALUES '
+  for i in $(seq 1 100); do
+    [ "$i" -gt 1 ] && printf ', '
+    printf "(:s, convert_to(repeat('x', 100), 'UTF8'))"
+  done
+  echo ';'
+} > "$work/insert100.sql"
 
-for clients in 16 64; do
+# pgbench_unbatched LABEL: one run of (1); prints it and leaves the rate in $pg_last.
+pgbench_unbatched() {
+  local before after out
   before=$(xacts)
-  out=$("$prog" "$clients" "$seconds" 16)
+  out=$("$bindir/pgbench" -n -c 16 -j 2 -T "$seconds" -f "$work/insert.sql" "$RUNNEL_TEST_PG_URL" 2>&1)
+  pg_last=$(echo "$out" | awk '/^tps = / {print int($3)}')
   after=$(xacts)
-  rate=$(echo "$out" | sed -E 's/.*rows_per_s=([0-9]+).*/\1/')
-  ratio=$(awk -v a="$rate" -v b="$pg_rate" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }')
-  echo "runnel postgres store, $clients clients, 1 record/append: ${rate} rows/s" \
-       "($(( (after - before) / seconds )) commits/s) = ${ratio}x pgbench"
+  echo "pgbench 16 clients, 1 row/transaction$1: ${pg_last} rows/s ($(( (after - before) / seconds )) commits/s)"
+}
+pgbench_unbatched ""
+pg_first=$pg_last
+
+before=$(xacts)
+out=$("$bindir/pgbench" -n -c 16 -j 2 -T "$seconds" -f "$work/insert100.sql" "$RUNNEL_TEST_PG_URL" 2>&1)
+pg_batched=$(( $(echo "$out" | awk '/^tps = / {print int($3)}') * 100 ))
+after=$(xacts)
+echo "pgbench 16 clients, 100 rows/transaction: ${pg_batched} rows/s ($(( (after - before) / seconds )) commits/s)"
+
+before=$(xacts)
+out=$("$prog" 64 "$seconds" 16)
+after=$(xacts)
+store_rate=$(echo "$out" | sed -E 's/.*rows_per_s=([0-9]+).*/\1/')
+echo "runnel store alone, 64 threads, 1 record/append: ${store_rate} rows/s" \
+     "($(( (after - before) / seconds )) commits/s)"
+
+# Three nodes on the database (the one-node run uses only the first).
+urls=()
+for i in 0 1 2; do
+  "$runnel" serve --listen 127.0.0.1:0 --store "$RUNNEL_TEST_PG_URL" --data "$work/data-$i" \
+    >"$work/node-$i.log" 2>&1 &
+  pids+=($!)
+  url=""
+  for _ in $(seq 1 150); do
+    url=$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$work/node-$i.log" | head -n1 || true)
+    [ -n "$url" ] && break
+    sleep 0.1
+  done
+  [ -n "$url" ] || { cat "$work/node-$i.log" >&2; exit 1; }
+  urls+=("$url")
 done
+for s in $(seq 0 15); do
+  curl -sf -o /dev/null -X PUT -H 'Content-Type: text/plain' "${urls[0]}/v1/stream/bench-$s"
+done
+
+# wrk_run URL CONNECTIONS OUT: 100-byte appends over the 16 streams; writes requests/s to OUT.
+wrk_run() {
+  local threads=$(( $2 < 32 ? 1 : 2 ))
+  STREAM_PREFIX=/v1/stream/bench- STREAMS=16 wrk -t"$threads" -c"$2" -d"${seconds}s" \
+    -s "$root/bench/http/append_streams.lua" "$1" > "$3.full"
+  awk '/Requests\/sec/ {print int($2)}' "$3.full" > "$3"
+  if grep -q 'Non-2xx' "$3.full"; then
+    echo "pg_bench.sh: wrk saw failed appends:" >&2
+    cat "$3.full" >&2
+  fi
+}
+
+before=$(xacts)
+wrk_run "${urls[0]}" 64 "$work/one"
+after=$(xacts)
+one=$(cat "$work/one")
+echo "runnel serve, 1 node,  64 connections: ${one} appends/s ($(( (after - before) / seconds )) commits/s)"
+
+before=$(xacts)
+wrk_run "${urls[0]}" 22 "$work/three-0" &
+w0=$!
+wrk_run "${urls[1]}" 21 "$work/three-1" &
+w1=$!
+wrk_run "${urls[2]}" 21 "$work/three-2" &
+w2=$!
+wait "$w0" "$w1" "$w2"
+after=$(xacts)
+three=$(( $(cat "$work/three-0") + $(cat "$work/three-1") + $(cat "$work/three-2") ))
+echo "runnel serve, 3 nodes, 64 connections: ${three} appends/s ($(( (after - before) / seconds )) commits/s)"
+
+# The unbatched rate again, so that load from outside the benchmark during the runs shows up
+# in both sides of the ratio: the ratios use the mean of the two pgbench runs.
+pgbench_unbatched " (again)"
+"${psql[@]}" -c "DROP TABLE pgb_rows"
+pg_rate=$(( (pg_first + pg_last) / 2 ))
+echo "store alone / pgbench unbatched = $(ratio "$store_rate" "$pg_rate")x"
+one_ratio=$(ratio "$one" "$pg_rate")
+three_ratio=$(ratio "$three" "$one")
+echo "one node / pgbench unbatched  = ${one_ratio}x (target >= 3x)"
+echo "one node / pgbench 100-row    = $(ratio "$one" "$pg_batched")x (the batched ceiling)"
+echo "three nodes / one node        = ${three_ratio}x (target >= 0.90x)"

@@ -64,7 +64,7 @@ measure_server() {
     cell[$name,append1_c$c]="$(run_wrk "$c" append.lua STREAM="/v1/stream/one-c$c")"
   done
   $load create "$url" /v1/stream/many 10000 >/dev/null
-  cell[$name,append10k_c64]="$(run_wrk 64 append_many.lua PREFIX=/v1/stream/many STREAMS=10000)"
+  cell[$name,append10k_c64]="$(run_wrk 64 append_streams.lua STREAM_PREFIX=/v1/stream/many- STREAMS=10000)"
   cell[$name,create_c16]="$(run_wrk 16 create.lua)"
   $load fill-text "$url" /v1/stream/text10m 10 >/dev/null
   cell[$name,catchup_text]="$($load catchup "$url" /v1/stream/text10m 5 | field mb_per_s)"

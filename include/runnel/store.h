@@ -126,6 +126,8 @@ using AppendCallback = std::function<void(Result<AppendResult>)>;
 // thread; must not block, and must not call back into the store while holding locks of its own
 // that an appender could need.
 using TailListener = std::function<void(StreamId, uint64_t)>;
+// Lists the streams that have waiting readers right now (the tail listener's audience).
+using WatchedStreams = std::function<std::vector<StreamId>()>;
 
 class Store {
  public:
@@ -175,8 +177,7 @@ class Store {
   virtual Result<uint64_t> CommitCursor(StreamId id, std::string_view consumer, uint64_t offset,
                                         uint64_t now_ms) = 0;
   // nullopt when the cursor was never committed.
-  virtual Result<std::optional<CursorState>> GetCursor(StreamId id,
-                                                       std::string_view consumer) = 0;
+  virtual Result<std::optional<CursorState>> GetCursor(StreamId id, std::string_view consumer) = 0;
   // Every cursor of the stream, ascending by name.
   virtual Result<std::vector<CursorState>> ListCursors(StreamId id) = 0;
 
@@ -188,6 +189,10 @@ class Store {
 
   // Installs the single tail listener (replacing any earlier one). Pass nullptr to remove.
   virtual void SetTailListener(TailListener listener) = 0;
+  // Installs the source of the streams readers wait on (nullptr removes it). A store whose tail
+  // notifications can be lost (several processes over one database) re-reads those streams'
+  // tails now and then and calls the tail listener when one moved; the others ignore it.
+  virtual void SetWatchedStreams(WatchedStreams watched) { (void)watched; }
 };
 
 // A store that keeps everything in process memory. Acknowledged appends are lost on exit.

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <future>
 #include <limits>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <unordered_map>
 
 #include "core/subscription_hub.h"
 #include "runnel/log_store.h"
@@ -18,15 +21,55 @@ class RegistryCore {
  public:
   RegistryCore(std::unique_ptr<Store> store, Clock* clock)
       : clock_(clock ? clock : Clock::Real()), store_(std::move(store)) {
+    id_cache_enabled_ = store_->Name() == "postgres";
     store_->SetTailListener([this](StreamId id, uint64_t) { hub_.Notify(id); });
+    store_->SetWatchedStreams([this] { return hub_.Watched(); });
   }
-  ~RegistryCore() { store_->SetTailListener(nullptr); }
+  ~RegistryCore() {
+    store_->SetWatchedStreams(nullptr);
+    store_->SetTailListener(nullptr);
+  }
 
   Store& store() { return *store_; }
   Clock& clock() { return *clock_; }
 
+  // Name -> id for the append path on stores where every lookup is a database round trip
+  // (postgres). Ids are never reused, so a cached id can only be stale by pointing at a deleted
+  // stream, and the store then refuses the append definitely (kNotFound, nothing written): the
+  // caller forgets the entry and looks the name up again (another node may have deleted and
+  // recreated it). In-process stores look names up in memory and skip the cache.
+  bool id_cache_enabled() const { return id_cache_enabled_; }
+  std::optional<StreamId> CachedId(const std::string& key) {
+    std::lock_guard lock(cache_mu_);
+    auto it = ids_.find(key);
+    if (it == ids_.end()) return std::nullopt;
+    return it->second;
+  }
+  void RememberId(const std::string& key, StreamId id) {
+    std::lock_guard lock(cache_mu_);
+    if (ids_.size() >= kMaxCachedIds) ids_.clear();  // bounded: start over rather than grow
+    ids_[key] = id;
+  }
+  void ForgetId(const std::string& key) {
+    std::lock_guard lock(cache_mu_);
+    ids_.erase(key);
+  }
+  static std::string CacheKey(const StreamScope& scope, std::string_view name) {
+    std::string key = scope.Label();
+    key.push_back('\0');
+    key.append(name);
+    return key;
+  }
+
   Result<StreamInfo> Lookup(const StreamScope& scope, std::string_view name) {
     auto info = store_->GetStream(scope.Label(), name);
+    if (id_cache_enabled_) {
+      if (info.ok()) {
+        RememberId(CacheKey(scope, name), info->id);
+      } else if (info.status().code() == StatusCode::kNotFound) {
+        ForgetId(CacheKey(scope, name));
+      }
+    }
     if (!info.ok() && info.status().code() == StatusCode::kNotFound) {
       return Status::NotFound("stream '" + std::string(name) + "' does not exist in " +
                               scope.Label());
@@ -48,8 +91,12 @@ class RegistryCore {
   }
 
  private:
+  static constexpr size_t kMaxCachedIds = 100000;
   Clock* const clock_;
   SubscriptionHub hub_;
+  std::mutex cache_mu_;
+  std::unordered_map<std::string, StreamId> ids_;  // GUARDED_BY(cache_mu_)
+  bool id_cache_enabled_ = false;
   // Declared last so it is destroyed first, while the hub its listener points at still lives.
   std::unique_ptr<Store> store_;
 };
@@ -250,20 +297,66 @@ Result<AppendResult> StreamRegistry::AppendBatch(const StreamScope& scope, std::
 void StreamRegistry::AppendBatchAsync(const StreamScope& scope, std::string_view name,
                                       std::vector<AppendRecord> records,
                                       const AppendOptions& options, AppendCallback done) {
-  auto info = core_->Lookup(scope, name);
-  if (!info.ok()) {
-    done(info.status());
-    return;
-  }
   AppendRequest request;
-  request.stream = info->id;
   request.records = std::move(records);
   request.now_ms = options.now_ms ? *options.now_ms : core_->clock().NowMs();
   request.expected_offset = options.expected_offset;
   request.producer = options.producer;
   request.attributes = options.attributes;
   request.close = options.close;
-  core_->store().Append(std::move(request), std::move(done));
+  std::optional<StreamId> cached;
+  std::string key;
+  if (core_->id_cache_enabled()) {
+    key = internal::RegistryCore::CacheKey(scope, name);
+    cached = core_->CachedId(key);
+  }
+  if (!cached) {
+    auto info = core_->Lookup(scope, name);
+    if (!info.ok()) {
+      done(info.status());
+      return;
+    }
+    request.stream = info->id;
+    core_->store().Append(std::move(request), std::move(done));
+    return;
+  }
+  // A cached id may name a stream deleted meanwhile (perhaps recreated under the same name on
+  // another node). The store refuses such an append definitely, so it is safe to look the name
+  // up again and append once more; keep a copy of the request for that.
+  request.stream = *cached;
+  auto retry = std::make_shared<AppendRequest>(request);
+  std::weak_ptr<internal::RegistryCore> weak = core_;
+  core_->store().Append(
+      std::move(request), [weak, retry, scope, name = std::string(name), key = std::move(key),
+                           done = std::move(done)](Result<AppendResult> r) mutable {
+        if (r.ok() || r.status().code() != StatusCode::kNotFound) {
+          done(std::move(r));
+          return;
+        }
+        // `done` runs only after the core is let go: the caller may drop the last registry
+        // handle as soon as it has its answer, and the core (which joins this store thread)
+        // must not be destroyed on this thread.
+        std::optional<Result<AppendResult>> answer;
+        {
+          auto core = weak.lock();
+          if (core == nullptr) {
+            answer.emplace(std::move(r));
+          } else {
+            core->ForgetId(key);
+            auto info = core->Lookup(scope, name);
+            if (!info.ok()) {
+              answer.emplace(info.status());
+            } else if (info->id == retry->stream) {
+              answer.emplace(std::move(r));
+            } else {
+              retry->stream = info->id;
+              core->store().Append(std::move(*retry), std::move(done));
+              return;
+            }
+          }
+        }
+        done(std::move(*answer));
+      });
 }
 
 Result<std::vector<StreamEvent>> StreamRegistry::ReadSince(const StreamScope& scope,
@@ -360,7 +453,9 @@ Result<Subscription> StreamRegistry::Subscribe(const StreamScope& scope, std::st
 
 Status StreamRegistry::DeleteStream(const StreamScope& scope, std::string_view name) {
   RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, core_->Lookup(scope, name));
-  return core_->store().DeleteStream(info.id);
+  Status deleted = core_->store().DeleteStream(info.id);
+  if (core_->id_cache_enabled()) core_->ForgetId(internal::RegistryCore::CacheKey(scope, name));
+  return deleted;
 }
 
 Status StreamRegistry::SetRetention(const StreamScope& scope, std::string_view name,

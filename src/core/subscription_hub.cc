@@ -53,12 +53,27 @@ void SubscriptionHub::Notify(StreamId stream) {
   for (const auto& s : live) s->Hint();
 }
 
+std::vector<StreamId> SubscriptionHub::Watched() {
+  std::vector<StreamId> out;
+  std::lock_guard lock(mu_);
+  for (auto it = subs_.begin(); it != subs_.end();) {
+    std::erase_if(it->second, [](const std::weak_ptr<Subscriber>& w) { return w.expired(); });
+    if (it->second.empty()) {
+      it = subs_.erase(it);
+    } else {
+      out.push_back(it->first);
+      ++it;
+    }
+  }
+  return out;
+}
+
 size_t SubscriptionHub::LiveCount() {
   std::lock_guard lock(mu_);
   size_t n = 0;
   for (const auto& [id, list] : subs_) {
-    n += static_cast<size_t>(std::count_if(list.begin(), list.end(),
-                                           [](const auto& w) { return !w.expired(); }));
+    n += static_cast<size_t>(
+        std::count_if(list.begin(), list.end(), [](const auto& w) { return !w.expired(); }));
   }
   return n;
 }

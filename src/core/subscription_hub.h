@@ -41,6 +41,8 @@ class SubscriptionHub {
   void Add(StreamId stream, const std::shared_ptr<Subscriber>& subscriber);
   // Hints every live subscriber of `stream`, and only of `stream` (N4).
   void Notify(StreamId stream);
+  // The streams that have at least one live subscriber (drops expired ones on the way).
+  std::vector<StreamId> Watched();
   // Live subscribers across all streams (for metrics and tests).
   size_t LiveCount();
 

@@ -416,6 +416,8 @@ HttpResponse StreamService::ErrorResponse(const Status& status) {
   r.Set("Content-Type", "application/json");
   r.Set("Cache-Control", "no-store");
   r.body = ErrorBody(status);
+  // The store cannot be reached right now (e.g. its database restarts): worth retrying soon.
+  if (r.status == 503) r.Set("Retry-After", "1");
   return r;
 }
 
@@ -975,7 +977,17 @@ void StreamService::Append(const Route& route, const HttpRequest& request, Relea
           // Not on the store's thread: an UpdateMeta holds meta_mu_ while it waits for a commit.
           if (stream_seq) MetaAppendDone(id);
           HttpResponse r;
-          if (!result.ok()) {
+          if (!result.ok() && producer &&
+              result.status().code() == StatusCode::kAlreadyExists) {
+            // A store shared by several nodes found this (epoch, seq) committed meanwhile,
+            // through another node: the same duplicate answer as the check before the append.
+            r.status = 204;
+            r.Set("Producer-Epoch", std::to_string(producer->epoch));
+            r.Set("Producer-Seq", std::to_string(producer->seq));
+            if (auto info = registry_.store().GetStreamById(id); info.ok()) {
+              r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
+            }
+          } else if (!result.ok()) {
             r = ErrorResponse(result.status());
             if (result.status().code() == StatusCode::kConflict) {
               // A conditional append lost a race: report the tail it must start at now.

@@ -102,6 +102,45 @@ TEST(PostgresStoreBasics, BadOptionsAndUnreachableServersAreRefused) {
   EXPECT_EQ(OpenPostgresStore(down).status().code(), StatusCode::kUnavailable);
 }
 
+// The registry caches name -> id for appends on this store. Another node deleting the stream
+// and creating it again under the same name must not strand the cache: the append lands in the
+// new stream (S3: never in the deleted one), and an append after a plain delete is kNotFound.
+TEST(PostgresStoreBasics, TwoInstancesRegistryIdCacheFollowsDeleteAndRecreateOnAnotherNode) {
+  const std::string schema = FreshSchemaName();
+  RegistryOptions options;
+  options.store = PgUrl();
+  options.postgres_schema = schema;
+  auto a = StreamRegistry::Open(options);
+  auto b = StreamRegistry::Open(options);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const StreamScope g = StreamScope::Global();
+  ASSERT_TRUE(a->CreateStream(g, "s", StreamRetention{}).ok());
+  auto one = [](StreamRegistry& r, const std::string& payload) {
+    std::vector<AppendRecord> recs;
+    recs.push_back(AppendRecord{std::nullopt, payload});
+    return r.AppendBatch(StreamScope::Global(), "s", std::move(recs), AppendOptions{});
+  };
+  ASSERT_TRUE(one(*a, "first").ok());
+  ASSERT_TRUE(one(*a, "second").ok());  // served from the cache
+  const StreamId old_id = a->store().GetStream("global", "s")->id;
+  ASSERT_TRUE(b->DeleteStream(g, "s").ok());
+  ASSERT_TRUE(b->CreateStream(g, "s", StreamRetention{}).ok());
+  auto third = one(*a, "third");
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  EXPECT_EQ(third->first_offset, 1u);
+  auto now = b->store().GetStream("global", "s");
+  ASSERT_TRUE(now.ok());
+  EXPECT_NE(now->id, old_id);
+  EXPECT_EQ(now->event_count, 1u);
+  auto rec = b->store().ReadAt(now->id, 1);
+  ASSERT_TRUE(rec.ok() && rec->has_value());
+  EXPECT_EQ((*rec)->payload, "third");
+  ASSERT_TRUE(b->DeleteStream(g, "s").ok());
+  EXPECT_EQ(one(*a, "fourth").status().code(), StatusCode::kNotFound);
+  SideConn side;
+  side.Query("DROP SCHEMA \"" + schema + "\" CASCADE");
+}
+
 TEST_F(PostgresTest, MigrationsRunOnceEvenWhenNodesStartTogether) {
   std::vector<std::unique_ptr<Store>> nodes(4);
   std::vector<std::thread> starters;
@@ -387,6 +426,180 @@ TEST_F(PostgresTest, TwoInstancesListenerComesBackAfterItsConnectionIsKilled) {
   EXPECT_EQ(latest, 2u);
   lock.unlock();
   b->SetTailListener(nullptr);
+}
+
+// A row written behind the store's back (no NOTIFY at all, as when a notification is lost while
+// the listener reconnects) still wakes a reader: the safety-net poll re-reads the tails of the
+// watched streams (SEMANTICS N1: an append wakes its waiting readers).
+TEST_F(PostgresTest, N1_SafetyPollWakesAWatchedStreamWhoseNotificationWasLost) {
+  PostgresStoreOptions o = PgOptions(schema_);
+  o.safety_poll = std::chrono::milliseconds(200);
+  auto store = OpenNode(o);
+  ASSERT_TRUE(store);
+  const StreamId watched = MustCreate(*store, "watched");
+  const StreamId other = MustCreate(*store, "other");
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<StreamId, uint64_t>> calls;
+  store->SetTailListener([&](StreamId s, uint64_t next) {
+    std::lock_guard lock(mu);
+    calls.emplace_back(s, next);
+    cv.notify_all();
+  });
+  store->SetWatchedStreams([watched] { return std::vector<StreamId>{watched}; });
+  // The first poll may wake the newly watched stream once, at its current tail (1).
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  {
+    std::lock_guard lock(mu);
+    for (const auto& c : calls) EXPECT_EQ(c, (std::pair<StreamId, uint64_t>{watched, 1}));
+    calls.clear();
+  }
+  SideConn side;
+  ASSERT_TRUE(side.ok());
+  for (StreamId id : {watched, other}) {
+    // What an append commits, minus the NOTIFY: a record at offset 1 and the tail moved to 2.
+    side.Query("INSERT INTO \"" + schema_ +
+               "\".events (stream_id, off, appended_at_ms, key, payload) VALUES (" +
+               std::to_string(id) + ", " + std::to_string(static_cast<int64_t>(1 ^ kSignBit)) +
+               ", 1, NULL, 'behind-the-back')");
+    side.Query("UPDATE \"" + schema_ + "\".streams SET next_offset = " +
+               std::to_string(static_cast<int64_t>(2 ^ kSignBit)) +
+               ", retained_bytes = 15 WHERE id = " + std::to_string(id));
+  }
+  std::unique_lock lock(mu);
+  // Bounded wait (a few poll periods), not a performance assertion.
+  cv.wait_for(lock, std::chrono::seconds(10), [&] { return !calls.empty(); });
+  ASSERT_FALSE(calls.empty());
+  EXPECT_EQ(calls.front(), (std::pair<StreamId, uint64_t>{watched, 2}));
+  lock.unlock();
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  lock.lock();
+  // Only the watched stream is polled; the unwatched one is never woken by the safety net, and
+  // an unchanged tail is not woken again.
+  for (const auto& c : calls) EXPECT_EQ(c, (std::pair<StreamId, uint64_t>{watched, 2}));
+  EXPECT_EQ(calls.size(), 1u);
+  lock.unlock();
+  auto rec = store->ReadAt(watched, 1);
+  ASSERT_TRUE(rec.ok() && rec->has_value());
+  EXPECT_EQ((*rec)->payload, "behind-the-back");
+  store->SetWatchedStreams(nullptr);
+  store->SetTailListener(nullptr);
+}
+
+// Sessions the server closed while they sat idle in the pool (a database restart terminates
+// them all) are replaced before use: the next calls succeed instead of failing once per stale
+// connection.
+TEST_F(PostgresTest, PooledSessionsTheServerClosedAreReplacedBeforeUse) {
+  PostgresStoreOptions o = PgOptions(schema_);
+  o.query_connections = 3;
+  o.append_workers = 2;
+  auto store = OpenNode(o);
+  ASSERT_TRUE(store);
+  const StreamId id = MustCreate(*store, "s");
+  ASSERT_TRUE(AppendOne(*store, id, "before").ok());
+  // Fill the pool with several idle sessions.
+  {
+    std::vector<std::thread> readers;
+    for (int i = 0; i < 3; ++i) {
+      readers.emplace_back([&] { EXPECT_TRUE(store->GetStreamById(id).ok()); });
+    }
+    for (auto& t : readers) t.join();
+  }
+  SideConn side;
+  ASSERT_TRUE(side.ok());
+  // Terminate every session of this store but the listener (which reconnects on its own).
+  const auto killed = side.Query(
+      "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+      "application_name = 'runnel' AND pid <> pg_backend_pid() AND query NOT LIKE 'LISTEN%' "
+      "AND query NOT LIKE 'SELECT id, next_offset FROM streams WHERE id = ANY%'");
+  ASSERT_TRUE(killed.has_value());
+  EXPECT_GE(std::stoi(*killed), 2);
+  // Bounded wait until the server has closed them.
+  for (int i = 0; i < 300; ++i) {
+    const auto left = side.Query(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'runnel' "
+        "AND pid <> pg_backend_pid()");
+    if (left && std::stoi(*left) <= 1) break;  // only the listener is left
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (int i = 0; i < 4; ++i) {
+    auto info = store->GetStreamById(id);
+    ASSERT_TRUE(info.ok()) << "call " << i << ": " << info.status().ToString();
+  }
+  auto appended = AppendOne(*store, id, "after");
+  ASSERT_TRUE(appended.ok()) << appended.status().ToString();
+  EXPECT_EQ(appended->first_offset, 2u);
+}
+
+Result<AppendResult> ProducerAppend(Store& store, StreamId id, uint64_t epoch, uint64_t seq) {
+  AppendRequest req;
+  req.stream = id;
+  req.now_ms = 1;
+  req.records.push_back(
+      AppendRecord{std::nullopt, "e" + std::to_string(epoch) + "s" + std::to_string(seq)});
+  req.producer = ProducerState{"prod", epoch, seq, 0};
+  return AppendSync(store, std::move(req));
+}
+
+// Idempotent producers across nodes: each node checks (epoch, seq) before it queues the append,
+// and the store re-checks it under the stream's row lock, so the same (epoch, seq) sent through
+// two nodes commits once (the other is kAlreadyExists, nothing written) and an older epoch is
+// refused.
+TEST_F(PostgresTest, TwoInstancesProducerStateIsCompareAndSetUnderTheRowLock) {
+  auto a = OpenNode();
+  auto b = OpenNode();
+  ASSERT_TRUE(a && b);
+  const StreamId id = MustCreate(*a, "p");
+  ASSERT_TRUE(ProducerAppend(*a, id, 0, 0).ok());
+  EXPECT_EQ(ProducerAppend(*b, id, 0, 0).status().code(), StatusCode::kAlreadyExists);
+  ASSERT_TRUE(ProducerAppend(*b, id, 0, 1).ok());
+  EXPECT_EQ(ProducerAppend(*a, id, 0, 1).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(ProducerAppend(*a, id, 0, 0).status().code(), StatusCode::kAlreadyExists);
+  ASSERT_TRUE(ProducerAppend(*a, id, 1, 0).ok());
+  EXPECT_EQ(ProducerAppend(*b, id, 0, 2).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(a->GetStreamById(id)->event_count, 3u);
+  auto state = b->GetProducer(id, "prod");
+  ASSERT_TRUE(state.ok() && state->has_value());
+  EXPECT_EQ((*state)->epoch, 1u);
+  EXPECT_EQ((*state)->seq, 0u);
+  EXPECT_EQ((*state)->last_offset, 3u);
+}
+
+TEST_F(PostgresTest, TwoInstancesConcurrentResendsOfOneProducerCommitEachSeqOnce) {
+  auto a = OpenNode();
+  auto b = OpenNode();
+  ASSERT_TRUE(a && b);
+  const StreamId id = MustCreate(*a, "p");
+  constexpr uint64_t kSeqs = 60;
+  std::atomic<int> committed{0};
+  std::atomic<int> duplicates{0};
+  std::atomic<int> other{0};
+  // Both "nodes" send every seq, in order, at the same time: for each seq exactly one commits.
+  auto run = [&](Store& store) {
+    for (uint64_t seq = 0; seq < kSeqs; ++seq) {
+      auto r = ProducerAppend(store, id, 0, seq);
+      if (r.ok()) {
+        ++committed;
+      } else if (r.status().code() == StatusCode::kAlreadyExists) {
+        ++duplicates;
+      } else {
+        ++other;
+      }
+    }
+  };
+  std::thread ta([&] { run(*a); });
+  std::thread tb([&] { run(*b); });
+  ta.join();
+  tb.join();
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(committed.load(), static_cast<int>(kSeqs));
+  EXPECT_EQ(duplicates.load(), static_cast<int>(kSeqs));
+  auto records = a->Read(id, 1, 1000, 1 << 20);
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), kSeqs);
+  for (uint64_t i = 0; i < kSeqs; ++i) {
+    EXPECT_EQ((*records)[i].payload, "e0s" + std::to_string(i));
+  }
 }
 
 // ---- uncertain outcomes ----------------------------------------------------------------------

@@ -1,5 +1,6 @@
 #include "store/postgres/pg_conn.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -210,6 +211,18 @@ Result<std::unique_ptr<Conn>> Conn::Connect(const std::string& conninfo, const s
 
 Conn::~Conn() {
   PQfinish(conn_);
+}
+
+bool Conn::IdleButDead() {
+  if (broken()) return true;
+  const int fd = PQsocket(conn_);
+  if (fd < 0) return true;
+  pollfd p{fd, POLLIN, 0};
+  const int n = ::poll(&p, 1, 0);
+  if (n == 0) return false;
+  // Readable (or hung up / in error): whatever arrived, this session is not usable any more.
+  severed_ = true;
+  return true;
 }
 
 void Conn::Sever() {

@@ -132,6 +132,10 @@ class Conn {
   int socket() const { return PQsocket(conn_); }
   // The SQLSTATE of the last failed statement, empty after a success or a lost connection.
   const std::string& last_sqlstate() const { return last_sqlstate_; }
+  // For a connection with nothing outstanding: true when the server closed it or sent anything
+  // meanwhile (an idle session expects nothing, so data means a FATAL termination notice or
+  // EOF). Never blocks.
+  bool IdleButDead();
   // Shuts the socket down as a network failure would; every later call fails with kUnavailable.
   void Sever();
   PGconn* raw() { return conn_; }

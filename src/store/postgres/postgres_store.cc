@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <limits>
 #include <map>
 #include <string>
@@ -37,6 +38,9 @@ constexpr int64_t kMaxInt8 = std::numeric_limits<int64_t>::max();
 constexpr int kMaxSoloAttempts = 3;
 // Rows fetched at a time when retention needs the timestamps or sizes of old records.
 constexpr int64_t kRetentionPage = 1000;
+// How long a stream whose optimistic attempt failed (another node appended to it meanwhile)
+// takes the locking path before the next optimistic try.
+constexpr std::chrono::seconds kContendedBackoff{2};
 
 Status StreamNotFound(StreamId id) {
   return Status::NotFound("stream #" + std::to_string(id) + " does not exist");
@@ -132,6 +136,10 @@ Result<std::unique_ptr<PostgresStore>> PostgresStore::Open(const PostgresStoreOp
   {
     RUNNEL_ASSIGN_OR_RETURN(auto conn, store->Connect());
     RUNNEL_RETURN_IF_ERROR(pg::Migrate(*conn, options.schema));
+    {
+      std::lock_guard lock(store->pool_mu_);
+      ++store->open_;  // counted like any pooled connection, so dropping it later balances
+    }
     store->Release(std::move(conn));
   }
   store->wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -181,11 +189,15 @@ PostgresStore::PooledConn::~PooledConn() {
 Result<PostgresStore::PooledConn> PostgresStore::Acquire() {
   {
     std::unique_lock lock(pool_mu_);
-    pool_cv_.wait(lock, [&] { return !idle_.empty() || open_ < options_.query_connections; });
-    if (!idle_.empty()) {
+    for (;;) {
+      pool_cv_.wait(lock, [&] { return !idle_.empty() || open_ < options_.query_connections; });
+      if (idle_.empty()) break;
       auto conn = std::move(idle_.back());
       idle_.pop_back();
-      return PooledConn(this, std::move(conn));
+      // A session the server closed while it sat idle (restart, idle timeout) is replaced
+      // before it can fail a request.
+      if (!conn->IdleButDead()) return PooledConn(this, std::move(conn));
+      --open_;
     }
     ++open_;
   }
@@ -548,7 +560,7 @@ void PostgresStore::WorkerLoop(WorkerQueue& queue) {
       }
     }
     std::vector<std::optional<Result<AppendResult>>> outcomes(group.size());
-    if (conn == nullptr || conn->broken()) {
+    if (conn == nullptr || conn->IdleButDead()) {
       if (conn != nullptr) {
         std::lock_guard lock(pids_mu_);
         own_pids_.erase(pid);
@@ -585,12 +597,18 @@ void PostgresStore::CommitGroup(std::unique_ptr<pg::Conn>& conn, std::vector<Pen
                                 StreamCache& cache) {
   std::vector<size_t> all(group.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  // Producer appends always take the locking path: their (epoch, seq) is checked against the
+  // stored state under the stream's row lock.
+  const auto now = std::chrono::steady_clock::now();
   const bool all_cached = std::all_of(group.begin(), group.end(), [&](const Pending& p) {
-    return cache.count(p.request.stream) != 0;
+    auto c = cache.find(p.request.stream);
+    return c != cache.end() && now >= c->second.optimistic_after && !p.request.producer;
   });
+  bool stale = false;
   if (all_cached) {
     const GroupEnd fast = TryGroup(*conn, group, all, outcomes, cache, /*optimistic=*/true);
     if (fast != GroupEnd::kStale) return;
+    stale = true;
     for (auto& o : outcomes) o.reset();
     if (conn->broken()) {
       for (auto& o : outcomes) o.emplace(Status::Unavailable("postgres: connection lost"));
@@ -598,6 +616,12 @@ void PostgresStore::CommitGroup(std::unique_ptr<pg::Conn>& conn, std::vector<Pen
     }
   }
   const GroupEnd end = TryGroup(*conn, group, all, outcomes, cache, /*optimistic=*/false);
+  if (stale) {
+    for (const Pending& p : group) {
+      auto c = cache.find(p.request.stream);
+      if (c != cache.end()) c->second.optimistic_after = now + kContendedBackoff;
+    }
+  }
   if (end != GroupEnd::kSqlError) return;
   // Something in the group failed and everything was rolled back. Commit each append alone, so
   // one bad append cannot fail the others, and so its own error is reported precisely.
@@ -671,6 +695,8 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
   };
 
   std::map<StreamId, GroupStream> streams;
+  // Stored (epoch, seq) of the group's producers, read under the row locks.
+  std::map<std::pair<StreamId, std::string>, std::pair<uint64_t, uint64_t>> stored_producers;
   if (optimistic) {
     for (size_t i : members) {
       const CachedStream& c = cache.at(group[i].request.stream);
@@ -693,6 +719,24 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
         "SELECT id, next_offset, head_offset, retained_bytes, closed, deleted, max_events, "
         "max_age_ms, max_bytes FROM streams WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE";
     opening[1].params.Int8Array(ids);
+    std::vector<int64_t> pk_stream;
+    std::vector<std::optional<std::string_view>> pk_id;
+    for (size_t i : members) {
+      const AppendRequest& req = group[i].request;
+      if (!req.producer) continue;
+      pk_stream.push_back(BitsToDb(req.stream));
+      pk_id.push_back(std::string_view(req.producer->producer_id));
+    }
+    if (!pk_stream.empty()) {
+      // After the lock statement in the same transaction: sees every producer commit that
+      // preceded the lock.
+      pg::Conn::Statement st;
+      st.sql =
+          "SELECT stream_id, producer_id, epoch, seq FROM producers WHERE (stream_id, "
+          "producer_id) IN (SELECT * FROM unnest($1::bigint[], $2::bytea[]))";
+      st.params.Int8Array(pk_stream).ByteaArray(pk_id);
+      opening.push_back(std::move(st));
+    }
     auto opened = conn.Pipeline(opening);
     for (auto& r : opened) {
       if (!r.ok()) {
@@ -716,6 +760,14 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
       s.retention.max_age_ms = opt(7);
       s.retention.max_bytes = opt(8);
       streams.emplace(static_cast<StreamId>(locked->Int8(r, 0)), std::move(s));
+    }
+    if (opened.size() > 2) {
+      const Rows& prows = opened[2].value();
+      for (int r = 0; r < prows.size(); ++r) {
+        stored_producers[{static_cast<StreamId>(prows.Int8(r, 0)),
+                          std::string(prows.Bytes(r, 1))}] = {BitsFromDb(prows.Int8(r, 2)),
+                                                              BitsFromDb(prows.Int8(r, 3))};
+      }
     }
   }
 
@@ -751,6 +803,33 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
       outcomes[i].emplace(Status::OutOfRange("stream #" + std::to_string(req.stream) +
                                              " would pass the largest offset"));
       continue;
+    }
+    if (req.producer) {
+      // Compare-and-set on the producer's state: the node that took this request checked it
+      // against the stored state before queueing it, but another node may have committed the
+      // same or a later (epoch, seq) since. Only a strictly newer one may be written.
+      const auto key = std::make_pair(req.stream, req.producer->producer_id);
+      std::optional<std::pair<uint64_t, uint64_t>> current;
+      if (auto p = producers.find(key); p != producers.end()) {
+        current.emplace(p->second.epoch, p->second.seq);
+      } else if (auto d = stored_producers.find(key); d != stored_producers.end()) {
+        current = d->second;
+      }
+      if (current && current->first > req.producer->epoch) {
+        outcomes[i].emplace(Status::PermissionDenied(
+            "producer '" + req.producer->producer_id + "' epoch " +
+            std::to_string(req.producer->epoch) + " is stale (stored epoch " +
+            std::to_string(current->first) + ")"));
+        continue;
+      }
+      if (current && current->first == req.producer->epoch &&
+          current->second >= req.producer->seq) {
+        outcomes[i].emplace(Status::AlreadyExists(
+            "producer '" + req.producer->producer_id + "' epoch " +
+            std::to_string(req.producer->epoch) + " seq " + std::to_string(req.producer->seq) +
+            " is already committed (stored seq " + std::to_string(current->second) + ")"));
+        continue;
+      }
     }
     AppendResult& res = results[i];
     res.first_offset = n ? s.next : 0;
@@ -992,9 +1071,19 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
   // a notifying transaction holds a database-wide lock from its pre-commit until its commit is
   // done, so notifying inside the append transactions would serialize all of them (and their
   // WAL flushes). A hint lost in a crash is harmless: listeners are hints, readers re-read.
-  // Optimistically, BEGIN travels in the same round trip too.
+  // Optimistically, BEGIN and the row locks travel in the same round trip too.
   std::vector<pg::Conn::Statement> closing;
-  if (optimistic) closing.push_back(pg::Conn::Statement{"BEGIN", Params()});
+  if (optimistic) {
+    closing.push_back(pg::Conn::Statement{"BEGIN", Params()});
+    // Lock the rows in id order before the write, as the locking path does: the write's parts
+    // (inserts under a unique index, the catalog update) would otherwise take their locks in
+    // whatever order the plan visits them, and two nodes writing the same streams could
+    // deadlock (each waiting out deadlock_timeout).
+    pg::Conn::Statement lock;
+    lock.sql = "SELECT id FROM streams WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE";
+    lock.params.Int8Array(up_id);
+    closing.push_back(std::move(lock));
+  }
   const size_t w = closing.size();
   closing.push_back(pg::Conn::Statement{std::move(sql), std::move(wp)});
   closing.push_back(pg::Conn::Statement{"COMMIT", Params()});
@@ -1039,7 +1128,9 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
     const bool plain = !st.deleted && !st.closed && !st.retention.max_events &&
                        !st.retention.max_age_ms && !st.retention.max_bytes;
     if (plain) {
-      cache[id] = CachedStream{st.next, st.bytes};
+      CachedStream& c = cache[id];  // keeps optimistic_after
+      c.next = st.next;
+      c.bytes = st.bytes;
     } else {
       cache.erase(id);
     }
@@ -1053,6 +1144,43 @@ void PostgresStore::SetTailListener(TailListener listener) {
   auto shared = listener ? std::make_shared<const TailListener>(std::move(listener)) : nullptr;
   std::lock_guard lock(listener_mu_);
   listener_ = std::move(shared);
+}
+
+void PostgresStore::SetWatchedStreams(WatchedStreams watched) {
+  auto shared = watched ? std::make_shared<const WatchedStreams>(std::move(watched)) : nullptr;
+  std::lock_guard lock(listener_mu_);
+  watched_ = std::move(shared);
+}
+
+void PostgresStore::SafetyPoll(pg::Conn& conn, std::map<StreamId, uint64_t>& last_seen) {
+  std::shared_ptr<const WatchedStreams> watched;
+  {
+    std::lock_guard lock(listener_mu_);
+    watched = watched_;
+  }
+  std::vector<StreamId> ids;
+  if (watched && *watched) ids = (*watched)();
+  if (ids.empty()) {
+    last_seen.clear();
+    return;
+  }
+  std::vector<int64_t> db_ids;
+  db_ids.reserve(ids.size());
+  for (StreamId id : ids) db_ids.push_back(BitsToDb(id));
+  auto rows = conn.Exec("SELECT id, next_offset FROM streams WHERE id = ANY($1) AND NOT deleted",
+                        Params().Int8Array(db_ids));
+  if (!rows.ok()) return;  // a lost connection is noticed and re-established by the caller
+  std::map<StreamId, uint64_t> now;
+  for (int r = 0; r < rows->size(); ++r) {
+    now[static_cast<StreamId>(rows->Int8(r, 0))] = OffsetFromDb(rows->Int8(r, 1));
+  }
+  for (const auto& [id, next] : now) {
+    auto it = last_seen.find(id);
+    // A stream seen for the first time is woken once: a notification may have been lost
+    // between its reader's last read and now. Spurious wake-ups are harmless (readers re-read).
+    if (it == last_seen.end() || it->second != next) CallListener(id, next);
+  }
+  last_seen = std::move(now);
 }
 
 void PostgresStore::CallListener(StreamId id, uint64_t next) {
@@ -1071,7 +1199,12 @@ bool PostgresStore::IsOwnBackend(int pid) {
 
 void PostgresStore::ListenLoop(std::unique_ptr<pg::Conn> conn) {
   bool had_connection = true;
-  const int poll_ms = static_cast<int>(std::max<int64_t>(1, options_.listener_poll.count()));
+  const int64_t safety_ms = options_.safety_poll.count();
+  int64_t poll_ms_wide = std::max<int64_t>(1, options_.listener_poll.count());
+  if (safety_ms > 0) poll_ms_wide = std::min(poll_ms_wide, safety_ms);
+  const int poll_ms = static_cast<int>(poll_ms_wide);
+  std::map<StreamId, uint64_t> last_seen;
+  auto next_safety = std::chrono::steady_clock::now() + options_.safety_poll;
   while (!listen_stop_) {
     if (conn == nullptr || conn->broken()) {
       conn.reset();
@@ -1100,6 +1233,11 @@ void PostgresStore::ListenLoop(std::unique_ptr<pg::Conn> conn) {
     if (PQconsumeInput(conn->raw()) == 0) {
       conn->Sever();
       continue;
+    }
+    if (safety_ms > 0 && std::chrono::steady_clock::now() >= next_safety) {
+      next_safety = std::chrono::steady_clock::now() + options_.safety_poll;
+      SafetyPoll(*conn, last_seen);
+      if (conn->broken()) continue;
     }
     while (PGnotify* n = PQnotifies(conn->raw())) {
       const int pid = n->be_pid;

@@ -8,7 +8,8 @@
 //     transaction, then for each append call the tail listener and its callback, in queue order;
 //   - the listener: one connection that LISTENs on the schema's channel and calls the tail
 //     listener for appends committed by other nodes (notifications from this store's own worker
-//     connections are recognised by backend pid and skipped: those appends already called it).
+//     connections are recognised by backend pid and skipped: those appends already called it);
+//     every safety_poll it also re-reads the tails of the watched streams on that connection.
 //
 // Lifecycle: the destructor stops accepting work, lets the workers commit everything already
 // queued (every callback runs exactly once), then closes all connections.
@@ -16,6 +17,7 @@
 #define RUNNEL_STORE_POSTGRES_POSTGRES_STORE_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -61,6 +63,7 @@ class PostgresStore final : public Store {
                                                    std::string_view producer_id) override;
   Status Flush() override;
   void SetTailListener(TailListener listener) override;
+  void SetWatchedStreams(WatchedStreams watched) override;
 
  private:
   struct Pending {
@@ -88,6 +91,9 @@ class PostgresStore final : public Store {
   struct CachedStream {
     uint64_t next = 0;
     uint64_t bytes = 0;
+    // Set when an optimistic attempt on this stream found it changed (another node appends to
+    // it too): until then its groups take the locking path, which costs no failed attempt.
+    std::chrono::steady_clock::time_point optimistic_after{};
   };
   using StreamCache = std::map<StreamId, CachedStream>;
 
@@ -123,6 +129,9 @@ class PostgresStore final : public Store {
   // Runs on listen_thread_ with the connection Open already made LISTEN.
   void ListenLoop(std::unique_ptr<pg::Conn> conn);
   void CallListener(StreamId id, uint64_t next);
+  // The safety net: reads the tails of the watched streams on `conn` and calls the tail
+  // listener for each that moved since the last poll (or is watched for the first time).
+  void SafetyPoll(pg::Conn& conn, std::map<StreamId, uint64_t>& last_seen);
   bool IsOwnBackend(int pid);
 
   const PostgresStoreOptions options_;
@@ -142,7 +151,8 @@ class PostgresStore final : public Store {
   std::set<int> own_pids_;  // GUARDED_BY(pids_mu_)
 
   std::mutex listener_mu_;
-  std::shared_ptr<const TailListener> listener_;  // GUARDED_BY(listener_mu_)
+  std::shared_ptr<const TailListener> listener_;   // GUARDED_BY(listener_mu_)
+  std::shared_ptr<const WatchedStreams> watched_;  // GUARDED_BY(listener_mu_)
   std::atomic<bool> listen_stop_{false};
   int wake_fd_ = -1;  // eventfd that interrupts the listener thread's poll
   std::thread listen_thread_;

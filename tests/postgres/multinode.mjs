@@ -1,0 +1,394 @@
+// Several `runnel serve --store postgres://...` processes over one database, driven over HTTP.
+// Run under scripts/pg-test-cluster --run (it exports RUNNEL_TEST_PG_URL and, for the database
+// restart, RUNNEL_TEST_PG_CTL and RUNNEL_TEST_PG_SERVER_OPTS). No dependencies beyond Node 20.
+//
+//   node multinode.mjs RUNNEL_BINARY nodes      three nodes; plain, idempotent-producer and
+//                                               conditional appends through different nodes; a
+//                                               long-poll reader on the third node; one node is
+//                                               kill -9ed and restarted mid-run
+//   node multinode.mjs RUNNEL_BINARY db-restart PostgreSQL stopped and started mid-run: 503 +
+//                                               Retry-After while it is down, nothing
+//                                               acknowledged lost, service resumes by itself
+//
+// Checks (SEMANTICS A1/A8/S3 across nodes, N1 across nodes): every acknowledged append is
+// present exactly once (at the position its acknowledgement named, for plain and conditional
+// appends); an append whose outcome the client never learned is present at most once; every
+// node returns the same sequence; the long-poll reader saw exactly that sequence. Every wait is
+// bounded; the whole run takes well under 60 s.
+import { spawn, execFileSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const [binary, mode] = process.argv.slice(2);
+const pgUrl = process.env.RUNNEL_TEST_PG_URL;
+if (!binary || !["nodes", "db-restart"].includes(mode) || !pgUrl) {
+  console.error("usage (under scripts/pg-test-cluster --run): multinode.mjs RUNNEL_BINARY nodes|db-restart");
+  process.exit(2);
+}
+const REQUEST_TIMEOUT_MS = 10000;
+const LONG_POLL_MS = 1500;
+const work = mkdtempSync(join(tmpdir(), "runnel-multinode-"));
+const nodes = [];
+let failures = 0;
+
+function check(cond, what) {
+  if (!cond) {
+    failures++;
+    console.error(`FAIL: ${what}`);
+  }
+  return cond;
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const log = (...a) => console.log(`[${(performance.now() / 1000).toFixed(1)}s]`, ...a);
+
+// ---- nodes --------------------------------------------------------------------------------
+
+async function startNode(i) {
+  const proc = spawn(
+    binary,
+    ["serve", "--listen", "127.0.0.1:0", "--store", pgUrl, "--data", join(work, `data-${i}`),
+     "--long-poll-timeout-ms", String(LONG_POLL_MS)],
+    { stdio: ["ignore", "pipe", "pipe"] },
+  );
+  let out = "";
+  proc.stdout.on("data", (d) => (out += d));
+  proc.stderr.on("data", (d) => (out += d));
+  const exited = new Promise((r) => proc.on("exit", r));
+  for (let t = 0; t < 300; t++) {
+    const m = out.match(/http:\/\/127\.0\.0\.1:\d+/);
+    if (m) {
+      nodes[i] = { proc, url: m[0], exited };
+      return nodes[i];
+    }
+    if (proc.exitCode !== null) break;
+    await sleep(50);
+  }
+  proc.kill("SIGKILL");
+  throw new Error(`node ${i} did not start:\n${out}`);
+}
+
+async function stopAll() {
+  for (const n of nodes) {
+    if (n && n.proc.exitCode === null && n.proc.signalCode === null) {
+      n.proc.kill("SIGTERM");
+      await Promise.race([n.exited, sleep(5000)]);
+      if (n.proc.exitCode === null && n.proc.signalCode === null) n.proc.kill("SIGKILL");
+    }
+  }
+}
+
+// ---- HTTP -----------------------------------------------------------------------------------
+
+// One request; network failures and timeouts come back as { status: 0, error }.
+async function http(node, method, path, { headers = {}, body, timeout = REQUEST_TIMEOUT_MS } = {}) {
+  const started = performance.now();
+  try {
+    const res = await fetch(nodes[node].url + path, {
+      method, headers, body, signal: AbortSignal.timeout(timeout),
+    });
+    const text = await res.text();
+    return { status: res.status, headers: res.headers, text, ms: performance.now() - started };
+  } catch (e) {
+    return { status: 0, error: String(e.cause?.code ?? e.name ?? e), ms: performance.now() - started };
+  }
+}
+
+const position = (token) => (token ? Number(token.split("_")[1]) : NaN);
+const token = (pos) => `${"0".repeat(16)}_${String(pos).padStart(16, "0")}`;
+
+async function createStream(name) {
+  const r = await http(0, "PUT", `/v1/stream/${name}`, { headers: { "Content-Type": "application/json" } });
+  if (r.status !== 201 && r.status !== 200) throw new Error(`create ${name}: ${r.status} ${r.text}`);
+}
+
+// Catch-up reads from the beginning through `node`: every message, in order.
+async function readAll(node, name) {
+  const out = [];
+  let at = "-1";
+  for (let page = 0; page < 10000; page++) {
+    const r = await http(node, "GET", `/v1/stream/${name}?offset=${at}`);
+    if (r.status !== 200) throw new Error(`read ${name} via node ${node}: ${r.status} ${r.text ?? r.error}`);
+    out.push(...JSON.parse(r.text));
+    at = r.headers.get("stream-next-offset");
+    if (r.headers.get("stream-up-to-date") === "true") return out;
+  }
+  throw new Error("read did not reach the tail");
+}
+
+// A long-poll reader through `node` that collects every message until stopped.
+function tail(node, name) {
+  const state = { seen: [], stop: false, errors: 0, done: null };
+  state.done = (async () => {
+    let at = "-1";
+    while (!state.stop) {
+      const live = at === "-1" ? "" : "&live=long-poll";
+      const r = await http(node, "GET", `/v1/stream/${name}?offset=${at}${live}`, {
+        timeout: LONG_POLL_MS + REQUEST_TIMEOUT_MS,
+      });
+      if (r.status === 200) {
+        state.seen.push(...JSON.parse(r.text));
+        at = r.headers.get("stream-next-offset");
+      } else if (r.status === 204) {
+        at = r.headers.get("stream-next-offset") ?? at;
+      } else {
+        // 503 while the database is away: wait as Retry-After says, then go on.
+        state.errors++;
+        await sleep(r.status === 503 ? 1000 * Number(r.headers.get("retry-after") ?? 1) : 200);
+      }
+    }
+  })();
+  return state;
+}
+
+// ---- verification ----------------------------------------------------------------------------
+
+const keyOf = (m) => (m.p !== undefined ? `${m.p}#${m.seq}` : `${m.w}#${m.n}`);
+
+async function verify(name, acked, unknown, reader, nodeCount) {
+  const views = [];
+  for (let i = 0; i < nodeCount; i++) views.push(await readAll(i, name));
+  const canon = JSON.stringify(views[0]);
+  for (let i = 1; i < nodeCount; i++) {
+    check(JSON.stringify(views[i]) === canon, `${name}: node ${i} returns a different sequence than node 0`);
+  }
+  const msgs = views[0];
+  const where = new Map();
+  msgs.forEach((m, idx) => {
+    const k = keyOf(m);
+    check(!where.has(k), `${name}: ${k} is present twice (positions ${where.get(k) + 1} and ${idx + 1})`);
+    where.set(k, idx);
+  });
+  let checkedPositions = 0;
+  for (const a of acked) {
+    const idx = where.get(a.key);
+    if (!check(idx !== undefined, `${name}: acknowledged ${a.key} is missing`)) continue;
+    if (a.pos !== undefined) {
+      checkedPositions++;
+      check(idx + 1 === a.pos, `${name}: ${a.key} acknowledged at ${a.pos} but found at ${idx + 1}`);
+    }
+  }
+  const sent = new Set([...acked.map((a) => a.key), ...unknown]);
+  for (const k of where.keys()) check(sent.has(k), `${name}: ${k} was never sent`);
+  if (reader) {
+    check(JSON.stringify(reader.seen) === canon,
+          `${name}: the long-poll reader saw ${reader.seen.length} messages, the stream has ${msgs.length} (or another order)`);
+  }
+  log(`${name}: ${msgs.length} messages, ${acked.length} acknowledged (${checkedPositions} at a checked position),`,
+      `${unknown.size} with unknown outcome (${[...unknown].filter((k) => where.has(k)).length} present); identical on ${nodeCount} nodes`);
+  return msgs;
+}
+
+// ---- writers ---------------------------------------------------------------------------------
+
+const OK = (s) => s === 200 || s === 204;
+
+// Plain appends, each through the next node in turn; never retried (a lost reply is "unknown").
+async function plainWriter(w, index, name, nodeCount, until, acked, unknown, pauseMs) {
+  for (let n = 0; performance.now() < until; n++) {
+    const key = `${w}#${n}`;
+    const node = (n + index) % nodeCount;
+    if (!nodes[node]) { await sleep(20); continue; }
+    const r = await http(node, "POST", `/v1/stream/${name}`, {
+      headers: { "Content-Type": "application/json" }, body: JSON.stringify({ w, n }),
+    });
+    if (OK(r.status)) acked.push({ key, pos: position(r.headers.get("stream-next-offset")) });
+    else if (r.status === 0 || r.status === 504 || r.status === 500) unknown.add(key);
+    else if (r.status !== 503) check(false, `plain append ${key}: unexpected ${r.status} ${r.text}`);
+    await sleep(pauseMs);
+  }
+}
+
+// An idempotent producer: one request at a time; a request without a definite answer is resent
+// at once with the same (epoch, seq) through the next node until it is acknowledged. The resend
+// may race a transaction its dead node had already sent to the database: the store re-checks
+// (epoch, seq) under the stream's row lock, so exactly one of them commits.
+async function producer(p, index, name, nodeCount, until, acked, pauseMs) {
+  let node = index % nodeCount;
+  for (let seq = 0; performance.now() < until; seq++) {
+    const key = `${p}#${seq}`;
+    for (let attempt = 0; ; attempt++) {
+      if (!check(attempt < 100, `producer ${key}: not acknowledged after 100 attempts`)) return;
+      if (!nodes[node]) { node = (node + 1) % nodeCount; continue; }
+      const r = await http(node, "POST", `/v1/stream/${name}`, {
+        headers: { "Content-Type": "application/json", "Producer-Id": p, "Producer-Epoch": "0",
+                   "Producer-Seq": String(seq) },
+        body: JSON.stringify({ p, seq }),
+      });
+      if (OK(r.status)) { acked.push({ key }); break; }
+      if (r.status !== 0 && r.status < 500) {
+        check(false, `producer ${key}: unexpected ${r.status} ${r.text}`);
+        return;
+      }
+      node = (node + 1) % nodeCount;
+      if (r.status === 503) await sleep(200);
+    }
+    node = (node + 1) % nodeCount;
+    await sleep(pauseMs);
+  }
+}
+
+// Conditional appends (Stream-Expected-Offset): each attempt names the tail it expects; 409
+// hands back the current tail, a lost reply is settled by asking any node for the tail again.
+async function conditionalWriter(w, name, nodeCount, until, acked, unknown) {
+  let expected = null;
+  let conflicts = 0;
+  for (let n = 0; performance.now() < until; n++) {
+    const node = n % nodeCount;
+    if (!nodes[node]) { await sleep(20); continue; }
+    if (expected === null) {
+      const h = await http(node, "HEAD", `/v1/stream/${name}`);
+      if (h.status !== 200) { await sleep(100); continue; }
+      expected = h.headers.get("stream-next-offset");
+    }
+    const key = `${w}#${n}`;
+    const r = await http(node, "POST", `/v1/stream/${name}`, {
+      headers: { "Content-Type": "application/json", "Stream-Expected-Offset": expected },
+      body: JSON.stringify({ w, n }),
+    });
+    if (OK(r.status)) {
+      const pos = position(r.headers.get("stream-next-offset"));
+      check(pos === position(expected) + 1, `conditional ${key}: expected ${expected}, acknowledged at ${pos}`);
+      acked.push({ key, pos });
+      expected = r.headers.get("stream-next-offset");
+    } else if (r.status === 409) {
+      conflicts++;
+      expected = r.headers.get("stream-next-offset");
+      check(expected !== null, `conditional ${key}: 409 without Stream-Next-Offset`);
+    } else {
+      if (r.status !== 503) unknown.add(key);
+      expected = null;
+      await sleep(100);
+    }
+  }
+  return conflicts;
+}
+
+// ---- scenarios -------------------------------------------------------------------------------
+
+async function multiNode() {
+  for (let i = 0; i < 3; i++) await startNode(i);
+  log("nodes:", nodes.map((n) => n.url).join(" "));
+  const streams = ["mn-a", "mn-b"];
+  for (const s of streams) await createStream(s);
+  const reader = tail(2, "mn-a");
+  const runMs = 14000;
+  const until = performance.now() + runMs;
+  const per = Object.fromEntries(streams.map((s) => [s, { acked: [], unknown: new Set() }]));
+  const jobs = [];
+  let conflicts = 0;
+  for (const s of streams) {
+    const { acked, unknown } = per[s];
+    for (let i = 0; i < 3; i++) jobs.push(plainWriter(`${s}-w${i}`, i, s, 3, until, acked, unknown, 25));
+    for (let i = 0; i < 2; i++) jobs.push(producer(`${s}-p${i}`, i, s, 3, until, acked, 25));
+    jobs.push(conditionalWriter(`${s}-c`, s, 3, until, acked, unknown).then((c) => (conflicts += c)));
+  }
+  // Mid-run: kill -9 node 1, leave it dead a while, start it again (on a new port).
+  await sleep(runMs * 0.35);
+  log("kill -9 node 1");
+  const victim = nodes[1];
+  nodes[1] = null;
+  victim.proc.kill("SIGKILL");
+  await victim.exited;
+  await sleep(runMs * 0.2);
+  await startNode(1);
+  log("node 1 restarted at", nodes[1].url);
+  await Promise.all(jobs);
+  log(`writers done (${conflicts} conditional conflicts)`);
+  // Let the reader catch up (bounded), then compare.
+  const expectCount = async () => (await readAll(0, "mn-a")).length;
+  const total = await expectCount();
+  for (let t = 0; t < 100 && reader.seen.length < total; t++) await sleep(100);
+  reader.stop = true;
+  await reader.done;
+  for (const s of streams) {
+    const { acked, unknown } = per[s];
+    await verify(s, acked, unknown, s === "mn-a" ? reader : null, 3);
+    check(acked.filter((a) => a.key.includes("-c#")).length > 0, `${s}: no conditional append was acknowledged`);
+    check(acked.filter((a) => a.key.includes("-p")).length > 0, `${s}: no producer append was acknowledged`);
+  }
+}
+
+function pgCtl(...args) {
+  const cmd = process.env.RUNNEL_TEST_PG_CTL;
+  if (!cmd) throw new Error("RUNNEL_TEST_PG_CTL is not set: run under scripts/pg-test-cluster --run");
+  const words = cmd.split(" ").filter(Boolean);
+  execFileSync(words[0], [...words.slice(1), ...args], { stdio: ["ignore", "ignore", "inherit"] });
+}
+
+async function dbRestart() {
+  for (let i = 0; i < 2; i++) await startNode(i);
+  log("nodes:", nodes.map((n) => n.url).join(" "));
+  await createStream("rs");
+  const reader = tail(1, "rs");
+  const acked = [];
+  const unknown = new Set();
+  let n = 0;
+  const append = async (node) => {
+    const key = `w#${n}`;
+    const r = await http(node, "POST", "/v1/stream/rs", {
+      headers: { "Content-Type": "application/json" }, body: JSON.stringify({ w: "w", n: n++ }),
+    });
+    if (OK(r.status)) acked.push({ key, pos: position(r.headers.get("stream-next-offset")) });
+    else if (r.status !== 503) unknown.add(key);
+    return r;
+  };
+  for (let i = 0; i < 50; i++) check(OK((await append(i % 2)).status), "append before the restart");
+  await sleep(300);
+  log("stopping PostgreSQL");
+  pgCtl("stop", "-m", "fast");
+  // While it is down: every request fails fast with 503, Retry-After and a stable error code.
+  const FAST_MS = 3000;
+  for (let i = 0; i < 6; i++) {
+    const r = i % 3 === 2 ? await http(i % 2, "GET", "/v1/stream/rs?offset=-1") : await append(i % 2);
+    check(r.status === 503, `request ${i} while the database is down: status ${r.status} ${r.text ?? r.error}`);
+    check(r.status !== 503 || r.headers.get("retry-after") === "1", `request ${i}: Retry-After missing`);
+    if (r.status === 503) {
+      const code = JSON.parse(r.text).error?.code;
+      check(code === "unavailable", `request ${i}: error code ${code}, want 'unavailable'`);
+    }
+    check(r.ms < FAST_MS, `request ${i} took ${r.ms.toFixed(0)} ms while the database was down (bound ${FAST_MS})`);
+  }
+  log("starting PostgreSQL");
+  const opts = process.env.RUNNEL_TEST_PG_SERVER_OPTS;
+  pgCtl("start", ...(opts ? ["-o", opts] : []));
+  // Service resumes by itself: the first append after the restart that succeeds, within a bound.
+  const back = performance.now();
+  let resumed = false;
+  for (let t = 0; t < 100 && !resumed; t++) {
+    const r = await append(t % 2);
+    resumed = OK(r.status);
+    if (!resumed) await sleep(100);
+  }
+  check(resumed, "appends did not resume within 100 attempts after the database came back");
+  log(`appends resumed ${(performance.now() - back).toFixed(0)} ms after the restart`);
+  for (let i = 0; i < 50; i++) check(OK((await append(i % 2)).status), "append after the restart");
+  const total = acked.length + [...unknown].length;
+  for (let t = 0; t < 100 && reader.seen.length < acked.length; t++) await sleep(100);
+  reader.stop = true;
+  await reader.done;
+  const msgs = await verify("rs", acked, unknown, reader, 2);
+  // One writer, one request at a time: the acknowledged appends are in acknowledgement order.
+  const order = msgs.map(keyOf).filter((k) => acked.some((a) => a.key === k));
+  check(JSON.stringify(order) === JSON.stringify(acked.map((a) => a.key)), "acknowledged appends out of order");
+  check(total >= 100, "too few appends");
+}
+
+let status = 0;
+try {
+  if (mode === "nodes") await multiNode();
+  else await dbRestart();
+} catch (e) {
+  console.error("FAIL:", e.stack ?? e);
+  failures++;
+} finally {
+  await stopAll();
+  rmSync(work, { recursive: true, force: true });
+}
+if (failures > 0) {
+  console.error(`${failures} check(s) failed`);
+  status = 1;
+} else {
+  log(`${mode}: all checks passed`);
+}
+process.exit(status);
