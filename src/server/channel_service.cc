@@ -88,33 +88,9 @@ uint64_t HttpPartitioner(const MessageEnvelope& e) {
 }  // namespace
 
 ChannelService::ChannelService(StreamRegistry registry, size_t worker_threads)
-    : registry_(std::move(registry)) {
-  if (worker_threads == 0) worker_threads = 1;
-  for (size_t i = 0; i < worker_threads; ++i) {
-    workers_.emplace_back([this] {
-      for (;;) {
-        std::function<void()> job;
-        {
-          std::unique_lock lock(queue_mu_);
-          queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-          if (queue_.empty()) return;
-          job = std::move(queue_.front());
-          queue_.pop_front();
-        }
-        job();
-      }
-    });
-  }
-}
+    : registry_(std::move(registry)), workers_(worker_threads) {}
 
-ChannelService::~ChannelService() {
-  {
-    std::lock_guard lock(queue_mu_);
-    stopping_ = true;
-  }
-  queue_cv_.notify_all();
-  for (auto& t : workers_) t.join();
-}
+ChannelService::~ChannelService() = default;
 
 ChannelOptions ChannelService::Options() {
   ChannelOptions options;
@@ -123,14 +99,9 @@ ChannelOptions ChannelService::Options() {
 }
 
 void ChannelService::Handle(const Route& route, HttpRequest request, Done done) {
-  auto job = [this, route, request = std::move(request), done = std::move(done)] {
+  workers_.Post([this, route, request = std::move(request), done = std::move(done)] {
     done(HandleNow(route, request));
-  };
-  {
-    std::lock_guard lock(queue_mu_);
-    queue_.push_back(std::move(job));
-  }
-  queue_cv_.notify_one();
+  });
 }
 
 HttpResponse ChannelService::HandleNow(const Route& route, const HttpRequest& request) {

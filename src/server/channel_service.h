@@ -2,8 +2,8 @@
 //
 //   PUT  /v1/channels/<id>?partitions=N   create (201), or confirm an existing channel with the
 //                                         same count (200); another count is 409
-//   GET  /v1/channels/<id>                {"channel","partitions","streams":[...],"next_offsets":[...]}
-//   POST /v1/channels/<id>                publish the body. Optional headers: Partition-Key (routes
+//   GET  /v1/channels/<id> {"channel","partitions","streams":[...],"next_offsets":[...]} POST
+//   /v1/channels/<id>                publish the body. Optional headers: Partition-Key (routes
 //                                         by FNV-1a of the key; the key is stored as the record
 //                                         key), Idempotency-Key, Publisher-Id. Answers
 //                                         {"partition","offset","stream","duplicate"}: 201 for a
@@ -33,20 +33,18 @@
 #ifndef RUNNEL_SERVER_CHANNEL_SERVICE_H_
 #define RUNNEL_SERVER_CHANNEL_SERVICE_H_
 
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "runnel/channel.h"
 #include "runnel/registry.h"
 #include "server/http_types.h"
+#include "server/worker_pool.h"
 
 namespace runnel::server {
 
@@ -92,11 +90,8 @@ class ChannelService {
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Entry>> channels_;  // GUARDED_BY(mu_)
 
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::deque<std::function<void()>> queue_;  // GUARDED_BY(queue_mu_)
-  bool stopping_ = false;                     // GUARDED_BY(queue_mu_)
-  std::vector<std::thread> workers_;
+  // Last member: destroyed first, so queued jobs finish while the rest is still alive.
+  WorkerPool workers_;
 };
 
 }  // namespace runnel::server

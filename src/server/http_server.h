@@ -11,6 +11,11 @@
 // slower than request_timeout_ms to send one, is closed; connections above max_connections get
 // 503 with Retry-After.
 //
+// TLS (ServerOptions::tls_cert_file/tls_key_file): every connection is TLS (OpenSSL through
+// Asio; TLS 1.2 or later) and runs the same request handling as plain HTTP, templated on the
+// stream type. A plain-HTTP request to a TLS listener is answered with a clear 400 in plain text
+// and the connection is closed.
+//
 // Lifecycle: Start() binds and listens; Run() serves on the calling thread plus threads - 1
 // more, and returns after Stop() has drained: Stop() stops accepting, ends live readers,
 // waits (bounded) for in-flight requests, flushes the registry and stops the io threads.
@@ -49,6 +54,14 @@ struct ServerOptions {
   bool handle_signals = false;
   // Worker threads for /v1/channels requests, which block on the store.
   size_t channel_threads = 2;
+  // Worker threads for /v1/groups requests, which block on the store.
+  size_t group_threads = 2;
+  // HTTPS: PEM files of the certificate chain and its private key. Both empty serves plain
+  // HTTP; one without the other, or files that cannot be loaded, fail Start().
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // A TLS connection must complete its handshake within this long, else it is closed.
+  uint64_t tls_handshake_timeout_ms = 10000;
   StreamServiceOptions service;
   // Authentication and tenant authorization (access_gate.h). Null runs open: every request is
   // the platform principal with the cross-tenant capability.
@@ -59,7 +72,8 @@ struct ServerOptions {
 
 class HttpServer {
  public:
-  // Binds and listens; kInvalidArgument for a bad host, kUnavailable when the bind fails.
+  // Binds and listens; kInvalidArgument for a bad host or TLS files that cannot be loaded,
+  // kUnavailable when the bind fails.
   static Result<std::unique_ptr<HttpServer>> Start(StreamRegistry registry,
                                                    const ServerOptions& options);
   ~HttpServer();

@@ -117,6 +117,7 @@ class TenantServerTest : public ::testing::Test {
     options.port = 0;
     options.threads = 2;
     options.service.long_poll_timeout_ms = 200;
+    options.sse_max_duration_ms = 1000;
     if (auth) {
       AccessOptions access;
       access.tokens_path = tokens_path_;
@@ -648,12 +649,102 @@ TEST_F(GroupHttpTest, LongPollReadNextWaitsForAnAppend) {
   Call("POST", base + "?group=v&ack=1");
   json ready = Call("GET", base + "?group=v&live=long-poll");
   EXPECT_EQ(Offsets(ready), (std::vector<uint64_t>{2}));
-  Call("GET", base + "?group=v&live=sse", 400);
+  Call("GET", base + "?group=v&live=bogus", 400);
+}
+
+// The long-poll form times out like a stream long-poll: 204 with the protocol's headers, the
+// next offset being the group's offset as a token (C5: read-next starts after last_acked).
+TEST_F(GroupHttpTest, LongPollTimeoutAnswers204WithProtocolHeadersC5) {
+  StartServer(false);
+  Seed("/v1/stream/lph", 3);
+  const std::string base = "/v1/groups/stream/lph";
+  Call("POST", base + "?group=g&ack=3");
+  Response r = Send(port(), "GET", base + "?group=g&live=long-poll&cursor=abc");
+  EXPECT_EQ(r.status, 204) << r.body;
+  EXPECT_EQ(HeaderValue(r, "stream-next-offset"), "0000000000000000_0000000000000003");
+  EXPECT_EQ(HeaderValue(r, "stream-up-to-date"), "true");
+  EXPECT_FALSE(HeaderValue(r, "stream-cursor").empty()) << r.head;
+  EXPECT_TRUE(r.body.empty());
+  // A closed stream: Stream-Closed instead of a cursor.
+  ASSERT_EQ(Send(port(), "POST", "/v1/stream/lph", {"Stream-Closed: true"}).status, 204);
+  Response closed = Send(port(), "GET", base + "?group=g&live=long-poll");
+  EXPECT_EQ(closed.status, 204);
+  EXPECT_EQ(HeaderValue(closed, "stream-closed"), "true");
+  EXPECT_EQ(HeaderValue(closed, "stream-cursor"), "");
+  // Errors as for the catch-up form.
+  Call("GET", "/v1/groups/stream/missing?group=g&live=long-poll", 404);
+  Call("GET", "/v1/groups/stream/missing?group=g&live=sse", 404);
+}
+
+// C9: an ack past the tail is kept (skip-ahead); the long-poll then hands out only records
+// beyond it.
+TEST_F(GroupHttpTest, LongPollAfterSkipAheadWaitsBeyondTheAckedOffsetC9) {
+  StartServer(false);
+  Seed("/v1/stream/skip", 2);
+  const std::string base = "/v1/groups/stream/skip";
+  EXPECT_EQ(Call("POST", base + "?group=g&ack=4")["last_acked"], 4);
+  EXPECT_EQ(Send(port(), "GET", base + "?group=g&live=long-poll").status, 204);
+  ASSERT_EQ(Send(port(), "POST", "/v1/stream/skip", {"Content-Type: application/json"},
+                 "[{\"n\":3},{\"n\":4},{\"n\":5}]")
+                .status,
+            204);
+  json ready = Call("GET", base + "?group=g&live=long-poll");
+  EXPECT_EQ(Offsets(ready), (std::vector<uint64_t>{5}));
+  EXPECT_EQ(ready["events"][0]["data"], json({{"n", 5}}));
+}
+
+// The SSE form is the protocol's SSE read from the group's offset: data events with the records
+// after last_acked only, control events whose streamNextOffset can be acked as is (C2, C5).
+TEST_F(GroupHttpTest, SseReadsFromTheGroupsOffsetC5) {
+  StartServer(false);
+  Seed("/v1/stream/sse", 3);
+  const std::string base = "/v1/groups/stream/sse";
+  Call("POST", base + "?group=g&ack=1");
+  // Ends after the test server's 1 s SSE duration.
+  Response r = Send(port(), "GET", base + "?group=g&live=sse");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(HeaderValue(r, "content-type"), "text/event-stream");
+  EXPECT_NE(r.body.find("event: data"), std::string::npos) << r.body;
+  EXPECT_EQ(r.body.find("{\"n\":1}"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("{\"n\":2}"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("{\"n\":3}"), std::string::npos) << r.body;
+  const std::string token = "0000000000000000_0000000000000003";
+  EXPECT_NE(r.body.find("\"streamNextOffset\":\"" + token + "\""), std::string::npos) << r.body;
+  // Reading did not move the group (D4); acking the control event's offset does (C2).
+  EXPECT_EQ(Call("GET", base + "?group=g")["last_acked"], 1);
+  EXPECT_EQ(Call("POST", base + "?group=g&ack=" + token)["last_acked"], 3);
+  Call("POST", base + "?group=g&ack=" + token.substr(1), 400);
+  Call("POST", base + "?group=g&ack=now", 400);
+  // Nothing left: the stream's SSE from the group's offset is a control event only.
+  Response empty = Send(port(), "GET", base + "?group=g&live=sse");
+  ASSERT_EQ(empty.status, 200);
+  EXPECT_EQ(empty.body.find("event: data"), std::string::npos) << empty.body;
+  EXPECT_NE(empty.body.find("\"upToDate\":true"), std::string::npos) << empty.body;
+}
+
+// N1: an append while a group's SSE reader waits reaches it as a data event.
+TEST_F(GroupHttpTest, SseDeliversAnAppendWhileOpenN1) {
+  StartServer(false);
+  Seed("/v1/stream/ssew", 1);
+  Call("POST", "/v1/groups/stream/ssew?group=g&ack=1");
+  Response streamed;
+  std::thread reader(
+      [&] { streamed = Send(port(), "GET", "/v1/groups/stream/ssew?group=g&live=sse"); });
+  // Whether this lands before or after the reader subscribes, the record is after the group's
+  // offset, so it is delivered either way.
+  ASSERT_EQ(
+      Send(port(), "POST", "/v1/stream/ssew", {"Content-Type: application/json"}, "[{\"n\":2}]")
+          .status,
+      204);
+  reader.join();
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  EXPECT_EQ(streamed.body.find("{\"n\":1}"), std::string::npos) << streamed.body;
+  EXPECT_NE(streamed.body.find("{\"n\":2}"), std::string::npos) << streamed.body;
 }
 
 class GroupLongPollTest : public GroupHttpTest {};
 
-TEST_F(GroupLongPollTest, AppendWakesAWaitingReader) {
+TEST_F(GroupLongPollTest, AppendWakesAWaitingReaderN1) {
   // A long timeout: the reader gets the event whether the append lands before or after it
   // starts waiting, so the outcome does not depend on timing.
   ServerOptions options;

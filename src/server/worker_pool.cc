@@ -1,0 +1,43 @@
+#include "server/worker_pool.h"
+
+#include <utility>
+
+namespace runnel::server {
+
+WorkerPool::WorkerPool(size_t threads) {
+  if (threads == 0) threads = 1;
+  for (size_t i = 0; i < threads; ++i) {
+    threads_.emplace_back([this] {
+      for (;;) {
+        std::function<void()> job;
+        {
+          std::unique_lock lock(mu_);
+          cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+          if (queue_.empty()) return;
+          job = std::move(queue_.front());
+          queue_.pop_front();
+        }
+        job();
+      }
+    });
+  }
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void WorkerPool::Post(std::function<void()> job) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+}
+
+}  // namespace runnel::server

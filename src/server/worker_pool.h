@@ -1,0 +1,47 @@
+// WorkerPool: a fixed set of threads that run jobs which may block on the store, so the io
+// threads never do. Used by the services whose registry calls have no asynchronous form
+// (channels, consumer groups).
+//
+// Limits: the queue is not capped by the pool itself; each caller bounds it (the HTTP server
+// has at most one request in flight per connection, and at most max_connections connections).
+//
+// Lifecycle: the destructor runs every job already queued, then joins the threads. Post after
+// destruction has begun is a programming error.
+//
+// Thread-safety: Post may be called from any thread; jobs run on one of the pool's threads.
+#ifndef RUNNEL_SERVER_WORKER_POOL_H_
+#define RUNNEL_SERVER_WORKER_POOL_H_
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace runnel::server {
+
+class WorkerPool {
+ public:
+  // Starts `threads` threads (at least one).
+  explicit WorkerPool(size_t threads);
+  // Finishes queued jobs, then joins the threads.
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  // Queues `job` to run once on a pool thread.
+  void Post(std::function<void()> job);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;  // GUARDED_BY(mu_)
+  bool stopping_ = false;                    // GUARDED_BY(mu_)
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace runnel::server
+
+#endif  // RUNNEL_SERVER_WORKER_POOL_H_
