@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end test of `runnel serve --tls-cert/--tls-key`: a self-signed certificate generated
 # here with the openssl CLI, a real server (memory store) on a free loopback port, and curl
-# (--cacert) doing create, append, read, long-poll, SSE and a consumer group's SSE form over
-# https. Also: a plain-HTTP request to the TLS port gets a clear 400 and the server keeps
+# (--cacert) and the runnel CLI doing create, append, read, long-poll, SSE and a consumer
+# group's live forms over https. Also: a plain-HTTP request to the TLS port gets a clear 400 and the server keeps
 # serving; a client that never handshakes is closed after the handshake timeout; bad
 # certificate or key files fail start-up with a clear message and a non-zero exit.
 # Usage: tls_e2e.sh RUNNEL_BINARY
@@ -52,6 +52,14 @@ echo "not a certificate" >"$workdir/garbage.pem"
 start_fails 1 "cannot load the TLS certificate chain" --tls-cert "$workdir/garbage.pem" --tls-key "$key"
 start_fails 1 "cannot load the TLS private key" --tls-cert "$cert" --tls-key "$workdir/garbage.pem"
 start_fails 1 "does not match the certificate" --tls-cert "$cert" --tls-key "$other_key"
+# TLS does not lift the open-mode rule: no tokens and a non-loopback address need --auth none.
+set +e
+out="$(timeout 20 "$R" serve --listen 0.0.0.0:0 --store memory --data "$workdir/d" \
+  --tls-cert "$cert" --tls-key "$key" 2>&1)"
+rc=$?
+set -e
+expect_eq "$rc" 2 "open TLS server on 0.0.0.0"
+expect_has "$out" "--auth none" "open TLS server on 0.0.0.0"
 
 # The same through the environment, and a working server.
 RUNNEL_TLS_CERT="$cert" RUNNEL_TLS_KEY="$key" "$R" serve --listen 127.0.0.1:0 --store memory \
@@ -94,8 +102,20 @@ expect_eq "$(c -X POST "$url/v1/groups/stream/t?group=g&ack=1")" \
 gsse="$(c -N "$url/v1/groups/stream/t?group=g&live=sse" || true)"
 expect_has "$gsse" '{"n":2}' "group SSE from the group's offset"
 expect_lacks "$gsse" '{"n":1}' "group SSE skips acked records"
-expect_eq "$(code "$url/v1/groups/stream/t?group=g2&ack=2&x=" -X POST)" 200 "ack g2"
+expect_eq "$(code -X POST "$url/v1/groups/stream/t?group=g2&ack=2")" 200 "ack g2"
 expect_eq "$(code "$url/v1/groups/stream/t?group=g2&live=long-poll")" 204 "group long-poll timeout"
+
+# The CLI over https: --cacert or RUNNEL_CACERT; without it the self-signed server is refused.
+expect_eq "$("$R" create cli --url "$url" --cacert "$cert" -t text/plain)" "created cli" "cli create"
+printf 'hello' | RUNNEL_CACERT="$cert" "$R" append cli --url "$url" >/dev/null
+expect_eq "$(RUNNEL_CACERT="$cert" "$R" read cli --url "$url")" "hello" "cli read"
+expect_eq "$("$R" group ack cli g 1 --url "$url" --cacert "$cert")" "g	last_acked=1" "cli group ack"
+set +e
+out="$("$R" ls --url "$url" 2>&1)"
+rc=$?
+set -e
+expect_eq "$rc" 5 "cli without --cacert"
+expect_has "$out" "certificate not trusted" "cli without --cacert"
 
 # Plain HTTP to the TLS port: a clear 400, and the server keeps serving.
 plain="$(curl -sS --max-time 10 -w ' %{http_code}' "http://127.0.0.1:$port/healthz" || true)"
