@@ -214,6 +214,10 @@ TEST_F(TenantServerTest, IsolationMatrix) {
       {"create (idempotent)", "PUT", false, "", {"Content-Type: text/plain"}, ""},
       {"group list", "GET", true, "", {}, ""},
       {"group read-next", "GET", true, "?group=g", {}, ""},
+      // The live forms authorize before they wait (g has unread records: no long-poll wait;
+      // an allowed SSE read lasts the test server's 1 s).
+      {"group read-next long-poll", "GET", true, "?group=g&live=long-poll", {}, ""},
+      {"group read-next sse", "GET", true, "?group=g&live=sse", {}, ""},
       {"group ack", "POST", true, "?group=g&ack=1", {}, ""},
       {"group prune", "POST", true, "?prune=0", {}, ""},
       {"retention change", "PATCH", false, "", {"Stream-Retention-Max-Events: 1000"}, ""},
