@@ -1,5 +1,6 @@
 // Tenant isolation and authentication over HTTP (SEMANTICS Z1-Z4), and consumer groups over
-// HTTP (C2, C5, P7), against an in-process server on a free loopback port with a token file in
+// HTTP (C2, C5, C9, P7, N1; catch-up, long-poll and SSE read-next; group requests off the io
+// thread), against an in-process server on a free loopback port with a token file in
 // a temporary directory.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -7,15 +8,19 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/token_store.h"
+#include "runnel/store.h"
 #include "server/group_service.h"
 #include "server/http_server.h"
 
@@ -884,6 +889,135 @@ TEST_F(QuotaTest, AppendRatePerTenant) {
   EXPECT_EQ(appends("acme", 4), (std::vector<int>{204, 204, 204, 429}));
   clock.Advance(334);
   EXPECT_EQ(appends("acme", 2), (std::vector<int>{204, 429}));
+}
+
+}  // namespace
+}  // namespace runnel::server
+
+namespace runnel::server {
+namespace {
+
+// A memory store whose cursor commits (a group ack) wait while the gate is closed, like a store
+// stuck on a disk or a database round trip. Waits are bounded (30 s) so a bug cannot hang.
+class GatedStore final : public Store {
+ public:
+  GatedStore() : inner_(NewMemoryStore()) {}
+
+  void Close() {
+    std::lock_guard lock(mu_);
+    open_ = false;
+  }
+  void Open() {
+    {
+      std::lock_guard lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  // True once a commit waits at the closed gate (within `timeout`).
+  bool WaitForBlocked(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [this] { return blocked_ > 0; });
+  }
+
+  std::string_view Name() const override { return inner_->Name(); }
+  std::string Durability() const override { return inner_->Durability(); }
+  Result<StreamInfo> CreateStream(const StreamSpec& spec) override {
+    return inner_->CreateStream(spec);
+  }
+  Result<StreamInfo> GetStream(std::string_view ns, std::string_view name) override {
+    return inner_->GetStream(ns, name);
+  }
+  Result<StreamInfo> GetStreamById(StreamId id) override { return inner_->GetStreamById(id); }
+  Result<std::vector<StreamInfo>> ListStreams(std::string_view ns, std::string_view start_after,
+                                              size_t limit) override {
+    return inner_->ListStreams(ns, start_after, limit);
+  }
+  Status UpdateStream(StreamId id, const StreamRetention& retention,
+                      std::string_view attributes) override {
+    return inner_->UpdateStream(id, retention, attributes);
+  }
+  Status DeleteStream(StreamId id) override { return inner_->DeleteStream(id); }
+  void Append(AppendRequest request, AppendCallback done) override {
+    inner_->Append(std::move(request), std::move(done));
+  }
+  Result<std::vector<StoredRecord>> Read(StreamId id, uint64_t from, size_t limit,
+                                         size_t max_bytes) override {
+    return inner_->Read(id, from, limit, max_bytes);
+  }
+  Result<std::optional<StoredRecord>> ReadAt(StreamId id, uint64_t offset) override {
+    return inner_->ReadAt(id, offset);
+  }
+  Result<uint64_t> TruncatePrefix(StreamId id, uint64_t through, bool respect_cursors) override {
+    return inner_->TruncatePrefix(id, through, respect_cursors);
+  }
+  Result<uint64_t> CommitCursor(StreamId id, std::string_view consumer, uint64_t offset,
+                                uint64_t now_ms) override {
+    {
+      std::unique_lock lock(mu_);
+      ++blocked_;
+      cv_.notify_all();
+      cv_.wait_for(lock, std::chrono::seconds(30), [this] { return open_; });
+      --blocked_;
+    }
+    return inner_->CommitCursor(id, consumer, offset, now_ms);
+  }
+  Result<std::optional<CursorState>> GetCursor(StreamId id, std::string_view consumer) override {
+    return inner_->GetCursor(id, consumer);
+  }
+  Result<std::vector<CursorState>> ListCursors(StreamId id) override {
+    return inner_->ListCursors(id);
+  }
+  Result<std::optional<ProducerState>> GetProducer(StreamId id,
+                                                   std::string_view producer_id) override {
+    return inner_->GetProducer(id, producer_id);
+  }
+  Status Flush() override { return inner_->Flush(); }
+  void SetTailListener(TailListener listener) override {
+    inner_->SetTailListener(std::move(listener));
+  }
+
+ private:
+  std::unique_ptr<Store> inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;  // GUARDED_BY(mu_)
+  int blocked_ = 0;   // GUARDED_BY(mu_)
+};
+
+// Group requests run on the group service's workers: with a single io thread, an ack stuck in
+// the store leaves the server answering other requests (reads, health, other groups' reads).
+TEST_F(GroupHttpTest, AnAckBlockedInTheStoreDoesNotStallTheIoThread) {
+  auto owned = std::make_unique<GatedStore>();
+  GatedStore* gate = owned.get();
+  ServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.threads = 1;
+  options.group_threads = 2;
+  auto server = HttpServer::Start(StreamRegistry(std::move(owned)), options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  server_ = std::move(*server);
+  thread_ = std::thread([this] { server_->Run(); });
+  Seed("/v1/stream/gated", 2);
+
+  gate->Close();
+  Response ack;
+  std::thread acker([&] { ack = Send(port(), "POST", "/v1/groups/stream/gated?group=g&ack=1"); });
+  const bool blocked = gate->WaitForBlocked(std::chrono::seconds(10));
+  EXPECT_TRUE(blocked);
+  if (blocked) {
+    // The ack waits in the store (up to 30 s, longer than Send's 10 s receive timeout); the
+    // one io thread still serves.
+    EXPECT_EQ(Send(port(), "GET", "/healthz").status, 200);
+    EXPECT_EQ(Send(port(), "GET", "/v1/stream/gated?offset=-1").status, 200);
+    EXPECT_EQ(Offsets(Call("GET", "/v1/groups/stream/gated?group=other")),
+              (std::vector<uint64_t>{1, 2}));
+  }
+  gate->Open();
+  acker.join();
+  EXPECT_EQ(ack.status, 200) << ack.body;
+  EXPECT_EQ(Call("GET", "/v1/groups/stream/gated?group=g")["last_acked"], 1);
 }
 
 }  // namespace
