@@ -3,7 +3,9 @@
 // One io_context run by `threads` threads; every connection runs on its own strand, so a
 // connection's state is touched by one thread at a time. Nothing on an io thread blocks on the
 // store for long: appends complete through the registry's asynchronous callback, posted back to
-// the connection's strand; long-polls and SSE wait on a timer that a registry subscription hint
+// the connection's strand; channel and consumer-group requests, whose registry calls have no
+// asynchronous form, run on their services' worker threads and resume on the strand; long-polls
+// and SSE (of streams and of groups alike) wait on a timer that a registry subscription hint
 // (posted to the strand) cancels.
 //
 // Limits: request bodies above max_body_bytes get 413, headers above max_header_bytes 431,
