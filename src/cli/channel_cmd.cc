@@ -18,6 +18,7 @@ using json = nlohmann::json;
 
 struct Args {
   std::string url = "http://127.0.0.1:4437";
+  std::string cacert;
   bool json_output = false;
   std::string channel;
   size_t partitions = 1;
@@ -31,6 +32,8 @@ struct Args {
 
 void AddCommon(CLI::App* cmd, Args* a) {
   cmd->add_option("--url", a->url, "Server URL")->envname("RUNNEL_URL")->capture_default_str();
+  cmd->add_option("--cacert", a->cacert, "PEM certificates to trust for an https:// URL")
+      ->envname("RUNNEL_CACERT");
   cmd->add_flag("--json", a->json_output, "Print the server's JSON answer");
   cmd->add_option("channel", a->channel, "Channel id")->required();
 }
@@ -39,7 +42,7 @@ void AddCommon(CLI::App* cmd, Args* a) {
 int Send(const Args& a, const std::string& what, const std::string& method,
          const std::string& target, const std::vector<std::pair<std::string, std::string>>& h,
          const std::string& body, ClientResponse* out) {
-  auto client = HttpClient::Create(a.url);
+  auto client = HttpClient::Create(a.url, "", a.cacert);
   if (!client.ok()) {
     std::fprintf(stderr, "runnel channel %s: %s\n", what.c_str(),
                  client.status().ToString().c_str());

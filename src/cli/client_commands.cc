@@ -24,6 +24,8 @@ using json = nlohmann::json;
 struct Common {
   std::string url = "http://127.0.0.1:4437";
   std::string token;
+  // PEM file of certificates to trust for an https:// server (empty: the system's).
+  std::string cacert;
   // Empty: the global scope (/v1/stream/...); else /v1/tenants/<tenant>/stream/...
   std::string tenant;
   bool json_output = false;
@@ -32,6 +34,8 @@ struct Common {
 void AddCommon(CLI::App* cmd, Common* common) {
   cmd->add_option("--url", common->url, "Server URL")->envname("RUNNEL_URL")->capture_default_str();
   cmd->add_option("--token", common->token, "Bearer token for the server")->envname("RUNNEL_TOKEN");
+  cmd->add_option("--cacert", common->cacert, "PEM certificates to trust for an https:// URL")
+      ->envname("RUNNEL_CACERT");
   cmd->add_option("--tenant", common->tenant, "The tenant scope (default: the global scope)")
       ->envname("RUNNEL_TENANT");
   cmd->add_flag("--json", common->json_output, "Machine-readable JSON output");
@@ -71,7 +75,7 @@ bool IsTerminal(FILE* f) { return ::isatty(::fileno(f)) == 1; }
 int Create(const Common& c, const std::string& name, const std::string& content_type,
            const std::string& ttl, const std::string& expires_at, bool closed,
            const std::string& body) {
-  auto client = HttpClient::Create(c.url, c.token);
+  auto client = HttpClient::Create(c.url, c.token, c.cacert);
   if (!client.ok()) return FailStatus(client.status());
   std::vector<std::pair<std::string, std::string>> headers = {{"Content-Type", content_type}};
   if (!ttl.empty()) headers.emplace_back("Stream-TTL", ttl);
@@ -109,7 +113,7 @@ std::string StreamContentType(const Common& c, const HttpClient& client, const s
 
 int Append(const Common& c, const std::string& name, const std::vector<std::string>& data,
            const std::string& file, bool lines, std::string content_type, bool close) {
-  auto client = HttpClient::Create(c.url, c.token);
+  auto client = HttpClient::Create(c.url, c.token, c.cacert);
   if (!client.ok()) return FailStatus(client.status());
   if (content_type.empty()) {
     int code = kExitOk;
@@ -178,7 +182,7 @@ int Append(const Common& c, const std::string& name, const std::vector<std::stri
 
 // Reads from `offset` until caught up (or forever when `follow`), writing data to stdout.
 int Read(const Common& c, const std::string& name, std::string offset, bool follow) {
-  auto client = HttpClient::Create(c.url, c.token);
+  auto client = HttpClient::Create(c.url, c.token, c.cacert);
   if (!client.ok()) return FailStatus(client.status());
   std::string cursor;
   for (;;) {
@@ -225,7 +229,7 @@ int Read(const Common& c, const std::string& name, std::string offset, bool foll
 }
 
 int List(const Common& c, const std::string& prefix) {
-  auto client = HttpClient::Create(c.url, c.token);
+  auto client = HttpClient::Create(c.url, c.token, c.cacert);
   if (!client.ok()) return FailStatus(client.status());
   std::string after;
   json all = json::array();
@@ -257,7 +261,7 @@ int List(const Common& c, const std::string& prefix) {
 }
 
 int Describe(const Common& c, const std::string& name) {
-  auto client = HttpClient::Create(c.url, c.token);
+  auto client = HttpClient::Create(c.url, c.token, c.cacert);
   if (!client.ok()) return FailStatus(client.status());
   auto r = client->Send("HEAD", StreamTarget(c, name), {});
   if (!r.ok()) return FailStatus(r.status());
@@ -280,7 +284,7 @@ int Describe(const Common& c, const std::string& name) {
 }
 
 int Remove(const Common& c, const std::string& name) {
-  auto client = HttpClient::Create(c.url, c.token);
+  auto client = HttpClient::Create(c.url, c.token, c.cacert);
   if (!client.ok()) return FailStatus(client.status());
   auto r = client->Send("DELETE", StreamTarget(c, name), {});
   if (!r.ok()) return FailStatus(r.status());

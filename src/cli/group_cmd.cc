@@ -17,6 +17,7 @@ using json = nlohmann::json;
 struct GroupArgs {
   std::string url = "http://127.0.0.1:4437";
   std::string token;
+  std::string cacert;
   std::string tenant;
   bool json_output = false;
   std::string stream;
@@ -28,6 +29,8 @@ struct GroupArgs {
 void AddCommon(CLI::App* cmd, GroupArgs* a) {
   cmd->add_option("--url", a->url, "Server URL")->envname("RUNNEL_URL")->capture_default_str();
   cmd->add_option("--token", a->token, "Bearer token for the server")->envname("RUNNEL_TOKEN");
+  cmd->add_option("--cacert", a->cacert, "PEM certificates to trust for an https:// URL")
+      ->envname("RUNNEL_CACERT");
   cmd->add_option("--tenant", a->tenant, "The stream's tenant (default: the global scope)")
       ->envname("RUNNEL_TENANT");
   cmd->add_flag("--json", a->json_output, "Machine-readable JSON output");
@@ -43,7 +46,7 @@ std::string GroupTarget(const GroupArgs& a) {
 // Sends the request; on success fills *body and returns kExitOk, else prints and returns the
 // exit code.
 int Call(const GroupArgs& a, const std::string& method, const std::string& query, json* body) {
-  auto client = HttpClient::Create(a.url, a.token);
+  auto client = HttpClient::Create(a.url, a.token, a.cacert);
   if (!client.ok()) {
     std::fprintf(stderr, "runnel: %s\n", client.status().ToString().c_str());
     return kExitUsage;

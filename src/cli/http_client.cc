@@ -1,6 +1,10 @@
 #include "cli/http_client.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,18 +15,95 @@ namespace runnel::cli {
 
 namespace {
 
-class Socket {
+// One connection: a socket, with TLS on top for https.
+class Conn {
  public:
-  explicit Socket(int fd) : fd_(fd) {}
-  ~Socket() {
+  explicit Conn(int fd) : fd_(fd) {}
+  ~Conn() {
+    if (ssl_ != nullptr) {
+      SSL_shutdown(ssl_);
+      SSL_free(ssl_);
+    }
+    if (ctx_ != nullptr) SSL_CTX_free(ctx_);
     if (fd_ >= 0) ::close(fd_);
   }
-  Socket(const Socket&) = delete;
-  Socket& operator=(const Socket&) = delete;
-  int fd() const { return fd_; }
+  Conn(const Conn&) = delete;
+  Conn& operator=(const Conn&) = delete;
+
+  // Handshakes as a TLS client, verifying the server's certificate for `host` against `cacert`
+  // (a PEM file) or, when empty, the system's trust store.
+  Status StartTls(const std::string& host, uint16_t port, const std::string& cacert) {
+    ctx_ = SSL_CTX_new(TLS_client_method());
+    if (ctx_ == nullptr) return Status::Internal("cannot create a TLS context");
+    SSL_CTX_set_min_proto_version(ctx_, TLS1_2_VERSION);
+    SSL_CTX_set_options(ctx_, SSL_OP_IGNORE_UNEXPECTED_EOF);
+    SSL_CTX_set_verify(ctx_, SSL_VERIFY_PEER, nullptr);
+    if (cacert.empty()) {
+      SSL_CTX_set_default_verify_paths(ctx_);
+    } else if (SSL_CTX_load_verify_locations(ctx_, cacert.c_str(), nullptr) != 1) {
+      return Status::InvalidArgument("cannot load CA certificates (PEM) from '" + cacert + "'");
+    }
+    ssl_ = SSL_new(ctx_);
+    if (ssl_ == nullptr || SSL_set_fd(ssl_, fd_) != 1) {
+      return Status::Internal("cannot set up a TLS connection");
+    }
+    unsigned char ip[16];
+    if (::inet_pton(AF_INET, host.c_str(), ip) == 1 ||
+        ::inet_pton(AF_INET6, host.c_str(), ip) == 1) {
+      X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl_), host.c_str());
+    } else {
+      SSL_set_tlsext_host_name(ssl_, host.c_str());
+      SSL_set1_host(ssl_, host.c_str());
+    }
+    if (SSL_connect(ssl_) != 1) {
+      long verify = SSL_get_verify_result(ssl_);
+      std::string reason;
+      if (verify != X509_V_OK) {
+        reason = std::string("certificate not trusted: ") + X509_verify_cert_error_string(verify) +
+                 (cacert.empty() ? " (pass --cacert FILE for a self-signed server)" : "");
+      } else if (unsigned long err = ERR_get_error(); err != 0) {
+        char buf[256];
+        ERR_error_string_n(err, buf, sizeof(buf));
+        reason = buf;
+      } else {
+        reason = "the connection was closed";
+      }
+      return Status::Unavailable("TLS handshake with " + host + ":" + std::to_string(port) +
+                                 " failed: " + reason);
+    }
+    return Status::OK();
+  }
+
+  // Bytes read (> 0), or 0 at the end of the stream or on an error.
+  size_t Read(char* buffer, size_t size) {
+    if (ssl_ != nullptr) {
+      int n = SSL_read(ssl_, buffer, static_cast<int>(size));
+      return n > 0 ? static_cast<size_t>(n) : 0;
+    }
+    ssize_t n = ::recv(fd_, buffer, size, 0);
+    return n > 0 ? static_cast<size_t>(n) : 0;
+  }
+
+  bool WriteAll(const std::string& data) {
+    size_t sent = 0;
+    while (sent < data.size()) {
+      if (ssl_ != nullptr) {
+        int n = SSL_write(ssl_, data.data() + sent, static_cast<int>(data.size() - sent));
+        if (n <= 0) return false;
+        sent += static_cast<size_t>(n);
+      } else {
+        ssize_t n = ::send(fd_, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+        if (n <= 0) return false;
+        sent += static_cast<size_t>(n);
+      }
+    }
+    return true;
+  }
 
  private:
   int fd_;
+  SSL_CTX* ctx_ = nullptr;
+  SSL* ssl_ = nullptr;
 };
 
 Result<int> Connect(const std::string& host, uint16_t port) {
@@ -49,25 +130,15 @@ Result<int> Connect(const std::string& host, uint16_t port) {
   return fd;
 }
 
-bool SendAll(int fd, const std::string& data) {
-  size_t sent = 0;
-  while (sent < data.size()) {
-    ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    sent += static_cast<size_t>(n);
-  }
-  return true;
-}
-
-// Buffered reads from a socket.
+// Buffered reads from a connection.
 class Reader {
  public:
-  explicit Reader(int fd) : fd_(fd) {}
+  explicit Reader(Conn* conn) : conn_(conn) {}
   bool Fill() {
     char chunk[65536];
-    ssize_t n = ::recv(fd_, chunk, sizeof(chunk), 0);
-    if (n <= 0) return false;
-    buffer_.append(chunk, static_cast<size_t>(n));
+    size_t n = conn_->Read(chunk, sizeof(chunk));
+    if (n == 0) return false;
+    buffer_.append(chunk, n);
     return true;
   }
   bool ReadLine(std::string* line) {
@@ -95,23 +166,27 @@ class Reader {
   }
 
  private:
-  int fd_;
+  Conn* conn_;
   std::string buffer_;
 };
 
 }  // namespace
 
-Result<HttpClient> HttpClient::Create(const std::string& base_url,
-                                      const std::string& bearer_token) {
+Result<HttpClient> HttpClient::Create(const std::string& base_url, const std::string& bearer_token,
+                                      const std::string& cacert) {
   if (bearer_token.find_first_of("\r\n") != std::string::npos) {
     return Status::InvalidArgument("the token must be one line");
   }
-  constexpr std::string_view kScheme = "http://";
-  if (base_url.rfind(kScheme, 0) != 0) {
-    return Status::InvalidArgument("the server URL must start with http:// (got '" + base_url +
-                                   "')");
+  const bool tls = base_url.rfind("https://", 0) == 0;
+  const std::string scheme = tls ? "https://" : "http://";
+  if (base_url.rfind(scheme, 0) != 0) {
+    return Status::InvalidArgument("the server URL must start with http:// or https:// (got '" +
+                                   base_url + "')");
   }
-  std::string rest = base_url.substr(kScheme.size());
+  if (!cacert.empty() && !tls) {
+    return Status::InvalidArgument("--cacert needs an https:// server URL");
+  }
+  std::string rest = base_url.substr(scheme.size());
   while (!rest.empty() && rest.back() == '/') rest.pop_back();
   if (rest.find('/') != std::string::npos) {
     return Status::InvalidArgument("the server URL must not have a path: '" + base_url + "'");
@@ -132,7 +207,7 @@ Result<HttpClient> HttpClient::Create(const std::string& base_url,
     digits = rest.substr(colon + 1);
     if (digits.empty()) return Status::InvalidArgument("bad port in '" + base_url + "'");
   }
-  uint16_t port = 80;
+  uint16_t port = tls ? 443 : 80;
   if (!digits.empty()) {
     if (digits.size() > 5 || digits.find_first_not_of("0123456789") != std::string::npos ||
         std::stoul(digits) > 65535) {
@@ -141,8 +216,10 @@ Result<HttpClient> HttpClient::Create(const std::string& base_url,
     port = static_cast<uint16_t>(std::stoul(digits));
   }
   if (host.empty()) return Status::InvalidArgument("no host in '" + base_url + "'");
-  HttpClient client(kScheme.data() + rest, host, port);
+  HttpClient client(scheme + rest, host, port);
   client.bearer_token_ = bearer_token;
+  client.tls_ = tls;
+  client.cacert_ = cacert;
   return client;
 }
 
@@ -151,7 +228,8 @@ Result<ClientResponse> HttpClient::Send(
     const std::vector<std::pair<std::string, std::string>>& headers,
     const std::string& body) const {
   RUNNEL_ASSIGN_OR_RETURN(int fd, Connect(host_, port_));
-  Socket socket(fd);
+  Conn conn(fd);
+  if (tls_) RUNNEL_RETURN_IF_ERROR(conn.StartTls(host_, port_, cacert_));
   std::string request = method + " " + target + " HTTP/1.1\r\nHost: " + host_ + ":" +
                         std::to_string(port_) + "\r\nConnection: close\r\n";
   for (const auto& [name, value] : headers) request += name + ": " + value + "\r\n";
@@ -161,9 +239,9 @@ Result<ClientResponse> HttpClient::Send(
   }
   request += "\r\n";
   request += body;
-  if (!SendAll(fd, request)) return Status::Unavailable("connection lost while sending");
+  if (!conn.WriteAll(request)) return Status::Unavailable("connection lost while sending");
 
-  Reader reader(fd);
+  Reader reader(&conn);
   ClientResponse response;
   std::string line;
   if (!reader.ReadLine(&line) || line.size() < 12 || line.rfind("HTTP/1.", 0) != 0) {

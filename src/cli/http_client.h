@@ -1,4 +1,6 @@
-// A small blocking HTTP/1.1 client over POSIX sockets for the CLI (plain http only). One
+// A small blocking HTTP/1.1 client over POSIX sockets for the CLI: http://, and https:// with
+// OpenSSL (the server's certificate is verified against the system's trust store, or a given
+// PEM file for a self-signed server; TLS 1.2 or later). One
 // connection per request; responses are read by Content-Length, chunked encoding or until
 // close.
 //
@@ -31,12 +33,16 @@ struct ClientResponse {
 
 class HttpClient {
  public:
-  // `base_url` like "http://127.0.0.1:4437". kInvalidArgument if it is not plain http.
-  // A non-empty `bearer_token` is sent as `Authorization: Bearer <token>` on every request.
+  // `base_url` like "http://127.0.0.1:4437" or "https://host:4437"; kInvalidArgument for any
+  // other form. A non-empty `bearer_token` is sent as `Authorization: Bearer <token>` on every
+  // request. A non-empty `cacert` (https only) is the PEM file of the certificates to trust
+  // instead of the system's.
   static Result<HttpClient> Create(const std::string& base_url,
-                                   const std::string& bearer_token = "");
+                                   const std::string& bearer_token = "",
+                                   const std::string& cacert = "");
 
-  // Sends one request. kUnavailable when the server cannot be reached.
+  // Sends one request. kUnavailable when the server cannot be reached or the TLS handshake
+  // fails (an untrusted certificate included).
   Result<ClientResponse> Send(const std::string& method, const std::string& target,
                               const std::vector<std::pair<std::string, std::string>>& headers,
                               const std::string& body = "") const;
@@ -50,6 +56,8 @@ class HttpClient {
   std::string host_;
   uint16_t port_;
   std::string bearer_token_;
+  bool tls_ = false;
+  std::string cacert_;
 };
 
 // Percent-encodes a stream name for a URL path ('/' kept) or a query value ('/' encoded).

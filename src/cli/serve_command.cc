@@ -37,6 +37,10 @@ struct ServeFlags {
   uint64_t quota_streams = 0;
   uint64_t quota_bytes = 0;
   uint64_t quota_appends_per_sec = 0;
+  // HTTPS when both are set (PEM files).
+  std::string tls_cert;
+  std::string tls_key;
+  uint64_t tls_handshake_timeout_ms = 10000;
 };
 
 bool IsLoopback(const std::string& host) {
@@ -76,6 +80,12 @@ int RunServe(const ServeFlags& flags) {
                  flags.durability.c_str());
     return 2;
   }
+
+  if (flags.tls_cert.empty() != flags.tls_key.empty()) {
+    std::fprintf(stderr, "runnel serve: --tls-cert and --tls-key must be given together\n");
+    return 2;
+  }
+  const bool tls = !flags.tls_cert.empty();
 
   RegistryOptions registry_options;
   registry_options.data_dir = flags.data;
@@ -136,6 +146,9 @@ int RunServe(const ServeFlags& flags) {
   options.max_connections = flags.max_connections;
   options.sse_max_duration_ms = flags.sse_max_duration_ms;
   options.handle_signals = true;
+  options.tls_cert_file = flags.tls_cert;
+  options.tls_key_file = flags.tls_key;
+  options.tls_handshake_timeout_ms = flags.tls_handshake_timeout_ms;
   options.service.long_poll_timeout_ms = flags.long_poll_timeout_ms;
   std::string durability = registry->store().Durability();
   auto server = server::HttpServer::Start(std::move(*registry), options);
@@ -143,13 +156,14 @@ int RunServe(const ServeFlags& flags) {
     std::fprintf(stderr, "runnel serve: %s\n", server.status().ToString().c_str());
     return 1;
   }
+  const bool v6 = options.host.find(':') != std::string::npos;
   std::printf(
-      "runnel serve: listening on http://%s:%u (store: %s, data: %s, durability: %s, auth: %s)\n",
-              options.host.c_str(), (*server)->port(),
-              registry_options.store.rfind("postgres", 0) == 0 ? "postgres"
-                                                               : registry_options.store.c_str(),
-              registry_options.store == "log" ? flags.data.c_str() : "-", durability.c_str(),
-              auth_line.c_str());
+      "runnel serve: listening on %s://%s%s%s:%u (store: %s, data: %s, durability: %s, auth: %s)\n",
+      tls ? "https" : "http", v6 ? "[" : "", options.host.c_str(), v6 ? "]" : "", (*server)->port(),
+      registry_options.store.rfind("postgres", 0) == 0 ? "postgres"
+                                                       : registry_options.store.c_str(),
+      registry_options.store == "log" ? flags.data.c_str() : "-", durability.c_str(),
+      auth_line.c_str());
   std::fflush(stdout);
   (*server)->Run();
   std::printf("runnel serve: stopped\n");
@@ -233,6 +247,15 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--quota-appends-per-sec", flags->quota_appends_per_sec,
                   "Most appends per second per tenant (0: unlimited; else 429)")
       ->envname("RUNNEL_QUOTA_APPENDS_PER_SEC")
+      ->capture_default_str();
+  cmd->add_option("--tls-cert", flags->tls_cert,
+                  "Serve HTTPS with this PEM certificate chain (needs --tls-key)")
+      ->envname("RUNNEL_TLS_CERT");
+  cmd->add_option("--tls-key", flags->tls_key, "PEM private key of --tls-cert")
+      ->envname("RUNNEL_TLS_KEY");
+  cmd->add_option("--tls-handshake-timeout-ms", flags->tls_handshake_timeout_ms,
+                  "Close a TLS connection that has not completed its handshake by then")
+      ->envname("RUNNEL_TLS_HANDSHAKE_TIMEOUT_MS")
       ->capture_default_str();
   cmd->callback([flags] { std::exit(RunServe(*flags)); });
 }

@@ -21,9 +21,7 @@ HttpResponse JsonResponse(int status, const json& body) {
   return r;
 }
 
-HttpResponse Error(const Status& status) {
-  return StreamService::ErrorResponse(status);
-}
+HttpResponse Error(const Status& status) { return StreamService::ErrorResponse(status); }
 
 // Same alphabet as tenant ids: safe in URLs, file names and stream names.
 Status ValidateChannelId(const std::string& id) {
@@ -92,6 +90,8 @@ uint64_t HttpPartitioner(const MessageEnvelope& e) {
 ChannelService::ChannelService(StreamRegistry registry, size_t worker_threads)
     : registry_(std::move(registry)), workers_(worker_threads) {}
 
+ChannelService::~ChannelService() = default;
+
 ChannelOptions ChannelService::Options() {
   ChannelOptions options;
   options.partition_key = HttpPartitioner;
@@ -99,7 +99,7 @@ ChannelOptions ChannelService::Options() {
 }
 
 void ChannelService::Handle(const Route& route, HttpRequest request, Done done) {
-  workers_.Submit([this, route, request = std::move(request), done = std::move(done)] {
+  workers_.Post([this, route, request = std::move(request), done = std::move(done)] {
     done(HandleNow(route, request));
   });
 }

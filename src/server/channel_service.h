@@ -58,7 +58,7 @@ class ChannelService {
 
   ChannelService(StreamRegistry registry, size_t worker_threads);
   // Finishes queued requests, then joins the workers.
-  ~ChannelService() = default;
+  ~ChannelService();
   ChannelService(const ChannelService&) = delete;
   ChannelService& operator=(const ChannelService&) = delete;
 
@@ -90,7 +90,7 @@ class ChannelService {
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Entry>> channels_;  // GUARDED_BY(mu_)
 
-  // Last: destroyed first, so queued requests finish while the channels still exist.
+  // Last member: destroyed first, so queued jobs finish while the rest is still alive.
   WorkerPool workers_;
 };
 

@@ -6,6 +6,7 @@
 
 #include "server/access_gate.h"
 #include "server/http_errors.h"
+#include "server/offset_token.h"
 #include "server/sse_format.h"
 
 namespace runnel::server {
@@ -70,6 +71,14 @@ Status ValidateGroup(std::string_view group) {
   return Status::OK();
 }
 
+// An ack value: a registry offset, or an offset token (offset_token.h) whose position is one.
+std::optional<uint64_t> ParseAck(std::string_view text) {
+  if (auto plain = ParseUint(text)) return plain;
+  auto token = ParseOffset(text);
+  if (!token.ok() || token->kind != OffsetQuery::Kind::kPosition) return std::nullopt;
+  return token->position;
+}
+
 }  // namespace
 
 bool GroupService::Matches(std::string_view path) {
@@ -85,14 +94,43 @@ Route GroupService::StreamRouteOf(std::string_view path) {
   return route;
 }
 
-bool GroupService::WantsLongPoll(const HttpRequest& request) {
-  return request.method == "GET" && request.Query("group") &&
-         request.Query("live") == std::optional<std::string_view>("long-poll");
+GroupService::GroupService(StreamService* streams, size_t worker_threads)
+    : streams_(streams), workers_(worker_threads) {}
+
+void GroupService::Handle(Principal who, HttpRequest request, Done done) {
+  workers_.Post([this, who = std::move(who), request = std::move(request), done = std::move(done)] {
+    done(HandleNow(who, request));
+  });
 }
 
-HttpResponse GroupService::Handle(const Principal& who, const HttpRequest& request,
-                                  bool* empty_read) {
-  if (empty_read) *empty_read = false;
+GroupAnswer GroupService::LiveReader(const Route& route, const HttpRequest& request, LiveMode mode,
+                                     uint64_t acked) {
+  // The stream read's own validation and positioning, from the beginning (a group offset below
+  // the retained head reads from the head, D3), then moved to the group's offset. An offset
+  // past the tail (skip-ahead, C9) waits until the stream grows beyond it.
+  HttpRequest read;
+  read.method = "GET";
+  read.path = request.path;
+  read.query["offset"] = "-1";
+  read.query["live"] = mode == LiveMode::kSse ? "sse" : "long-poll";
+  if (auto cursor = request.Query("cursor")) read.query["cursor"] = std::string(*cursor);
+  GroupAnswer answer;
+  auto state = streams_->BeginRead(route, read, &answer.response);
+  if (state) {
+    state->position = acked;
+    answer.live = std::move(state);
+  }
+  return answer;
+}
+
+GroupAnswer GroupService::HandleNow(const Principal& who, const HttpRequest& request) {
+  GroupAnswer answer;
+  answer.response = HandleRequest(who, request, &answer);
+  return answer;
+}
+
+HttpResponse GroupService::HandleRequest(const Principal& who, const HttpRequest& request,
+                                         GroupAnswer* answer) {
   Route route = StreamRouteOf(request.path);
   if (route.kind != Route::Kind::kStream) {
     return StreamService::ErrorResponse(Status::NotFound("no such route"));
@@ -129,10 +167,10 @@ HttpResponse GroupService::Handle(const Principal& who, const HttpRequest& reque
   const uint64_t tail = info->next_offset - 1;
 
   if (post && group) {
-    auto offset = ParseUint(*request.Query("ack"));
+    auto offset = ParseAck(*request.Query("ack"));
     if (!offset) {
       return StreamService::ErrorResponse(
-          Status::InvalidArgument("ack must be a non-negative integer"));
+          Status::InvalidArgument("ack must be a non-negative integer or an offset token"));
     }
     // SaveOffset is Ack with the stored value returned (C2, C4).
     auto stored = registry.SaveOffset(route.scope, route.name, *group, *offset);
@@ -159,15 +197,34 @@ HttpResponse GroupService::Handle(const Principal& who, const HttpRequest& reque
       }
       limit = *parsed;
     }
+    LiveMode mode = LiveMode::kNone;
+    if (auto live = request.Query("live")) {
+      if (*live == "long-poll") {
+        mode = LiveMode::kLongPoll;
+      } else if (*live == "sse") {
+        mode = LiveMode::kSse;
+      } else {
+        return StreamService::ErrorResponse(
+            Status::InvalidArgument("live must be 'long-poll' or 'sse' for a group read"));
+      }
+      if (request.method != "GET") {
+        return StreamService::ErrorResponse(Status::InvalidArgument("live group reads need GET"));
+      }
+    }
     auto acked = registry.GetOffset(route.scope, route.name, *group);
     if (!acked.ok()) return StreamService::ErrorResponse(acked.status());
+    if (mode == LiveMode::kSse) {
+      GroupAnswer live = LiveReader(route, request, mode, *acked);
+      answer->live = std::move(live.live);
+      return live.response;
+    }
     auto events = registry.ReadAfter(route.scope, route.name, *acked, limit);
     if (!events.ok()) return StreamService::ErrorResponse(events.status());
-    if (auto live = request.Query("live"); live && *live != "long-poll") {
-      return StreamService::ErrorResponse(
-          Status::InvalidArgument("live must be 'long-poll' for a group read"));
+    if (events->empty() && mode == LiveMode::kLongPoll) {
+      GroupAnswer live = LiveReader(route, request, mode, *acked);
+      answer->live = std::move(live.live);
+      return live.response;
     }
-    if (empty_read) *empty_read = events->empty();
     const std::string media = LowerMediaType(info->spec.content_type);
     json list = json::array();
     uint64_t next_ack = *acked;

@@ -10,10 +10,21 @@
 //   GET  ...?group=G[&limit=N]    read-next (catch-up): events after G's last acked offset
 //                                 {"group","last_acked","events":[{"offset","appended_at_ms",
 //                                 "data" | "data_base64"}],"next_ack"}
-//   GET  ...?group=G&live=long-poll  the same, but with nothing to read it waits (the server's
-//                                 long-poll timeout) for an append, then answers 200 with the
-//                                 events or 204 on timeout (the wait lives in http_server.cc)
-//   POST ...?group=G&ack=N        ack through N (monotonic): {"group","last_acked"} (stored value)
+//   GET  ...?group=G&live=long-poll  "wait for work": the catch-up answer when there are events;
+//                                 otherwise the server waits (its long-poll timeout) for an
+//                                 append beyond the group's offset, then answers 200 with the
+//                                 events, or 204 on timeout with the protocol's long-poll headers
+//                                 (Stream-Next-Offset = the group's offset as a token,
+//                                 Stream-Up-To-Date, Stream-Cursor; Stream-Closed instead of the
+//                                 cursor on a closed stream). `cursor` is echoed as for streams.
+//   GET  ...?group=G&live=sse     the protocol's SSE read (PROTOCOL.md 5.8) starting at the
+//                                 group's offset: `data` events with the records after it,
+//                                 `control` events with streamNextOffset, and so on.
+// The waiting of both live forms lives in http_server.cc and is the stream reads' own machinery
+// (the service answers with a ReadState positioned at the group's offset).
+//   POST ...?group=G&ack=N        ack through N (monotonic): {"group","last_acked"} (stored value);
+//                                 N may also be an offset token (a streamNextOffset of the SSE
+//                                 form), meaning its position
 //   POST ...?prune=N              consumer-aware prune through N: {"removed"}
 // Offsets are registry offsets: the k-th record ever appended has offset k, which is also the
 // protocol position just after it, so "ack N" means "the first N records are done".
@@ -21,36 +32,63 @@
 // Authorization: the caller's principal is checked against the stream's scope (Z1-Z4) before
 // the stream is looked up, exactly as for the stream URL.
 //
-// Thread-safety: Handle may be called from any thread concurrently. Handle blocks on the store.
+// Threads: Handle queues the request on the service's worker threads, which block on the store;
+// the io threads never call the registry's synchronous group functions. HandleNow runs on the
+// caller's thread. Both may be called from any thread concurrently.
 #ifndef RUNNEL_SERVER_GROUP_SERVICE_H_
 #define RUNNEL_SERVER_GROUP_SERVICE_H_
 
+#include <cstddef>
+#include <functional>
+#include <optional>
 #include <string_view>
 
 #include "runnel/registry.h"
 #include "server/http_types.h"
 #include "server/stream_service.h"
+#include "server/worker_pool.h"
 
 namespace runnel::server {
 
+// What a group request answers: a response, or for a live read-next that has to wait, where
+// the wait starts.
+struct GroupAnswer {
+  HttpResponse response;
+  // Set for live=sse, and for live=long-poll when there was nothing to read: a reader at the
+  // group's offset (mode kLongPoll or kSse). `response` is then unused.
+  std::optional<ReadState> live;
+};
+
 class GroupService {
  public:
-  // `streams` is not owned and must outlive this.
-  explicit GroupService(StreamService* streams) : streams_(streams) {}
+  using Done = std::function<void(GroupAnswer)>;
+
+  // `streams` is not owned and must outlive this. `worker_threads` (at least one) run Handle.
+  GroupService(StreamService* streams, size_t worker_threads);
+  GroupService(const GroupService&) = delete;
+  GroupService& operator=(const GroupService&) = delete;
 
   // True for paths under /v1/groups/.
   static bool Matches(std::string_view path);
   // The stream route a group path addresses (kNotFound if none).
   static Route StreamRouteOf(std::string_view path);
 
-  // Serves one request for `who` (already authenticated). `*empty_read` (optional) is set to
-  // whether the answer is a successful read-next that found no events.
-  HttpResponse Handle(const Principal& who, const HttpRequest& request, bool* empty_read = nullptr);
-  // True for a read-next that asks to wait for work (`live=long-poll`).
-  static bool WantsLongPoll(const HttpRequest& request);
+  // Serves one request for `who` (already authenticated) on a worker thread; `done` runs
+  // exactly once, on that thread.
+  void Handle(Principal who, HttpRequest request, Done done);
+  // The same on the caller's thread.
+  GroupAnswer HandleNow(const Principal& who, const HttpRequest& request);
 
  private:
+  // The response; sets answer->live for a live read-next that has to wait.
+  HttpResponse HandleRequest(const Principal& who, const HttpRequest& request, GroupAnswer* answer);
+  // A reader of the group's stream at registry offset `acked` (== protocol position).
+  GroupAnswer LiveReader(const Route& route, const HttpRequest& request, LiveMode mode,
+                         uint64_t acked);
+
   StreamService* const streams_;
+  // Last member: destroyed first, so queued requests finish while the rest is alive.
+  WorkerPool workers_;
 };
 
 }  // namespace runnel::server

@@ -11,14 +11,21 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
+#include <boost/beast/core/detect_ssl.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <chrono>
+#include <filesystem>
 #include <list>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include <openssl/err.h>
+#include <openssl/x509.h>
 
 #include "server/channel_service.h"
 #include "server/group_service.h"
@@ -32,8 +39,60 @@ namespace beast = boost::beast;
 namespace http = boost::beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
+namespace ssl = boost::asio::ssl;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 namespace {
+
+// How long a TLS close_notify exchange may take when a connection ends.
+constexpr std::chrono::seconds kTlsShutdownTimeout(1);
+
+// The TCP stream under a plain or TLS stream (where timeouts are set).
+beast::tcp_stream& Tcp(beast::tcp_stream& stream) {
+  return stream;
+}
+beast::tcp_stream& Tcp(TlsStream& stream) {
+  return stream.next_layer();
+}
+
+// A server TLS context from PEM files; a clear error for a missing, unreadable or mismatched
+// certificate or key.
+Result<std::unique_ptr<ssl::context>> MakeTlsContext(const std::string& cert_file,
+                                                     const std::string& key_file) {
+  for (const auto& [what, file] : {std::pair{"certificate", &cert_file}, {"key", &key_file}}) {
+    std::error_code fs_ec;
+    if (!std::filesystem::is_regular_file(*file, fs_ec)) {
+      return Status::InvalidArgument(std::string("TLS ") + what + " file '" + *file +
+                                     "' does not exist or is not a regular file");
+    }
+  }
+  auto ctx = std::make_unique<ssl::context>(ssl::context::tls_server);
+  boost::system::error_code ec;
+  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                       ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
+                       ssl::context::single_dh_use,
+                   ec);
+  ctx->use_certificate_chain_file(cert_file, ec);
+  if (ec) {
+    return Status::InvalidArgument("cannot load the TLS certificate chain from '" + cert_file +
+                                   "' (PEM expected): " + ec.message());
+  }
+  ctx->use_private_key_file(key_file, ssl::context::pem, ec);
+  if (ec && ec.category() == net::error::get_ssl_category() &&
+      ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == X509_R_KEY_VALUES_MISMATCH) {
+    return Status::InvalidArgument("the TLS private key '" + key_file +
+                                   "' does not match the certificate '" + cert_file + "'");
+  }
+  if (ec) {
+    return Status::InvalidArgument("cannot load the TLS private key from '" + key_file +
+                                   "' (PEM expected): " + ec.message());
+  }
+  if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
+    return Status::InvalidArgument("the TLS private key '" + key_file +
+                                   "' does not match the certificate '" + cert_file + "'");
+  }
+  return ctx;
+}
 
 // A live reader's wake-up: a timer the subscription hint (or shutdown) cancels.
 struct Waker {
@@ -47,14 +106,15 @@ struct Waker {
 
 class HttpServer::Impl {
  public:
-  Impl(StreamRegistry registry, const ServerOptions& options)
+  Impl(StreamRegistry registry, const ServerOptions& options, std::unique_ptr<ssl::context> tls)
       : options_(options),
+        tls_(std::move(tls)),
         ioc_(static_cast<int>(options.threads)),
         acceptor_(ioc_),
         service_(std::move(registry), WithExecutors(options.service, &ioc_, &catalog_workers_),
                  &metrics_),
         channels_(service_.registry(), options.channel_threads),
-        groups_(&service_),
+        groups_(&service_, options.group_threads),
         catalog_workers_(options.catalog_threads) {
     if (options.quotas.any()) {
       quota_ = std::make_unique<TenantQuota>(options.quotas, service_.registry());
@@ -67,7 +127,7 @@ class HttpServer::Impl {
                                             WorkerPool* catalog) {
     options.executor = [ioc](std::function<void()> fn) { net::post(*ioc, std::move(fn)); };
     options.blocking_executor = [catalog](std::function<void()> fn) {
-      catalog->Submit(std::move(fn));
+      catalog->Post(std::move(fn));
     };
     return options;
   }
@@ -153,19 +213,75 @@ class HttpServer::Impl {
         continue;
       }
       auto ex = socket.get_executor();
-      if (static_cast<size_t>(metrics_.connections()) >= options_.max_connections) {
+      const bool busy = static_cast<size_t>(metrics_.connections()) >= options_.max_connections;
+      if (busy && !tls_) {
         net::co_spawn(ex, RejectBusy(std::move(socket)), net::detached);
         continue;
       }
-      net::co_spawn(ex, Session(beast::tcp_stream(std::move(socket))), [](std::exception_ptr e) {
+      auto on_error = [](std::exception_ptr e) {
         if (!e) return;
         try {
           std::rethrow_exception(e);
         } catch (const std::exception& ex) {
           spdlog::error("connection failed: {}", ex.what());
         }
-      });
+      };
+      if (tls_) {
+        net::co_spawn(ex, TlsSession(beast::tcp_stream(std::move(socket)), busy), on_error);
+      } else {
+        net::co_spawn(ex, Session(beast::tcp_stream(std::move(socket)), beast::flat_buffer()),
+                      on_error);
+      }
     }
+  }
+
+  // A connection to a TLS listener: answers a plain-HTTP request with a clear 400, otherwise
+  // completes the handshake (bounded by tls_handshake_timeout_ms) and serves the session.
+  net::awaitable<void> TlsSession(beast::tcp_stream tcp, bool busy) {
+    beast::flat_buffer buffer;
+    boost::system::error_code ec;
+    tcp.expires_after(std::chrono::milliseconds(options_.tls_handshake_timeout_ms));
+    bool is_tls =
+        co_await beast::async_detect_ssl(tcp, buffer, net::redirect_error(net::use_awaitable, ec));
+    if (ec) co_return;
+    if (!is_tls) {
+      HttpResponse r = StreamService::ErrorResponse(
+          Status::InvalidArgument("this port serves HTTPS only; connect with https:// and TLS"));
+      co_await Write(tcp, std::move(r), false, false, "other", "-");
+      co_await DiscardInput(tcp);
+      co_return;
+    }
+    TlsStream stream(std::move(tcp), *tls_);
+    size_t used = co_await stream.async_handshake(ssl::stream_base::server, buffer.data(),
+                                                  net::redirect_error(net::use_awaitable, ec));
+    if (ec) {
+      spdlog::debug("TLS handshake failed: {}", ec.message());
+      co_return;
+    }
+    buffer.consume(used);
+    if (busy) {
+      HttpResponse r =
+          StreamService::ErrorResponse(Status::ResourceExhausted("too many connections"));
+      r.Set("Retry-After", "1");
+      co_await Write(stream, std::move(r), false, false, "other", "-");
+      co_await ShutdownSend(stream);
+      co_return;
+    }
+    co_await Serve(stream, std::move(buffer));
+  }
+
+  // Ends the sending side of a finished connection: TCP half-close, after a (bounded) TLS
+  // close_notify exchange on TLS.
+  net::awaitable<void> ShutdownSend(beast::tcp_stream& stream) {
+    boost::system::error_code ec;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    co_return;
+  }
+  net::awaitable<void> ShutdownSend(TlsStream& stream) {
+    boost::system::error_code ec;
+    Tcp(stream).expires_after(kTlsShutdownTimeout);
+    co_await stream.async_shutdown(net::redirect_error(net::use_awaitable, ec));
+    Tcp(stream).socket().shutdown(tcp::socket::shutdown_send, ec);
   }
 
   net::awaitable<void> RejectBusy(tcp::socket socket) {
@@ -182,8 +298,9 @@ class HttpServer::Impl {
   }
 
   // Converts a Beast response from ours and writes it.
-  net::awaitable<bool> Write(beast::tcp_stream& stream, HttpResponse response, bool keep_alive,
-                             bool head, std::string_view route, std::string_view method) {
+  template <typename Stream>
+  net::awaitable<bool> Write(Stream& stream, HttpResponse response, bool keep_alive, bool head,
+                             std::string_view route, std::string_view method) {
     StreamService::AddCommonHeaders(&response);
     http::response<http::string_body> res;
     res.version(11);
@@ -196,7 +313,7 @@ class HttpServer::Impl {
     metrics_.AddBytesOut(res.body().size());
     metrics_.CountRequest(route, method, response.status);
     boost::system::error_code ec;
-    stream.expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
+    Tcp(stream).expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
     if (head) {
       http::response_serializer<http::string_body> sr(res);
       sr.split(true);
@@ -207,32 +324,43 @@ class HttpServer::Impl {
     co_return !ec;
   }
 
-  // Starts a request on a service (StreamService::HandleWrite, ChannelService::Handle) and
-  // returns an awaitable for its response; the service's callback (any thread) is posted back to
-  // the awaiting coroutine's executor. Deliberately not a coroutine itself: GCC 12 mishandles
-  // lambda captures of coroutine parameters.
-  template <typename Service>
-  using StartFn = void (Service::*)(const Route&, HttpRequest, std::function<void(HttpResponse)>);
-  template <typename Service>
-  struct ServiceInitiation {
-    Service* service;
-    StartFn<Service> start;
-    Route route;
-    std::shared_ptr<HttpRequest> request;
+  // Starts an operation that reports a T to a callback (on any thread) and returns an awaitable
+  // for it; the callback is posted back to the awaiting coroutine's executor. Deliberately not a
+  // coroutine itself: GCC 12 mishandles lambda captures of coroutine parameters.
+  template <typename T>
+  struct CallbackInitiation {
+    std::function<void(std::function<void(T)>)> start;
     template <typename Handler>
     void operator()(Handler handler) {
       auto ex = net::get_associated_executor(handler);
       auto shared = std::make_shared<Handler>(std::move(handler));
-      (service->*start)(route, std::move(*request), [shared, ex](HttpResponse r) {
-        net::post(ex, [shared, r = std::move(r)]() mutable { (*shared)(std::move(r)); });
+      start([shared, ex](T value) {
+        net::post(ex,
+                  [shared, value = std::move(value)]() mutable { (*shared)(std::move(value)); });
       });
     }
   };
+  template <typename T>
+  static auto AwaitCallback(std::function<void(std::function<void(T)>)> start) {
+    return net::async_initiate<decltype(net::use_awaitable), void(T)>(
+        CallbackInitiation<T>{std::move(start)}, net::use_awaitable);
+  }
+  // A request on a service (StreamService::HandleWrite, ChannelService::Handle).
+  template <typename Service>
+  using StartFn = void (Service::*)(const Route&, HttpRequest, std::function<void(HttpResponse)>);
   template <typename Service>
   static auto AwaitService(Service* service, StartFn<Service> start, const Route& route,
                            std::shared_ptr<HttpRequest> request) {
-    return net::async_initiate<decltype(net::use_awaitable), void(HttpResponse)>(
-        ServiceInitiation<Service>{service, start, route, std::move(request)}, net::use_awaitable);
+    return AwaitCallback<HttpResponse>(
+        [service, start, route, request](std::function<void(HttpResponse)> done) {
+          (service->*start)(route, std::move(*request), std::move(done));
+        });
+  }
+  // Group requests run on the group service's workers (they block on the store).
+  auto AwaitGroup(const Principal& who, std::shared_ptr<const HttpRequest> request) {
+    return AwaitCallback<GroupAnswer>([this, who, request](std::function<void(GroupAnswer)> done) {
+      groups_.Handle(who, *request, std::move(done));
+    });
   }
   // Writes run on the stream service; channel requests on the channel service's workers (they
   // block on the store).
@@ -279,23 +407,21 @@ class HttpServer::Impl {
     co_return hinted;
   }
 
-  net::awaitable<bool> LongPoll(beast::tcp_stream& stream, ReadState state, bool keep_alive) {
+  // Reads at the state's position, waiting (the long-poll timeout) for records when there are
+  // none: returns the first chunk with records, or the last one read when the stream is gone or
+  // closed, the timeout passed or the server stops.
+  template <typename Stream>
+  net::awaitable<ReadChunk> WaitForRecords(Stream& stream, const ReadState& state) {
     ReadChunk chunk = service_.Read(state);
-    if (chunk.gone || !chunk.records.empty()) {
-      co_return co_await Write(stream, service_.ReadResponse(state, chunk), keep_alive, false,
-                               "stream", "GET");
-    }
-    if (chunk.closed) {
-      co_return co_await Write(stream, service_.LongPollEmptyResponse(state, chunk), keep_alive,
-                               false, "stream", "GET");
-    }
+    if (chunk.gone || !chunk.records.empty() || chunk.closed) co_return chunk;
     auto waker = NewWaker(stream.get_executor());
     auto subscription = service_.Watch(state, HintFor(waker));
     metrics_.LiveReaderStarted();
     auto deadline = std::chrono::steady_clock::now() +
                     std::chrono::milliseconds(service_.options().long_poll_timeout_ms);
-    stream.expires_never();
+    Tcp(stream).expires_never();
     for (;;) {
+      // Read after subscribing, so an append between the first read and the subscription wakes.
       chunk = service_.Read(state);
       if (chunk.gone || !chunk.records.empty() || chunk.closed) break;
       if (!subscription.ok()) break;
@@ -305,46 +431,45 @@ class HttpServer::Impl {
       }
     }
     metrics_.LiveReaderEnded();
+    co_return chunk;
+  }
+
+  template <typename Stream>
+  net::awaitable<bool> LongPoll(Stream& stream, ReadState state, bool keep_alive) {
+    ReadChunk chunk = co_await WaitForRecords(stream, state);
     HttpResponse response = (chunk.gone || !chunk.records.empty())
                                 ? service_.ReadResponse(state, chunk)
                                 : service_.LongPollEmptyResponse(state, chunk);
     co_return co_await Write(stream, std::move(response), keep_alive, false, "stream", "GET");
   }
 
-  // A group read-next that waits for work: re-reads after every append hint until it finds
-  // events (200), the long-poll timeout passes or the server stops (204).
-  net::awaitable<bool> GroupLongPoll(beast::tcp_stream& stream, Principal principal,
-                                     HttpRequest request, bool keep_alive) {
-    Route route = GroupService::StreamRouteOf(request.path);
-    auto waker = NewWaker(stream.get_executor());
-    auto subscription =
-        service_.registry().Subscribe(route.scope, route.name, "", std::nullopt, HintFor(waker));
-    metrics_.LiveReaderStarted();
-    auto deadline = std::chrono::steady_clock::now() +
-                    std::chrono::milliseconds(service_.options().long_poll_timeout_ms);
-    stream.expires_never();
-    bool empty = true;
-    HttpResponse r;
-    for (;;) {
-      // Read after subscribing, so an append between the first read and the subscription wakes.
-      r = groups_.Handle(principal, request, &empty);
-      if (!empty || !subscription.ok()) break;
-      if (!co_await WaitForHint(*waker, deadline)) {
-        r = groups_.Handle(principal, request, &empty);
-        break;
+  // A group read-next that waits for work: the stream's long-poll wait from the group's offset;
+  // when records arrive, the read-next answer (200), else the protocol's 204.
+  template <typename Stream>
+  net::awaitable<bool> GroupLongPoll(Stream& stream, Principal principal,
+                                     std::shared_ptr<const HttpRequest> request, ReadState state,
+                                     bool keep_alive) {
+    ReadChunk chunk = co_await WaitForRecords(stream, state);
+    if (!chunk.gone && !chunk.records.empty()) {
+      GroupAnswer again = co_await AwaitGroup(principal, request);
+      if (!again.live) {
+        co_return co_await Write(stream, std::move(again.response), keep_alive, false, "groups",
+                                 "GET");
       }
+      // The group acked past the new records meanwhile: nothing left to hand out.
+      state = std::move(*again.live);
+      chunk.records.clear();
+      chunk.next = state.position;
+      chunk.closed = false;
     }
-    metrics_.LiveReaderEnded();
-    if (empty && r.status == 200) {
-      r.status = 204;
-      r.body.clear();
-    }
-    co_return co_await Write(stream, std::move(r), keep_alive, false, "groups", "GET");
+    co_return co_await Write(stream, service_.LongPollEmptyResponse(state, chunk), keep_alive,
+                             false, "groups", "GET");
   }
 
   // Streams SSE until the stream closes, the reader leaves, the session's time is up or the
   // server stops. Always ends the connection.
-  net::awaitable<void> Sse(beast::tcp_stream& stream, ReadState state) {
+  template <typename Stream>
+  net::awaitable<void> Sse(Stream& stream, ReadState state, std::string_view label) {
     HttpResponse head = service_.SseHeaders(state);
     StreamService::AddCommonHeaders(&head);
     http::response<http::empty_body> res;
@@ -355,9 +480,9 @@ class HttpServer::Impl {
     res.chunked(true);
     http::response_serializer<http::empty_body> sr(res);
     boost::system::error_code ec;
-    stream.expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
+    Tcp(stream).expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
     co_await http::async_write_header(stream, sr, net::redirect_error(net::use_awaitable, ec));
-    metrics_.CountRequest("stream", "GET", 200);
+    metrics_.CountRequest(label, "GET", 200);
     if (ec) co_return;
     auto waker = NewWaker(stream.get_executor());
     auto subscription = service_.Watch(state, HintFor(waker));
@@ -371,7 +496,7 @@ class HttpServer::Impl {
       if (first || !chunk.records.empty() || chunk.closed) {
         std::string events = service_.SseEvents(state, chunk);
         metrics_.AddBytesOut(events.size());
-        stream.expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
+        Tcp(stream).expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
         co_await net::async_write(stream, http::make_chunk(net::buffer(events)),
                                   net::redirect_error(net::use_awaitable, ec));
         if (ec) break;
@@ -381,17 +506,18 @@ class HttpServer::Impl {
       if (chunk.closed) break;
       if (!chunk.up_to_date) continue;
       if (!subscription.ok()) break;
-      stream.expires_never();
+      Tcp(stream).expires_never();
       if (!co_await WaitForHint(*waker, deadline)) break;
     }
     metrics_.LiveReaderEnded();
-    stream.expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
+    Tcp(stream).expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
     co_await net::async_write(stream, http::make_chunk_last(),
                               net::redirect_error(net::use_awaitable, ec));
   }
 
   // Handles one request. Returns false when the connection must close.
-  net::awaitable<bool> Dispatch(beast::tcp_stream& stream, HttpRequest request, bool keep_alive) {
+  template <typename Stream>
+  net::awaitable<bool> Dispatch(Stream& stream, HttpRequest request, bool keep_alive) {
     Route route = ParseRoute(request.path, /*allow_tenants=*/true);
     const std::string method = request.method;
     if (method == "OPTIONS") {
@@ -413,14 +539,18 @@ class HttpServer::Impl {
       }
     }
     if (GroupService::Matches(request.path)) {
-      bool empty_read = false;
-      HttpResponse r = groups_.Handle(principal, request, &empty_read);
-      if (empty_read && GroupService::WantsLongPoll(request)) {
-        co_return co_await GroupLongPoll(stream, std::move(principal), std::move(request),
-                                         keep_alive);
+      auto shared = std::make_shared<const HttpRequest>(std::move(request));
+      GroupAnswer answer = co_await AwaitGroup(principal, shared);
+      if (!answer.live) {
+        co_return co_await Write(stream, std::move(answer.response), keep_alive, method == "HEAD",
+                                 "groups", method);
       }
-      co_return co_await Write(stream, std::move(r), keep_alive, method == "HEAD", "groups",
-                               method);
+      if (answer.live->mode == LiveMode::kSse) {
+        co_await Sse(stream, std::move(*answer.live), "groups");
+        co_return false;
+      }
+      co_return co_await GroupLongPoll(stream, std::move(principal), std::move(shared),
+                                       std::move(*answer.live), keep_alive);
     }
     switch (route.kind) {
       case Route::Kind::kHealth: {
@@ -481,7 +611,7 @@ class HttpServer::Impl {
                                    keep_alive, false, route.label, method);
         case LiveMode::kLongPoll:
           co_return co_await LongPoll(stream, std::move(*state), keep_alive);
-        case LiveMode::kSse: co_await Sse(stream, std::move(*state)); co_return false;
+        case LiveMode::kSse: co_await Sse(stream, std::move(*state), "stream"); co_return false;
       }
     }
     HttpResponse r = StreamService::ErrorResponse(
@@ -494,7 +624,10 @@ class HttpServer::Impl {
   // After an error response on a connection we are closing: stop sending, then read and discard
   // (bounded in bytes and time) what the client still sends, so closing does not reset the
   // connection before the client has read the response.
-  net::awaitable<void> DiscardInput(beast::tcp_stream& stream) {
+  // On TLS the discarding happens below TLS: the bytes are only drained, never decrypted.
+  template <typename Stream>
+  net::awaitable<void> DiscardInput(Stream& tls_or_plain) {
+    beast::tcp_stream& stream = Tcp(tls_or_plain);
     boost::system::error_code ec;
     stream.socket().shutdown(tcp::socket::shutdown_send, ec);
     stream.expires_after(std::chrono::seconds(1));
@@ -506,15 +639,20 @@ class HttpServer::Impl {
     }
   }
 
-  net::awaitable<void> Session(beast::tcp_stream stream) {
+  net::awaitable<void> Session(beast::tcp_stream stream, beast::flat_buffer buffer) {
+    co_await Serve(stream, std::move(buffer));
+  }
+
+  // Serves requests on a connection; `buffer` holds bytes already read from it.
+  template <typename Stream>
+  net::awaitable<void> Serve(Stream& stream, beast::flat_buffer buffer) {
     metrics_.ConnectionOpened();
-    beast::flat_buffer buffer;
     boost::system::error_code ec;
     for (;;) {
       http::request_parser<http::string_body> parser;
       parser.header_limit(static_cast<uint32_t>(options_.max_header_bytes));
       parser.body_limit(options_.max_body_bytes);
-      stream.expires_after(std::chrono::milliseconds(options_.idle_timeout_ms));
+      Tcp(stream).expires_after(std::chrono::milliseconds(options_.idle_timeout_ms));
       co_await http::async_read_header(stream, buffer, parser,
                                        net::redirect_error(net::use_awaitable, ec));
       if (ec == http::error::header_limit) {
@@ -550,7 +688,7 @@ class HttpServer::Impl {
         co_await DiscardInput(stream);
         break;
       }
-      stream.expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
+      Tcp(stream).expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
       if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
         static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
         co_await net::async_write(stream, net::buffer(kContinue.data(), kContinue.size()),
@@ -603,11 +741,12 @@ class HttpServer::Impl {
       in_flight_.fetch_sub(1);
       if (!keep || !keep_alive) break;
     }
-    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    co_await ShutdownSend(stream);
     metrics_.ConnectionClosed();
   }
 
   ServerOptions options_;
+  std::unique_ptr<ssl::context> tls_;  // null for plain HTTP
   net::io_context ioc_;
   tcp::acceptor acceptor_;
   uint16_t port_ = 0;
@@ -629,9 +768,16 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(StreamRegistry registry,
                                                       const ServerOptions& options) {
   ServerOptions resolved = options;
   if (resolved.threads == 0) resolved.threads = std::max(1u, std::thread::hardware_concurrency());
+  std::unique_ptr<ssl::context> tls;
+  if (!resolved.tls_cert_file.empty() || !resolved.tls_key_file.empty()) {
+    if (resolved.tls_cert_file.empty() || resolved.tls_key_file.empty()) {
+      return Status::InvalidArgument("TLS needs both a certificate file and a key file");
+    }
+    RUNNEL_ASSIGN_OR_RETURN(tls, MakeTlsContext(resolved.tls_cert_file, resolved.tls_key_file));
+  }
   std::unique_ptr<Impl> impl;
   try {
-    impl = std::make_unique<Impl>(std::move(registry), resolved);
+    impl = std::make_unique<Impl>(std::move(registry), resolved, std::move(tls));
   } catch (const std::exception& e) {
     return Status::Internal(std::string("cannot set up the server: ") + e.what());
   }

@@ -3,13 +3,20 @@
 // One io_context run by `threads` threads; every connection runs on its own strand, so a
 // connection's state is touched by one thread at a time. Nothing on an io thread blocks on the
 // store for long: appends complete through the registry's asynchronous callback, posted back to
-// the connection's strand; long-polls and SSE wait on a timer that a registry subscription hint
+// the connection's strand; channel and consumer-group requests, whose registry calls have no
+// asynchronous form, run on their services' worker threads and resume on the strand; long-polls
+// and SSE (of streams and of groups alike) wait on a timer that a registry subscription hint
 // (posted to the strand) cancels.
 //
 // Limits: request bodies above max_body_bytes get 413, headers above max_header_bytes 431,
 // targets above max_url_bytes 414; a connection idle for idle_timeout_ms between requests, or
 // slower than request_timeout_ms to send one, is closed; connections above max_connections get
 // 503 with Retry-After.
+//
+// TLS (ServerOptions::tls_cert_file/tls_key_file): every connection is TLS (OpenSSL through
+// Asio; TLS 1.2 or later) and runs the same request handling as plain HTTP, templated on the
+// stream type. A plain-HTTP request to a TLS listener is answered with a clear 400 in plain text
+// and the connection is closed.
 //
 // Lifecycle: Start() binds and listens; Run() serves on the calling thread plus threads - 1
 // more, and returns after Stop() has drained: Stop() stops accepting, ends live readers,
@@ -52,6 +59,14 @@ struct ServerOptions {
   // Worker threads for catalog writes (create, retention change, delete), which wait for their
   // commit; concurrent ones share a group commit, so more threads mean more creates per sync.
   size_t catalog_threads = 16;
+  // Worker threads for /v1/groups requests, which block on the store.
+  size_t group_threads = 2;
+  // HTTPS: PEM files of the certificate chain and its private key. Both empty serves plain
+  // HTTP; one without the other, or files that cannot be loaded, fail Start().
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // A TLS connection must complete its handshake within this long, else it is closed.
+  uint64_t tls_handshake_timeout_ms = 10000;
   StreamServiceOptions service;
   // Authentication and tenant authorization (access_gate.h). Null runs open: every request is
   // the platform principal with the cross-tenant capability.
@@ -62,7 +77,8 @@ struct ServerOptions {
 
 class HttpServer {
  public:
-  // Binds and listens; kInvalidArgument for a bad host, kUnavailable when the bind fails.
+  // Binds and listens; kInvalidArgument for a bad host or TLS files that cannot be loaded,
+  // kUnavailable when the bind fails.
   static Result<std::unique_ptr<HttpServer>> Start(StreamRegistry registry,
                                                    const ServerOptions& options);
   ~HttpServer();

@@ -6,7 +6,6 @@ namespace runnel::server {
 
 WorkerPool::WorkerPool(size_t threads) {
   if (threads == 0) threads = 1;
-  threads_.reserve(threads);
   for (size_t i = 0; i < threads; ++i) {
     threads_.emplace_back([this] {
       for (;;) {
@@ -33,7 +32,7 @@ WorkerPool::~WorkerPool() {
   for (auto& t : threads_) t.join();
 }
 
-void WorkerPool::Submit(std::function<void()> job) {
+void WorkerPool::Post(std::function<void()> job) {
   {
     std::lock_guard lock(mu_);
     queue_.push_back(std::move(job));

@@ -1,9 +1,14 @@
-// WorkerPool: a fixed set of threads running queued jobs in order of submission, for work that
-// blocks on the store (catalog writes that wait for their group commit, channel publishes, and on
-// PostgreSQL any round trip) and so must never run on an io thread.
+// WorkerPool: a fixed set of threads that run jobs which may block on the store, so the io
+// threads never do. Used by the services whose registry calls have no asynchronous form
+// (channels, consumer groups).
 //
-// Thread-safety: Submit may be called from any thread. The destructor finishes every queued job,
-// then joins the threads; Submit after destruction began is a programming error.
+// Limits: the queue is not capped by the pool itself; each caller bounds it (the HTTP server
+// has at most one request in flight per connection, and at most max_connections connections).
+//
+// Lifecycle: the destructor runs every job already queued, then joins the threads. Post after
+// destruction has begun is a programming error.
+//
+// Thread-safety: Post may be called from any thread; jobs run on one of the pool's threads.
 #ifndef RUNNEL_SERVER_WORKER_POOL_H_
 #define RUNNEL_SERVER_WORKER_POOL_H_
 
@@ -19,17 +24,15 @@ namespace runnel::server {
 
 class WorkerPool {
  public:
-  // At least one thread.
+  // Starts `threads` threads (at least one).
   explicit WorkerPool(size_t threads);
+  // Finishes queued jobs, then joins the threads.
   ~WorkerPool();
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
-  void Submit(std::function<void()> job);
-  // An executor for options that take one (StreamServiceOptions::blocking_executor).
-  std::function<void(std::function<void()>)> Executor() {
-    return [this](std::function<void()> job) { Submit(std::move(job)); };
-  }
+  // Queues `job` to run once on a pool thread.
+  void Post(std::function<void()> job);
 
  private:
   std::mutex mu_;

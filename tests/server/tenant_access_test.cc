@@ -1,5 +1,6 @@
 // Tenant isolation and authentication over HTTP (SEMANTICS Z1-Z4), and consumer groups over
-// HTTP (C2, C5, P7), against an in-process server on a free loopback port with a token file in
+// HTTP (C2, C5, C9, P7, N1; catch-up, long-poll and SSE read-next; group requests off the io
+// thread), against an in-process server on a free loopback port with a token file in
 // a temporary directory.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -7,15 +8,19 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/token_store.h"
+#include "runnel/store.h"
 #include "server/group_service.h"
 #include "server/http_server.h"
 
@@ -117,6 +122,7 @@ class TenantServerTest : public ::testing::Test {
     options.port = 0;
     options.threads = 2;
     options.service.long_poll_timeout_ms = 200;
+    options.sse_max_duration_ms = 1000;
     if (auth) {
       AccessOptions access;
       access.tokens_path = tokens_path_;
@@ -213,6 +219,10 @@ TEST_F(TenantServerTest, IsolationMatrix) {
       {"create (idempotent)", "PUT", false, "", {"Content-Type: text/plain"}, ""},
       {"group list", "GET", true, "", {}, ""},
       {"group read-next", "GET", true, "?group=g", {}, ""},
+      // The live forms authorize before they wait (g has unread records: no long-poll wait;
+      // an allowed SSE read lasts the test server's 1 s).
+      {"group read-next long-poll", "GET", true, "?group=g&live=long-poll", {}, ""},
+      {"group read-next sse", "GET", true, "?group=g&live=sse", {}, ""},
       {"group ack", "POST", true, "?group=g&ack=1", {}, ""},
       {"group prune", "POST", true, "?prune=0", {}, ""},
       {"retention change", "PATCH", false, "", {"Stream-Retention-Max-Events: 1000"}, ""},
@@ -648,12 +658,102 @@ TEST_F(GroupHttpTest, LongPollReadNextWaitsForAnAppend) {
   Call("POST", base + "?group=v&ack=1");
   json ready = Call("GET", base + "?group=v&live=long-poll");
   EXPECT_EQ(Offsets(ready), (std::vector<uint64_t>{2}));
-  Call("GET", base + "?group=v&live=sse", 400);
+  Call("GET", base + "?group=v&live=bogus", 400);
+}
+
+// The long-poll form times out like a stream long-poll: 204 with the protocol's headers, the
+// next offset being the group's offset as a token (C5: read-next starts after last_acked).
+TEST_F(GroupHttpTest, LongPollTimeoutAnswers204WithProtocolHeadersC5) {
+  StartServer(false);
+  Seed("/v1/stream/lph", 3);
+  const std::string base = "/v1/groups/stream/lph";
+  Call("POST", base + "?group=g&ack=3");
+  Response r = Send(port(), "GET", base + "?group=g&live=long-poll&cursor=abc");
+  EXPECT_EQ(r.status, 204) << r.body;
+  EXPECT_EQ(HeaderValue(r, "stream-next-offset"), "0000000000000000_0000000000000003");
+  EXPECT_EQ(HeaderValue(r, "stream-up-to-date"), "true");
+  EXPECT_FALSE(HeaderValue(r, "stream-cursor").empty()) << r.head;
+  EXPECT_TRUE(r.body.empty());
+  // A closed stream: Stream-Closed instead of a cursor.
+  ASSERT_EQ(Send(port(), "POST", "/v1/stream/lph", {"Stream-Closed: true"}).status, 204);
+  Response closed = Send(port(), "GET", base + "?group=g&live=long-poll");
+  EXPECT_EQ(closed.status, 204);
+  EXPECT_EQ(HeaderValue(closed, "stream-closed"), "true");
+  EXPECT_EQ(HeaderValue(closed, "stream-cursor"), "");
+  // Errors as for the catch-up form.
+  Call("GET", "/v1/groups/stream/missing?group=g&live=long-poll", 404);
+  Call("GET", "/v1/groups/stream/missing?group=g&live=sse", 404);
+}
+
+// C9: an ack past the tail is kept (skip-ahead); the long-poll then hands out only records
+// beyond it.
+TEST_F(GroupHttpTest, LongPollAfterSkipAheadWaitsBeyondTheAckedOffsetC9) {
+  StartServer(false);
+  Seed("/v1/stream/skip", 2);
+  const std::string base = "/v1/groups/stream/skip";
+  EXPECT_EQ(Call("POST", base + "?group=g&ack=4")["last_acked"], 4);
+  EXPECT_EQ(Send(port(), "GET", base + "?group=g&live=long-poll").status, 204);
+  ASSERT_EQ(Send(port(), "POST", "/v1/stream/skip", {"Content-Type: application/json"},
+                 "[{\"n\":3},{\"n\":4},{\"n\":5}]")
+                .status,
+            204);
+  json ready = Call("GET", base + "?group=g&live=long-poll");
+  EXPECT_EQ(Offsets(ready), (std::vector<uint64_t>{5}));
+  EXPECT_EQ(ready["events"][0]["data"], json({{"n", 5}}));
+}
+
+// The SSE form is the protocol's SSE read from the group's offset: data events with the records
+// after last_acked only, control events whose streamNextOffset can be acked as is (C2, C5).
+TEST_F(GroupHttpTest, SseReadsFromTheGroupsOffsetC5) {
+  StartServer(false);
+  Seed("/v1/stream/sse", 3);
+  const std::string base = "/v1/groups/stream/sse";
+  Call("POST", base + "?group=g&ack=1");
+  // Ends after the test server's 1 s SSE duration.
+  Response r = Send(port(), "GET", base + "?group=g&live=sse");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(HeaderValue(r, "content-type"), "text/event-stream");
+  EXPECT_NE(r.body.find("event: data"), std::string::npos) << r.body;
+  EXPECT_EQ(r.body.find("{\"n\":1}"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("{\"n\":2}"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("{\"n\":3}"), std::string::npos) << r.body;
+  const std::string token = "0000000000000000_0000000000000003";
+  EXPECT_NE(r.body.find("\"streamNextOffset\":\"" + token + "\""), std::string::npos) << r.body;
+  // Reading did not move the group (D4); acking the control event's offset does (C2).
+  EXPECT_EQ(Call("GET", base + "?group=g")["last_acked"], 1);
+  EXPECT_EQ(Call("POST", base + "?group=g&ack=" + token)["last_acked"], 3);
+  Call("POST", base + "?group=g&ack=" + token.substr(1), 400);
+  Call("POST", base + "?group=g&ack=now", 400);
+  // Nothing left: the stream's SSE from the group's offset is a control event only.
+  Response empty = Send(port(), "GET", base + "?group=g&live=sse");
+  ASSERT_EQ(empty.status, 200);
+  EXPECT_EQ(empty.body.find("event: data"), std::string::npos) << empty.body;
+  EXPECT_NE(empty.body.find("\"upToDate\":true"), std::string::npos) << empty.body;
+}
+
+// N1: an append while a group's SSE reader waits reaches it as a data event.
+TEST_F(GroupHttpTest, SseDeliversAnAppendWhileOpenN1) {
+  StartServer(false);
+  Seed("/v1/stream/ssew", 1);
+  Call("POST", "/v1/groups/stream/ssew?group=g&ack=1");
+  Response streamed;
+  std::thread reader(
+      [&] { streamed = Send(port(), "GET", "/v1/groups/stream/ssew?group=g&live=sse"); });
+  // Whether this lands before or after the reader subscribes, the record is after the group's
+  // offset, so it is delivered either way.
+  ASSERT_EQ(
+      Send(port(), "POST", "/v1/stream/ssew", {"Content-Type: application/json"}, "[{\"n\":2}]")
+          .status,
+      204);
+  reader.join();
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  EXPECT_EQ(streamed.body.find("{\"n\":1}"), std::string::npos) << streamed.body;
+  EXPECT_NE(streamed.body.find("{\"n\":2}"), std::string::npos) << streamed.body;
 }
 
 class GroupLongPollTest : public GroupHttpTest {};
 
-TEST_F(GroupLongPollTest, AppendWakesAWaitingReader) {
+TEST_F(GroupLongPollTest, AppendWakesAWaitingReaderN1) {
   // A long timeout: the reader gets the event whether the append lands before or after it
   // starts waiting, so the outcome does not depend on timing.
   ServerOptions options;
@@ -789,6 +889,135 @@ TEST_F(QuotaTest, AppendRatePerTenant) {
   EXPECT_EQ(appends("acme", 4), (std::vector<int>{204, 204, 204, 429}));
   clock.Advance(334);
   EXPECT_EQ(appends("acme", 2), (std::vector<int>{204, 429}));
+}
+
+}  // namespace
+}  // namespace runnel::server
+
+namespace runnel::server {
+namespace {
+
+// A memory store whose cursor commits (a group ack) wait while the gate is closed, like a store
+// stuck on a disk or a database round trip. Waits are bounded (30 s) so a bug cannot hang.
+class GatedStore final : public Store {
+ public:
+  GatedStore() : inner_(NewMemoryStore()) {}
+
+  void Close() {
+    std::lock_guard lock(mu_);
+    open_ = false;
+  }
+  void Open() {
+    {
+      std::lock_guard lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  // True once a commit waits at the closed gate (within `timeout`).
+  bool WaitForBlocked(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [this] { return blocked_ > 0; });
+  }
+
+  std::string_view Name() const override { return inner_->Name(); }
+  std::string Durability() const override { return inner_->Durability(); }
+  Result<StreamInfo> CreateStream(const StreamSpec& spec) override {
+    return inner_->CreateStream(spec);
+  }
+  Result<StreamInfo> GetStream(std::string_view ns, std::string_view name) override {
+    return inner_->GetStream(ns, name);
+  }
+  Result<StreamInfo> GetStreamById(StreamId id) override { return inner_->GetStreamById(id); }
+  Result<std::vector<StreamInfo>> ListStreams(std::string_view ns, std::string_view start_after,
+                                              size_t limit) override {
+    return inner_->ListStreams(ns, start_after, limit);
+  }
+  Status UpdateStream(StreamId id, const StreamRetention& retention,
+                      std::string_view attributes) override {
+    return inner_->UpdateStream(id, retention, attributes);
+  }
+  Status DeleteStream(StreamId id) override { return inner_->DeleteStream(id); }
+  void Append(AppendRequest request, AppendCallback done) override {
+    inner_->Append(std::move(request), std::move(done));
+  }
+  Result<std::vector<StoredRecord>> Read(StreamId id, uint64_t from, size_t limit,
+                                         size_t max_bytes) override {
+    return inner_->Read(id, from, limit, max_bytes);
+  }
+  Result<std::optional<StoredRecord>> ReadAt(StreamId id, uint64_t offset) override {
+    return inner_->ReadAt(id, offset);
+  }
+  Result<uint64_t> TruncatePrefix(StreamId id, uint64_t through, bool respect_cursors) override {
+    return inner_->TruncatePrefix(id, through, respect_cursors);
+  }
+  Result<uint64_t> CommitCursor(StreamId id, std::string_view consumer, uint64_t offset,
+                                uint64_t now_ms) override {
+    {
+      std::unique_lock lock(mu_);
+      ++blocked_;
+      cv_.notify_all();
+      cv_.wait_for(lock, std::chrono::seconds(30), [this] { return open_; });
+      --blocked_;
+    }
+    return inner_->CommitCursor(id, consumer, offset, now_ms);
+  }
+  Result<std::optional<CursorState>> GetCursor(StreamId id, std::string_view consumer) override {
+    return inner_->GetCursor(id, consumer);
+  }
+  Result<std::vector<CursorState>> ListCursors(StreamId id) override {
+    return inner_->ListCursors(id);
+  }
+  Result<std::optional<ProducerState>> GetProducer(StreamId id,
+                                                   std::string_view producer_id) override {
+    return inner_->GetProducer(id, producer_id);
+  }
+  Status Flush() override { return inner_->Flush(); }
+  void SetTailListener(TailListener listener) override {
+    inner_->SetTailListener(std::move(listener));
+  }
+
+ private:
+  std::unique_ptr<Store> inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;  // GUARDED_BY(mu_)
+  int blocked_ = 0;   // GUARDED_BY(mu_)
+};
+
+// Group requests run on the group service's workers: with a single io thread, an ack stuck in
+// the store leaves the server answering other requests (reads, health, other groups' reads).
+TEST_F(GroupHttpTest, AnAckBlockedInTheStoreDoesNotStallTheIoThread) {
+  auto owned = std::make_unique<GatedStore>();
+  GatedStore* gate = owned.get();
+  ServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.threads = 1;
+  options.group_threads = 2;
+  auto server = HttpServer::Start(StreamRegistry(std::move(owned)), options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  server_ = std::move(*server);
+  thread_ = std::thread([this] { server_->Run(); });
+  Seed("/v1/stream/gated", 2);
+
+  gate->Close();
+  Response ack;
+  std::thread acker([&] { ack = Send(port(), "POST", "/v1/groups/stream/gated?group=g&ack=1"); });
+  const bool blocked = gate->WaitForBlocked(std::chrono::seconds(10));
+  EXPECT_TRUE(blocked);
+  if (blocked) {
+    // The ack waits in the store (up to 30 s, longer than Send's 10 s receive timeout); the
+    // one io thread still serves.
+    EXPECT_EQ(Send(port(), "GET", "/healthz").status, 200);
+    EXPECT_EQ(Send(port(), "GET", "/v1/stream/gated?offset=-1").status, 200);
+    EXPECT_EQ(Offsets(Call("GET", "/v1/groups/stream/gated?group=other")),
+              (std::vector<uint64_t>{1, 2}));
+  }
+  gate->Open();
+  acker.join();
+  EXPECT_EQ(ack.status, 200) << ack.body;
+  EXPECT_EQ(Call("GET", "/v1/groups/stream/gated?group=g")["last_acked"], 1);
 }
 
 }  // namespace

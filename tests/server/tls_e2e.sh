@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# End-to-end test of `runnel serve --tls-cert/--tls-key`: a self-signed certificate generated
+# here with the openssl CLI, a real server (memory store) on a free loopback port, and curl
+# (--cacert) and the runnel CLI doing create, append, read, long-poll, SSE and a consumer
+# group's live forms over https. Also: a plain-HTTP request to the TLS port gets a clear 400 and the server keeps
+# serving; a client that never handshakes is closed after the handshake timeout; bad
+# certificate or key files fail start-up with a clear message and a non-zero exit.
+# Usage: tls_e2e.sh RUNNEL_BINARY
+set -euo pipefail
+
+R="$1"
+workdir="$(mktemp -d)"
+server_pid=""
+cleanup() {
+  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
+    kill -TERM "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+  rm -rf "$workdir"
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+expect_eq() { [[ "$1" == "$2" ]] || fail "$3: expected [$2], got [$1]"; }
+expect_has() { [[ "$1" == *"$2"* ]] || fail "$3: expected to contain [$2], got [$1]"; }
+expect_lacks() { [[ "$1" != *"$2"* ]] || fail "$3: expected not to contain [$2], got [$1]"; }
+
+cert="$workdir/cert.pem"
+key="$workdir/key.pem"
+other_key="$workdir/other-key.pem"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+  -subj /CN=localhost -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+  -keyout "$key" -out "$cert" 2>/dev/null
+openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$other_key" 2>/dev/null
+
+# Bad certificate or key files: a clear message and a non-zero exit, before listening.
+start_fails() {
+  local want_rc="$1" want_msg="$2"; shift 2
+  set +e
+  local out
+  out="$(timeout 20 "$R" serve --listen 127.0.0.1:0 --store memory --data "$workdir/d" "$@" 2>&1)"
+  local rc=$?
+  set -e
+  [[ "$rc" == "$want_rc" ]] || fail "serve $*: expected exit $want_rc, got $rc ($out)"
+  expect_has "$out" "$want_msg" "serve $*"
+  expect_lacks "$out" "listening" "serve $*"
+}
+start_fails 1 "does not exist" --tls-cert "$workdir/missing.pem" --tls-key "$key"
+start_fails 1 "does not exist" --tls-cert "$cert" --tls-key "$workdir/missing.pem"
+start_fails 2 "must be given together" --tls-cert "$cert"
+echo "not a certificate" >"$workdir/garbage.pem"
+start_fails 1 "cannot load the TLS certificate chain" --tls-cert "$workdir/garbage.pem" --tls-key "$key"
+start_fails 1 "cannot load the TLS private key" --tls-cert "$cert" --tls-key "$workdir/garbage.pem"
+start_fails 1 "does not match the certificate" --tls-cert "$cert" --tls-key "$other_key"
+# TLS does not lift the open-mode rule: no tokens and a non-loopback address need --auth none.
+set +e
+out="$(timeout 20 "$R" serve --listen 0.0.0.0:0 --store memory --data "$workdir/d" \
+  --tls-cert "$cert" --tls-key "$key" 2>&1)"
+rc=$?
+set -e
+expect_eq "$rc" 2 "open TLS server on 0.0.0.0"
+expect_has "$out" "--auth none" "open TLS server on 0.0.0.0"
+
+# The same through the environment, and a working server.
+RUNNEL_TLS_CERT="$cert" RUNNEL_TLS_KEY="$key" "$R" serve --listen 127.0.0.1:0 --store memory \
+  --data "$workdir/d" --long-poll-timeout-ms 300 --sse-max-duration-ms 1500 \
+  --tls-handshake-timeout-ms 500 >"$workdir/server.log" 2>&1 &
+server_pid=$!
+url=""
+for _ in $(seq 1 100); do
+  url="$(grep -o 'https://127\.0\.0\.1:[0-9]*' "$workdir/server.log" | head -n1 || true)"
+  [[ -n "$url" ]] && break
+  sleep 0.1
+done
+[[ -n "$url" ]] || { cat "$workdir/server.log" >&2; fail "no https:// start-up line"; }
+port="${url##*:}"
+c() { curl -sS --max-time 10 --cacert "$cert" "$@"; }
+code() { c -o /dev/null -w '%{http_code}' "$@"; }
+
+# Without the certificate as trust anchor the client refuses the server: it really is TLS.
+set +e
+curl -sS --max-time 10 -o /dev/null "$url/healthz" 2>/dev/null
+rc=$?
+set -e
+expect_eq "$rc" 60 "curl without --cacert (certificate problem)"
+
+expect_eq "$(code "$url/healthz")" 200 "healthz over https"
+expect_eq "$(code -X PUT -H 'Content-Type: application/json' "$url/v1/stream/t")" 201 "create"
+expect_eq "$(code -X POST -H 'Content-Type: application/json' -d '[{"n":1},{"n":2}]' \
+  "$url/v1/stream/t")" 204 "append"
+expect_eq "$(c "$url/v1/stream/t?offset=-1")" '[{"n":1},{"n":2}]' "catch-up read"
+expect_eq "$(code "$url/v1/stream/t?offset=0000000000000000_0000000000000002&live=long-poll")" \
+  204 "long-poll timeout"
+sse="$(c -N "$url/v1/stream/t?offset=-1&live=sse" || true)"
+expect_has "$sse" 'event: data' "SSE data event"
+expect_has "$sse" '{"n":2}' "SSE payload"
+expect_has "$sse" '"streamNextOffset":"0000000000000000_0000000000000002"' "SSE control event"
+
+# A consumer group's "wait for work" forms over https.
+expect_eq "$(c -X POST "$url/v1/groups/stream/t?group=g&ack=1")" \
+  '{"group":"g","last_acked":1}' "group ack"
+gsse="$(c -N "$url/v1/groups/stream/t?group=g&live=sse" || true)"
+expect_has "$gsse" '{"n":2}' "group SSE from the group's offset"
+expect_lacks "$gsse" '{"n":1}' "group SSE skips acked records"
+expect_eq "$(code -X POST "$url/v1/groups/stream/t?group=g2&ack=2")" 200 "ack g2"
+expect_eq "$(code "$url/v1/groups/stream/t?group=g2&live=long-poll")" 204 "group long-poll timeout"
+
+# The CLI over https: --cacert or RUNNEL_CACERT; without it the self-signed server is refused.
+expect_eq "$("$R" create cli --url "$url" --cacert "$cert" -t text/plain)" "created cli" "cli create"
+printf 'hello' | RUNNEL_CACERT="$cert" "$R" append cli --url "$url" >/dev/null
+expect_eq "$(RUNNEL_CACERT="$cert" "$R" read cli --url "$url")" "hello" "cli read"
+expect_eq "$("$R" group ack cli g 1 --url "$url" --cacert "$cert")" "g	last_acked=1" "cli group ack"
+set +e
+out="$("$R" ls --url "$url" 2>&1)"
+rc=$?
+set -e
+expect_eq "$rc" 5 "cli without --cacert"
+expect_has "$out" "certificate not trusted" "cli without --cacert"
+
+# Plain HTTP to the TLS port: a clear 400, and the server keeps serving.
+plain="$(curl -sS --max-time 10 -w ' %{http_code}' "http://127.0.0.1:$port/healthz" || true)"
+expect_has "$plain" "400" "plain HTTP status"
+expect_has "$plain" "HTTPS" "plain HTTP message"
+expect_eq "$(code "$url/healthz")" 200 "still serving after a plain request"
+
+# A client that connects and never sends a ClientHello is closed by the handshake timeout.
+start=$(date +%s%N)
+timeout 10 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port; cat <&3 >/dev/null" \
+  || fail "silent connection not closed within 10 s"
+elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+(( elapsed_ms < 5000 )) || fail "handshake timeout took ${elapsed_ms} ms"
+expect_eq "$(code "$url/healthz")" 200 "still serving after a silent connection"
+
+kill -0 "$server_pid" || fail "server died"
+echo "tls e2e: all checks passed"
