@@ -42,7 +42,15 @@ net::awaitable<void> Exchange(Stream& stream, http::request<http::string_body>& 
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
   parser.body_limit(max_response_bytes);
-  co_await http::async_read(stream, buffer, parser, net::redirect_error(net::use_awaitable, ec));
+  co_await http::async_read_header(stream, buffer, parser,
+                                   net::redirect_error(net::use_awaitable, ec));
+  if (!ec && parser.content_length() && *parser.content_length() > max_response_bytes) {
+    ec = http::error::body_limit;
+  }
+  if (!ec && !parser.is_done()) {
+    co_await http::async_read(stream, buffer, parser, net::redirect_error(net::use_awaitable, ec));
+  }
+  if (!ec && parser.get().body().size() > max_response_bytes) ec = http::error::body_limit;
   if (ec) {
     out->error = ec == http::error::body_limit ? "response body is larger than " +
                                                      std::to_string(max_response_bytes) + " bytes"
@@ -124,9 +132,9 @@ WebhookReply PostWebhook(const WebhookClientOptions& options, const WebhookPost&
     reply.error = std::string(url.status().message());
     return reply;
   }
-  ssl::context tls(ssl::context::tls_client);
-  tls.set_default_verify_paths();
-  {
+  try {
+    ssl::context tls(ssl::context::tls_client);
+    tls.set_default_verify_paths();
     net::io_context ioc(1);
     net::co_spawn(ioc, Deliver(&*url, &post, &options, &tls, &reply), net::detached);
     // The overall deadline: whatever is still pending afterwards is abandoned with the context.
@@ -134,6 +142,9 @@ WebhookReply PostWebhook(const WebhookClientOptions& options, const WebhookPost&
     if (!ioc.stopped() && !reply.responded && reply.error.empty()) {
       reply.error = "no response within " + std::to_string(options.timeout_ms) + " ms";
     }
+  } catch (const std::exception& e) {
+    reply = WebhookReply{};
+    reply.error = std::string("delivery failed: ") + e.what();
   }
   if (!reply.responded && reply.error.empty()) reply.error = "no response";
   return reply;

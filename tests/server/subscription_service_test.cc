@@ -3,9 +3,16 @@
 // lease expiry, generation fencing, bounded retries with backoff, and state surviving a restart
 // of the service. The service runs without threads on a manual clock; the test drives Tick()
 // and RunDeliveries().
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <openssl/evp.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -15,6 +22,7 @@
 
 #include "server/offset_token.h"
 #include "server/subscription_service.h"
+#include "server/webhook_client.h"
 #include "server/webhook_signer.h"
 #include "server/webhook_url.h"
 
@@ -180,6 +188,91 @@ TEST(RetryDelayTest, DoublesFromOneSecondToSixtyWithTwentyPercentJitter) {
     EXPECT_LE(RetryDelayMs(attempt, 0.999999), base * 12 / 10) << attempt;
   }
   EXPECT_EQ(RetryDelayMs(1000000, 0.5), 60000u);
+}
+
+// A one-connection loopback listener that reads the request and then sends `reply` (or nothing,
+// keeping the connection open for `hold_ms`).
+class OneShotServer {
+ public:
+  OneShotServer(std::string reply, int hold_ms) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    ::listen(fd_, 1);
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this, reply = std::move(reply), hold_ms] {
+      int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      char buf[4096];
+      timeval tv{2, 0};
+      ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      ::recv(c, buf, sizeof(buf), 0);
+      if (!reply.empty()) ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
+      ::close(c);
+    });
+  }
+  ~OneShotServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(fd_);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/hook"; }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::thread thread_;
+};
+
+TEST(WebhookClientTest, DeliversAndReadsTheReply) {
+  OneShotServer server("HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\n{\"done\":true}", 0);
+  WebhookClientOptions options;
+  options.allow_localhost = true;
+  WebhookReply reply = PostWebhook(options, {server.url(), {}, "{}"});
+  ASSERT_TRUE(reply.responded) << reply.error;
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_EQ(reply.body, R"({"done":true})");
+}
+
+TEST(WebhookClientTest, GivesUpAtTheDeadlineWhenTheReceiverNeverAnswers) {
+  OneShotServer server("", 1000);
+  WebhookClientOptions options;
+  options.allow_localhost = true;
+  options.timeout_ms = 300;
+  auto start = std::chrono::steady_clock::now();
+  WebhookReply reply = PostWebhook(options, {server.url(), {}, "{}"});
+  auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_FALSE(reply.responded);
+  EXPECT_NE(reply.error.find("no response within 300 ms"), std::string::npos) << reply.error;
+  EXPECT_LT(took, std::chrono::milliseconds(2500));
+}
+
+TEST(WebhookClientTest, RefusesAnOversizedReply) {
+  std::string big(1000, 'x');
+  OneShotServer server("HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + big, 0);
+  WebhookClientOptions options;
+  options.allow_localhost = true;
+  options.max_response_bytes = 100;
+  WebhookReply reply = PostWebhook(options, {server.url(), {}, "{}"});
+  EXPECT_FALSE(reply.responded);
+  EXPECT_NE(reply.error.find("larger than 100 bytes"), std::string::npos)
+      << reply.error << " status " << reply.status << " body bytes " << reply.body.size();
+}
+
+TEST(WebhookClientTest, RefusesLoopbackWithoutTheDevelopmentException) {
+  OneShotServer server("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", 0);
+  WebhookReply reply = PostWebhook(WebhookClientOptions{}, {server.url(), {}, "{}"});
+  EXPECT_FALSE(reply.responded);
+  EXPECT_NE(reply.error.find("private, loopback or reserved"), std::string::npos) << reply.error;
+  // Unblock the listener, which is waiting for a connection that never comes.
+  WebhookClientOptions dev;
+  dev.allow_localhost = true;
+  (void)PostWebhook(dev, {server.url(), {}, "{}"});
 }
 
 class SubscriptionServiceTest : public ::testing::Test {
