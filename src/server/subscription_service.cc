@@ -207,7 +207,7 @@ struct SubscriptionService::Sub {
   std::vector<Entry> snapshot;
   std::string holder;
   uint64_t lease_expires_ms = 0;  // 0: no lease running
-  std::string delivering;  // the wake_id of the delivery in flight, if any
+  std::string delivering;         // the wake_id of the delivery in flight, if any
   bool dirty = true;
 
   bool webhook() const { return type == "webhook"; }
@@ -777,7 +777,11 @@ void SubscriptionService::NoteWrite(const Route& route) {
         sub.attempts = 0;
       }
       sub.dirty = true;
-      poke = true;
+      // Only an idle subscription needs the engine now; a busy one re-checks when its wake ends.
+      if (!sub.wake_active && sub.delivering.empty() && !sub.parked &&
+          sub.next_attempt_at_ms == 0) {
+        poke = true;
+      }
     }
     if (poke) poked_ = true;
   }

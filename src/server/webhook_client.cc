@@ -123,6 +123,17 @@ net::awaitable<void> Deliver(const WebhookUrl* url, const WebhookPost* post,
   co_await Exchange(tls_stream, req, options->max_response_bytes, out);
 }
 
+// One client TLS context for the process: loading the system trust store is costly. OpenSSL
+// contexts may be shared by concurrent connections.
+ssl::context& TlsContext() {
+  static ssl::context* context = [] {
+    auto* c = new ssl::context(ssl::context::tls_client);
+    c->set_default_verify_paths();
+    return c;
+  }();
+  return *context;
+}
+
 }  // namespace
 
 WebhookReply PostWebhook(const WebhookClientOptions& options, const WebhookPost& post) {
@@ -133,10 +144,10 @@ WebhookReply PostWebhook(const WebhookClientOptions& options, const WebhookPost&
     return reply;
   }
   try {
-    ssl::context tls(ssl::context::tls_client);
-    tls.set_default_verify_paths();
     net::io_context ioc(1);
-    net::co_spawn(ioc, Deliver(&*url, &post, &options, &tls, &reply), net::detached);
+    net::co_spawn(ioc,
+                  Deliver(&*url, &post, &options, url->https ? &TlsContext() : nullptr, &reply),
+                  net::detached);
     // The overall deadline: whatever is still pending afterwards is abandoned with the context.
     ioc.run_for(std::chrono::milliseconds(options.timeout_ms));
     if (!ioc.stopped() && !reply.responded && reply.error.empty()) {
