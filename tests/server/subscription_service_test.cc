@@ -529,6 +529,36 @@ TEST_F(SubscriptionServiceTest, StateSurvivesARestartOfTheService) {
   EXPECT_EQ(Call("PUT", "__ds/subscriptions/p1", changed).status, 409);
 }
 
+// The state stream is compacted (live snapshots rewritten, older records pruned) and a restart
+// after compaction still sees every change.
+TEST_F(SubscriptionServiceTest, StateStreamIsCompactedWithoutLosingState) {
+  Start();
+  ASSERT_EQ(Call("PUT", "__ds/subscriptions/a",
+                 {{"type", "pull-wake"}, {"streams", {"s/0"}}, {"wake_stream", "w"}})
+                .status,
+            201);
+  ASSERT_EQ(Call("PUT", "__ds/subscriptions/b",
+                 {{"type", "pull-wake"}, {"streams", {"t/0"}}, {"wake_stream", "w"}})
+                .status,
+            201);
+  for (int i = 1; i <= 600; ++i) {
+    ASSERT_EQ(
+        Call("POST", "__ds/subscriptions/a/streams", {{"streams", {"s/" + std::to_string(i)}}})
+            .status,
+        204);
+  }
+  ASSERT_EQ(Call("DELETE", "__ds/subscriptions/b").status, 204);
+  auto state = registry_.Describe(StreamScope::Global(), "__ds/subscriptions");
+  ASSERT_TRUE(state.has_value());
+  EXPECT_LE(state->event_count, 4u * 2 + 256 + 2);
+  EXPECT_GE(state->next_offset, 603u);
+  service_.reset();
+  Start();
+  json a = json::parse(Call("GET", "__ds/subscriptions/a").body);
+  EXPECT_EQ(a["streams"].size(), 601u);
+  EXPECT_EQ(Call("GET", "__ds/subscriptions/b").status, 404);
+}
+
 TEST_F(SubscriptionServiceTest, BadRequestsGetClearErrors) {
   Start();
   auto bad_url = Call("PUT", "__ds/subscriptions/x",
