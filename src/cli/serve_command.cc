@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -41,6 +42,12 @@ struct ServeFlags {
   std::string tls_cert;
   std::string tls_key;
   uint64_t tls_handshake_timeout_ms = 10000;
+  // Empty: <data>/webhook-signing-key.pem for the log and PostgreSQL stores, process-local for
+  // the memory store.
+  std::string webhook_signing_key;
+  bool webhook_allow_localhost = false;
+  // Empty: http:// plus the request's Host header.
+  std::string public_url;
 };
 
 bool IsLoopback(const std::string& host) {
@@ -150,6 +157,23 @@ int RunServe(const ServeFlags& flags) {
   options.tls_key_file = flags.tls_key;
   options.tls_handshake_timeout_ms = flags.tls_handshake_timeout_ms;
   options.service.long_poll_timeout_ms = flags.long_poll_timeout_ms;
+  server::SubscriptionOptions subscription_options;
+  subscription_options.allow_localhost_webhooks = flags.webhook_allow_localhost;
+  subscription_options.public_base_url = flags.public_url;
+  if (!flags.tls_cert.empty()) subscription_options.default_scheme = "https";
+  subscription_options.signing_key_path = flags.webhook_signing_key;
+  if (subscription_options.signing_key_path.empty() && registry_options.store != "memory") {
+    std::error_code ec;
+    std::filesystem::create_directories(flags.data, ec);
+    subscription_options.signing_key_path = flags.data + "/webhook-signing-key.pem";
+  }
+  auto subscriptions = server::SubscriptionService::Create(*registry, subscription_options);
+  if (!subscriptions.ok()) {
+    std::fprintf(stderr, "runnel serve: cannot set up webhook signing: %s\n",
+                 subscriptions.status().ToString().c_str());
+    return 1;
+  }
+  options.subscriptions = std::move(*subscriptions);
   std::string durability = registry->store().Durability();
   auto server = server::HttpServer::Start(std::move(*registry), options);
   if (!server.ok()) {
@@ -257,6 +281,17 @@ void AddServeCommand(CLI::App& app) {
                   "Close a TLS connection that has not completed its handshake by then")
       ->envname("RUNNEL_TLS_HANDSHAKE_TIMEOUT_MS")
       ->capture_default_str();
+  cmd->add_option("--webhook-signing-key", flags->webhook_signing_key,
+                  "Ed25519 webhook signing key file, created (0600) when missing (default: "
+                  "<data>/webhook-signing-key.pem; process-local with --store memory)")
+      ->envname("RUNNEL_WEBHOOK_SIGNING_KEY");
+  cmd->add_flag("--webhook-allow-localhost", flags->webhook_allow_localhost,
+                "Development only: allow webhook URLs on localhost and 127.0.0.x (http or https)")
+      ->envname("RUNNEL_WEBHOOK_ALLOW_LOCALHOST");
+  cmd->add_option("--public-url", flags->public_url,
+                  "Scheme and authority for URLs the server hands out (callback_url, jwks_url), "
+                  "e.g. https://streams.example (default: http:// + the request's Host)")
+      ->envname("RUNNEL_PUBLIC_URL");
   cmd->callback([flags] { std::exit(RunServe(*flags)); });
 }
 

@@ -526,7 +526,8 @@ class HttpServer::Impl {
     }
     // Authentication and tenant authorization, before anything looks at a stream (Z4).
     Principal principal = Principal::Platform(/*cross_tenant=*/true);
-    if (options_.access && route.kind != Route::Kind::kHealth) {
+    if (options_.access && route.kind != Route::Kind::kHealth &&
+        !(options_.subscriptions && SubscriptionService::SelfAuthenticated(route))) {
       if (auto denied = options_.access->Admit(request, route, &principal)) {
         co_return co_await Write(stream, std::move(*denied), keep_alive, method == "HEAD",
                                  route.label, method);
@@ -537,6 +538,10 @@ class HttpServer::Impl {
         co_return co_await Write(stream, std::move(*limited), keep_alive, method == "HEAD",
                                  route.label, method);
       }
+    }
+    if (options_.subscriptions && SubscriptionService::Matches(route)) {
+      co_return co_await Write(stream, options_.subscriptions->Handle(route, request), keep_alive,
+                               method == "HEAD", "subscriptions", method);
     }
     if (GroupService::Matches(request.path)) {
       auto shared = std::make_shared<const HttpRequest>(std::move(request));
@@ -593,6 +598,7 @@ class HttpServer::Impl {
     if (method == "PUT" || method == "POST" || method == "DELETE" || method == "PATCH") {
       HttpResponse r =
           co_await AwaitWrite(route, std::make_shared<HttpRequest>(std::move(request)));
+      if (options_.subscriptions && r.status < 300) options_.subscriptions->NoteWrite(route);
       co_return co_await Write(stream, std::move(r), keep_alive, false, route.label, method);
     }
     if (method == "HEAD") {

@@ -34,6 +34,7 @@
 #include "runnel/status.h"
 #include "server/access_gate.h"
 #include "server/stream_service.h"
+#include "server/subscription_service.h"
 #include "server/tenant_quota.h"
 
 namespace runnel::server {
@@ -73,6 +74,9 @@ struct ServerOptions {
   std::shared_ptr<AccessGate> access;
   // Per-tenant limits (tenant_quota.h); all zero means none.
   QuotaOptions quotas;
+  // The reserved `__ds` subscription API (subscription_service.h), routed before the stream
+  // operations. Null answers `__ds` paths as ordinary stream names.
+  std::shared_ptr<SubscriptionService> subscriptions;
 };
 
 class HttpServer {

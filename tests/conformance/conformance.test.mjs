@@ -8,4 +8,6 @@ if (!baseUrl) throw new Error("RUNNEL_BASE_URL is not set; use run.sh");
 runConformanceTests({
   baseUrl,
   longPollTimeoutMs: Number(process.env.RUNNEL_LONG_POLL_TIMEOUT_MS ?? "500"),
+  // The reserved __ds subscription API (PROTOCOL.md sections 6-7).
+  subscriptions: true,
 });

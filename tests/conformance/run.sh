@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Starts `runnel serve` on a free loopback port, runs one npm suite against it, stops the server.
 # Usage: run.sh RUNNEL_BINARY STORE [conformance|client]
+# The suite's webhook receivers listen on 127.0.0.1, so the server runs with the localhost
+# development exception for webhook URLs.
 set -euo pipefail
 
 binary="$1"
@@ -31,7 +33,7 @@ if [[ "$store" == "postgres" ]]; then
   store="${RUNNEL_TEST_PG_URL:?run under scripts/pg-test-cluster --run}"
 fi
 "$binary" serve --listen 127.0.0.1:0 --store "$store" --data "$workdir/data" \
-  --long-poll-timeout-ms "$long_poll_ms" >"$log" 2>&1 &
+  --long-poll-timeout-ms "$long_poll_ms" --webhook-allow-localhost >"$log" 2>&1 &
 server_pid=$!
 
 url=""

@@ -131,7 +131,13 @@ class TenantServerTest : public ::testing::Test {
       ASSERT_TRUE(gate.ok()) << gate.status().ToString();
       options.access = *gate;
     }
-    auto server = HttpServer::Start(StreamRegistry(), options);
+    StreamRegistry registry;
+    SubscriptionOptions subscriptions;
+    subscriptions.allow_localhost_webhooks = true;
+    auto service = SubscriptionService::Create(registry, subscriptions);
+    ASSERT_TRUE(service.ok()) << service.status().ToString();
+    options.subscriptions = std::move(*service);
+    auto server = HttpServer::Start(registry, options);
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(*server);
     thread_ = std::thread([this] { server_->Run(); });
@@ -889,6 +895,59 @@ TEST_F(QuotaTest, AppendRatePerTenant) {
   EXPECT_EQ(appends("acme", 4), (std::vector<int>{204, 204, 204, 429}));
   clock.Advance(334);
   EXPECT_EQ(appends("acme", 2), (std::vector<int>{204, 429}));
+}
+
+// The reserved __ds subscription API follows the scope's authorization (Z1-Z4) like the
+// scope's streams; ack, release and callback authenticate with the wake's own token instead.
+TEST_F(TenantServerTest, SubscriptionsAreScopedAndAckUsesTheClaimTokenOnly) {
+  const std::string acme = NewToken("acme", false);
+  const std::string globex = NewToken("globex", false);
+  StartServer(true);
+  const std::string root = "/v1/tenants/acme/stream/";
+  const std::string sub = root + "__ds/subscriptions/p";
+  const std::string config =
+      R"({"type":"pull-wake","pattern":"events/*","wake_stream":"wake","lease_ttl_ms":5000})";
+  ASSERT_EQ(
+      Send(port(), "PUT", root + "wake", {Bearer(acme), "Content-Type: application/json"}, "[]")
+          .status,
+      201);
+  EXPECT_EQ(Send(port(), "PUT", sub, {"Content-Type: application/json"}, config).status, 401);
+  auto denied =
+      Send(port(), "PUT", sub, {Bearer(globex), "Content-Type: application/json"}, config);
+  EXPECT_EQ(denied.status, 403);
+  ASSERT_EQ(
+      Send(port(), "PUT", sub, {Bearer(acme), "Content-Type: application/json"}, config).status,
+      201);
+  // Another tenant's scope has its own (empty) subscription namespace.
+  EXPECT_EQ(Send(port(), "GET", "/v1/tenants/globex/stream/__ds/subscriptions/p", {Bearer(globex)})
+                .status,
+            404);
+  ASSERT_EQ(Send(port(), "PUT", root + "events/a", {Bearer(acme), "Content-Type: application/json"},
+                 R"({"n":1})")
+                .status,
+            201);
+  auto claim = Send(port(), "POST", sub + "/claim",
+                    {Bearer(acme), "Content-Type: application/json"}, R"({"worker":"w1"})");
+  ASSERT_EQ(claim.status, 200) << claim.body;
+  json claimed = json::parse(claim.body);
+  json ack = {
+      {"wake_id", claimed["wake_id"]},
+      {"generation", claimed["generation"]},
+      {"acks", {{{"stream", "events/a"}, {"offset", claimed["streams"][0]["tail_offset"]}}}},
+      {"done", true}};
+  // A service token is not a claim token.
+  EXPECT_EQ(Send(port(), "POST", sub + "/ack", {Bearer(acme)}, ack.dump()).status, 401);
+  // The claim token is scoped to its subscription and scope.
+  EXPECT_EQ(Send(port(), "POST", "/v1/tenants/globex/stream/__ds/subscriptions/p/ack",
+                 {Bearer(claimed["token"].get<std::string>())}, ack.dump())
+                .status,
+            404);
+  auto acked =
+      Send(port(), "POST", sub + "/ack", {Bearer(claimed["token"].get<std::string>())}, ack.dump());
+  EXPECT_EQ(acked.status, 200) << acked.body;
+  EXPECT_EQ(json::parse(acked.body), json({{"ok", true}, {"next_wake", false}}));
+  // The state stream is reserved: it is not reachable as an ordinary stream.
+  EXPECT_EQ(Send(port(), "GET", root + "__ds/subscriptions", {Bearer(acme)}).status, 404);
 }
 
 }  // namespace

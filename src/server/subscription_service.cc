@@ -1,0 +1,1175 @@
+#include "server/subscription_service.h"
+
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+
+#include "server/http_errors.h"
+#include "server/offset_token.h"
+#include "server/webhook_url.h"
+
+namespace runnel::server {
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::string_view kReserved = "__ds/";
+constexpr std::string_view kSubsPrefix = "__ds/subscriptions/";
+constexpr char kStateStream[] = "__ds/subscriptions";
+constexpr size_t kMaxPathBytes = 1024;
+constexpr size_t kMaxTextBytes = 1024;
+constexpr size_t kMaxWorkerBytes = 256;
+
+std::string Hex(const unsigned char* data, size_t n) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    out += kDigits[data[i] >> 4];
+    out += kDigits[data[i] & 15];
+  }
+  return out;
+}
+
+std::string RandomId(const char* prefix) {
+  unsigned char bytes[12];
+  if (RAND_bytes(bytes, sizeof(bytes)) != 1) std::abort();
+  return prefix + Hex(bytes, sizeof(bytes));
+}
+
+double UnitRandom() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+}
+
+HttpResponse JsonResponse(int status, const json& body) {
+  HttpResponse r;
+  r.status = status;
+  r.Set("Content-Type", "application/json");
+  r.Set("Cache-Control", "no-store");
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
+}
+
+HttpResponse Error(int status, std::string code, std::string message, json extra = json::object()) {
+  json error = {{"code", std::move(code)}, {"message", std::move(message)}};
+  for (auto& [k, v] : extra.items()) error[k] = v;
+  return JsonResponse(status, json{{"error", error}});
+}
+
+HttpResponse NoContent() {
+  HttpResponse r;
+  r.status = 204;
+  r.Set("Cache-Control", "no-store");
+  return r;
+}
+
+HttpResponse FromStatus(const Status& status) {
+  HttpResponse r;
+  r.status = HttpStatusFor(status);
+  r.Set("Content-Type", "application/json");
+  r.Set("Cache-Control", "no-store");
+  r.body = ErrorBody(status);
+  return r;
+}
+
+bool ValidId(std::string_view id) {
+  if (id.empty() || id.size() > SubscriptionService::kMaxIdBytes) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
+           c == ':' || c == '~';
+  });
+}
+
+// A stream path a subscription may link: non-empty, bounded, not reserved.
+bool ValidPath(std::string_view path) {
+  return !path.empty() && path.size() <= kMaxPathBytes && !path.starts_with(kReserved) &&
+         path != "__ds";
+}
+
+std::vector<std::string_view> Segments(std::string_view path) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  for (;;) {
+    size_t slash = path.find('/', start);
+    out.push_back(path.substr(start, slash - start));
+    if (slash == std::string_view::npos) return out;
+    start = slash + 1;
+  }
+}
+
+// '*' inside a segment matches any run of characters of that segment.
+bool SegmentMatch(std::string_view pattern, std::string_view text) {
+  size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = t;
+    } else if (p < pattern.size() && pattern[p] == text[t]) {
+      ++p;
+      ++t;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      t = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+bool GlobMatch(const std::vector<std::string_view>& pattern, size_t pi,
+               const std::vector<std::string_view>& path, size_t si) {
+  if (pi == pattern.size()) return si == path.size();
+  if (pattern[pi] == "**") {
+    for (size_t k = si; k <= path.size(); ++k) {
+      if (GlobMatch(pattern, pi + 1, path, k)) return true;
+    }
+    return false;
+  }
+  return si < path.size() && SegmentMatch(pattern[pi], path[si]) &&
+         GlobMatch(pattern, pi + 1, path, si + 1);
+}
+
+// The literal part of a pattern before its first wildcard, for listing candidates.
+std::string LiteralPrefix(std::string_view pattern) {
+  return std::string(pattern.substr(0, pattern.find('*')));
+}
+
+std::string IsoTime(uint64_t ms) {
+  std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
+  char out[48];
+  std::snprintf(out, sizeof(out), "%s.%03uZ", buf, static_cast<unsigned>(ms % 1000));
+  return out;
+}
+
+std::string StreamRoot(const StreamScope& scope) {
+  return scope.tenant() ? "/v1/tenants/" + *scope.tenant() + "/stream/" : "/v1/stream/";
+}
+
+}  // namespace
+
+uint64_t RetryDelayMs(uint32_t attempt, double unit) {
+  uint64_t base = SubscriptionService::kMaxRetryDelayMs;
+  if (attempt >= 1 && attempt <= 6) base = std::min<uint64_t>(base, 1000ull << (attempt - 1));
+  unit = std::clamp(unit, 0.0, 1.0);
+  return static_cast<uint64_t>(static_cast<double>(base) * (0.8 + 0.4 * unit));
+}
+
+struct SubscriptionService::Sub {
+  struct Link {
+    bool glob = false;
+    bool explicit_link = false;
+    uint64_t acked = 0;
+  };
+  struct Entry {
+    std::string path;
+    std::string link_type;
+    uint64_t acked = 0;
+    uint64_t tail = 0;
+  };
+
+  std::string id;
+  // Configuration (hashed).
+  std::string type;  // "webhook" | "pull-wake"
+  std::string pattern;
+  std::vector<std::string> streams;
+  std::string webhook_url;
+  std::string wake_stream;
+  uint64_t lease_ttl_ms = kDefaultLeaseMs;
+  std::string description;
+  std::string hash;
+  // Persisted state.
+  std::string base_url;
+  uint64_t created_at_ms = 0;
+  std::map<std::string, Link> links;
+  uint64_t generation = 0;
+  uint32_t attempts = 0;
+  uint64_t next_attempt_at_ms = 0;  // 0: no retry scheduled
+  uint64_t last_attempt_at_ms = 0;
+  bool failed = false;
+  bool parked = false;  // gave up after max_delivery_attempts
+  // Process-local.
+  bool wake_active = false;
+  std::string wake_id;
+  std::vector<Entry> snapshot;
+  std::string holder;
+  uint64_t lease_expires_ms = 0;  // 0: no lease running
+  std::string delivering;         // the wake_id of the delivery in flight, if any
+  bool dirty = true;
+
+  bool webhook() const { return type == "webhook"; }
+
+  json ConfigJson() const {
+    json c = {{"type", type},
+              {"pattern", pattern.empty() ? json(nullptr) : json(pattern)},
+              {"streams", streams},
+              {"lease_ttl_ms", lease_ttl_ms},
+              {"description", description.empty() ? json(nullptr) : json(description)}};
+    if (webhook()) {
+      c["webhook"] = {{"url", webhook_url}};
+    } else {
+      c["wake_stream"] = wake_stream;
+    }
+    return c;
+  }
+
+  json StateJson() const {
+    json links_json = json::array();
+    for (const auto& [path, link] : links) {
+      links_json.push_back({{"path", path},
+                            {"glob", link.glob},
+                            {"explicit", link.explicit_link},
+                            {"acked", link.acked}});
+    }
+    return {{"id", id},
+            {"config", ConfigJson()},
+            {"hash", hash},
+            {"base_url", base_url},
+            {"created_at_ms", created_at_ms},
+            {"links", links_json},
+            {"generation", generation},
+            {"attempts", attempts},
+            {"next_attempt_at_ms", next_attempt_at_ms},
+            {"last_attempt_at_ms", last_attempt_at_ms},
+            {"failed", failed},
+            {"parked", parked}};
+  }
+};
+
+struct SubscriptionService::ScopeState {
+  explicit ScopeState(StreamScope s) : scope(std::move(s)) {}
+  StreamScope scope;
+  std::map<std::string, std::unique_ptr<Sub>> subs;
+  uint64_t state_records = 0;
+};
+
+namespace {
+
+// Fills a Sub's configuration from a PUT body (or a persisted "config"). kInvalidArgument with
+// the reason; *url_rejected tells a refused webhook URL apart.
+Status ParseConfig(const json& body, bool allow_localhost, SubscriptionService::Sub* sub,
+                   bool* url_rejected) {
+  *url_rejected = false;
+  if (!body.is_object()) return Status::InvalidArgument("the body must be a JSON object");
+  auto text = [&](const char* name, std::string* out, size_t max) -> Status {
+    auto it = body.find(name);
+    if (it == body.end() || it->is_null()) return Status::OK();
+    if (!it->is_string()) return Status::InvalidArgument(std::string(name) + " must be a string");
+    *out = it->get<std::string>();
+    if (out->size() > max) {
+      return Status::InvalidArgument(std::string(name) + " is longer than " + std::to_string(max) +
+                                     " bytes");
+    }
+    return Status::OK();
+  };
+  RUNNEL_RETURN_IF_ERROR(text("type", &sub->type, 32));
+  if (sub->type != "webhook" && sub->type != "pull-wake") {
+    return Status::InvalidArgument("type must be \"webhook\" or \"pull-wake\"");
+  }
+  RUNNEL_RETURN_IF_ERROR(text("pattern", &sub->pattern, kMaxPathBytes));
+  RUNNEL_RETURN_IF_ERROR(text("description", &sub->description, kMaxTextBytes));
+  if (auto it = body.find("streams"); it != body.end() && !it->is_null()) {
+    if (!it->is_array() || it->size() > SubscriptionService::kMaxLinks) {
+      return Status::InvalidArgument("streams must be an array of at most " +
+                                     std::to_string(SubscriptionService::kMaxLinks) + " paths");
+    }
+    std::set<std::string> unique;
+    for (const auto& s : *it) {
+      if (!s.is_string() || !ValidPath(s.get<std::string>())) {
+        return Status::InvalidArgument("streams must hold non-empty stream paths outside __ds/");
+      }
+      unique.insert(s.get<std::string>());
+    }
+    sub->streams.assign(unique.begin(), unique.end());
+  }
+  if (sub->pattern.empty() && sub->streams.empty()) {
+    return Status::InvalidArgument("a subscription needs a pattern or streams");
+  }
+  if (auto it = body.find("lease_ttl_ms"); it != body.end() && !it->is_null()) {
+    if (!it->is_number_integer() ||
+        it->get<int64_t>() < int64_t(SubscriptionService::kMinLeaseMs) ||
+        it->get<int64_t>() > int64_t(SubscriptionService::kMaxLeaseMs)) {
+      return Status::InvalidArgument("lease_ttl_ms must be an integer from 1000 to 600000");
+    }
+    sub->lease_ttl_ms = it->get<uint64_t>();
+  }
+  if (sub->webhook()) {
+    auto it = body.find("webhook");
+    if (it == body.end() || !it->is_object() || !it->contains("url") || !(*it)["url"].is_string()) {
+      return Status::InvalidArgument("a webhook subscription needs webhook.url");
+    }
+    sub->webhook_url = (*it)["url"].get<std::string>();
+    Status ok = CheckWebhookUrl(sub->webhook_url, allow_localhost);
+    if (!ok.ok()) {
+      *url_rejected = true;
+      return ok;
+    }
+  } else {
+    RUNNEL_RETURN_IF_ERROR(text("wake_stream", &sub->wake_stream, kMaxPathBytes));
+    if (!ValidPath(sub->wake_stream)) {
+      return Status::InvalidArgument("a pull-wake subscription needs wake_stream, a stream path");
+    }
+  }
+  std::string normalized = sub->ConfigJson().dump();
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(normalized.data()), normalized.size(), digest);
+  sub->hash = Hex(digest, sizeof(digest));
+  return Status::OK();
+}
+
+}  // namespace
+
+// --- Lifecycle ---
+
+Result<std::unique_ptr<SubscriptionService>> SubscriptionService::Create(
+    StreamRegistry registry, SubscriptionOptions options) {
+  auto signer = WebhookSigner::LoadOrCreate(options.signing_key_path);
+  if (!signer.ok()) return signer.status();
+  auto service = std::unique_ptr<SubscriptionService>(
+      new SubscriptionService(std::move(registry), std::move(options), std::move(*signer)));
+  {
+    std::lock_guard<std::mutex> lock(service->mu_);
+    service->LoadScope(StreamScope::Global());
+  }
+  if (service->options_.start_threads) {
+    service->threads_.emplace_back([s = service.get()] { s->EngineLoop(); });
+    for (size_t i = 0; i < std::max<size_t>(1, service->options_.delivery_threads); ++i) {
+      service->threads_.emplace_back([s = service.get()] { s->DeliveryLoop(); });
+    }
+  }
+  return service;
+}
+
+SubscriptionService::SubscriptionService(StreamRegistry registry, SubscriptionOptions options,
+                                         std::unique_ptr<WebhookSigner> signer)
+    : registry_(std::move(registry)), options_(std::move(options)), signer_(std::move(signer)) {
+  if (!options_.poster) {
+    WebhookClientOptions client = options_.client;
+    client.allow_localhost = options_.allow_localhost_webhooks;
+    options_.poster = [client](const WebhookPost& post) { return PostWebhook(client, post); };
+  }
+}
+
+SubscriptionService::~SubscriptionService() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  engine_cv_.notify_all();
+  jobs_cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+bool SubscriptionService::Matches(const Route& route) {
+  return route.kind == Route::Kind::kStream &&
+         (route.name.starts_with(kReserved) || route.name == "__ds");
+}
+
+bool SubscriptionService::SelfAuthenticated(const Route& route) {
+  if (!Matches(route) || !route.name.starts_with(kSubsPrefix)) return false;
+  std::string_view rest = std::string_view(route.name).substr(kSubsPrefix.size());
+  size_t slash = rest.find('/');
+  if (slash == std::string_view::npos) return false;
+  std::string_view op = rest.substr(slash + 1);
+  return op == "ack" || op == "release" || op == "callback";
+}
+
+// --- State ---
+
+SubscriptionService::ScopeState& SubscriptionService::LoadScope(const StreamScope& scope) {
+  std::string label = scope.Label();
+  auto it = scopes_.find(label);
+  if (it != scopes_.end()) return *it->second;
+  auto state = std::make_unique<ScopeState>(scope);
+  uint64_t from = 1;
+  for (;;) {
+    auto page = registry_.ReadSince(scope, kStateStream, from, StreamRegistry::kMaxReadLimit);
+    if (!page.ok() || page->empty()) break;
+    for (const auto& event : *page) {
+      from = event.offset + 1;
+      ++state->state_records;
+      json record = json::parse(event.payload, nullptr, false);
+      if (record.is_discarded() || !record.is_object() || !record.contains("id")) {
+        spdlog::warn("subscriptions ({}): skipping unreadable record {}", label, event.offset);
+        continue;
+      }
+      std::string id = record.value("id", "");
+      if (record.value("deleted", false)) {
+        state->subs.erase(id);
+        continue;
+      }
+      auto sub = std::make_unique<Sub>();
+      bool rejected = false;
+      // Persisted URLs were checked at creation; do not re-judge them under today's flags.
+      Status parsed =
+          ParseConfig(record.value("config", json::object()), true, sub.get(), &rejected);
+      if (!parsed.ok()) {
+        spdlog::warn("subscriptions ({}): skipping record {}: {}", label, event.offset,
+                     parsed.ToString());
+        continue;
+      }
+      sub->id = id;
+      sub->base_url = record.value("base_url", "");
+      sub->created_at_ms = record.value("created_at_ms", uint64_t{0});
+      sub->generation = record.value("generation", uint64_t{0});
+      sub->attempts = record.value("attempts", uint32_t{0});
+      sub->next_attempt_at_ms = record.value("next_attempt_at_ms", uint64_t{0});
+      sub->last_attempt_at_ms = record.value("last_attempt_at_ms", uint64_t{0});
+      sub->failed = record.value("failed", false);
+      sub->parked = record.value("parked", false);
+      for (const auto& l : record.value("links", json::array())) {
+        Sub::Link link;
+        link.glob = l.value("glob", false);
+        link.explicit_link = l.value("explicit", false);
+        link.acked = l.value("acked", uint64_t{0});
+        sub->links[l.value("path", "")] = link;
+      }
+      state->subs[id] = std::move(sub);
+    }
+  }
+  live_subs_ += state->subs.size();
+  it = scopes_.emplace(label, std::move(state)).first;
+  return *it->second;
+}
+
+Status SubscriptionService::Persist(ScopeState& scope, const Sub& sub, bool deleted) {
+  json record = deleted ? json{{"id", sub.id}, {"deleted", true}} : sub.StateJson();
+  std::vector<AppendRecord> batch{{std::nullopt, record.dump()}};
+  auto appended = registry_.AppendBatch(scope.scope, kStateStream, batch);
+  if (!appended.ok() && appended.status().code() == StatusCode::kNotFound) {
+    CreateStreamOptions create;
+    create.content_type = "application/json";
+    Status created = registry_.CreateStream(scope.scope, kStateStream, create);
+    if (!created.ok() && created.code() != StatusCode::kAlreadyExists) return created;
+    appended = registry_.AppendBatch(scope.scope, kStateStream, batch);
+  }
+  if (!appended.ok()) return appended.status();
+  ++scope.state_records;
+  if (scope.state_records > 4 * scope.subs.size() + 256) {
+    std::vector<AppendRecord> all;
+    for (const auto& [id, live] : scope.subs)
+      all.push_back({std::nullopt, live->StateJson().dump()});
+    if (all.empty()) all.push_back({std::nullopt, record.dump()});
+    auto rewritten = registry_.AppendBatch(scope.scope, kStateStream, std::move(all));
+    if (rewritten.ok()) {
+      auto pruned = registry_.Prune(scope.scope, kStateStream, rewritten->first_offset - 1);
+      if (pruned.ok()) scope.state_records = rewritten->last_offset - rewritten->first_offset + 1;
+    }
+  }
+  return Status::OK();
+}
+
+uint64_t SubscriptionService::TailOf(const StreamScope& scope, const std::string& path) const {
+  auto d = registry_.Describe(scope, path);
+  return d ? d->next_offset - 1 : 0;
+}
+
+bool SubscriptionService::Pending(const ScopeState& scope, const Sub& sub) const {
+  for (const auto& [path, link] : sub.links) {
+    if (TailOf(scope.scope, path) > link.acked) return true;
+  }
+  return false;
+}
+
+namespace {
+
+std::vector<SubscriptionService::Sub::Entry> Snapshot(
+    const SubscriptionService::Sub& sub, const std::function<uint64_t(const std::string&)>& tail) {
+  std::vector<SubscriptionService::Sub::Entry> out;
+  for (const auto& [path, link] : sub.links) {
+    out.push_back({path, link.explicit_link ? "explicit" : "glob", link.acked, tail(path)});
+  }
+  return out;
+}
+
+json EntriesJson(const std::vector<SubscriptionService::Sub::Entry>& entries) {
+  json out = json::array();
+  for (const auto& e : entries) {
+    out.push_back({{"path", e.path},
+                   {"link_type", e.link_type},
+                   {"acked_offset", FormatOffset(e.acked)},
+                   {"tail_offset", FormatOffset(e.tail)},
+                   {"has_pending", e.tail > e.acked}});
+  }
+  return out;
+}
+
+}  // namespace
+
+// --- Engine ---
+
+void SubscriptionService::IssueWake(ScopeState& scope, Sub& sub, uint64_t now,
+                                    std::vector<Job>* jobs) {
+  sub.generation += 1;
+  sub.wake_id = RandomId("w_");
+  sub.wake_active = true;
+  sub.snapshot = Snapshot(sub, [&](const std::string& p) { return TailOf(scope.scope, p); });
+  Status persisted = Persist(scope, sub, false);
+  if (!persisted.ok()) {
+    spdlog::warn("subscription {}: cannot persist its generation: {}", sub.id,
+                 persisted.ToString());
+  }
+  if (sub.webhook()) {
+    sub.lease_expires_ms = now + sub.lease_ttl_ms;
+    sub.delivering = sub.wake_id;
+    sub.last_attempt_at_ms = now;
+    json claims = {{"k", "callback"},     {"s", scope.scope.Label()}, {"i", sub.id},
+                   {"g", sub.generation}, {"w", sub.wake_id},         {"e", now + 3600 * 1000}};
+    std::string root = sub.base_url + StreamRoot(scope.scope);
+    json body = {{"subscription_id", sub.id},
+                 {"wake_id", sub.wake_id},
+                 {"generation", sub.generation},
+                 {"streams", EntriesJson(sub.snapshot)},
+                 {"callback_url", root + std::string(kSubsPrefix) + sub.id + "/callback"},
+                 {"callback_token", signer_->MintToken(claims.dump())}};
+    Job job;
+    job.key = scope.scope.Label() + "\n" + sub.id;
+    job.wake_id = sub.wake_id;
+    job.post.url = sub.webhook_url;
+    job.post.headers = {{"Content-Type", "application/json"}};
+    job.post.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+    jobs->push_back(std::move(job));
+    return;
+  }
+  std::string stream;
+  for (const auto& e : sub.snapshot) {
+    if (e.tail > e.acked) {
+      stream = e.path;
+      break;
+    }
+  }
+  json event = {{"type", "wake"},
+                {"subscription_id", sub.id},
+                {"stream", stream},
+                {"generation", sub.generation},
+                {"ts", now}};
+  auto written =
+      registry_.AppendBatch(scope.scope, sub.wake_stream, {{std::nullopt, event.dump()}});
+  if (!written.ok()) {
+    spdlog::warn("subscription {}: cannot write a wake event to {}: {}", sub.id, sub.wake_stream,
+                 written.status().ToString());
+    FailAttempt(scope, sub, now);
+  }
+}
+
+void SubscriptionService::FailAttempt(ScopeState& scope, Sub& sub, uint64_t now) {
+  sub.wake_active = false;
+  sub.wake_id.clear();
+  sub.holder.clear();
+  sub.lease_expires_ms = 0;
+  sub.failed = true;
+  sub.attempts += 1;
+  sub.last_attempt_at_ms = now;
+  if (sub.attempts >= options_.max_delivery_attempts) {
+    sub.parked = true;
+    sub.next_attempt_at_ms = 0;
+  } else {
+    sub.next_attempt_at_ms = now + RetryDelayMs(sub.attempts, UnitRandom());
+  }
+  Status persisted = Persist(scope, sub, false);
+  if (!persisted.ok()) {
+    spdlog::warn("subscription {}: cannot persist its retry state: {}", sub.id,
+                 persisted.ToString());
+  }
+}
+
+void SubscriptionService::Tick() {
+  std::vector<Job> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t now = registry_.clock().NowMs();
+    bool recheck = now >= next_recheck_ms_;
+    if (recheck) next_recheck_ms_ = now + options_.recheck_interval_ms;
+    uint64_t deadline = next_recheck_ms_;
+    LoadScope(StreamScope::Global());
+    for (auto& [label, scope] : scopes_) {
+      for (auto& [id, owned] : scope->subs) {
+        Sub& sub = *owned;
+        if (sub.lease_expires_ms != 0 && now >= sub.lease_expires_ms) {
+          sub.wake_active = false;
+          sub.wake_id.clear();
+          sub.holder.clear();
+          sub.lease_expires_ms = 0;
+          sub.dirty = true;
+        }
+        if (sub.lease_expires_ms != 0) deadline = std::min(deadline, sub.lease_expires_ms);
+        if (sub.wake_active || !sub.delivering.empty() || sub.parked) continue;
+        bool due = false;
+        if (sub.next_attempt_at_ms != 0) {
+          if (now < sub.next_attempt_at_ms) {
+            deadline = std::min(deadline, sub.next_attempt_at_ms);
+            continue;
+          }
+          due = true;
+        }
+        if (!sub.dirty && !due && !recheck) continue;
+        sub.dirty = false;
+        if (!Pending(*scope, sub)) {
+          if (sub.next_attempt_at_ms != 0) {
+            sub.next_attempt_at_ms = 0;
+            (void)Persist(*scope, sub, false);
+          }
+          continue;
+        }
+        sub.next_attempt_at_ms = 0;
+        IssueWake(*scope, sub, now, &jobs);
+        if (sub.lease_expires_ms != 0) deadline = std::min(deadline, sub.lease_expires_ms);
+      }
+    }
+    next_deadline_ms_ = deadline;
+  }
+  Enqueue(std::move(jobs));
+}
+
+void SubscriptionService::Enqueue(std::vector<Job> jobs) {
+  if (jobs.empty()) return;
+  std::vector<Job> refused;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& job : jobs) {
+      if (jobs_.size() >= kMaxQueuedDeliveries) {
+        refused.push_back(std::move(job));
+      } else {
+        jobs_.push_back(std::move(job));
+      }
+    }
+  }
+  jobs_cv_.notify_all();
+  for (const auto& job : refused) {
+    WebhookReply reply;
+    reply.error = "the delivery queue is full";
+    OnReply(job, reply);
+  }
+}
+
+void SubscriptionService::OnReply(const Job& job, const WebhookReply& reply) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t nl = job.key.find('\n');
+    auto scope_it = scopes_.find(job.key.substr(0, nl));
+    if (scope_it == scopes_.end()) return;
+    ScopeState& scope = *scope_it->second;
+    auto it = scope.subs.find(job.key.substr(nl + 1));
+    if (it == scope.subs.end()) return;
+    Sub& sub = *it->second;
+    if (sub.delivering == job.wake_id) sub.delivering.clear();
+    if (!sub.wake_active || sub.wake_id != job.wake_id) {
+      // The wake ended meanwhile (lease expiry, a callback): the reply is stale.
+      poked_ = true;
+      return;
+    }
+    const uint64_t now = registry_.clock().NowMs();
+    if (!reply.responded || reply.status < 200 || reply.status > 299) {
+      spdlog::info("subscription {}: webhook delivery failed: {}", sub.id,
+                   reply.responded ? "HTTP " + std::to_string(reply.status) : reply.error);
+      FailAttempt(scope, sub, now);
+    } else {
+      const bool was_failed = sub.failed || sub.attempts != 0;
+      sub.failed = false;
+      sub.attempts = 0;
+      json answer = json::parse(reply.body, nullptr, false);
+      if (answer.is_object() && answer.value("done", false) == true) {
+        // Synchronous completion: ack the wake's snapshot and release the lease (7.1).
+        for (const auto& e : sub.snapshot) {
+          auto link = sub.links.find(e.path);
+          if (link != sub.links.end()) link->second.acked = std::max(link->second.acked, e.tail);
+        }
+        sub.wake_active = false;
+        sub.wake_id.clear();
+        sub.lease_expires_ms = 0;
+        sub.dirty = true;
+        (void)Persist(scope, sub, false);
+      } else if (was_failed) {
+        (void)Persist(scope, sub, false);
+      }
+    }
+    poked_ = true;
+  }
+  engine_cv_.notify_all();
+}
+
+void SubscriptionService::RunDeliveries() {
+  for (;;) {
+    Job job;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (jobs_.empty()) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    WebhookPost post = job.post;
+    uint64_t t = registry_.clock().NowMs() / 1000;
+    post.headers.emplace_back("Webhook-Signature", signer_->SignatureHeader(t, post.body));
+    OnReply(job, options_.poster(post));
+  }
+}
+
+void SubscriptionService::EngineLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    lock.unlock();
+    Tick();
+    lock.lock();
+    const uint64_t now = registry_.clock().NowMs();
+    uint64_t wait = next_deadline_ms_ > now ? next_deadline_ms_ - now : 1;
+    wait = std::clamp<uint64_t>(wait, 1, 1000);
+    engine_cv_.wait_for(lock, std::chrono::milliseconds(wait),
+                        [this] { return poked_ || stopping_; });
+    poked_ = false;
+  }
+}
+
+void SubscriptionService::DeliveryLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    jobs_cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+    if (stopping_) return;
+    Job job = std::move(jobs_.front());
+    jobs_.pop_front();
+    lock.unlock();
+    WebhookPost post = job.post;
+    uint64_t t = registry_.clock().NowMs() / 1000;
+    post.headers.emplace_back("Webhook-Signature", signer_->SignatureHeader(t, post.body));
+    WebhookReply reply = options_.poster(post);
+    OnReply(job, reply);
+    lock.lock();
+  }
+}
+
+void SubscriptionService::NoteWrite(const Route& route) {
+  if (route.kind != Route::Kind::kStream || Matches(route)) return;
+  // Fast path: no subscription in any loaded scope, and the global scope is loaded at Create
+  // (tenant scopes load lazily, so their writes take the slow path until loaded).
+  if (live_subs_.load() == 0 && !route.scope.tenant()) return;
+  bool poke = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ScopeState& scope = LoadScope(route.scope);
+    const uint64_t now = registry_.clock().NowMs();
+    std::vector<std::string_view> path = Segments(route.name);
+    for (auto& [id, owned] : scope.subs) {
+      Sub& sub = *owned;
+      auto link = sub.links.find(route.name);
+      if (link == sub.links.end()) {
+        if (sub.pattern.empty() || sub.links.size() >= kMaxLinks ||
+            !GlobMatch(Segments(sub.pattern), 0, path, 0)) {
+          continue;
+        }
+        // Linked before this append, so the append itself is pending (6.2).
+        sub.links[route.name].glob = true;
+        (void)Persist(scope, sub, false);
+      }
+      if (sub.parked && now >= sub.last_attempt_at_ms + kMaxRetryDelayMs) {
+        sub.parked = false;
+        sub.attempts = 0;
+      }
+      sub.dirty = true;
+      // Only an idle subscription needs the engine now; a busy one re-checks when its wake ends.
+      if (!sub.wake_active && sub.delivering.empty() && !sub.parked &&
+          sub.next_attempt_at_ms == 0) {
+        poke = true;
+      }
+    }
+    if (poke) poked_ = true;
+  }
+  if (poke) engine_cv_.notify_all();
+}
+
+// --- HTTP ---
+
+HttpResponse SubscriptionService::Handle(const Route& route, const HttpRequest& request) {
+  std::string_view rest =
+      std::string_view(route.name).substr(std::min(route.name.size(), kReserved.size()));
+  if (rest == "jwks.json") {
+    if (request.method != "GET" && request.method != "HEAD") {
+      return Error(405, "METHOD_NOT_ALLOWED", "use GET for the key set");
+    }
+    HttpResponse r;
+    r.Set("Content-Type", "application/jwk-set+json");
+    r.Set("Cache-Control", "public, max-age=300");
+    r.body = signer_->JwksJson();
+    return r;
+  }
+  if (!route.name.starts_with(kSubsPrefix)) {
+    return Error(404, "NOT_FOUND", "no such reserved __ds endpoint");
+  }
+  rest = std::string_view(route.name).substr(kSubsPrefix.size());
+  std::string id(rest.substr(0, rest.find('/')));
+  if (!ValidId(id)) {
+    return Error(400, "BAD_REQUEST",
+                 "a subscription id is 1-200 characters of letters, digits and - _ . : ~");
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  ScopeState& scope = LoadScope(route.scope);
+  HttpResponse r = HandleSubscription(scope, id, route, request);
+  bool poke = poked_;
+  lock.unlock();
+  if (poke) engine_cv_.notify_all();
+  return r;
+}
+
+HttpResponse SubscriptionService::HandleSubscription(ScopeState& scope, const std::string& id,
+                                                     const Route& route,
+                                                     const HttpRequest& request) {
+  std::string_view rest = std::string_view(route.name).substr(kSubsPrefix.size() + id.size());
+  const std::string& method = request.method;
+  if (rest.empty() && method == "PUT") return Put(scope, id, request);
+  auto it = scope.subs.find(id);
+  if (it == scope.subs.end()) {
+    return Error(404, "SUBSCRIPTION_NOT_FOUND", "no subscription '" + id + "'");
+  }
+  Sub& sub = *it->second;
+  const uint64_t now = registry_.clock().NowMs();
+  if (rest.empty()) {
+    if (method == "GET" || method == "HEAD") {
+      json body = sub.ConfigJson();
+      std::string root = (options_.public_base_url.empty()
+                              ? options_.default_scheme + "://" +
+                                    std::string(request.Header("host").value_or("localhost"))
+                              : options_.public_base_url) +
+                         StreamRoot(scope.scope);
+      body["id"] = sub.id;
+      body["subscription_id"] = sub.id;
+      body["streams"] = json::array();
+      for (const auto& [path, link] : sub.links) {
+        body["streams"].push_back({{"path", path},
+                                   {"link_type", link.explicit_link ? "explicit" : "glob"},
+                                   {"acked_offset", FormatOffset(link.acked)}});
+      }
+      if (sub.webhook()) {
+        body["webhook"]["signing"] = {
+            {"alg", "ed25519"}, {"kid", signer_->kid()}, {"jwks_url", root + "__ds/jwks.json"}};
+        body["wake_stream"] = nullptr;
+      } else {
+        body["webhook"] = nullptr;
+      }
+      body["created_at"] = IsoTime(sub.created_at_ms);
+      body["status"] = sub.failed ? "failed" : "active";
+      body["generation"] = sub.generation;
+      return JsonResponse(200, body);
+    }
+    if (method == "DELETE") {
+      Status s = Persist(scope, sub, true);
+      if (!s.ok()) return FromStatus(s);
+      scope.subs.erase(it);
+      live_subs_ -= 1;
+      return NoContent();
+    }
+    return Error(405, "METHOD_NOT_ALLOWED", "use PUT, GET or DELETE on a subscription");
+  }
+  if (rest.starts_with("/streams")) {
+    std::string_view tail = rest.substr(std::string_view("/streams").size());
+    if (tail.empty() && method == "POST") {
+      json body = json::parse(request.body, nullptr, false);
+      if (!body.is_object() || !body.contains("streams") || !body["streams"].is_array()) {
+        return Error(400, "BAD_REQUEST", "the body must be {\"streams\": [paths]}");
+      }
+      std::vector<std::string> add;
+      for (const auto& s : body["streams"]) {
+        if (!s.is_string() || !ValidPath(s.get<std::string>())) {
+          return Error(400, "BAD_REQUEST",
+                       "streams must hold non-empty stream paths outside __ds/");
+        }
+        if (!sub.links.count(s.get<std::string>())) add.push_back(s.get<std::string>());
+      }
+      if (sub.links.size() + add.size() > kMaxLinks) {
+        return Error(400, "TOO_MANY_STREAMS",
+                     "a subscription links at most " + std::to_string(kMaxLinks) + " streams");
+      }
+      for (const auto& s : body["streams"]) {
+        std::string path = s.get<std::string>();
+        auto [link, inserted] = sub.links.try_emplace(path);
+        if (inserted) link->second.acked = TailOf(scope.scope, path);
+        link->second.explicit_link = true;
+      }
+      Status persisted = Persist(scope, sub, false);
+      if (!persisted.ok()) return FromStatus(persisted);
+      return NoContent();
+    }
+    if (tail.size() > 1 && tail[0] == '/' && method == "DELETE") {
+      std::string path(tail.substr(1));
+      auto link = sub.links.find(path);
+      if (link != sub.links.end() && link->second.explicit_link) {
+        const bool still_globbed =
+            !sub.pattern.empty() && GlobMatch(Segments(sub.pattern), 0, Segments(path), 0);
+        if (still_globbed) {
+          link->second.explicit_link = false;
+          link->second.glob = true;
+        } else {
+          sub.links.erase(link);
+        }
+        Status persisted = Persist(scope, sub, false);
+        if (!persisted.ok()) return FromStatus(persisted);
+      }
+      return NoContent();
+    }
+    return Error(405, "METHOD_NOT_ALLOWED",
+                 "use POST .../streams to add links and DELETE .../streams/<path> to remove one");
+  }
+  if (method != "POST") return Error(405, "METHOD_NOT_ALLOWED", "use POST");
+  // An expired lease ends before anyone can act on it (7.3).
+  if (sub.lease_expires_ms != 0 && now >= sub.lease_expires_ms) {
+    sub.wake_active = false;
+    sub.wake_id.clear();
+    sub.holder.clear();
+    sub.lease_expires_ms = 0;
+    sub.dirty = true;
+    poked_ = true;
+  }
+  if (rest == "/claim") return Claim(scope, sub, request);
+  if (rest == "/ack" || rest == "/release") {
+    if (sub.webhook()) {
+      return Error(400, "BAD_REQUEST", "ack and release are for pull-wake subscriptions");
+    }
+    return Settle(scope, sub, request, rest == "/release", "claim");
+  }
+  if (rest == "/callback") {
+    if (!sub.webhook()) {
+      return Error(400, "BAD_REQUEST", "callback is for webhook subscriptions");
+    }
+    return Settle(scope, sub, request, false, "callback");
+  }
+  return Error(404, "NOT_FOUND", "no such subscription endpoint");
+}
+
+HttpResponse SubscriptionService::Put(ScopeState& scope, const std::string& id,
+                                      const HttpRequest& request) {
+  json body = json::parse(request.body, nullptr, false);
+  if (body.is_discarded()) return Error(400, "BAD_REQUEST", "the body is not valid JSON");
+  auto sub = std::make_unique<Sub>();
+  bool url_rejected = false;
+  Status parsed = ParseConfig(body, options_.allow_localhost_webhooks, sub.get(), &url_rejected);
+  if (!parsed.ok()) {
+    return Error(400, url_rejected ? "WEBHOOK_URL_REJECTED" : "BAD_REQUEST",
+                 std::string(parsed.message()));
+  }
+  auto existing = scope.subs.find(id);
+  if (existing != scope.subs.end()) {
+    if (existing->second->hash != sub->hash) {
+      return Error(409, "CONFLICT",
+                   "subscription '" + id + "' exists with a different configuration");
+    }
+    Sub& current = *existing->second;
+    if (current.parked) {
+      // Re-confirmation revives a subscription whose deliveries gave up.
+      current.parked = false;
+      current.attempts = 0;
+      current.dirty = true;
+      poked_ = true;
+    }
+    HttpRequest get = request;
+    get.method = "GET";
+    Route route;
+    route.kind = Route::Kind::kStream;
+    route.scope = scope.scope;
+    route.name = std::string(kSubsPrefix) + id;
+    return HandleSubscription(scope, id, route, get);
+  }
+  if (scope.subs.size() >= kMaxSubscriptionsPerScope) {
+    return Error(
+        429, "TOO_MANY_SUBSCRIPTIONS",
+        "a scope holds at most " + std::to_string(kMaxSubscriptionsPerScope) + " subscriptions");
+  }
+  sub->id = id;
+  sub->created_at_ms = registry_.clock().NowMs();
+  sub->base_url = options_.public_base_url.empty()
+                      ? options_.default_scheme + "://" +
+                            std::string(request.Header("host").value_or("localhost"))
+                      : options_.public_base_url;
+  for (const auto& path : sub->streams) {
+    auto& link = sub->links[path];
+    link.explicit_link = true;
+    link.acked = TailOf(scope.scope, path);
+  }
+  if (!sub->pattern.empty()) {
+    // Eager backfill, linked at the current tails so history is not replayed (6.2).
+    auto pattern = Segments(sub->pattern);
+    ListStreamsOptions list;
+    list.prefix = LiteralPrefix(sub->pattern);
+    list.limit = StreamRegistry::kMaxReadLimit;
+    while (sub->links.size() < kMaxLinks) {
+      auto page = registry_.ListStreamsPage(scope.scope, list);
+      if (!page.ok()) return FromStatus(page.status());
+      for (const auto& d : *page) {
+        if (!ValidPath(d.name) || sub->links.size() >= kMaxLinks) continue;
+        if (!GlobMatch(pattern, 0, Segments(d.name), 0)) continue;
+        auto& link = sub->links[d.name];
+        link.glob = true;
+        if (!link.explicit_link) link.acked = d.next_offset - 1;
+      }
+      if (page->size() < list.limit) break;
+      list.start_after = page->back().name;
+    }
+  }
+  Status persisted = Persist(scope, *sub, false);
+  if (!persisted.ok()) return FromStatus(persisted);
+  scope.subs[id] = std::move(sub);
+  live_subs_ += 1;
+  HttpRequest get = request;
+  get.method = "GET";
+  Route route;
+  route.kind = Route::Kind::kStream;
+  route.scope = scope.scope;
+  route.name = std::string(kSubsPrefix) + id;
+  HttpResponse r = HandleSubscription(scope, id, route, get);
+  r.status = 201;
+  return r;
+}
+
+HttpResponse SubscriptionService::Claim(ScopeState& scope, Sub& sub, const HttpRequest& request) {
+  if (sub.webhook()) return Error(400, "BAD_REQUEST", "claim is for pull-wake subscriptions");
+  json body = request.body.empty() ? json::object() : json::parse(request.body, nullptr, false);
+  if (!body.is_object()) return Error(400, "BAD_REQUEST", "the body must be a JSON object");
+  std::string worker = "anonymous";
+  if (body.contains("worker")) {
+    if (!body["worker"].is_string() || body["worker"].get<std::string>().empty() ||
+        body["worker"].get<std::string>().size() > kMaxWorkerBytes) {
+      return Error(400, "BAD_REQUEST", "worker must be a non-empty string of at most 256 bytes");
+    }
+    worker = body["worker"].get<std::string>();
+  }
+  if (!sub.holder.empty()) {
+    return Error(409, "ALREADY_CLAIMED", "another worker holds the lease",
+                 {{"current_holder", sub.holder}, {"generation", sub.generation}});
+  }
+  const uint64_t now = registry_.clock().NowMs();
+  if (!sub.wake_active) {
+    // No wake outstanding: the claim itself starts one (no wake event is needed).
+    sub.generation += 1;
+    sub.wake_id = RandomId("w_");
+    sub.wake_active = true;
+    Status persisted = Persist(scope, sub, false);
+    if (!persisted.ok()) {
+      sub.wake_active = false;
+      return FromStatus(persisted);
+    }
+  }
+  sub.snapshot = Snapshot(sub, [&](const std::string& p) { return TailOf(scope.scope, p); });
+  sub.holder = worker;
+  sub.lease_expires_ms = now + sub.lease_ttl_ms;
+  poked_ = true;  // the engine's next deadline is this lease
+  json claims = {{"k", "claim"},        {"s", scope.scope.Label()}, {"i", sub.id},
+                 {"g", sub.generation}, {"w", sub.wake_id},         {"e", now + 3600 * 1000}};
+  return JsonResponse(200, {{"wake_id", sub.wake_id},
+                            {"generation", sub.generation},
+                            {"token", signer_->MintToken(claims.dump())},
+                            {"streams", EntriesJson(sub.snapshot)},
+                            {"lease_ttl_ms", sub.lease_ttl_ms}});
+}
+
+HttpResponse SubscriptionService::Settle(ScopeState& scope, Sub& sub, const HttpRequest& request,
+                                         bool release, const char* kind) {
+  auto auth = request.Header("authorization");
+  std::string_view token = auth.value_or("");
+  if (!token.starts_with("Bearer ")) {
+    return Error(401, "UNAUTHORIZED", "send the wake's token as Authorization: Bearer <token>");
+  }
+  auto claims_text = signer_->VerifyToken(token.substr(7));
+  json claims = claims_text ? json::parse(*claims_text, nullptr, false) : json();
+  const uint64_t now = registry_.clock().NowMs();
+  if (!claims.is_object() || claims.value("k", "") != kind ||
+      claims.value("s", "") != scope.scope.Label() || claims.value("i", "") != sub.id ||
+      claims.value("e", uint64_t{0}) <= now) {
+    return Error(401, "UNAUTHORIZED", "the token is not valid for this subscription");
+  }
+  json body = json::parse(request.body, nullptr, false);
+  if (!body.is_object() || !body.contains("generation") ||
+      !body["generation"].is_number_unsigned() || !body.contains("wake_id") ||
+      !body["wake_id"].is_string()) {
+    return Error(400, "BAD_REQUEST", "the body needs wake_id and generation");
+  }
+  const bool current = sub.wake_active && claims.value("g", uint64_t{0}) == sub.generation &&
+                       claims.value("w", "") == sub.wake_id &&
+                       body["generation"].get<uint64_t>() == sub.generation &&
+                       body["wake_id"].get<std::string>() == sub.wake_id &&
+                       (sub.webhook() || !sub.holder.empty());
+  if (!current) {
+    return Error(409, "FENCED", "the wake is stale: its generation or wake_id is not current",
+                 {{"generation", sub.generation}});
+  }
+  if (release) {
+    sub.wake_active = false;
+    sub.wake_id.clear();
+    sub.holder.clear();
+    sub.lease_expires_ms = 0;
+    sub.dirty = true;  // pending work gets a fresh wake event (7.2)
+    poked_ = true;
+    return NoContent();
+  }
+  // Validate every ack before applying any.
+  std::vector<std::pair<std::string, uint64_t>> acks;
+  if (body.contains("acks")) {
+    if (!body["acks"].is_array() || body["acks"].size() > kMaxLinks) {
+      return Error(400, "BAD_REQUEST", "acks must be an array of {stream, offset}");
+    }
+    for (const auto& a : body["acks"]) {
+      if (!a.is_object() || !a.contains("stream") || !a["stream"].is_string() ||
+          !a.contains("offset") || !a["offset"].is_string()) {
+        return Error(400, "BAD_REQUEST", "each ack needs stream and offset strings");
+      }
+      std::string path = a["stream"].get<std::string>();
+      if (!sub.links.count(path)) {
+        return Error(400, "BAD_REQUEST",
+                     "stream '" + path + "' is not linked to this subscription");
+      }
+      auto offset = ParseOffset(a["offset"].get<std::string>());
+      if (!offset.ok()) return Error(400, "BAD_REQUEST", std::string(offset.status().message()));
+      const uint64_t tail = TailOf(scope.scope, path);
+      uint64_t position = offset->kind == OffsetQuery::Kind::kPosition ? offset->position
+                          : offset->kind == OffsetQuery::Kind::kNow    ? tail
+                                                                       : 0;
+      if (position > tail) {
+        return Error(400, "BAD_REQUEST", "offset is beyond the tail of '" + path + "'");
+      }
+      acks.emplace_back(path, position);
+    }
+  }
+  bool changed = false;
+  for (const auto& [path, position] : acks) {
+    auto& link = sub.links[path];
+    if (position > link.acked) {
+      link.acked = position;
+      changed = true;
+    }
+  }
+  const bool done = body.value("done", false) == true;
+  if (!done) {
+    sub.lease_expires_ms = now + sub.lease_ttl_ms;  // heartbeat (7.3)
+    poked_ = true;
+  }
+  if (done) {
+    sub.wake_active = false;
+    sub.wake_id.clear();
+    sub.holder.clear();
+    sub.lease_expires_ms = 0;
+    sub.failed = false;
+    sub.attempts = 0;
+    changed = true;
+  }
+  if (changed) {
+    Status persisted = Persist(scope, sub, false);
+    if (!persisted.ok()) return FromStatus(persisted);
+  }
+  bool next_wake = false;
+  if (done) {
+    next_wake = Pending(scope, sub);
+    sub.dirty = next_wake;
+    poked_ = poked_ || next_wake;
+  }
+  return JsonResponse(200, {{"ok", true}, {"next_wake", next_wake}});
+}
+
+}  // namespace runnel::server

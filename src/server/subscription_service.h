@@ -1,0 +1,182 @@
+// SubscriptionService: the protocol's reserved subscription API (PROTOCOL.md sections 6-7) under
+// `<stream root>/__ds/`, for the global stream root (/v1/stream/) and every tenant's
+// (/v1/tenants/<t>/stream/); each scope has its own subscriptions.
+//
+//   PUT    __ds/subscriptions/<id>                 create (201) or re-confirm (200); 409 if the
+//                                                  normalized configuration's hash differs
+//   GET    __ds/subscriptions/<id>                 the subscription and its stream cursors
+//   DELETE __ds/subscriptions/<id>                 tombstone (204); later callbacks are refused
+//   POST   __ds/subscriptions/<id>/streams         add explicit links (204)
+//   DELETE __ds/subscriptions/<id>/streams/<path>  remove an explicit link (204)
+//   POST   __ds/subscriptions/<id>/claim           pull-wake: take the lease (409 ALREADY_CLAIMED)
+//   POST   __ds/subscriptions/<id>/ack             pull-wake: ack / heartbeat (claim token)
+//   POST   __ds/subscriptions/<id>/release         pull-wake: give the lease back (claim token)
+//   POST   __ds/subscriptions/<id>/callback        webhook: ack / heartbeat (callback token)
+//   GET    __ds/jwks.json                          the webhook signing keys (webhook_signer.h)
+//
+// State and durability. What the protocol needs to survive a restart is persisted: each
+// subscription's configuration, stream links and acked offsets, its generation counter and its
+// webhook retry schedule (attempts, next_attempt_at). Every change appends a JSON snapshot of
+// that one subscription (or a tombstone) to the internal stream `__ds/subscriptions` of the
+// scope, through the registry, so it is exactly as durable as the configured store (memory,
+// log or PostgreSQL). On first use of a scope the snapshots are replayed; the stream is
+// compacted (all live snapshots rewritten, older records pruned) once it holds more than
+// 4 x live + 256 records. Acked offsets are kept there rather than as consumer-group cursors:
+// a group cursor cannot be removed, so a deleted subscription would hold back prune forever.
+// Process-local by design: the current wake (wake_id and its stream snapshot), the lease holder
+// and its expiry, and the HMAC key of callback and claim tokens. After a restart no lease is
+// held, old tokens are void, and pending work gets a new wake with a higher generation.
+//
+// Wakes. A write through the HTTP server calls NoteWrite, which links a newly matching stream
+// (at offset zero: "linked before that append") and marks the subscription for a check. The
+// engine thread issues a wake (generation + 1, new wake_id) for every idle subscription with
+// pending work: pull-wake subscriptions get a wake event appended to their wake stream;
+// webhook subscriptions get a signed POST from a delivery thread. Appends made through the
+// embedded library rather than HTTP are noticed by a periodic re-check (recheck_interval_ms).
+// A failed webhook delivery ends the wake; it is retried after RetryDelayMs(attempt) (1 s
+// doubling to 60 s, +-20% jitter) with a new wake, at most max_delivery_attempts times in a
+// row; then the subscription stays `failed` without further attempts until a new append
+// arrives at least 60 s after the last attempt, or the subscription is re-confirmed.
+//
+// Authorization. The HTTP server's access gate admits every route here like the stream routes
+// of the same scope, except ack, release and callback, which authenticate with the
+// subscription-scoped token in `Authorization: Bearer` (SelfAuthenticated).
+//
+// Limits: kMaxSubscriptionsPerScope, kMaxLinks per subscription, kMaxIdBytes, lease_ttl_ms in
+// [1 s, 10 min], delivery queue kMaxQueuedDeliveries (a full queue counts as a failed attempt).
+//
+// Thread-safety: every public method may be called from any thread. Handle and NoteWrite block
+// on the store. One mutex guards all subscription state.
+#ifndef RUNNEL_SERVER_SUBSCRIPTION_SERVICE_H_
+#define RUNNEL_SERVER_SUBSCRIPTION_SERVICE_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runnel/registry.h"
+#include "server/http_types.h"
+#include "server/webhook_client.h"
+#include "server/webhook_signer.h"
+
+namespace runnel::server {
+
+struct SubscriptionOptions {
+  // The Ed25519 signing key file; empty keeps a process-local key.
+  std::string signing_key_path;
+  // The localhost development exception for webhook URLs (webhook_url.h).
+  bool allow_localhost_webhooks = false;
+  // Scheme and authority used in callback_url and jwks_url, e.g. "https://streams.example".
+  // Empty: default_scheme + "://" plus the request's Host header.
+  std::string public_base_url;
+  // "https" when the server serves TLS.
+  std::string default_scheme = "http";
+  uint64_t recheck_interval_ms = 5000;
+  size_t delivery_threads = 2;
+  uint32_t max_delivery_attempts = 10;
+  WebhookClientOptions client;
+  // False: no engine or delivery threads; the caller drives Tick() and RunDeliveries() (tests).
+  bool start_threads = true;
+  // Sends one webhook; null means PostWebhook(client, ...). For tests.
+  std::function<WebhookReply(const WebhookPost&)> poster;
+};
+
+// The delay before retry `attempt` (1-based): min(1 s * 2^(attempt-1), 60 s), scaled by
+// 0.8 + 0.4 * unit (unit in [0, 1)), so +-20% jitter.
+uint64_t RetryDelayMs(uint32_t attempt, double unit);
+
+class SubscriptionService {
+ public:
+  static constexpr size_t kMaxSubscriptionsPerScope = 1024;
+  static constexpr size_t kMaxLinks = 1024;
+  static constexpr size_t kMaxIdBytes = 200;
+  static constexpr size_t kMaxQueuedDeliveries = 1024;
+  static constexpr uint64_t kMinLeaseMs = 1000;
+  static constexpr uint64_t kMaxLeaseMs = 600000;
+  static constexpr uint64_t kDefaultLeaseMs = 30000;
+  static constexpr uint64_t kMaxRetryDelayMs = 60000;
+
+  // Loads or creates the signing key and starts the threads (unless options say not to).
+  static Result<std::unique_ptr<SubscriptionService>> Create(StreamRegistry registry,
+                                                             SubscriptionOptions options);
+  // Stops and joins the threads; queued deliveries are dropped.
+  ~SubscriptionService();
+  SubscriptionService(const SubscriptionService&) = delete;
+  SubscriptionService& operator=(const SubscriptionService&) = delete;
+
+  // True for stream routes whose name is under the reserved `__ds/` prefix.
+  static bool Matches(const Route& route);
+  // True for the ack, release and callback endpoints, which carry their own token.
+  static bool SelfAuthenticated(const Route& route);
+
+  HttpResponse Handle(const Route& route, const HttpRequest& request);
+  // After a successful write to `route`'s stream (any method).
+  void NoteWrite(const Route& route);
+
+  // One engine pass at the registry clock's now: expire leases, issue due wakes, queue
+  // deliveries. The engine thread calls it; with start_threads = false tests call it.
+  void Tick();
+  // Sends every queued delivery on the calling thread and applies the replies (tests).
+  void RunDeliveries();
+
+  const WebhookSigner& signer() const { return *signer_; }
+
+  struct Sub;
+  struct ScopeState;
+
+ private:
+  struct Job {
+    std::string key;
+    std::string wake_id;
+    WebhookPost post;
+  };
+  SubscriptionService(StreamRegistry registry, SubscriptionOptions options,
+                      std::unique_ptr<WebhookSigner> signer);
+
+  ScopeState& LoadScope(const StreamScope& scope);  // REQUIRES: mu_ held
+  Status Persist(ScopeState& scope, const Sub& sub, bool deleted);
+  uint64_t TailOf(const StreamScope& scope, const std::string& path) const;
+  bool Pending(const ScopeState& scope, const Sub& sub) const;
+  void IssueWake(ScopeState& scope, Sub& sub, uint64_t now, std::vector<Job>* jobs);
+  void FailAttempt(ScopeState& scope, Sub& sub, uint64_t now);
+  void OnReply(const Job& job, const WebhookReply& reply);
+  void Enqueue(std::vector<Job> jobs);
+  void EngineLoop();
+  void DeliveryLoop();
+
+  HttpResponse HandleSubscription(ScopeState& scope, const std::string& id, const Route& route,
+                                  const HttpRequest& request);
+  HttpResponse Put(ScopeState& scope, const std::string& id, const HttpRequest& request);
+  HttpResponse Claim(ScopeState& scope, Sub& sub, const HttpRequest& request);
+  HttpResponse Settle(ScopeState& scope, Sub& sub, const HttpRequest& request, bool release,
+                      const char* kind);
+
+  StreamRegistry registry_;
+  SubscriptionOptions options_;
+  std::unique_ptr<WebhookSigner> signer_;
+
+  // Subscriptions in every loaded scope; lets NoteWrite skip the lock when there are none.
+  std::atomic<size_t> live_subs_{0};
+  std::mutex mu_;
+  std::condition_variable engine_cv_;
+  std::condition_variable jobs_cv_;
+  std::map<std::string, std::unique_ptr<ScopeState>> scopes_;  // by StreamScope::Label()
+  std::deque<Job> jobs_;
+  bool poked_ = false;
+  bool stopping_ = false;
+  uint64_t next_recheck_ms_ = 0;
+  uint64_t next_deadline_ms_ = 0;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace runnel::server
+
+#endif  // RUNNEL_SERVER_SUBSCRIPTION_SERVICE_H_

@@ -1,0 +1,589 @@
+// The reserved subscription API (PROTOCOL.md sections 6-7) beyond what the conformance suite
+// covers: webhook signatures checked against the published JWK, key persistence, SSRF refusal,
+// lease expiry, generation fencing, bounded retries with backoff, and state surviving a restart
+// of the service. The service runs without threads on a manual clock; the test drives Tick()
+// and RunDeliveries().
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <openssl/evp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "server/offset_token.h"
+#include "server/subscription_service.h"
+#include "server/webhook_client.h"
+#include "server/webhook_signer.h"
+#include "server/webhook_url.h"
+
+namespace runnel::server {
+namespace {
+
+using json = nlohmann::json;
+
+// Verifies a Webhook-Signature header over `body` with the key of that kid in `jwks`, exactly
+// as a receiver would: only the published JWK is used.
+bool VerifyWithJwks(const std::string& jwks_text, const std::string& header,
+                    const std::string& body) {
+  std::smatch m;
+  static const std::regex kHeader(R"(^t=(\d+),kid=([^,]+),ed25519=([A-Za-z0-9_-]+)$)");
+  if (!std::regex_match(header, m, kHeader)) return false;
+  json jwks = json::parse(jwks_text);
+  for (const auto& key : jwks["keys"]) {
+    if (key["kid"] != m[2].str()) continue;
+    if (key["kty"] != "OKP" || key["crv"] != "Ed25519" || key["alg"] != "EdDSA") return false;
+    auto x = Base64UrlDecode(key["x"].get<std::string>());
+    auto sig = Base64UrlDecode(m[3].str());
+    if (!x || !sig || x->size() != 32) return false;
+    EVP_PKEY* pkey = EVP_PKEY_new_raw_public_key(
+        EVP_PKEY_ED25519, nullptr, reinterpret_cast<const unsigned char*>(x->data()), x->size());
+    std::string message = m[1].str() + "." + body;
+    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+    bool ok = EVP_DigestVerifyInit(ctx, nullptr, nullptr, nullptr, pkey) == 1 &&
+              EVP_DigestVerify(ctx, reinterpret_cast<const unsigned char*>(sig->data()),
+                               sig->size(), reinterpret_cast<const unsigned char*>(message.data()),
+                               message.size()) == 1;
+    EVP_MD_CTX_free(ctx);
+    EVP_PKEY_free(pkey);
+    return ok;
+  }
+  return false;
+}
+
+TEST(WebhookSignerTest, SignatureVerifiesAgainstTheJwksKeyAndNotForAnotherBody) {
+  auto signer = WebhookSigner::LoadOrCreate("");
+  ASSERT_TRUE(signer.ok());
+  std::string body = R"({"subscription_id":"s","generation":1})";
+  std::string header = (*signer)->SignatureHeader(1778324210, body);
+  EXPECT_TRUE(VerifyWithJwks((*signer)->JwksJson(), header, body));
+  EXPECT_FALSE(VerifyWithJwks((*signer)->JwksJson(), header, body + " "));
+  auto other = WebhookSigner::LoadOrCreate("");
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(VerifyWithJwks((*other)->JwksJson(), header, body));
+  EXPECT_EQ((*signer)->kid().rfind("ds_", 0), 0u);
+}
+
+TEST(WebhookSignerTest, KeyIsPersistedOwnerOnlyAndReloadedWithTheSameKid) {
+  auto dir =
+      std::filesystem::temp_directory_path() / ("runnel-signer-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string path = (dir / "webhook-signing-key.pem").string();
+  std::filesystem::remove(path);
+  auto first = WebhookSigner::LoadOrCreate(path);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  auto second = WebhookSigner::LoadOrCreate(path);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ((*first)->kid(), (*second)->kid());
+  EXPECT_EQ((*first)->public_key(), (*second)->public_key());
+  // A signature made before the "restart" verifies with the reloaded key set.
+  std::string header = (*first)->SignatureHeader(1, "x");
+  EXPECT_TRUE(VerifyWithJwks((*second)->JwksJson(), header, "x"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(WebhookSignerTest, CorruptKeyFileIsAnErrorNotANewKey) {
+  auto dir =
+      std::filesystem::temp_directory_path() / ("runnel-signer-bad-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string path = (dir / "key.pem").string();
+  FILE* f = std::fopen(path.c_str(), "w");
+  std::fputs("not a key", f);
+  std::fclose(f);
+  auto loaded = WebhookSigner::LoadOrCreate(path);
+  EXPECT_EQ(loaded.status().code(), StatusCode::kCorruption);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(WebhookSignerTest, TokensRejectTamperingAndOtherKeys) {
+  auto signer = WebhookSigner::LoadOrCreate("");
+  auto other = WebhookSigner::LoadOrCreate("");
+  std::string token = (*signer)->MintToken(R"({"g":7})");
+  EXPECT_EQ((*signer)->VerifyToken(token), std::optional<std::string>(R"({"g":7})"));
+  EXPECT_FALSE((*other)->VerifyToken(token));
+  std::string forged = (*signer)->MintToken(R"({"g":8})");
+  std::string spliced = forged.substr(0, forged.find('.')) + token.substr(token.find('.'));
+  EXPECT_FALSE((*signer)->VerifyToken(spliced));
+  EXPECT_FALSE((*signer)->VerifyToken("garbage"));
+}
+
+TEST(Base64UrlTest, RoundTripsEveryLength) {
+  std::string bytes;
+  for (int n = 0; n < 40; ++n) {
+    EXPECT_EQ(Base64UrlDecode(Base64UrlEncode(bytes)), std::optional<std::string>(bytes));
+    bytes += static_cast<char>(n * 37 + 200);
+  }
+  EXPECT_FALSE(Base64UrlDecode("ab=="));
+  EXPECT_FALSE(Base64UrlDecode("a"));
+}
+
+// PROTOCOL.md 6.2 and 12.8.
+TEST(WebhookUrlTest, RefusesPrivateLoopbackLinkLocalAndPlainHttpTargets) {
+  for (const char* url : {"http://10.0.0.1/hook",
+                          "https://10.0.0.1/hook",
+                          "https://192.168.1.20/",
+                          "https://172.16.0.1/",
+                          "https://169.254.169.254/latest/meta-data",
+                          "https://127.0.0.1/",
+                          "https://[::1]/",
+                          "https://[fe80::1]/",
+                          "https://[fd00::1]/",
+                          "https://[::ffff:10.0.0.1]/",
+                          "https://0.0.0.0/",
+                          "https://100.64.0.1/",
+                          "http://example.com/hook",
+                          "ftp://example.com/",
+                          "https://user@example.com/",
+                          "https://example.com:0/",
+                          "https://example.com:99999/",
+                          "https:///x",
+                          "http://localhost:8080/hook",
+                          "http://127.0.0.1:9/x"}) {
+    EXPECT_FALSE(CheckWebhookUrl(url, /*allow_localhost=*/false).ok()) << url;
+  }
+  EXPECT_TRUE(CheckWebhookUrl("https://example.com/hook", false).ok());
+  EXPECT_TRUE(CheckWebhookUrl("https://93.184.216.34:8443/x?y=1", false).ok());
+}
+
+TEST(WebhookUrlTest, DevelopmentExceptionCoversOnlyLocalhostAnd127Dot0Dot0) {
+  EXPECT_TRUE(CheckWebhookUrl("http://localhost:8080/hook", true).ok());
+  EXPECT_TRUE(CheckWebhookUrl("http://127.0.0.1:9/x", true).ok());
+  EXPECT_TRUE(CheckWebhookUrl("http://127.0.0.9/x", true).ok());
+  EXPECT_FALSE(CheckWebhookUrl("http://127.1.0.1/x", true).ok());
+  EXPECT_FALSE(CheckWebhookUrl("http://10.0.0.1/hook", true).ok());
+  EXPECT_FALSE(CheckWebhookUrl("http://example.com/hook", true).ok());
+}
+
+TEST(WebhookUrlTest, ResolvedAddressesAreCheckedAtConnectTime) {
+  auto url = ParseWebhookUrl("https://hooks.example.com/x");
+  ASSERT_TRUE(url.ok());
+  EXPECT_TRUE(AddressAllowed(*url, "93.184.216.34", false));
+  EXPECT_FALSE(AddressAllowed(*url, "10.1.2.3", false));
+  EXPECT_FALSE(AddressAllowed(*url, "127.0.0.1", true));  // not a localhost URL
+  auto local = ParseWebhookUrl("http://localhost:1/x");
+  EXPECT_TRUE(AddressAllowed(*local, "127.0.0.1", true));
+  EXPECT_TRUE(AddressAllowed(*local, "::1", true));
+  EXPECT_FALSE(AddressAllowed(*local, "127.0.0.1", false));
+  EXPECT_FALSE(AddressAllowed(*local, "192.168.0.1", true));
+}
+
+TEST(RetryDelayTest, DoublesFromOneSecondToSixtyWithTwentyPercentJitter) {
+  uint64_t expected[] = {1000, 2000, 4000, 8000, 16000, 32000, 60000, 60000, 60000};
+  for (uint32_t attempt = 1; attempt <= 9; ++attempt) {
+    uint64_t base = expected[attempt - 1];
+    EXPECT_EQ(RetryDelayMs(attempt, 0.5), base) << attempt;
+    EXPECT_EQ(RetryDelayMs(attempt, 0.0), base * 8 / 10) << attempt;
+    EXPECT_LE(RetryDelayMs(attempt, 0.999999), base * 12 / 10) << attempt;
+  }
+  EXPECT_EQ(RetryDelayMs(1000000, 0.5), 60000u);
+}
+
+// A one-connection loopback listener that reads the request and then sends `reply` (or nothing,
+// keeping the connection open for `hold_ms`).
+class OneShotServer {
+ public:
+  OneShotServer(std::string reply, int hold_ms) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    ::listen(fd_, 1);
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this, reply = std::move(reply), hold_ms] {
+      int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      char buf[4096];
+      timeval tv{2, 0};
+      ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      ::recv(c, buf, sizeof(buf), 0);
+      if (!reply.empty()) ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
+      ::close(c);
+    });
+  }
+  ~OneShotServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(fd_);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/hook"; }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::thread thread_;
+};
+
+TEST(WebhookClientTest, DeliversAndReadsTheReply) {
+  OneShotServer server("HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\n{\"done\":true}", 0);
+  WebhookClientOptions options;
+  options.allow_localhost = true;
+  WebhookReply reply = PostWebhook(options, {server.url(), {}, "{}"});
+  ASSERT_TRUE(reply.responded) << reply.error;
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_EQ(reply.body, R"({"done":true})");
+}
+
+TEST(WebhookClientTest, GivesUpAtTheDeadlineWhenTheReceiverNeverAnswers) {
+  OneShotServer server("", 1000);
+  WebhookClientOptions options;
+  options.allow_localhost = true;
+  options.timeout_ms = 300;
+  auto start = std::chrono::steady_clock::now();
+  WebhookReply reply = PostWebhook(options, {server.url(), {}, "{}"});
+  auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_FALSE(reply.responded);
+  EXPECT_NE(reply.error.find("no response within 300 ms"), std::string::npos) << reply.error;
+  EXPECT_LT(took, std::chrono::milliseconds(2500));
+}
+
+TEST(WebhookClientTest, RefusesAnOversizedReply) {
+  std::string big(1000, 'x');
+  OneShotServer server("HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + big, 0);
+  WebhookClientOptions options;
+  options.allow_localhost = true;
+  options.max_response_bytes = 100;
+  WebhookReply reply = PostWebhook(options, {server.url(), {}, "{}"});
+  EXPECT_FALSE(reply.responded);
+  EXPECT_NE(reply.error.find("larger than 100 bytes"), std::string::npos)
+      << reply.error << " status " << reply.status << " body bytes " << reply.body.size();
+}
+
+TEST(WebhookClientTest, RefusesLoopbackWithoutTheDevelopmentException) {
+  OneShotServer server("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", 0);
+  WebhookReply reply = PostWebhook(WebhookClientOptions{}, {server.url(), {}, "{}"});
+  EXPECT_FALSE(reply.responded);
+  EXPECT_NE(reply.error.find("private, loopback or reserved"), std::string::npos) << reply.error;
+  // Unblock the listener, which is waiting for a connection that never comes.
+  WebhookClientOptions dev;
+  dev.allow_localhost = true;
+  (void)PostWebhook(dev, {server.url(), {}, "{}"});
+}
+
+class SubscriptionServiceTest : public ::testing::Test {
+ protected:
+  SubscriptionServiceTest() : clock_(1778324210000), registry_(NewMemoryStore(), &clock_) {}
+
+  void Start(uint32_t max_attempts = 10) {
+    SubscriptionOptions options;
+    options.start_threads = false;
+    options.allow_localhost_webhooks = true;
+    options.max_delivery_attempts = max_attempts;
+    options.poster = [this](const WebhookPost& post) {
+      posts_.push_back(post);
+      post_times_.push_back(clock_.NowMs());
+      return reply_;
+    };
+    auto service = SubscriptionService::Create(registry_, options);
+    ASSERT_TRUE(service.ok()) << service.status().ToString();
+    service_ = std::move(*service);
+  }
+
+  HttpResponse Call(const std::string& method, const std::string& name, const json& body = nullptr,
+                    const std::string& token = "") {
+    HttpRequest request;
+    request.method = method;
+    request.path = "/v1/stream/" + name;
+    request.headers["host"] = "streams.test";
+    if (!token.empty()) request.headers["authorization"] = "Bearer " + token;
+    if (!body.is_null()) request.body = body.dump();
+    Route route = ParseRoute(request.path, true);
+    return service_->Handle(route, request);
+  }
+
+  void CreateStream(const std::string& name) {
+    CreateStreamOptions options;
+    options.content_type = "application/json";
+    ASSERT_TRUE(registry_.CreateStream(StreamScope::Global(), name, options).ok());
+  }
+
+  // An append as the HTTP server does it: write, then NoteWrite.
+  void Append(const std::string& name, const std::string& payload) {
+    ASSERT_TRUE(
+        registry_.Append(StreamScope::Global(), name, std::nullopt, payload, clock_.NowMs()).ok());
+    service_->NoteWrite(ParseRoute("/v1/stream/" + name, true));
+  }
+
+  std::vector<json> WakeEvents(const std::string& wake_stream) {
+    std::vector<json> out;
+    auto events = registry_.ReadSince(StreamScope::Global(), wake_stream, 1, 1000);
+    EXPECT_TRUE(events.ok());
+    for (const auto& e : *events) out.push_back(json::parse(e.payload));
+    return out;
+  }
+
+  static json PullSub(const std::string& /*id*/) {
+    return {{"type", "pull-wake"},
+            {"pattern", "events/*"},
+            {"wake_stream", "wake/pool"},
+            {"lease_ttl_ms", 1000}};
+  }
+
+  ManualClock clock_;
+  StreamRegistry registry_;
+  std::unique_ptr<SubscriptionService> service_;
+  std::vector<WebhookPost> posts_;
+  std::vector<uint64_t> post_times_;
+  WebhookReply reply_{true, 200, "{}", ""};
+};
+
+// PROTOCOL.md 7.3: a lease ends after lease_ttl_ms without heartbeat; its token is then fenced
+// and pending work gets a new wake with a higher generation.
+TEST_F(SubscriptionServiceTest, LeaseExpiryFencesTheHolderAndWakesAgain) {
+  Start();
+  CreateStream("wake/pool");
+  ASSERT_EQ(Call("PUT", "__ds/subscriptions/p1", PullSub("p1")).status, 201);
+  CreateStream("events/a");
+  Append("events/a", R"({"n":1})");
+  service_->Tick();
+  auto wakes = WakeEvents("wake/pool");
+  ASSERT_EQ(wakes.size(), 1u);
+  EXPECT_EQ(wakes[0]["subscription_id"], "p1");
+  EXPECT_EQ(wakes[0]["stream"], "events/a");
+  auto claim = Call("POST", "__ds/subscriptions/p1/claim", {{"worker", "w1"}});
+  ASSERT_EQ(claim.status, 200) << claim.body;
+  json claimed = json::parse(claim.body);
+  EXPECT_EQ(claimed["generation"], wakes[0]["generation"]);
+
+  // A heartbeat inside the lease keeps it.
+  clock_.Advance(800);
+  json heartbeat = {{"wake_id", claimed["wake_id"]}, {"generation", claimed["generation"]}};
+  EXPECT_EQ(Call("POST", "__ds/subscriptions/p1/ack", heartbeat, claimed["token"]).status, 200);
+  clock_.Advance(800);
+  service_->Tick();
+  EXPECT_EQ(Call("POST", "__ds/subscriptions/p1/claim", {{"worker", "w2"}}).status, 409);
+
+  // Past the extended lease: the holder is cleared, a new wake is written, the old token fenced.
+  clock_.Advance(300);
+  service_->Tick();
+  wakes = WakeEvents("wake/pool");
+  ASSERT_EQ(wakes.size(), 2u);
+  EXPECT_EQ(wakes[1]["generation"].get<uint64_t>(), claimed["generation"].get<uint64_t>() + 1);
+  auto stale = Call("POST", "__ds/subscriptions/p1/ack", heartbeat, claimed["token"]);
+  EXPECT_EQ(stale.status, 409);
+  EXPECT_EQ(json::parse(stale.body)["error"]["code"], "FENCED");
+  auto claim2 = Call("POST", "__ds/subscriptions/p1/claim", {{"worker", "w2"}});
+  ASSERT_EQ(claim2.status, 200);
+  EXPECT_EQ(json::parse(claim2.body)["generation"], wakes[1]["generation"]);
+}
+
+// PROTOCOL.md 7.3: a request must match the token, the current generation and the wake_id.
+TEST_F(SubscriptionServiceTest, GenerationFencingRefusesStaleAndMismatchedRequests) {
+  Start();
+  CreateStream("wake/pool");
+  ASSERT_EQ(Call("PUT", "__ds/subscriptions/p1", PullSub("p1")).status, 201);
+  CreateStream("events/a");
+  Append("events/a", R"({"n":1})");
+  json c1 = json::parse(Call("POST", "__ds/subscriptions/p1/claim", {{"worker", "w1"}}).body);
+  json release = {{"wake_id", c1["wake_id"]}, {"generation", c1["generation"]}};
+  EXPECT_EQ(Call("POST", "__ds/subscriptions/p1/release", release, c1["token"]).status, 204);
+  json c2 = json::parse(Call("POST", "__ds/subscriptions/p1/claim", {{"worker", "w1"}}).body);
+  ASSERT_GT(c2["generation"].get<uint64_t>(), c1["generation"].get<uint64_t>());
+  std::string tail = FormatOffset(1);
+  json ack = {{"wake_id", c2["wake_id"]},
+              {"generation", c2["generation"]},
+              {"acks", {{{"stream", "events/a"}, {"offset", tail}}}},
+              {"done", true}};
+  // The old token, the old generation, and a wrong wake_id are all fenced.
+  EXPECT_EQ(Call("POST", "__ds/subscriptions/p1/ack", ack, c1["token"]).status, 409);
+  json old_gen = ack;
+  old_gen["generation"] = c1["generation"];
+  EXPECT_EQ(Call("POST", "__ds/subscriptions/p1/ack", old_gen, c2["token"]).status, 409);
+  json wrong_wake = ack;
+  wrong_wake["wake_id"] = c1["wake_id"];
+  EXPECT_EQ(Call("POST", "__ds/subscriptions/p1/ack", wrong_wake, c2["token"]).status, 409);
+  EXPECT_EQ(Call("POST", "__ds/subscriptions/p1/ack", ack, "forged.token").status, 401);
+  EXPECT_EQ(Call("POST", "__ds/subscriptions/p1/ack", ack).status, 401);
+  // None of those moved the cursor.
+  json get = json::parse(Call("GET", "__ds/subscriptions/p1").body);
+  EXPECT_EQ(get["streams"][0]["acked_offset"], FormatOffset(0));
+  auto ok = Call("POST", "__ds/subscriptions/p1/ack", ack, c2["token"]);
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(json::parse(ok.body), json({{"ok", true}, {"next_wake", false}}));
+  get = json::parse(Call("GET", "__ds/subscriptions/p1").body);
+  EXPECT_EQ(get["streams"][0]["acked_offset"], tail);
+  // Replaying the completed ack is fenced; so is anything after DELETE.
+  EXPECT_EQ(Call("POST", "__ds/subscriptions/p1/ack", ack, c2["token"]).status, 409);
+  EXPECT_EQ(Call("DELETE", "__ds/subscriptions/p1").status, 204);
+  EXPECT_EQ(Call("POST", "__ds/subscriptions/p1/ack", ack, c2["token"]).status, 404);
+}
+
+TEST_F(SubscriptionServiceTest, WebhookIsSignedWithTheJwksKeyAndDoneAutoAcks) {
+  Start();
+  reply_.body = R"({"done":true})";
+  auto created = Call("PUT", "__ds/subscriptions/h1",
+                      {{"type", "webhook"},
+                       {"pattern", "events/**"},
+                       {"webhook", {{"url", "http://127.0.0.1:9/hook"}}}});
+  ASSERT_EQ(created.status, 201) << created.body;
+  json body = json::parse(created.body);
+  EXPECT_EQ(body["webhook"]["signing"]["jwks_url"], "http://streams.test/v1/stream/__ds/jwks.json");
+  auto jwks = Call("GET", "__ds/jwks.json");
+  ASSERT_EQ(jwks.status, 200);
+  CreateStream("events/deep/x");
+  Append("events/deep/x", R"({"n":1})");
+  Append("events/deep/x", R"({"n":2})");
+  service_->Tick();
+  service_->RunDeliveries();
+  ASSERT_EQ(posts_.size(), 1u);
+  std::string signature;
+  for (const auto& [name, value] : posts_[0].headers) {
+    if (name == "Webhook-Signature") signature = value;
+  }
+  EXPECT_TRUE(VerifyWithJwks(jwks.body, signature, posts_[0].body));
+  json wake = json::parse(posts_[0].body);
+  EXPECT_EQ(wake["callback_url"], "http://streams.test/v1/stream/__ds/subscriptions/h1/callback");
+  EXPECT_EQ(wake["streams"][0]["tail_offset"], FormatOffset(2));
+  json get = json::parse(Call("GET", "__ds/subscriptions/h1").body);
+  EXPECT_EQ(get["streams"][0]["acked_offset"], FormatOffset(2));
+  EXPECT_EQ(get["status"], "active");
+  // Nothing pending: no further delivery.
+  service_->Tick();
+  service_->RunDeliveries();
+  EXPECT_EQ(posts_.size(), 1u);
+}
+
+// PROTOCOL.md 7.1 retries, bounded by max_delivery_attempts.
+TEST_F(SubscriptionServiceTest, FailedDeliveriesBackOffExponentiallyAndStopAfterTheLimit) {
+  Start(/*max_attempts=*/5);
+  reply_ = WebhookReply{true, 503, "", ""};
+  ASSERT_EQ(Call("PUT", "__ds/subscriptions/h1",
+                 {{"type", "webhook"},
+                  {"streams", {"events/a"}},
+                  {"webhook", {{"url", "http://localhost:9/hook"}}}})
+                .status,
+            201);
+  CreateStream("events/a");
+  Append("events/a", R"({"n":1})");
+  // Step the clock in 100 ms increments for ten simulated minutes.
+  for (int step = 0; step < 6000; ++step) {
+    service_->Tick();
+    service_->RunDeliveries();
+    clock_.Advance(100);
+  }
+  ASSERT_EQ(posts_.size(), 5u);
+  for (size_t i = 1; i < post_times_.size(); ++i) {
+    uint64_t gap = post_times_[i] - post_times_[i - 1];
+    uint64_t base = 1000ull << (i - 1);
+    EXPECT_GE(gap, base * 8 / 10) << i;
+    EXPECT_LE(gap, base * 12 / 10 + 200) << i;
+  }
+  // Every attempt was a new wake with a higher generation.
+  for (size_t i = 1; i < posts_.size(); ++i) {
+    EXPECT_GT(json::parse(posts_[i].body)["generation"].get<uint64_t>(),
+              json::parse(posts_[i - 1].body)["generation"].get<uint64_t>());
+  }
+  EXPECT_EQ(json::parse(Call("GET", "__ds/subscriptions/h1").body)["status"], "failed");
+  // A new append a minute later starts a new bounded cycle; the receiver has recovered.
+  reply_ = WebhookReply{true, 200, R"({"done":true})", ""};
+  clock_.Advance(60000);
+  Append("events/a", R"({"n":2})");
+  service_->Tick();
+  service_->RunDeliveries();
+  EXPECT_EQ(posts_.size(), 6u);
+  json get = json::parse(Call("GET", "__ds/subscriptions/h1").body);
+  EXPECT_EQ(get["status"], "active");
+  EXPECT_EQ(get["streams"][0]["acked_offset"], FormatOffset(2));
+}
+
+TEST_F(SubscriptionServiceTest, StateSurvivesARestartOfTheService) {
+  Start();
+  CreateStream("wake/pool");
+  CreateStream("events/a");
+  ASSERT_TRUE(registry_.Append(StreamScope::Global(), "events/a", std::nullopt, "{}", 1).ok());
+  ASSERT_EQ(Call("PUT", "__ds/subscriptions/p1", PullSub("p1")).status, 201);
+  Append("events/a", R"({"n":2})");
+  json c = json::parse(Call("POST", "__ds/subscriptions/p1/claim", {{"worker", "w"}}).body);
+  json ack = {{"wake_id", c["wake_id"]},
+              {"generation", c["generation"]},
+              {"acks", {{{"stream", "events/a"}, {"offset", FormatOffset(2)}}}}};
+  ASSERT_EQ(Call("POST", "__ds/subscriptions/p1/ack", ack, c["token"]).status, 200);
+  service_.reset();
+  Start();
+  auto get = Call("GET", "__ds/subscriptions/p1");
+  ASSERT_EQ(get.status, 200);
+  json body = json::parse(get.body);
+  EXPECT_EQ(body["streams"][0]["acked_offset"], FormatOffset(2));
+  EXPECT_EQ(body["generation"], c["generation"]);
+  // The old claim token died with the process-local lease.
+  EXPECT_EQ(Call("POST", "__ds/subscriptions/p1/ack", ack, c["token"]).status, 401);
+  // Re-confirmation is idempotent across the restart; a different configuration conflicts.
+  EXPECT_EQ(Call("PUT", "__ds/subscriptions/p1", PullSub("p1")).status, 200);
+  json changed = PullSub("p1");
+  changed["lease_ttl_ms"] = 2000;
+  EXPECT_EQ(Call("PUT", "__ds/subscriptions/p1", changed).status, 409);
+}
+
+// The state stream is compacted (live snapshots rewritten, older records pruned) and a restart
+// after compaction still sees every change.
+TEST_F(SubscriptionServiceTest, StateStreamIsCompactedWithoutLosingState) {
+  Start();
+  ASSERT_EQ(Call("PUT", "__ds/subscriptions/a",
+                 {{"type", "pull-wake"}, {"streams", {"s/0"}}, {"wake_stream", "w"}})
+                .status,
+            201);
+  ASSERT_EQ(Call("PUT", "__ds/subscriptions/b",
+                 {{"type", "pull-wake"}, {"streams", {"t/0"}}, {"wake_stream", "w"}})
+                .status,
+            201);
+  for (int i = 1; i <= 600; ++i) {
+    ASSERT_EQ(
+        Call("POST", "__ds/subscriptions/a/streams", {{"streams", {"s/" + std::to_string(i)}}})
+            .status,
+        204);
+  }
+  ASSERT_EQ(Call("DELETE", "__ds/subscriptions/b").status, 204);
+  auto state = registry_.Describe(StreamScope::Global(), "__ds/subscriptions");
+  ASSERT_TRUE(state.has_value());
+  EXPECT_LE(state->event_count, 4u * 2 + 256 + 2);
+  EXPECT_GE(state->next_offset, 603u);
+  service_.reset();
+  Start();
+  json a = json::parse(Call("GET", "__ds/subscriptions/a").body);
+  EXPECT_EQ(a["streams"].size(), 601u);
+  EXPECT_EQ(Call("GET", "__ds/subscriptions/b").status, 404);
+}
+
+TEST_F(SubscriptionServiceTest, BadRequestsGetClearErrors) {
+  Start();
+  auto bad_url = Call("PUT", "__ds/subscriptions/x",
+                      {{"type", "webhook"},
+                       {"pattern", "a/*"},
+                       {"webhook", {{"url", "https://169.254.169.254/"}}}});
+  EXPECT_EQ(bad_url.status, 400);
+  EXPECT_EQ(json::parse(bad_url.body)["error"]["code"], "WEBHOOK_URL_REJECTED");
+  EXPECT_EQ(Call("PUT", "__ds/subscriptions/x", {{"type", "pull-wake"}, {"pattern", "a/*"}}).status,
+            400);
+  EXPECT_EQ(Call("PUT", "__ds/subscriptions/x", {{"type", "webhook"}}).status, 400);
+  EXPECT_EQ(
+      Call("PUT", "__ds/subscriptions/x",
+           {{"type", "pull-wake"}, {"pattern", "a/*"}, {"wake_stream", "w"}, {"lease_ttl_ms", 999}})
+          .status,
+      400);
+  EXPECT_EQ(Call("PUT", "__ds/subscriptions/bad%id", PullSub("x")).status, 400);
+  EXPECT_EQ(Call("GET", "__ds/subscriptions/missing").status, 404);
+  EXPECT_EQ(Call("GET", "__ds/other").status, 404);
+  HttpRequest garbage;
+  garbage.method = "PUT";
+  garbage.path = "/v1/stream/__ds/subscriptions/x";
+  garbage.body = "{not json";
+  EXPECT_EQ(service_->Handle(ParseRoute(garbage.path, true), garbage).status, 400);
+}
+
+}  // namespace
+}  // namespace runnel::server
