@@ -84,6 +84,37 @@ TEST_F(LogStoreTest, DurabilityModesParseAndAreReported) {
 
 // Continuous appends to a stream with retention, interleaved with rare appends to a stream that
 // keeps everything: without the cleaner the rare records would pin every old segment.
+// Group-commit metrics: in fsync mode every acknowledged append was made durable by a counted
+// sync, and the records and bytes per sync add up to what was appended.
+TEST_F(LogStoreTest, CommitStatsCountSyncsRecordsAndBytes) {
+  auto opened = Open();
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::unique_ptr<Store> store = std::move(*opened);
+  const StoreCommitStats before = store->CommitStats();
+  EXPECT_TRUE(before.available);
+  auto info = store->CreateStream(Spec("stats"));
+  ASSERT_TRUE(info.ok());
+  const StoreCommitStats created = store->CommitStats();
+  EXPECT_GT(created.syncs, before.syncs);  // the create frame was synced too
+  EXPECT_EQ(created.records, before.records);
+  // Sequential appends: each is its own group and its own sync.
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(AppendPayloads(*store, info->id, {"ab", "cde", "f"}).ok());
+  }
+  const StoreCommitStats after = store->CommitStats();
+  EXPECT_EQ(after.syncs - created.syncs, 5u);
+  EXPECT_EQ(after.records - created.records, 15u);
+  // Each append batch frame carries at least its 6 payload bytes plus headers.
+  EXPECT_GT(after.bytes - created.bytes, 5u * 6u);
+  uint64_t histogram_total = 0;
+  for (uint64_t n : after.records_per_sync) histogram_total += n;
+  EXPECT_EQ(histogram_total, after.syncs);
+  // Three records per sync land in the "<= 4" bucket (index 2).
+  EXPECT_EQ(after.records_per_sync[2] - created.records_per_sync[2], 5u);
+  // The memory store has no commit log to report.
+  EXPECT_FALSE(NewMemoryStore()->CommitStats().available);
+}
+
 TEST_F(LogStoreTest, DiskStaysBoundedUnderContinuousAppendsWithRetention) {
   LogStoreOptions o = SmallLogOptions(dir_.path());
   o.segment_size = 32 << 10;
