@@ -440,8 +440,18 @@ Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
   const std::string path = SegmentPath(number);
   RUNNEL_ASSIGN_OR_RETURN(auto file, env_->OpenFile(path, false));
   RUNNEL_ASSIGN_OR_RETURN(uint64_t size, file->Size());
+  // Reads the header (and the first frame header after it) and [from, size): the frames before
+  // `from` were replayed before the checkpoint was taken, so restart reads at most one
+  // checkpoint interval of log, however large the segment.
   std::string buf(size, '\0');
-  RUNNEL_ASSIGN_OR_RETURN(size_t got, file->ReadAt(0, size, buf.data()));
+  const uint64_t head = std::min<uint64_t>(size, kSegmentHeaderSize + kFrameHeaderSize);
+  const uint64_t skip_to = std::max(from, head);
+  RUNNEL_ASSIGN_OR_RETURN(size_t got, file->ReadAt(0, head, buf.data()));
+  if (got == head && skip_to < size) {
+    RUNNEL_ASSIGN_OR_RETURN(size_t tail,
+                            file->ReadAt(skip_to, size - skip_to, buf.data() + skip_to));
+    got = skip_to + tail;
+  }
   buf.resize(got);
   Segment& seg = segments_[number];
   seg.number = number;
