@@ -429,7 +429,7 @@ void RestartLargeDir(const std::string& dir, double total_gb) {
                 static_cast<double>(bytes) / 1e9, write_secs, open_secs);
     store.reset();  // a clean close: the next fill starts after a fresh checkpoint
   }
-  if (std::getenv("LOGPERF_KEEP") == nullptr) std::filesystem::remove_all(logdir);
+  std::filesystem::remove_all(logdir);
 }
 
 uint64_t RssBytes() {

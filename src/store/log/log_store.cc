@@ -185,11 +185,24 @@ LogStore::~LogStore() {
 
 void LogStore::RequestPreparedSegment(uint64_t number) {
   if (!options_.prezero_segments) return;
+  uint64_t stale = 0;
   {
     std::lock_guard lock(prep_mu_);
     prep_wanted_ = number;
+    // A segment prepared after the roll that needed it had already created the segment itself
+    // is of no use any more: remove it, or it stays behind as a 64 MiB file until the next open
+    // (and the next preparation would drop the handle without removing the file).
+    if (prep_file_ && prep_ready_ < number) {
+      stale = prep_ready_;
+      prep_file_.reset();
+      prep_ready_ = 0;
+    }
   }
   prep_cv_.notify_all();
+  if (stale != 0) {
+    Status removed = env_->RemoveFile(SegmentPath(stale) + ".prep");
+    (void)removed;  // a leftover is removed at the next open
+  }
 }
 
 std::shared_ptr<env::File> LogStore::TakePreparedSegment(uint64_t number) {
