@@ -7,29 +7,43 @@
 // median-free single run: rerun and compare before quoting a ratio.
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
-#include <condition_variable>
-#include <optional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "runnel/log_store.h"
+#ifdef RUNNEL_BENCH_ROCKSDB
+#include <rocksdb/db.h>
+#endif
 #include "runnel/store.h"
 
 namespace {
+
+constexpr const char* kUsage =
+    "usage: log_bench [--dir DIR] [--seconds S] [--quick] [--only SECTIONS]\n"
+    "                 [--size BYTES] [--appenders N] [--restart-gb GB]\n"
+    "  SECTIONS: comma-separated from appends,rocksdb,catchup,tail,memory,restart (default:\n"
+    "            all; rocksdb runs inside appends, when built with RocksDB)\n"
+    "  --restart-gb GB (or RUNNEL_BENCH_RESTART_GB): also time the restart of a data directory\n"
+    "            grown to 1 GB and then GB gigabytes (off by default: it writes GB to --dir)\n"
+    "  --size/--appenders restrict the appends matrix to one record size / appender count\n";
 
 using Clock = std::chrono::steady_clock;
 using runnel::AppendRecord;
@@ -39,13 +53,18 @@ using runnel::LogStoreOptions;
 using runnel::Result;
 using runnel::StreamId;
 
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double Seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 struct Figures {
   double ops_per_s = 0;
   double mb_per_s = 0;
   double p50_us = 0;
   double p99_us = 0;
+  // From the store's commit stats: records per fdatasync and the mean fdatasync time.
+  double records_per_sync = 0;
+  double sync_us = 0;
 };
 
 Figures Summarise(std::vector<double>& lat_us, uint64_t ops, uint64_t bytes, double secs) {
@@ -137,7 +156,8 @@ Figures DurableAppends(const std::string& dir, size_t size, int appenders, doubl
   o.dir = dir + "/log";
   auto store = MustOpen(o);
   std::vector<StreamId> ids;
-  for (int i = 0; i < appenders; ++i) ids.push_back(MustCreate(*store, std::string("s").append(std::to_string(i))));
+  for (int i = 0; i < appenders; ++i)
+    ids.push_back(MustCreate(*store, std::string("s").append(std::to_string(i))));
   std::atomic<bool> stop{false};
   std::mutex mu;
   std::vector<double> lat;
@@ -162,9 +182,254 @@ Figures DurableAppends(const std::string& dir, size_t size, int appenders, doubl
   stop = true;
   for (auto& t : threads) t.join();
   const double secs = Seconds(Clock::now() - start);
+  const runnel::StoreCommitStats stats = store->CommitStats();
   store.reset();
   std::filesystem::remove_all(dir + "/log");
+  Figures f = Summarise(lat, ops.load(), ops.load() * size, secs);
+  if (stats.syncs > 0) {
+    f.records_per_sync = static_cast<double>(stats.records) / static_cast<double>(stats.syncs);
+    f.sync_us = static_cast<double>(stats.sync_micros) / static_cast<double>(stats.syncs);
+  }
+  return f;
+}
+
+// `appenders` logical appenders, each with exactly one append in flight (fsync durability: the
+// next one is issued once the previous is acknowledged, i.e. on disk), driven the way the HTTP
+// server drives the store: completions are handed to `client_threads` threads (the server's io
+// threads), which issue the next append. Unlike DurableAppends, an appender is not an OS thread
+// blocking per append, so the figure is the store's group-commit rate rather than the kernel's
+// thread wake-up rate.
+Figures DurableAppendsAsync(const std::string& dir, size_t size, int appenders, int client_threads,
+                            double seconds) {
+  std::filesystem::remove_all(dir + "/log");
+  LogStoreOptions o;
+  o.dir = dir + "/log";
+  auto store = MustOpen(o);
+  std::vector<StreamId> ids;
+  for (int i = 0; i < appenders; ++i) {
+    ids.push_back(MustCreate(*store, std::string("a").append(std::to_string(i))));
+  }
+  const std::string payload(size, 'p');
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int> ready;   // GUARDED_BY(mu): appenders whose previous append completed
+  std::vector<double> lat;  // GUARDED_BY(mu)
+  int in_flight = 0;        // GUARDED_BY(mu)
+  bool stop = false;        // GUARDED_BY(mu)
+  std::vector<Clock::time_point> issued(static_cast<size_t>(appenders));
+  uint64_t ops = 0;  // GUARDED_BY(mu)
+  std::function<void(int)> issue = [&](int a) {
+    AppendRequest req;
+    req.stream = ids[static_cast<size_t>(a)];
+    req.now_ms = 1;
+    req.records.push_back(AppendRecord{std::nullopt, payload});
+    issued[static_cast<size_t>(a)] = Clock::now();
+    store->Append(std::move(req), [&, a](Result<AppendResult> r) {
+      if (!r.ok()) std::abort();
+      const double us = Seconds(Clock::now() - issued[static_cast<size_t>(a)]) * 1e6;
+      std::lock_guard lock(mu);
+      lat.push_back(us);
+      ++ops;
+      --in_flight;
+      if (!stop) {
+        ++in_flight;
+        const bool was_empty = ready.empty();
+        ready.push_back(a);
+        if (was_empty) cv.notify_one();
+      } else if (in_flight == 0) {
+        cv.notify_all();
+      }
+    });
+  };
+  std::vector<std::thread> clients;
+  const auto start = Clock::now();
+  {
+    std::lock_guard lock(mu);
+    for (int a = 0; a < appenders; ++a) ready.push_back(a);
+    in_flight = appenders;
+  }
+  for (int t = 0; t < client_threads; ++t) {
+    clients.emplace_back([&] {
+      std::vector<int> mine;
+      for (;;) {
+        {
+          std::unique_lock lock(mu);
+          cv.wait(lock, [&] { return stop || !ready.empty(); });
+          if (stop) return;
+          mine.swap(ready);
+        }
+        for (int a : mine) issue(a);
+        mine.clear();
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  double secs = 0;
+  uint64_t done_ops = 0;
+  {
+    std::unique_lock lock(mu);
+    stop = true;
+    secs = Seconds(Clock::now() - start);
+    done_ops = ops;
+    // Appenders queued but not issued will never complete.
+    in_flight -= static_cast<int>(ready.size());
+    ready.clear();
+    cv.notify_all();
+  }
+  for (auto& t : clients) t.join();
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return in_flight == 0; });
+  }
+  const runnel::StoreCommitStats stats = store->CommitStats();
+  store.reset();
+  std::filesystem::remove_all(dir + "/log");
+  Figures f = Summarise(lat, done_ops, done_ops * size, secs);
+  if (stats.syncs > 0) {
+    f.records_per_sync = static_cast<double>(stats.records) / static_cast<double>(stats.syncs);
+    f.sync_us = static_cast<double>(stats.sync_micros) / static_cast<double>(stats.syncs);
+  }
+  return f;
+}
+
+#ifdef RUNNEL_BENCH_ROCKSDB
+// The embedded peer: the same workload as DurableAppends on RocksDB with synced writes
+// (WriteOptions::sync = true, so every acknowledged Put is in the fsync'ed WAL; RocksDB groups
+// concurrent writers into one WAL write + sync, as runnel does). Key = appender / sequence.
+Figures RocksDbAppends(const std::string& dir, size_t size, int appenders, double seconds) {
+  const std::string path = dir + "/rocksdb";
+  std::filesystem::remove_all(path);
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status st = rocksdb::DB::Open(options, path, &raw);
+  if (!st.ok()) {
+    std::fprintf(stderr, "rocksdb open: %s\n", st.ToString().c_str());
+    std::exit(1);
+  }
+  std::unique_ptr<rocksdb::DB> db(raw);
+  rocksdb::WriteOptions sync_write;
+  sync_write.sync = true;
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::vector<double> lat;
+  std::atomic<uint64_t> ops{0};
+  std::vector<std::thread> threads;
+  const std::string payload(size, 'p');
+  const auto start = Clock::now();
+  for (int t = 0; t < appenders; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<double> mine;
+      char key[32];
+      for (uint64_t seq = 1; !stop.load(std::memory_order_relaxed); ++seq) {
+        std::snprintf(key, sizeof key, "s%d/%016llu", t, static_cast<unsigned long long>(seq));
+        const auto t0 = Clock::now();
+        if (!db->Put(sync_write, key, payload).ok()) std::abort();
+        mine.push_back(Seconds(Clock::now() - t0) * 1e6);
+        ops.fetch_add(1, std::memory_order_relaxed);
+      }
+      std::lock_guard lock(mu);
+      lat.insert(lat.end(), mine.begin(), mine.end());
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  for (auto& t : threads) t.join();
+  const double secs = Seconds(Clock::now() - start);
+  db.reset();
+  std::filesystem::remove_all(path);
   return Summarise(lat, ops.load(), ops.load() * size, secs);
+}
+#endif
+
+// Restart time of a large data directory. A child process appends `add_bytes` of 64 KiB records
+// (16 per append, over 256 streams, durability none, then Flush) to the store in `logdir` and
+// exits without closing it, as a crash would: no final checkpoint, so the next open loads the
+// newest periodic checkpoint and replays the log written after it. The parent then drops the
+// directory from the page cache (sync + POSIX_FADV_DONTNEED) and times the open.
+void FillAndCrash(const std::string& logdir, uint64_t add_bytes) {
+  std::fflush(stdout);
+  const pid_t pid = ::fork();
+  if (pid < 0) std::abort();
+  if (pid == 0) {
+    LogStoreOptions o;
+    o.dir = logdir;
+    o.durability.mode = runnel::LogDurability::kNone;
+    auto store = MustOpen(o);
+    const int nstreams = 256;
+    std::vector<StreamId> ids;
+    for (int i = 0; i < nstreams; ++i) {
+      const std::string name = "r" + std::to_string(i);
+      auto existing = store->GetStream("bench", name);
+      ids.push_back(existing.ok() ? existing->id : MustCreate(*store, name));
+    }
+    const std::string payload(64 << 10, 'z');
+    uint64_t written = 0;
+    for (uint64_t i = 0; written < add_bytes; ++i) {
+      AppendRequest req;
+      req.stream = ids[i % ids.size()];
+      req.now_ms = 1;
+      for (int k = 0; k < 16; ++k) req.records.push_back(AppendRecord{std::nullopt, payload});
+      written += 16 * payload.size();
+      std::promise<void> done;
+      store->Append(std::move(req), [&](Result<AppendResult> r) {
+        if (!r.ok()) std::abort();
+        done.set_value();
+      });
+      done.get_future().wait();
+    }
+    if (!store->Flush().ok()) std::abort();
+    std::fflush(nullptr);
+    ::_exit(0);  // no destructor: no final checkpoint
+  }
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "log_bench: the filling child process failed\n");
+    std::exit(1);
+  }
+}
+
+uint64_t DirBytesDropCache(const std::string& dir) {
+  ::sync();
+  uint64_t total = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    total += e.file_size();
+    const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+  return total;
+}
+
+void RestartLargeDir(const std::string& dir, double total_gb) {
+  const std::string logdir = dir + "/restart";
+  std::filesystem::remove_all(logdir);
+  LogStoreOptions o;
+  o.dir = logdir;
+  std::printf(
+      "restart of a large data directory (checkpoint every %llu MiB of log; cold page "
+      "cache; the store was killed, not closed):\n",
+      static_cast<unsigned long long>(o.checkpoint_interval_bytes >> 20));
+  const double first_gb = std::min(1.0, total_gb);
+  uint64_t have = 0;
+  for (double gb : {first_gb, total_gb}) {
+    const uint64_t want = static_cast<uint64_t>(gb * static_cast<double>(1ull << 30));
+    if (want <= have) continue;
+    const auto w0 = Clock::now();
+    FillAndCrash(logdir, want - have);
+    const double write_secs = Seconds(Clock::now() - w0);
+    have = want;
+    const uint64_t bytes = DirBytesDropCache(logdir);
+    const auto r0 = Clock::now();
+    auto store = MustOpen(o);
+    const double open_secs = Seconds(Clock::now() - r0);
+    std::printf("  %6.2f GB on disk (written in %.0f s): restart %.3f s\n",
+                static_cast<double>(bytes) / 1e9, write_secs, open_secs);
+    store.reset();  // a clean close: the next fill starts after a fresh checkpoint
+  }
+  std::filesystem::remove_all(logdir);
 }
 
 uint64_t RssBytes() {
@@ -180,6 +445,13 @@ int main(int argc, char** argv) {
   std::string dir;
   double seconds = 2.0;
   bool quick = false;
+  std::string only;
+  std::vector<size_t> sizes = {100, 4096, 65536};
+  std::vector<int> appender_counts = {1, 16, 64};
+  // The restart measurement writes this much; off (0) unless asked for, so a default run stays
+  // short.
+  double restart_gb = 0;
+  if (const char* env = std::getenv("RUNNEL_BENCH_RESTART_GB")) restart_gb = std::atof(env);
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--dir" && i + 1 < argc) {
@@ -189,11 +461,42 @@ int main(int argc, char** argv) {
     } else if (a == "--quick") {
       quick = true;
       seconds = 0.5;
+    } else if (a == "--only" && i + 1 < argc) {
+      only = argv[++i];
+    } else if (a == "--size" && i + 1 < argc) {
+      sizes = {static_cast<size_t>(std::atol(argv[++i]))};
+    } else if (a == "--restart-gb" && i + 1 < argc) {
+      restart_gb = std::atof(argv[++i]);
+    } else if (a == "--appenders" && i + 1 < argc) {
+      appender_counts = {std::atoi(argv[++i])};
     } else {
-      std::fprintf(stderr, "usage: log_bench [--dir DIR] [--seconds S] [--quick]\n");
+      std::fprintf(stderr, "%s", kUsage);
       return 2;
     }
   }
+  if (restart_gb < 0 || restart_gb > 1000) {
+    std::fprintf(stderr, "log_bench: --restart-gb must be in [0, 1000]\n%s", kUsage);
+    return 2;
+  }
+  if (seconds <= 0 || seconds > 600 || sizes[0] == 0 || sizes[0] > (64u << 20) ||
+      appender_counts[0] < 1 || appender_counts[0] > 1024) {
+    std::fprintf(stderr,
+                 "log_bench: --seconds must be in (0, 600], --size in [1, 64 MiB], "
+                 "--appenders in [1, 1024]\n%s",
+                 kUsage);
+    return 2;
+  }
+  // A section runs when --only is not given or names it.
+  auto want = [&](std::string_view section) {
+    if (only.empty()) return true;
+    for (size_t b = 0; b <= only.size();) {
+      size_t e = only.find(',', b);
+      if (e == std::string::npos) e = only.size();
+      if (std::string_view(only).substr(b, e - b) == section) return true;
+      b = e + 1;
+    }
+    return false;
+  };
   bool own_dir = false;
   if (dir.empty()) {
     char tmpl[] = "/tmp/runnel-log-bench-XXXXXX";
@@ -204,32 +507,51 @@ int main(int argc, char** argv) {
   std::printf("log_bench: dir=%s, %.1f s per figure\n\n", dir.c_str(), seconds);
 
   // 1. The physical baseline and durable appends, side by side.
-  std::printf("%-34s %12s %10s %10s %10s %9s\n", "workload", "ops/s", "MB/s", "p50 us", "p99 us",
-              "vs raw");
-  const size_t sizes[] = {100, 4096, 65536};
-  for (size_t size : sizes) {
-    Figures grow = RawAppendSync(dir, size, false, seconds);
-    Figures zero = RawAppendSync(dir, size, true, seconds);
-    char label[64];
-    std::snprintf(label, sizeof label, "raw write+fdatasync %zu B grow", size);
-    std::printf("%-34s %12.0f %10.1f %10.1f %10.1f %9s\n", label, grow.ops_per_s, grow.mb_per_s,
-                grow.p50_us, grow.p99_us, "");
-    std::snprintf(label, sizeof label, "raw write+fdatasync %zu B prezero", size);
-    std::printf("%-34s %12.0f %10.1f %10.1f %10.1f %9s\n", label, zero.ops_per_s, zero.mb_per_s,
-                zero.p50_us, zero.p99_us, "1.00");
-    for (int appenders : {1, 16, 64}) {
-      Figures f = DurableAppends(dir, size, appenders, seconds);
-      std::snprintf(label, sizeof label, "runnel fsync %zu B x%d appenders", size, appenders);
-      std::printf("%-34s %12.0f %10.1f %10.1f %10.1f %8.2fx\n", label, f.ops_per_s, f.mb_per_s,
-                  f.p50_us, f.p99_us, f.mb_per_s / zero.mb_per_s);
+  if (want("appends")) {
+    std::printf("%-34s %12s %10s %10s %10s %9s %9s %8s\n", "workload", "ops/s", "MB/s", "p50 us",
+                "p99 us", "vs raw", "rec/sync", "sync us");
+    for (size_t size : sizes) {
+      Figures grow = RawAppendSync(dir, size, false, seconds);
+      Figures zero = RawAppendSync(dir, size, true, seconds);
+      char label[64];
+      std::snprintf(label, sizeof label, "raw write+fdatasync %zu B grow", size);
+      std::printf("%-34s %12.0f %10.1f %10.1f %10.1f %9s\n", label, grow.ops_per_s, grow.mb_per_s,
+                  grow.p50_us, grow.p99_us, "");
+      std::snprintf(label, sizeof label, "raw write+fdatasync %zu B prezero", size);
+      std::printf("%-34s %12.0f %10.1f %10.1f %10.1f %9s\n", label, zero.ops_per_s, zero.mb_per_s,
+                  zero.p50_us, zero.p99_us, "1.00");
+      for (int appenders : appender_counts) {
+        Figures f = DurableAppends(dir, size, appenders, seconds);
+        std::snprintf(label, sizeof label, "runnel fsync %zu B x%d appenders", size, appenders);
+        std::printf("%-34s %12.0f %10.1f %10.1f %10.1f %8.2fx %9.1f %8.0f\n", label, f.ops_per_s,
+                    f.mb_per_s, f.p50_us, f.p99_us, f.mb_per_s / zero.mb_per_s, f.records_per_sync,
+                    f.sync_us);
+#ifdef RUNNEL_BENCH_ROCKSDB
+        if (want("rocksdb")) {
+          Figures r = RocksDbAppends(dir, size, appenders, seconds);
+          std::snprintf(label, sizeof label, "  rocksdb sync=true, same load");
+          std::printf("%-34s %12.0f %10.1f %10.1f %10.1f %8.2fx   runnel/rocksdb %.2fx\n", label,
+                      r.ops_per_s, r.mb_per_s, r.p50_us, r.p99_us, r.mb_per_s / zero.mb_per_s,
+                      f.ops_per_s / r.ops_per_s);
+        }
+#endif
+        if (appenders > 1) {
+          Figures a = DurableAppendsAsync(dir, size, appenders, 2, seconds);
+          std::snprintf(label, sizeof label, "  same, async (2 client threads)");
+          std::printf("%-34s %12.0f %10.1f %10.1f %10.1f %8.2fx %9.1f %8.0f\n", label, a.ops_per_s,
+                      a.mb_per_s, a.p50_us, a.p99_us, a.mb_per_s / zero.mb_per_s,
+                      a.records_per_sync, a.sync_us);
+        }
+      }
+      std::printf("\n");
     }
-    std::printf("\n");
+    std::printf(
+        "(vs raw = runnel MB/s / pre-zeroed raw MB/s of the same record size; for one\n"
+        " appender compare p50 latencies: target p50 <= 1.5x raw)\n\n");
   }
-  std::printf("(vs raw = runnel MB/s / pre-zeroed raw MB/s of the same record size; for one\n"
-              " appender compare p50 latencies: target p50 <= 1.5x raw)\n\n");
 
   // 2. Catch-up reads: one stream written interleaved with 1,000 others vs written alone.
-  {
+  if (want("catchup")) {
     std::filesystem::remove_all(dir + "/log");
     LogStoreOptions o;
     o.dir = dir + "/log";
@@ -239,7 +561,8 @@ int main(int argc, char** argv) {
     const int others = 1000;
     const int per_stream = quick ? 20 : 100;
     std::vector<StreamId> ids;
-    for (int i = 0; i <= others; ++i) ids.push_back(MustCreate(*store, std::string("c").append(std::to_string(i))));
+    for (int i = 0; i <= others; ++i)
+      ids.push_back(MustCreate(*store, std::string("c").append(std::to_string(i))));
     const StreamId alone = MustCreate(*store, "alone");
     const std::string payload(1024, 'c');
     for (int r = 0; r < per_stream; ++r) {
@@ -266,7 +589,8 @@ int main(int argc, char** argv) {
         ++rounds;
       }
       const double secs = Seconds(Clock::now() - t0);
-      std::printf("catch-up read, %-44s %8.0f MB/s\n", what, static_cast<double>(bytes) / secs / 1e6);
+      std::printf("catch-up read, %-44s %8.0f MB/s\n", what,
+                  static_cast<double>(bytes) / secs / 1e6);
     };
     catch_up(ids[0], "stream interleaved with 1,000 others (1 KiB)");
     catch_up(alone, "stream written alone (1 KiB)");
@@ -275,7 +599,7 @@ int main(int argc, char** argv) {
   }
 
   // 3. Tail read time vs stream length.
-  {
+  if (want("tail")) {
     std::filesystem::remove_all(dir + "/log");
     LogStoreOptions o;
     o.dir = dir + "/log";
@@ -309,15 +633,16 @@ int main(int argc, char** argv) {
     };
     const double short_us = tail_read(small, 1000);
     const double long_us = tail_read(big, long_len);
-    std::printf("tail read (ReadAt newest, page cache): 1k-record stream %.2f us, %llu-record "
-                "stream %.2f us (ratio %.2f)\n",
-                short_us, static_cast<unsigned long long>(long_len), long_us, long_us / short_us);
+    std::printf(
+        "tail read (ReadAt newest, page cache): 1k-record stream %.2f us, %llu-record "
+        "stream %.2f us (ratio %.2f)\n",
+        short_us, static_cast<unsigned long long>(long_len), long_us, long_us / short_us);
     store.reset();
     std::filesystem::remove_all(dir + "/log");
   }
 
   // 4. Memory per idle stream, creation rate, restart time.
-  {
+  if (want("memory")) {
     std::filesystem::remove_all(dir + "/log");
     LogStoreOptions o;
     o.dir = dir + "/log";
@@ -333,9 +658,10 @@ int main(int argc, char** argv) {
     }
     const double secs = Seconds(Clock::now() - t0);
     const uint64_t rss1 = RssBytes();
-    std::printf("stream creation (durability none): %.0f streams/s; memory per idle stream "
-                "%.0f B (RSS delta over %d streams)\n",
-                n / secs, static_cast<double>(rss1 - rss0) / n, n);
+    std::printf(
+        "stream creation (durability none): %.0f streams/s; memory per idle stream "
+        "%.0f B (RSS delta over %d streams; target <= 300 B)\n",
+        n / secs, static_cast<double>(rss1 - rss0) / n, n);
     {
       const auto c0 = Clock::now();
       store.reset();  // writes the final checkpoint
@@ -347,6 +673,8 @@ int main(int argc, char** argv) {
     store.reset();
     std::filesystem::remove_all(dir + "/log");
   }
+  // 5. Restart time of a large data directory (opt-in).
+  if (restart_gb > 0 && want("restart")) RestartLargeDir(dir, restart_gb);
   if (own_dir) std::filesystem::remove_all(dir);
   return 0;
 }

@@ -21,6 +21,7 @@
 #ifndef RUNNEL_STORE_H_
 #define RUNNEL_STORE_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -120,6 +121,24 @@ struct CursorState {
   uint64_t updated_at_ms = 0;
 };
 
+// How a store's log commits writes, for monitoring (/metrics). A "sync" is one fdatasync of the
+// log that made a group of writes durable (in fsync mode: one per group commit, before any of
+// the group is acknowledged). Stores without such a log leave `available` false.
+struct StoreCommitStats {
+  // Upper bounds (inclusive) of the records-per-sync histogram buckets.
+  static constexpr std::array<uint64_t, 11> kRecordBuckets = {1,  2,   4,   8,   16,  32,
+                                                              64, 128, 256, 512, 1024};
+  bool available = false;
+  uint64_t syncs = 0;        // log syncs that made writes durable
+  uint64_t records = 0;      // appended records those syncs made durable
+  uint64_t bytes = 0;        // log bytes those syncs made durable
+  uint64_t sync_micros = 0;  // time spent inside those syncs
+  // records_per_sync[i]: syncs that made more than kRecordBuckets[i-1] and at most
+  // kRecordBuckets[i] records durable; the extra last entry counts the syncs above the last
+  // bound. (Not cumulative.)
+  std::array<uint64_t, kRecordBuckets.size() + 1> records_per_sync{};
+};
+
 using AppendCallback = std::function<void(Result<AppendResult>)>;
 // Called after records become visible and before the append's callback runs: (stream, new
 // next_offset). So once an append is acknowledged, its wake-up has been delivered. May run on any
@@ -193,6 +212,9 @@ class Store {
   // notifications can be lost (several processes over one database) re-reads those streams'
   // tails now and then and calls the tail listener when one moved; the others ignore it.
   virtual void SetWatchedStreams(WatchedStreams watched) { (void)watched; }
+
+  // Counters of the commit path; the default reports nothing (available = false).
+  virtual StoreCommitStats CommitStats() const { return {}; }
 };
 
 // A store that keeps everything in process memory. Acknowledged appends are lost on exit.

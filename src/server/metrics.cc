@@ -26,8 +26,9 @@ std::string Metrics::Render() const {
   out += "# HELP runnel_http_requests_total HTTP requests by route, method and status.\n";
   out += "# TYPE runnel_http_requests_total counter\n";
   for (const auto& [key, count] : requests_) {
-    out += fmt::format("runnel_http_requests_total{{route=\"{}\",method=\"{}\",status=\"{}\"}} {}\n",
-                       std::get<0>(key), std::get<1>(key), std::get<2>(key), count);
+    out +=
+        fmt::format("runnel_http_requests_total{{route=\"{}\",method=\"{}\",status=\"{}\"}} {}\n",
+                    std::get<0>(key), std::get<1>(key), std::get<2>(key), count);
   }
   out += "# HELP runnel_append_latency_seconds Append latency until the commit is acknowledged.\n";
   out += "# TYPE runnel_append_latency_seconds histogram\n";
@@ -51,6 +52,33 @@ std::string Metrics::Render() const {
   out += "# HELP runnel_http_bytes_out_total Response body bytes sent.\n";
   out += "# TYPE runnel_http_bytes_out_total counter\n";
   out += fmt::format("runnel_http_bytes_out_total {}\n", bytes_out_.load());
+  return out;
+}
+
+std::string RenderStoreCommitStats(const StoreCommitStats& stats) {
+  if (!stats.available) return "";
+  std::string out;
+  out += "# HELP runnel_store_syncs_total Log syncs (fdatasync) that made group commits durable.\n";
+  out += "# TYPE runnel_store_syncs_total counter\n";
+  out += fmt::format("runnel_store_syncs_total {}\n", stats.syncs);
+  out += "# HELP runnel_store_synced_bytes_total Log bytes made durable by those syncs.\n";
+  out += "# TYPE runnel_store_synced_bytes_total counter\n";
+  out += fmt::format("runnel_store_synced_bytes_total {}\n", stats.bytes);
+  out += "# HELP runnel_store_sync_seconds_total Time spent in those syncs.\n";
+  out += "# TYPE runnel_store_sync_seconds_total counter\n";
+  out += fmt::format("runnel_store_sync_seconds_total {}\n",
+                     static_cast<double>(stats.sync_micros) / 1e6);
+  out += "# HELP runnel_store_records_per_sync Appended records made durable by one sync.\n";
+  out += "# TYPE runnel_store_records_per_sync histogram\n";
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < StoreCommitStats::kRecordBuckets.size(); ++i) {
+    cumulative += stats.records_per_sync[i];
+    out += fmt::format("runnel_store_records_per_sync_bucket{{le=\"{}\"}} {}\n",
+                       StoreCommitStats::kRecordBuckets[i], cumulative);
+  }
+  out += fmt::format("runnel_store_records_per_sync_bucket{{le=\"+Inf\"}} {}\n", stats.syncs);
+  out += fmt::format("runnel_store_records_per_sync_sum {}\n", stats.records);
+  out += fmt::format("runnel_store_records_per_sync_count {}\n", stats.syncs);
   return out;
 }
 

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <utility>
 
+#include "runnel/store.h"
+
 namespace runnel::server {
 
 class Metrics {
@@ -46,6 +48,11 @@ class Metrics {
   std::atomic<int64_t> live_readers_{0};
   std::atomic<int64_t> connections_{0};
 };
+
+// The store's group-commit counters (Store::CommitStats) in the exposition format: syncs,
+// records and bytes made durable, sync time, and a records-per-sync histogram. Empty when the
+// store reports none.
+std::string RenderStoreCommitStats(const StoreCommitStats& stats);
 
 }  // namespace runnel::server
 

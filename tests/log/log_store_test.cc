@@ -84,6 +84,37 @@ TEST_F(LogStoreTest, DurabilityModesParseAndAreReported) {
 
 // Continuous appends to a stream with retention, interleaved with rare appends to a stream that
 // keeps everything: without the cleaner the rare records would pin every old segment.
+// Group-commit metrics: in fsync mode every acknowledged append was made durable by a counted
+// sync, and the records and bytes per sync add up to what was appended.
+TEST_F(LogStoreTest, CommitStatsCountSyncsRecordsAndBytes) {
+  auto opened = Open();
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::unique_ptr<Store> store = std::move(*opened);
+  const StoreCommitStats before = store->CommitStats();
+  EXPECT_TRUE(before.available);
+  auto info = store->CreateStream(Spec("stats"));
+  ASSERT_TRUE(info.ok());
+  const StoreCommitStats created = store->CommitStats();
+  EXPECT_GT(created.syncs, before.syncs);  // the create frame was synced too
+  EXPECT_EQ(created.records, before.records);
+  // Sequential appends: each is its own group and its own sync.
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(AppendPayloads(*store, info->id, {"ab", "cde", "f"}).ok());
+  }
+  const StoreCommitStats after = store->CommitStats();
+  EXPECT_EQ(after.syncs - created.syncs, 5u);
+  EXPECT_EQ(after.records - created.records, 15u);
+  // Each append batch frame carries at least its 6 payload bytes plus headers.
+  EXPECT_GT(after.bytes - created.bytes, 5u * 6u);
+  uint64_t histogram_total = 0;
+  for (uint64_t n : after.records_per_sync) histogram_total += n;
+  EXPECT_EQ(histogram_total, after.syncs);
+  // Three records per sync land in the "<= 4" bucket (index 2).
+  EXPECT_EQ(after.records_per_sync[2] - created.records_per_sync[2], 5u);
+  // The memory store has no commit log to report.
+  EXPECT_FALSE(NewMemoryStore()->CommitStats().available);
+}
+
 TEST_F(LogStoreTest, DiskStaysBoundedUnderContinuousAppendsWithRetention) {
   LogStoreOptions o = SmallLogOptions(dir_.path());
   o.segment_size = 32 << 10;
@@ -280,6 +311,42 @@ TEST(LogSegmentPreparationTest, RollsUseTheSegmentPreparedInTheBackground) {
   opened = OpenLogStore(o);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   EXPECT_EQ((*opened)->GetStreamById(info->id)->next_offset, 21u);
+}
+
+// A roll that outpaces the preparer creates its segment itself; the segment the preparer then
+// finishes for it must not stay behind. Checks the invariant over many fast rolls (durability
+// none, tiny segments): at most the segment being prepared and a ready one exist at any moment,
+// none after close. (The interleaving that leaked is timing-dependent; the posix log_bench
+// restart run showed it, this in-memory run does not force it.)
+TEST(LogSegmentPreparationTest, FastRollsLeaveNoStalePreparedSegments) {
+  env::MemEnv mem;
+  ASSERT_TRUE(mem.CreateDir("/data").ok());
+  LogStoreOptions o;
+  o.dir = "/data";
+  o.env = &mem;
+  o.segment_size = 2 << 10;
+  o.durability.mode = LogDurability::kNone;
+  auto opened = OpenLogStore(o);
+  ASSERT_TRUE(opened.ok());
+  auto info = (*opened)->CreateStream(Spec("s"));
+  ASSERT_TRUE(info.ok());
+  auto count_prep = [&] {
+    size_t n = 0;
+    auto names = mem.ListDir("/data");
+    if (!names.ok()) return size_t{100};
+    for (const std::string& name : names.value()) {
+      n += name.size() > 5 && name.substr(name.size() - 5) == ".prep" ? 1 : 0;
+    }
+    return n;
+  };
+  size_t most = 0;
+  for (int i = 0; i < 400; ++i) {
+    ASSERT_TRUE(AppendPayloads(**opened, info->id, {std::string(1500, 'a')}).ok());
+    most = std::max(most, count_prep());
+  }
+  EXPECT_LE(most, 2u) << "prepared segments pile up";
+  opened->reset();
+  EXPECT_EQ(count_prep(), 0u) << "a prepared segment outlived the store";
 }
 
 }  // namespace

@@ -25,12 +25,12 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <cstdint>
+#include <deque>
 #include <map>
-#include <set>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <thread>
@@ -75,6 +75,7 @@ class LogStore final : public Store {
   // Waits until everything acknowledged before the call is durable (fdatasync), in every mode.
   Status Flush() override;
   void SetTailListener(TailListener listener) override;
+  StoreCommitStats CommitStats() const override;
 
   // --- introspection for tests and `runnel check` ---
   // What recovery found and did (truncated tail, salvaged corruption), one line each.
@@ -99,15 +100,24 @@ class LogStore final : public Store {
     uint32_t payload = 0;
     uint32_t key = 0;
   };
-  // Cursors and producers, allocated only for streams that have any (most have none).
+  // The rarely set parts of a stream: retention, attributes, cursors and producers, allocated
+  // only for streams that have any (most have none).
   struct StreamExtras {
+    StreamRetention retention;
+    std::string attributes;
     std::map<std::string, CursorState, std::less<>> cursors;
     std::map<std::string, ProducerState, std::less<>> producers;
   };
-  // Kept small: a data directory may hold millions of idle streams.
+  // Kept small (about 180 bytes, plus a 48-byte name-set node): a data directory may hold
+  // millions of idle streams. The StreamSpec is stored in parts: the namespace and content type
+  // point at shared strings (names_ keys and content_types_), the rest lives in extras.
   struct StreamState {
     StreamId id = 0;
-    StreamSpec spec;
+    std::string name;
+    const std::string* ns = nullptr;            // a key of names_, which outlives the stream
+    const std::string* content_type = nullptr;  // a key of content_types_ (reference counted)
+    uint64_t first_offset = 1;
+    uint64_t created_at_ms = 0;
     uint64_t head = 1;  // first retained offset; equals next when nothing is retained
     uint64_t next = 1;
     uint64_t bytes = 0;  // RecordBytes of the retained records
@@ -132,6 +142,8 @@ class LogStore final : public Store {
       static const StreamExtras kEmpty;
       return extras ? *extras : kEmpty;
     }
+    // The spec as given at create (or changed by updates).
+    StreamSpec Spec() const;
   };
   // Streams by id. Ids are dense (assigned 1, 2, ... by the writer), so a vector indexed by id
   // costs one pointer per stream.
@@ -190,6 +202,11 @@ class LogStore final : public Store {
   void DropHead(StreamState& s, uint64_t n);
   static void Compact(StreamState& s);
   StreamState* FindLocked(StreamId id) const;
+  StreamState* FindByNameLocked(std::string_view ns, std::string_view name) const;
+  // Fills the spec fields of `s` (interning ns and content type) and indexes it by name; the
+  // caller inserts it into streams_. Undone by Forget.
+  void Adopt(StreamState& s, StreamSpec spec);
+  void Forget(StreamState& s);
   static StreamInfo Snapshot(const StreamState& s);
 
   // --- writer ---
@@ -198,11 +215,16 @@ class LogStore final : public Store {
   void WriterLoop();
   void Prepare(Op& op);
   void CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_sync);
-  Status WriteFrames(const std::vector<std::string_view>& pieces, uint64_t total, bool sync,
-                     uint64_t* pos_out);
+  // Writes `pieces` (`total` bytes holding `records` appended records) at the end of the log,
+  // syncing when `sync` (or when the interval mode's deadline passed).
+  Status WriteFrames(const std::vector<std::string_view>& pieces, uint64_t total, uint64_t records,
+                     bool sync, uint64_t* pos_out);
   Status Repair();
   Status RollSegment(uint64_t min_capacity);
   Status SyncActive();
+  // fdatasync of the active segment on the commit path: counts it (and the records and bytes it
+  // made durable) in the commit stats.
+  Status SyncLog(env::File& file);
   Status WriteCheckpoint();
   void DeleteDeadSegments(uint64_t replay_segment);
   // The cleaner: copies the live batches of mostly-dead old segments to the head of the log,
@@ -217,9 +239,19 @@ class LogStore final : public Store {
 
   mutable std::shared_mutex state_mu_;
   StreamTable streams_;  // GUARDED_BY(state_mu_)
-  // ns -> name -> id; the inner keys view the names inside the StreamStates.
-  std::map<std::string, std::map<std::string_view, StreamId, std::less<>>, std::less<>>
-      names_;  // GUARDED_BY(state_mu_)
+  // Streams of one namespace ordered by name; lookups take the name.
+  struct NameLess {
+    using is_transparent = void;
+    bool operator()(const StreamState* a, const StreamState* b) const { return a->name < b->name; }
+    bool operator()(const StreamState* a, std::string_view b) const { return a->name < b; }
+    bool operator()(std::string_view a, const StreamState* b) const { return a < b->name; }
+  };
+  using NameSet = std::set<const StreamState*, NameLess>;
+  // ns -> its streams by name. An ns entry lives while it has streams (StreamState::ns points
+  // at its key).
+  std::map<std::string, NameSet, std::less<>> names_;  // GUARDED_BY(state_mu_)
+  // Content types in use -> how many streams use them (StreamState::content_type points here).
+  std::map<std::string, uint64_t, std::less<>> content_types_;  // GUARDED_BY(state_mu_)
   std::map<uint64_t, Segment> segments_;                        // GUARDED_BY(state_mu_)
   StreamId next_stream_id_ = 1;                                 // GUARDED_BY(state_mu_)
   // The tail cache: frames of recently committed append batches by (segment << 32 | position),
@@ -235,6 +267,8 @@ class LogStore final : public Store {
   uint64_t dirty_end_ = 0;  // > active_pos_ when a failed write may have left bytes behind
   bool repair_needed_ = false;
   bool unsynced_ = false;
+  uint64_t unsynced_records_ = 0;  // appended records written since the last SyncLog
+  uint64_t unsynced_bytes_ = 0;    // log bytes written since the last SyncLog
   std::chrono::steady_clock::time_point last_sync_;
   uint64_t bytes_since_checkpoint_ = 0;
   uint64_t checkpoint_seq_ = 0;
@@ -258,11 +292,14 @@ class LogStore final : public Store {
   std::shared_ptr<env::File> TakePreparedSegment(uint64_t number);
   std::mutex prep_mu_;
   std::condition_variable prep_cv_;
-  uint64_t prep_wanted_ = 0;                // GUARDED_BY(prep_mu_); 0 = nothing wanted
-  uint64_t prep_ready_ = 0;                 // GUARDED_BY(prep_mu_)
-  std::shared_ptr<env::File> prep_file_;    // GUARDED_BY(prep_mu_)
-  bool prep_stop_ = false;                  // GUARDED_BY(prep_mu_)
+  uint64_t prep_wanted_ = 0;              // GUARDED_BY(prep_mu_); 0 = nothing wanted
+  uint64_t prep_ready_ = 0;               // GUARDED_BY(prep_mu_)
+  std::shared_ptr<env::File> prep_file_;  // GUARDED_BY(prep_mu_)
+  bool prep_stop_ = false;                // GUARDED_BY(prep_mu_)
   std::thread preparer_;
+
+  mutable std::mutex stats_mu_;
+  StoreCommitStats stats_;  // GUARDED_BY(stats_mu_)
 
   std::atomic<uint64_t> cache_hits_{0};
   std::atomic<uint64_t> cache_misses_{0};
