@@ -761,7 +761,9 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
         s->mut().producers[p.producer_id] = std::move(p);
       }
       if (h.close) s->closed = true;
-      if (h.attributes) s->spec.attributes = std::move(*h.attributes);
+      if (h.attributes && (s->extras || !h.attributes->empty())) {
+        s->mut().attributes = std::move(*h.attributes);
+      }
       // Retention, exactly as every store applies it.
       store::RetainedView view;
       view.count = static_cast<size_t>(s->next - s->head);
