@@ -13,71 +13,28 @@
 #include "runnel/registry.h"
 #include "runnel/store.h"
 #include "server/stream_service.h"
+#include "support/forwarding_store.h"
 
 namespace runnel::server {
 namespace {
 
-// Forwards to a memory store and records every append request and catalog update.
-class RecordingStore : public Store {
+// A memory store that records every append request and catalog update.
+class RecordingStore : public testing::ForwardingStore {
  public:
-  RecordingStore() : inner_(NewMemoryStore()) {}
-
-  std::string_view Name() const override { return inner_->Name(); }
-  std::string Durability() const override { return inner_->Durability(); }
-  Result<StreamInfo> CreateStream(const StreamSpec& spec) override {
-    return inner_->CreateStream(spec);
-  }
-  Result<StreamInfo> GetStream(std::string_view ns, std::string_view name) override {
-    return inner_->GetStream(ns, name);
-  }
-  Result<StreamInfo> GetStreamById(StreamId id) override { return inner_->GetStreamById(id); }
-  Result<std::vector<StreamInfo>> ListStreams(std::string_view ns, std::string_view start_after,
-                                              size_t limit) override {
-    return inner_->ListStreams(ns, start_after, limit);
-  }
   Status UpdateStream(StreamId id, const StreamRetention& retention,
                       std::string_view attributes) override {
     {
       std::lock_guard lock(mu_);
       ++updates_;
     }
-    return inner_->UpdateStream(id, retention, attributes);
+    return ForwardingStore::UpdateStream(id, retention, attributes);
   }
-  Status DeleteStream(StreamId id) override { return inner_->DeleteStream(id); }
   void Append(AppendRequest request, AppendCallback done) override {
     {
       std::lock_guard lock(mu_);
       appends_.push_back(request.attributes);
     }
-    inner_->Append(std::move(request), std::move(done));
-  }
-  Result<std::vector<StoredRecord>> Read(StreamId id, uint64_t from, size_t limit,
-                                         size_t max_bytes) override {
-    return inner_->Read(id, from, limit, max_bytes);
-  }
-  Result<std::optional<StoredRecord>> ReadAt(StreamId id, uint64_t offset) override {
-    return inner_->ReadAt(id, offset);
-  }
-  Result<uint64_t> TruncatePrefix(StreamId id, uint64_t through, bool respect_cursors) override {
-    return inner_->TruncatePrefix(id, through, respect_cursors);
-  }
-  Result<uint64_t> CommitCursor(StreamId id, std::string_view consumer, uint64_t offset,
-                                uint64_t now_ms) override {
-    return inner_->CommitCursor(id, consumer, offset, now_ms);
-  }
-  Result<std::optional<CursorState>> GetCursor(StreamId id, std::string_view consumer) override {
-    return inner_->GetCursor(id, consumer);
-  }
-  Result<std::vector<CursorState>> ListCursors(StreamId id) override {
-    return inner_->ListCursors(id);
-  }
-  Result<std::optional<ProducerState>> GetProducer(StreamId id,
-                                                   std::string_view producer_id) override {
-    return inner_->GetProducer(id, producer_id);
-  }
-  Status Flush() override { return inner_->Flush(); }
-  void SetTailListener(TailListener listener) override {
-    inner_->SetTailListener(std::move(listener));
+    ForwardingStore::Append(std::move(request), std::move(done));
   }
 
   int updates() {
@@ -90,7 +47,6 @@ class RecordingStore : public Store {
   }
 
  private:
-  std::unique_ptr<Store> inner_;
   std::mutex mu_;
   int updates_ = 0;
   std::vector<std::optional<std::string>> appends_;

@@ -23,6 +23,7 @@
 #include "runnel/store.h"
 #include "server/group_service.h"
 #include "server/http_server.h"
+#include "support/forwarding_store.h"
 
 namespace runnel::server {
 namespace {
@@ -958,10 +959,8 @@ namespace {
 
 // A memory store whose cursor commits (a group ack) wait while the gate is closed, like a store
 // stuck on a disk or a database round trip. Waits are bounded (30 s) so a bug cannot hang.
-class GatedStore final : public Store {
+class GatedStore final : public testing::ForwardingStore {
  public:
-  GatedStore() : inner_(NewMemoryStore()) {}
-
   void Close() {
     std::lock_guard lock(mu_);
     open_ = false;
@@ -979,37 +978,6 @@ class GatedStore final : public Store {
     return cv_.wait_for(lock, timeout, [this] { return blocked_ > 0; });
   }
 
-  std::string_view Name() const override { return inner_->Name(); }
-  std::string Durability() const override { return inner_->Durability(); }
-  Result<StreamInfo> CreateStream(const StreamSpec& spec) override {
-    return inner_->CreateStream(spec);
-  }
-  Result<StreamInfo> GetStream(std::string_view ns, std::string_view name) override {
-    return inner_->GetStream(ns, name);
-  }
-  Result<StreamInfo> GetStreamById(StreamId id) override { return inner_->GetStreamById(id); }
-  Result<std::vector<StreamInfo>> ListStreams(std::string_view ns, std::string_view start_after,
-                                              size_t limit) override {
-    return inner_->ListStreams(ns, start_after, limit);
-  }
-  Status UpdateStream(StreamId id, const StreamRetention& retention,
-                      std::string_view attributes) override {
-    return inner_->UpdateStream(id, retention, attributes);
-  }
-  Status DeleteStream(StreamId id) override { return inner_->DeleteStream(id); }
-  void Append(AppendRequest request, AppendCallback done) override {
-    inner_->Append(std::move(request), std::move(done));
-  }
-  Result<std::vector<StoredRecord>> Read(StreamId id, uint64_t from, size_t limit,
-                                         size_t max_bytes) override {
-    return inner_->Read(id, from, limit, max_bytes);
-  }
-  Result<std::optional<StoredRecord>> ReadAt(StreamId id, uint64_t offset) override {
-    return inner_->ReadAt(id, offset);
-  }
-  Result<uint64_t> TruncatePrefix(StreamId id, uint64_t through, bool respect_cursors) override {
-    return inner_->TruncatePrefix(id, through, respect_cursors);
-  }
   Result<uint64_t> CommitCursor(StreamId id, std::string_view consumer, uint64_t offset,
                                 uint64_t now_ms) override {
     {
@@ -1019,25 +987,10 @@ class GatedStore final : public Store {
       cv_.wait_for(lock, std::chrono::seconds(30), [this] { return open_; });
       --blocked_;
     }
-    return inner_->CommitCursor(id, consumer, offset, now_ms);
-  }
-  Result<std::optional<CursorState>> GetCursor(StreamId id, std::string_view consumer) override {
-    return inner_->GetCursor(id, consumer);
-  }
-  Result<std::vector<CursorState>> ListCursors(StreamId id) override {
-    return inner_->ListCursors(id);
-  }
-  Result<std::optional<ProducerState>> GetProducer(StreamId id,
-                                                   std::string_view producer_id) override {
-    return inner_->GetProducer(id, producer_id);
-  }
-  Status Flush() override { return inner_->Flush(); }
-  void SetTailListener(TailListener listener) override {
-    inner_->SetTailListener(std::move(listener));
+    return ForwardingStore::CommitCursor(id, consumer, offset, now_ms);
   }
 
  private:
-  std::unique_ptr<Store> inner_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_ = true;  // GUARDED_BY(mu_)
