@@ -17,6 +17,9 @@ TSAN_TARGETS ?= runnel_tests runnel_channel_tests runnel_log_tests runnel_postgr
 export CCACHE_DIR ?= $(HOME)/.cache/ccache
 # Hash paths relative to the checkout, so clones in other folders (as CI makes) share the cache.
 export CCACHE_BASEDIR ?= $(CURDIR)
+# With -g, ccache hashes the working directory too unless told not to; debug info of a cache hit
+# may then name another checkout's directory, which is harmless for tests.
+export CCACHE_NOHASHDIR ?= 1
 
 .PHONY: fuzz
 .PHONY: all deps build run test test-release test-asan test-tsan test-example bench format \
