@@ -6,17 +6,7 @@
 set -euo pipefail
 
 R="$1"
-workdir="$(mktemp -d)"
-server_pid=""
-stop_server() {
-  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-  server_pid=""
-}
-cleanup() { stop_server; rm -rf "$workdir"; }
-trap cleanup EXIT
+source "$(dirname "$0")/e2e_lib.sh"
 
 start_server() {
   : >"$workdir/server.log"
@@ -33,8 +23,6 @@ start_server() {
   export RUNNEL_URL
 }
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
-expect_eq() { [[ "$1" == "$2" ]] || fail "$3: expected [$2], got [$1]"; }
 expect_rc() {
   local want="$1"; shift
   set +e; "$@" >/dev/null 2>&1; local rc=$?; set -e

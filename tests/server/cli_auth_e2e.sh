@@ -6,19 +6,8 @@
 set -euo pipefail
 
 R="$1"
-workdir="$(mktemp -d)"
-server_pid=""
-cleanup() {
-  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-  rm -rf "$workdir"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/e2e_lib.sh"
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
-expect_eq() { [[ "$1" == "$2" ]] || fail "$3: expected [$2], got [$1]"; }
 expect_rc() {
   local want="$1"; shift
   set +e; "$@" >/dev/null 2>&1; local rc=$?; set -e
@@ -43,11 +32,6 @@ start_server() {
   done
   [[ -n "$RUNNEL_URL" ]] || { cat "$workdir/server.log" >&2; exit 1; }
   export RUNNEL_URL
-}
-stop_server() {
-  kill -TERM "$server_pid"
-  wait "$server_pid" || true
-  server_pid=""
 }
 
 start_server

@@ -5,16 +5,7 @@
 set -euo pipefail
 
 R="$1"
-workdir="$(mktemp -d)"
-server_pid=""
-cleanup() {
-  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-  rm -rf "$workdir"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/e2e_lib.sh"
 
 "$R" serve --listen 127.0.0.1:0 --store memory --long-poll-timeout-ms 200 \
   >"$workdir/server.log" 2>&1 &
@@ -27,8 +18,6 @@ done
 [[ -n "$RUNNEL_URL" ]] || { cat "$workdir/server.log" >&2; exit 1; }
 export RUNNEL_URL
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
-expect_eq() { [[ "$1" == "$2" ]] || fail "$3: expected [$2], got [$1]"; }
 expect_rc() {
   local want="$1"; shift
   set +e; "$@" >/dev/null 2>&1; local rc=$?; set -e

@@ -7,19 +7,8 @@
 set -euo pipefail
 
 R="$1"
-workdir="$(mktemp -d)"
-server_pid=""
-cleanup() {
-  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-  rm -rf "$workdir"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/e2e_lib.sh"
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
-expect_eq() { [[ "$1" == "$2" ]] || fail "$3: expected [$2], got [$1]"; }
 field() { grep -o "\"$1\":[^,}]*" | head -n1 | sed -e "s/^\"$1\"://" -e 's/"//g'; }
 data="$workdir/data"
 
@@ -34,11 +23,6 @@ start_server() {
     sleep 0.1
   done
   [[ -n "$url" ]] || { cat "$workdir/server.log" >&2; exit 1; }
-}
-stop_server() {
-  kill -TERM "$server_pid"
-  wait "$server_pid" || true
-  server_pid=""
 }
 call() {  # call METHOD PATH [BODY] [TOKEN] -> prints "<status> <body>"
   local args=(-s -w ' %{http_code}' -X "$1" -H 'Content-Type: application/json')

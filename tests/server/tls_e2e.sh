@@ -9,21 +9,8 @@
 set -euo pipefail
 
 R="$1"
-workdir="$(mktemp -d)"
-server_pid=""
-cleanup() {
-  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-  rm -rf "$workdir"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/e2e_lib.sh"
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
-expect_eq() { [[ "$1" == "$2" ]] || fail "$3: expected [$2], got [$1]"; }
-expect_has() { [[ "$1" == *"$2"* ]] || fail "$3: expected to contain [$2], got [$1]"; }
-expect_lacks() { [[ "$1" != *"$2"* ]] || fail "$3: expected not to contain [$2], got [$1]"; }
 
 cert="$workdir/cert.pem"
 key="$workdir/key.pem"
