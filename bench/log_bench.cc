@@ -148,6 +148,43 @@ Result<AppendResult> AppendOne(runnel::Store& store, StreamId id, const std::str
   return std::move(*out);
 }
 
+// Runs `appenders` threads for `seconds`, each calling append(thread, seq) with seq = 1, 2, ...
+// until the time is up, and returns the latencies (microseconds), the count and the elapsed time.
+// An append that fails aborts: a benchmark must not count errors as work.
+struct TimedRun {
+  std::vector<double> lat_us;
+  uint64_t ops = 0;
+  double secs = 0;
+};
+template <typename AppendFn>
+TimedRun RunAppenders(int appenders, double seconds, AppendFn append) {
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  TimedRun run;
+  std::atomic<uint64_t> ops{0};
+  std::vector<std::thread> threads;
+  const auto start = Clock::now();
+  for (int t = 0; t < appenders; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<double> mine;
+      for (uint64_t seq = 1; !stop.load(std::memory_order_relaxed); ++seq) {
+        const auto t0 = Clock::now();
+        if (!append(t, seq)) std::abort();
+        mine.push_back(Seconds(Clock::now() - t0) * 1e6);
+        ops.fetch_add(1, std::memory_order_relaxed);
+      }
+      std::lock_guard lock(mu);
+      run.lat_us.insert(run.lat_us.end(), mine.begin(), mine.end());
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  for (auto& t : threads) t.join();
+  run.secs = Seconds(Clock::now() - start);
+  run.ops = ops.load();
+  return run;
+}
+
 // `appenders` threads, each appending `size`-byte records to its own stream and waiting for
 // each acknowledgement (fsync mode: on disk) before the next.
 Figures DurableAppends(const std::string& dir, size_t size, int appenders, double seconds) {
@@ -158,34 +195,14 @@ Figures DurableAppends(const std::string& dir, size_t size, int appenders, doubl
   std::vector<StreamId> ids;
   for (int i = 0; i < appenders; ++i)
     ids.push_back(MustCreate(*store, std::string("s").append(std::to_string(i))));
-  std::atomic<bool> stop{false};
-  std::mutex mu;
-  std::vector<double> lat;
-  std::atomic<uint64_t> ops{0};
-  std::vector<std::thread> threads;
   const std::string payload(size, 'p');
-  const auto start = Clock::now();
-  for (int t = 0; t < appenders; ++t) {
-    threads.emplace_back([&, t] {
-      std::vector<double> mine;
-      while (!stop.load(std::memory_order_relaxed)) {
-        const auto t0 = Clock::now();
-        if (!AppendOne(*store, ids[static_cast<size_t>(t)], payload).ok()) std::abort();
-        mine.push_back(Seconds(Clock::now() - t0) * 1e6);
-        ops.fetch_add(1, std::memory_order_relaxed);
-      }
-      std::lock_guard lock(mu);
-      lat.insert(lat.end(), mine.begin(), mine.end());
-    });
-  }
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-  stop = true;
-  for (auto& t : threads) t.join();
-  const double secs = Seconds(Clock::now() - start);
+  TimedRun run = RunAppenders(appenders, seconds, [&](int t, uint64_t) {
+    return AppendOne(*store, ids[static_cast<size_t>(t)], payload).ok();
+  });
   const runnel::StoreCommitStats stats = store->CommitStats();
   store.reset();
   std::filesystem::remove_all(dir + "/log");
-  Figures f = Summarise(lat, ops.load(), ops.load() * size, secs);
+  Figures f = Summarise(run.lat_us, run.ops, run.ops * size, run.secs);
   if (stats.syncs > 0) {
     f.records_per_sync = static_cast<double>(stats.records) / static_cast<double>(stats.syncs);
     f.sync_us = static_cast<double>(stats.sync_micros) / static_cast<double>(stats.syncs);
@@ -310,35 +327,15 @@ Figures RocksDbAppends(const std::string& dir, size_t size, int appenders, doubl
   std::unique_ptr<rocksdb::DB> db(raw);
   rocksdb::WriteOptions sync_write;
   sync_write.sync = true;
-  std::atomic<bool> stop{false};
-  std::mutex mu;
-  std::vector<double> lat;
-  std::atomic<uint64_t> ops{0};
-  std::vector<std::thread> threads;
   const std::string payload(size, 'p');
-  const auto start = Clock::now();
-  for (int t = 0; t < appenders; ++t) {
-    threads.emplace_back([&, t] {
-      std::vector<double> mine;
-      char key[32];
-      for (uint64_t seq = 1; !stop.load(std::memory_order_relaxed); ++seq) {
-        std::snprintf(key, sizeof key, "s%d/%016llu", t, static_cast<unsigned long long>(seq));
-        const auto t0 = Clock::now();
-        if (!db->Put(sync_write, key, payload).ok()) std::abort();
-        mine.push_back(Seconds(Clock::now() - t0) * 1e6);
-        ops.fetch_add(1, std::memory_order_relaxed);
-      }
-      std::lock_guard lock(mu);
-      lat.insert(lat.end(), mine.begin(), mine.end());
-    });
-  }
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-  stop = true;
-  for (auto& t : threads) t.join();
-  const double secs = Seconds(Clock::now() - start);
+  TimedRun run = RunAppenders(appenders, seconds, [&](int t, uint64_t seq) {
+    char key[32];
+    std::snprintf(key, sizeof key, "s%d/%016llu", t, static_cast<unsigned long long>(seq));
+    return db->Put(sync_write, key, payload).ok();
+  });
   db.reset();
   std::filesystem::remove_all(path);
-  return Summarise(lat, ops.load(), ops.load() * size, secs);
+  return Summarise(run.lat_us, run.ops, run.ops * size, run.secs);
 }
 #endif
 
