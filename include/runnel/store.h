@@ -215,6 +215,11 @@ class Store {
 
   // Counters of the commit path; the default reports nothing (available = false).
   virtual StoreCommitStats CommitStats() const { return {}; }
+
+  // Whether catalog and read calls wait on I/O outside this process (a database round trip)
+  // rather than on local memory and page cache. A server keeps such calls off its event-loop
+  // threads. The default is false.
+  virtual bool CallsMayBlock() const { return false; }
 };
 
 // A store that keeps everything in process memory. Acknowledged appends are lost on exit.

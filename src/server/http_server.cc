@@ -111,8 +111,9 @@ class HttpServer::Impl {
         tls_(std::move(tls)),
         ioc_(static_cast<int>(options.threads)),
         acceptor_(ioc_),
-        service_(std::move(registry), WithExecutors(options.service, &ioc_, &catalog_workers_),
-                 &metrics_),
+        offload_(options.offload_store_calls.value_or(registry.store().CallsMayBlock())),
+        service_(std::move(registry),
+                 WithExecutors(options.service, &ioc_, &catalog_workers_, offload_), &metrics_),
         channels_(service_.registry(), options.channel_threads),
         groups_(&service_, options.group_threads),
         catalog_workers_(options.catalog_threads) {
@@ -124,7 +125,8 @@ class HttpServer::Impl {
   // Store callbacks continue on the io threads, never on a store's writer thread; catalog
   // writes run on the catalog workers (constructed after the service, used only once serving).
   static StreamServiceOptions WithExecutors(StreamServiceOptions options, net::io_context* ioc,
-                                            WorkerPool* catalog) {
+                                            WorkerPool* catalog, bool offload) {
+    options.offload_store_calls = offload;
     options.executor = [ioc](std::function<void()> fn) { net::post(*ioc, std::move(fn)); };
     options.blocking_executor = [catalog](std::function<void()> fn) {
       catalog->Post(std::move(fn));
@@ -345,6 +347,29 @@ class HttpServer::Impl {
     return net::async_initiate<decltype(net::use_awaitable), void(T)>(
         CallbackInitiation<T>{std::move(start)}, net::use_awaitable);
   }
+  // Runs `fn` on the catalog workers and returns its result to the awaiting coroutine.
+  template <typename T>
+  auto OnWorkers(std::function<T()> fn) {
+    return AwaitCallback<T>([this, fn = std::move(fn)](std::function<void(T)> done) {
+      catalog_workers_.Post([fn, done = std::move(done)] { done(fn()); });
+    });
+  }
+  // A stream request's store calls: on the catalog workers when they may block (offload_),
+  // else right here. GCC 12 mishandles temporaries that live across a co_await, and lambda
+  // captures of coroutine parameters: callers pass a named std::function whose captures are
+  // pointers.
+  template <typename T>
+  net::awaitable<T> StoreCall(const std::function<T()>& fn) {
+    if (!offload_) co_return fn();
+    co_return co_await OnWorkers<T>(fn);
+  }
+  // The start of a GET: the reader's state, or the whole response (an error, or a catch-up
+  // read that is complete in one response) with no state.
+  struct ReadStart {
+    std::optional<ReadState> state;
+    HttpResponse response;
+  };
+
   // A request on a service (StreamService::HandleWrite, ChannelService::Handle).
   template <typename Service>
   using StartFn = void (Service::*)(const Route&, HttpRequest, std::function<void(HttpResponse)>);
@@ -412,21 +437,28 @@ class HttpServer::Impl {
   // closed, the timeout passed or the server stops.
   template <typename Stream>
   net::awaitable<ReadChunk> WaitForRecords(Stream& stream, const ReadState& state) {
-    ReadChunk chunk = service_.Read(state);
+    StreamService* service = &service_;
+    const ReadState* at = &state;
+    const std::function<ReadChunk()> read = [service, at] { return service->Read(*at); };
+    ReadChunk chunk = co_await StoreCall(read);
     if (chunk.gone || !chunk.records.empty() || chunk.closed) co_return chunk;
     auto waker = NewWaker(stream.get_executor());
-    auto subscription = service_.Watch(state, HintFor(waker));
+    const std::function<void()> hint = HintFor(waker);
+    const std::function<Result<Subscription>()> watch = [service, at, hint] {
+      return service->Watch(*at, hint);
+    };
+    auto subscription = co_await StoreCall(watch);
     metrics_.LiveReaderStarted();
     auto deadline = std::chrono::steady_clock::now() +
                     std::chrono::milliseconds(service_.options().long_poll_timeout_ms);
     Tcp(stream).expires_never();
     for (;;) {
       // Read after subscribing, so an append between the first read and the subscription wakes.
-      chunk = service_.Read(state);
+      chunk = co_await StoreCall(read);
       if (chunk.gone || !chunk.records.empty() || chunk.closed) break;
       if (!subscription.ok()) break;
       if (!co_await WaitForHint(*waker, deadline)) {
-        chunk = service_.Read(state);
+        chunk = co_await StoreCall(read);
         break;
       }
     }
@@ -570,8 +602,8 @@ class HttpServer::Impl {
         HttpResponse r;
         r.Set("Content-Type", "text/plain; version=0.0.4");
         r.Set("Cache-Control", "no-store");
-        r.body = metrics_.Render() +
-                 RenderStoreCommitStats(service_.registry().store().CommitStats());
+        r.body =
+            metrics_.Render() + RenderStoreCommitStats(service_.registry().store().CommitStats());
         co_return co_await Write(stream, std::move(r), keep_alive, method == "HEAD", route.label,
                                  method);
       }
@@ -581,8 +613,14 @@ class HttpServer::Impl {
                                  keep_alive, method == "HEAD", route.label, method);
       case Route::Kind::kList:
         if (method == "GET") {
-          co_return co_await Write(stream, service_.HandleList(route, request), keep_alive, false,
-                                   route.label, method);
+          StreamService* service = &service_;
+          const Route* rt = &route;
+          const HttpRequest* rq = &request;
+          const std::function<HttpResponse()> list = [service, rt, rq] {
+            return service->HandleList(*rt, *rq);
+          };
+          HttpResponse r = co_await StoreCall(list);
+          co_return co_await Write(stream, std::move(r), keep_alive, false, route.label, method);
         }
         co_return co_await Write(
             stream,
@@ -602,20 +640,36 @@ class HttpServer::Impl {
       if (options_.subscriptions && r.status < 300) options_.subscriptions->NoteWrite(route);
       co_return co_await Write(stream, std::move(r), keep_alive, false, route.label, method);
     }
+    StreamService* service = &service_;
+    const Route* rt = &route;
+    const HttpRequest* rq = &request;
     if (method == "HEAD") {
-      co_return co_await Write(stream, service_.HandleHead(route, request), keep_alive, true,
-                               route.label, method);
+      const std::function<HttpResponse()> head = [service, rt, rq] {
+        return service->HandleHead(*rt, *rq);
+      };
+      HttpResponse r = co_await StoreCall(head);
+      co_return co_await Write(stream, std::move(r), keep_alive, true, route.label, method);
     }
     if (method == "GET") {
-      HttpResponse error;
-      auto state = service_.BeginRead(route, request, &error);
-      if (!state) {
-        co_return co_await Write(stream, std::move(error), keep_alive, false, route.label, method);
+      const std::function<ReadStart()> begin = [service, rt, rq] {
+        ReadStart s;
+        s.state = service->BeginRead(*rt, *rq, &s.response);
+        if (s.state && s.state->mode == LiveMode::kNone) {
+          s.response = service->ReadResponse(*s.state, service->Read(*s.state));
+          s.state.reset();
+        }
+        return s;
+      };
+      ReadStart start = co_await StoreCall(begin);
+      if (!start.state) {
+        co_return co_await Write(stream, std::move(start.response), keep_alive, false, route.label,
+                                 method);
       }
+      auto& state = start.state;
       switch (state->mode) {
-        case LiveMode::kNone:
-          co_return co_await Write(stream, service_.ReadResponse(*state, service_.Read(*state)),
-                                   keep_alive, false, route.label, method);
+        case LiveMode::kNone:  // answered above; kept for completeness
+          co_return co_await Write(stream, std::move(start.response), keep_alive, false,
+                                   route.label, method);
         case LiveMode::kLongPoll:
           co_return co_await LongPoll(stream, std::move(*state), keep_alive);
         case LiveMode::kSse: co_await Sse(stream, std::move(*state), "stream"); co_return false;
@@ -756,6 +810,9 @@ class HttpServer::Impl {
   std::unique_ptr<ssl::context> tls_;  // null for plain HTTP
   net::io_context ioc_;
   tcp::acceptor acceptor_;
+  // Store calls of stream requests run on catalog_workers_, never on the io threads
+  // (ServerOptions::offload_store_calls).
+  const bool offload_;
   uint16_t port_ = 0;
   Metrics metrics_;
   StreamService service_;

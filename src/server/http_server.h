@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "runnel/registry.h"
@@ -68,6 +69,11 @@ struct ServerOptions {
   std::string tls_key_file;
   // A TLS connection must complete its handshake within this long, else it is closed.
   uint64_t tls_handshake_timeout_ms = 10000;
+  // Where stream requests make their store calls (lookups, reads, HEAD, listings): on the
+  // catalog workers when true, on the io threads when false. Unset follows the store
+  // (Store::CallsMayBlock: true for PostgreSQL, whose every call is a round trip), so no io
+  // thread waits on a database.
+  std::optional<bool> offload_store_calls;
   StreamServiceOptions service;
   // Authentication and tenant authorization (access_gate.h). Null runs open: every request is
   // the platform principal with the cross-tenant capability.

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <chrono>
 #include <ctime>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -269,6 +270,31 @@ void StreamService::StartLaneHead(const std::string& key) {
   });
 }
 
+void StreamService::DeferStoreWork(bool calls_store, std::function<void()> fn) {
+  if (calls_store && options_.offload_store_calls && options_.blocking_executor) {
+    options_.blocking_executor(std::move(fn));
+  } else {
+    Defer(std::move(fn));
+  }
+}
+
+std::shared_ptr<const StreamService::Found> StreamService::CachedLookup(const std::string& key) {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  auto it = append_cache_.find(key);
+  return it == append_cache_.end() ? nullptr : it->second;
+}
+
+void StreamService::RememberLookup(const std::string& key, std::shared_ptr<const Found> found) {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  if (append_cache_.size() >= options_.append_cache_streams) append_cache_.clear();
+  append_cache_[key] = std::move(found);
+}
+
+void StreamService::ForgetLookup(const std::string& key) {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  append_cache_.erase(key);
+}
+
 void StreamService::Touch(StreamId id) {
   std::lock_guard<std::mutex> lock(access_mu_);
   last_access_ms_[id] = NowMs();
@@ -328,6 +354,36 @@ Status StreamService::UpdateMeta(StreamId id, const std::function<void(Meta*)>& 
   return registry_.store().UpdateStream(id, info.spec.retention, attrs);
 }
 
+Status StreamService::SoftDelete(StreamId id) {
+  std::unique_lock<std::mutex> lock(meta_mu_);
+  meta_cv_.wait(lock, [&] { return meta_in_flight_.count(id) == 0; });
+  RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
+  Meta meta = Meta::Parse(info.spec.attributes);
+  meta.soft_deleted = true;
+  RUNNEL_ASSIGN_OR_RETURN(
+      std::string attrs,
+      attributes::Set(info.spec.attributes, Meta::kAttributeKey, meta.Serialize()));
+  if (!info.closed) {
+    // Closing in the same commit makes the store refuse every later append, including one a
+    // node validated from a remembered lookup (append_cache_).
+    AppendRequest request;
+    request.stream = id;
+    request.now_ms = registry_.clock().NowMs();
+    request.close = true;
+    request.attributes = attrs;
+    std::promise<Result<AppendResult>> promise;
+    auto future = promise.get_future();
+    registry_.store().Append(std::move(request), [&promise](Result<AppendResult> r) {
+      promise.set_value(std::move(r));
+    });
+    Result<AppendResult> closed = future.get();
+    if (closed.ok()) return Status::OK();
+    // Closed by someone else meanwhile: the store already refuses appends; set the mark alone.
+    if (closed.status().code() != StatusCode::kFailedPrecondition) return closed.status();
+  }
+  return registry_.store().UpdateStream(id, info.spec.retention, attrs);
+}
+
 Result<std::string> StreamService::BeginMetaAppend(StreamId id, const std::string& seq) {
   std::unique_lock<std::mutex> lock(meta_mu_);
   // Stream-Seq appends run in the stream's lane, so none of them is in flight here; an
@@ -351,9 +407,7 @@ void StreamService::MetaAppendDone(StreamId id) {
 }
 
 Status StreamService::Remove(const StreamInfo& info, const Meta& meta) {
-  if (meta.fork_refs > 0) {
-    return UpdateMeta(info.id, [](Meta* m) { m->soft_deleted = true; });
-  }
+  if (meta.fork_refs > 0) return SoftDelete(info.id);
   RUNNEL_RETURN_IF_ERROR(registry_.store().DeleteStream(info.id));
   {
     std::lock_guard<std::mutex> lock(access_mu_);
@@ -440,7 +494,7 @@ std::string StreamService::NextCursor(const std::optional<std::string>& client_c
 // Writes
 
 void StreamService::HandleWrite(const Route& route, HttpRequest request, Done done) {
-  auto shared = std::make_shared<HttpRequest>(std::move(request));
+  auto shared = std::make_shared<const HttpRequest>(std::move(request));
   std::string key = LaneKey(route.scope, route.name);
   if (shared->method == "POST") {
     // Only validation that reads state it then changes needs the lane: Stream-Seq, closing and
@@ -451,24 +505,39 @@ void StreamService::HandleWrite(const Route& route, HttpRequest request, Done do
         shared->Header("producer-id").has_value() || shared->Header("producer-epoch").has_value() ||
         shared->Header("producer-seq").has_value();
     if (!needs_lane) {
+      const bool use_cache = !shared->Header("stream-expected-offset").has_value();
+      if (options_.offload_store_calls && options_.blocking_executor &&
+          !(use_cache && CachedLookup(key))) {
+        // The lookup is a store call that may block: not on this (event-loop) thread.
+        options_.blocking_executor(
+            [this, route, shared, use_cache, done = std::move(done)]() mutable {
+              Append(
+                  route, shared, [] {}, std::move(done), use_cache);
+            });
+        return;
+      }
       Append(
-          route, *shared, [] {}, std::move(done));
+          route, shared, [] {}, std::move(done), use_cache);
       return;
     }
   }
-  RunInLane(key, [this, route, shared, done = std::move(done)](Release release) mutable {
-    if (shared->method != "POST" && options_.blocking_executor) {
-      options_.blocking_executor(
-          [this, route, shared, release = std::move(release), done = std::move(done)]() mutable {
-            RunCatalogWrite(route, *shared, std::move(release), std::move(done));
-          });
+  // A write through the lane may change what the append cache holds for this stream.
+  ForgetLookup(key);
+  RunInLane(key, [this, route, shared, key, done = std::move(done)](Release release) mutable {
+    ForgetLookup(key);
+    auto run = [this, route, shared, release = std::move(release),
+                done = std::move(done)]() mutable {
+      if (shared->method == "POST") {
+        Append(route, shared, std::move(release), std::move(done), /*use_cache=*/false);
+      } else {
+        RunCatalogWrite(route, *shared, std::move(release), std::move(done));
+      }
+    };
+    if ((shared->method != "POST" || options_.offload_store_calls) && options_.blocking_executor) {
+      options_.blocking_executor(std::move(run));
       return;
     }
-    if (shared->method == "POST") {
-      Append(route, *shared, std::move(release), std::move(done));
-      return;
-    }
-    RunCatalogWrite(route, *shared, std::move(release), std::move(done));
+    run();
   });
 }
 
@@ -809,9 +878,29 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
       });
 }
 
-void StreamService::Append(const Route& route, const HttpRequest& request, Release release,
-                           Done done) {
+void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest> shared,
+                           Release release, Done done, bool use_cache) {
+  const HttpRequest& request = *shared;
+  std::string key;
+  std::shared_ptr<const Found> found;
+  if (use_cache && options_.append_cache_streams > 0) {
+    key = LaneKey(route.scope, route.name);
+    found = CachedLookup(key);
+  }
+  bool from_cache = found != nullptr;
+  // Expiry removes the stream: that path takes the fresh lookup below.
+  if (from_cache && Expired(found->info, found->meta)) {
+    ForgetLookup(key);
+    found.reset();
+    from_cache = false;
+  }
   auto finish = [&](HttpResponse r) {
+    if (from_cache && r.status >= 400) {
+      // Decided from a remembered lookup: decide again from a fresh one.
+      ForgetLookup(key);
+      Append(route, shared, std::move(release), std::move(done), /*use_cache=*/false);
+      return;
+    }
     release();
     done(std::move(r));
   };
@@ -834,8 +923,14 @@ void StreamService::Append(const Route& route, const HttpRequest& request, Relea
     producer = ProducerState{std::string(*pid), *epoch, *seq, 0};
   }
 
-  auto found = Lookup(route.scope, route.name);
-  if (!found.ok()) return finish(ErrorResponse(found.status()));
+  if (!found) {
+    auto fresh = Lookup(route.scope, route.name);
+    if (!fresh.ok()) return finish(ErrorResponse(fresh.status()));
+    found = std::make_shared<const Found>(std::move(*fresh));
+    if (!key.empty() && !found->meta.soft_deleted && !found->info.closed) {
+      RememberLookup(key, found);
+    }
+  }
   if (found->meta.soft_deleted) return finish(Gone());
   const StreamInfo& info = found->info;
   Touch(info.id);
@@ -968,59 +1063,83 @@ void StreamService::Append(const Route& route, const HttpRequest& request, Relea
   }
   if (expected_position && !empty) options.expected_offset = *expected_position + 1;
   auto started = std::chrono::steady_clock::now();
-  registry_.AppendBatchAsync(
-      route.scope, route.name, std::move(records), options,
-      [this, release = std::move(release), done = std::move(done), producer, close, stream_seq, id,
-       started, empty](Result<AppendResult> result) mutable {
-        Defer([this, release = std::move(release), done = std::move(done), producer, close,
-               stream_seq, id, started, empty, result = std::move(result)]() mutable {
-          // Not on the store's thread: an UpdateMeta holds meta_mu_ while it waits for a commit.
-          if (stream_seq) MetaAppendDone(id);
-          HttpResponse r;
-          if (!result.ok() && producer &&
-              result.status().code() == StatusCode::kAlreadyExists) {
-            // A store shared by several nodes found this (epoch, seq) committed meanwhile,
-            // through another node: the same duplicate answer as the check before the append.
-            r.status = 204;
-            r.Set("Producer-Epoch", std::to_string(producer->epoch));
-            r.Set("Producer-Seq", std::to_string(producer->seq));
-            if (auto info = registry_.store().GetStreamById(id); info.ok()) {
-              r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
-            }
-          } else if (!result.ok()) {
-            r = ErrorResponse(result.status());
-            if (result.status().code() == StatusCode::kConflict) {
-              // A conditional append lost a race: report the tail it must start at now.
-              if (auto info = registry_.store().GetStreamById(id); info.ok()) {
-                r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
-              }
-            }
-            if (result.status().code() == StatusCode::kFailedPrecondition) {
-              // Closed by a concurrent request after our check.
-              r.Set("Stream-Closed", "true");
-              if (auto info = registry_.store().GetStreamById(id); info.ok()) {
-                r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
-              }
-            }
-          } else {
-            r.status = producer && !empty ? 200 : 204;
-            r.Set("Stream-Next-Offset", FormatOffset(result->next_offset - 1));
-            if (close) r.Set("Stream-Closed", "true");
-            if (producer) {
-              r.Set("Producer-Epoch", std::to_string(producer->epoch));
-              r.Set("Producer-Seq", std::to_string(producer->seq));
-            }
-            if (metrics_) {
-              metrics_->ObserveAppendLatency(
-                  static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                            std::chrono::steady_clock::now() - started)
-                                            .count()));
-            }
+  // To the id the request was validated against; a stream deleted meanwhile (perhaps recreated
+  // under the same name by another node) is refused by the store.
+  AppendRequest append;
+  append.stream = id;
+  append.records = std::move(records);
+  append.now_ms = registry_.clock().NowMs();
+  append.expected_offset = options.expected_offset;
+  append.producer = options.producer;
+  append.attributes = std::move(options.attributes);
+  append.close = options.close;
+  registry_.store().Append(std::move(append), [this, release = std::move(release),
+                                               done = std::move(done), producer, close, stream_seq,
+                                               id, started, empty, from_cache, key, route,
+                                               shared](Result<AppendResult> result) mutable {
+    // Only a refusal (or the Stream-Seq bookkeeping, which may wait for a catalog write)
+    // calls the store on the way to the answer.
+    const bool calls_store = !result.ok() || stream_seq.has_value();
+    DeferStoreWork(calls_store, [this, release = std::move(release), done = std::move(done),
+                                 producer, close, stream_seq, id, started, empty, from_cache,
+                                 key = std::move(key), route = std::move(route),
+                                 shared = std::move(shared), result = std::move(result)]() mutable {
+      // Not on the store's thread: an UpdateMeta holds meta_mu_ while it waits for a commit.
+      if (stream_seq) MetaAppendDone(id);
+      if (from_cache && !result.ok() &&
+          (result.status().code() == StatusCode::kNotFound ||
+           result.status().code() == StatusCode::kFailedPrecondition)) {
+        // A definite refusal (nothing was written) of an append validated from a remembered
+        // lookup: the stream was deleted, closed or soft-deleted meanwhile. Run it again
+        // from a fresh lookup, which gives the precise answer.
+        ForgetLookup(key);
+        Append(route, shared, std::move(release), std::move(done), /*use_cache=*/false);
+        return;
+      }
+      HttpResponse r;
+      if (!result.ok() && producer && result.status().code() == StatusCode::kAlreadyExists) {
+        // A store shared by several nodes found this (epoch, seq) committed meanwhile,
+        // through another node: the same duplicate answer as the check before the append.
+        r.status = 204;
+        r.Set("Producer-Epoch", std::to_string(producer->epoch));
+        r.Set("Producer-Seq", std::to_string(producer->seq));
+        if (auto info = registry_.store().GetStreamById(id); info.ok()) {
+          r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
+        }
+      } else if (!result.ok()) {
+        r = ErrorResponse(result.status());
+        if (result.status().code() == StatusCode::kConflict) {
+          // A conditional append lost a race: report the tail it must start at now.
+          if (auto info = registry_.store().GetStreamById(id); info.ok()) {
+            r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
           }
-          release();
-          done(std::move(r));
-        });
-      });
+        }
+        if (result.status().code() == StatusCode::kFailedPrecondition) {
+          // Closed by a concurrent request after our check.
+          r.Set("Stream-Closed", "true");
+          if (auto info = registry_.store().GetStreamById(id); info.ok()) {
+            r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
+          }
+        }
+      } else {
+        r.status = producer && !empty ? 200 : 204;
+        r.Set("Stream-Next-Offset", FormatOffset(result->next_offset - 1));
+        if (close) r.Set("Stream-Closed", "true");
+        if (producer) {
+          r.Set("Producer-Epoch", std::to_string(producer->epoch));
+          r.Set("Producer-Seq", std::to_string(producer->seq));
+        }
+        if (metrics_) {
+          metrics_->ObserveAppendLatency(
+              static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                        std::chrono::steady_clock::now() - started)
+                                        .count()));
+        }
+      }
+      release();
+      done(std::move(r));
+    });
+  });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -66,6 +66,13 @@ struct StreamServiceOptions {
   // durable. Handing them to a pool of threads keeps io threads free and lets concurrent creates
   // share one group commit. Null runs them inline (tests).
   std::function<void(std::function<void()>)> blocking_executor;
+  // Run appends that must look the stream up in the store (and the work after a store answer)
+  // on blocking_executor instead of the calling thread: set by a server whose store's calls may
+  // block (Store::CallsMayBlock), so no event-loop thread waits on a database.
+  bool offload_store_calls = false;
+  // The most streams the append path's catalog cache remembers (see StreamService::
+  // append_cache_); 0 turns the cache off.
+  size_t append_cache_streams = 65536;
 };
 
 enum class LiveMode { kNone, kLongPoll, kSse };
@@ -175,7 +182,18 @@ class StreamService {
   void MetaAppendDone(StreamId id);
 
   void Create(const Route& route, const HttpRequest& request, Release release, Done done);
-  void Append(const Route& route, const HttpRequest& request, Release release, Done done);
+  // `use_cache`: a plain append (no Stream-Seq, producer, close or expected offset) may be
+  // validated against append_cache_.
+  void Append(const Route& route, std::shared_ptr<const HttpRequest> request, Release release,
+              Done done, bool use_cache);
+  // Runs `fn` on blocking_executor when it `calls_store` and store calls are offloaded, else
+  // through Defer.
+  void DeferStoreWork(bool calls_store, std::function<void()> fn);
+  std::shared_ptr<const Found> CachedLookup(const std::string& key);
+  void RememberLookup(const std::string& key, std::shared_ptr<const Found> found);
+  void ForgetLookup(const std::string& key);
+  // Marks a stream soft-deleted and closes it in the store, in one append (see append_cache_).
+  Status SoftDelete(StreamId id);
   // PUT, PATCH or DELETE, on the calling thread (options_.blocking_executor's in a server).
   void RunCatalogWrite(const Route& route, const HttpRequest& request, Release release, Done done);
   void Delete(const Route& route, Release release, Done done);
@@ -201,6 +219,18 @@ class StreamService {
 
   std::mutex access_mu_;
   std::unordered_map<StreamId, uint64_t> last_access_ms_;
+
+  // Plain appends validate against a lookup remembered here by lane key, so the hot path costs
+  // no catalog read (on a shared database, a round trip per append). Only live, open streams
+  // are remembered, and what a plain append uses of the entry either never changes for a stream
+  // id (content type, TTL, Expires-At) or is checked again by the store inside the append (the
+  // id still exists, the stream is open; a soft delete also closes the stream in the store). So
+  // a stale entry can only cause a refusal, never a wrong acceptance; any refusal decided from
+  // an entry, by the service or the store, drops it and the append runs again from a fresh
+  // lookup. Writes through the lane (create, delete, retention, close, Stream-Seq, producers)
+  // drop their stream's entry. Bounded by options_.append_cache_streams (cleared when full).
+  std::mutex cache_mu_;
+  std::unordered_map<std::string, std::shared_ptr<const Found>> append_cache_;  // GUARDED_BY
 };
 
 }  // namespace runnel::server

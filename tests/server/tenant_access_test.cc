@@ -958,9 +958,13 @@ namespace runnel::server {
 namespace {
 
 // A memory store whose cursor commits (a group ack) wait while the gate is closed, like a store
-// stuck on a disk or a database round trip. Waits are bounded (30 s) so a bug cannot hang.
+// stuck on a disk or a database round trip; with `reads`, its record reads wait instead, and it
+// reports that its calls may block (Store::CallsMayBlock), as a database store does. Waits are
+// bounded (30 s) so a bug cannot hang.
 class GatedStore final : public testing::ForwardingStore {
  public:
+  explicit GatedStore(bool reads = false) : reads_(reads) {}
+  bool CallsMayBlock() const override { return reads_; }
   void Close() {
     std::lock_guard lock(mu_);
     open_ = false;
@@ -980,17 +984,26 @@ class GatedStore final : public testing::ForwardingStore {
 
   Result<uint64_t> CommitCursor(StreamId id, std::string_view consumer, uint64_t offset,
                                 uint64_t now_ms) override {
-    {
-      std::unique_lock lock(mu_);
-      ++blocked_;
-      cv_.notify_all();
-      cv_.wait_for(lock, std::chrono::seconds(30), [this] { return open_; });
-      --blocked_;
-    }
+    if (!reads_) Wait();
     return ForwardingStore::CommitCursor(id, consumer, offset, now_ms);
+  }
+  Result<std::vector<StoredRecord>> Read(StreamId id, uint64_t from, size_t limit,
+                                         size_t max_bytes) override {
+    if (reads_) Wait();
+    return ForwardingStore::Read(id, from, limit, max_bytes);
   }
 
  private:
+  void Wait() {
+    std::unique_lock lock(mu_);
+    if (open_) return;
+    ++blocked_;
+    cv_.notify_all();
+    cv_.wait_for(lock, std::chrono::seconds(30), [this] { return open_; });
+    --blocked_;
+  }
+
+  const bool reads_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_ = true;  // GUARDED_BY(mu_)
@@ -1030,6 +1043,43 @@ TEST_F(GroupHttpTest, AnAckBlockedInTheStoreDoesNotStallTheIoThread) {
   acker.join();
   EXPECT_EQ(ack.status, 200) << ack.body;
   EXPECT_EQ(Call("GET", "/v1/groups/stream/gated?group=g")["last_acked"], 1);
+}
+
+// A store whose calls may block (a database) is called from the catalog workers, never from an
+// io thread: with a single io thread and a read stuck in the store, the server still answers
+// health checks, appends and other streams' reads, and the stuck read completes afterwards.
+TEST_F(GroupHttpTest, AReadBlockedInTheStoreDoesNotStallTheIoThread) {
+  auto owned = std::make_unique<GatedStore>(/*reads=*/true);
+  GatedStore* gate = owned.get();
+  ServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.threads = 1;
+  auto server = HttpServer::Start(StreamRegistry(std::move(owned)), options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  server_ = std::move(*server);
+  thread_ = std::thread([this] { server_->Run(); });
+  Seed("/v1/stream/gated", 2);
+
+  gate->Close();
+  Response read;
+  std::thread reader([&] { read = Send(port(), "GET", "/v1/stream/gated?offset=-1"); });
+  const bool blocked = gate->WaitForBlocked(std::chrono::seconds(10));
+  EXPECT_TRUE(blocked);
+  if (blocked) {
+    EXPECT_EQ(Send(port(), "GET", "/healthz").status, 200);
+    EXPECT_EQ(Send(port(), "HEAD", "/v1/stream/gated").status, 200);
+    EXPECT_EQ(
+        Send(port(), "POST", "/v1/stream/gated", {"Content-Type: application/json"}, R"({"n":3})")
+            .status,
+        204);
+  }
+  gate->Open();
+  reader.join();
+  EXPECT_EQ(read.status, 200) << read.body;
+  auto events = json::parse(read.body, nullptr, false);
+  ASSERT_TRUE(events.is_array()) << read.body;
+  EXPECT_GE(events.size(), 2u);
 }
 
 }  // namespace

@@ -72,6 +72,7 @@ class ForwardingStore : public Store {
     inner_->SetWatchedStreams(std::move(watched));
   }
   StoreCommitStats CommitStats() const override { return inner_->CommitStats(); }
+  bool CallsMayBlock() const override { return inner_->CallsMayBlock(); }
 
  protected:
   Store& inner() { return *inner_; }

@@ -8,7 +8,9 @@
 
 namespace runnel {
 
-std::unique_ptr<Store> NewMemoryStore() { return std::make_unique<store::MemoryStore>(); }
+std::unique_ptr<Store> NewMemoryStore() {
+  return std::make_unique<store::MemoryStore>();
+}
 
 namespace store {
 namespace {
@@ -169,33 +171,36 @@ void MemoryStore::Append(AppendRequest request, AppendCallback done) {
     done(StreamNotFound(request.stream));
     return;
   }
+  // Decided under the stream's lock; `done` runs after it is released, so a callback may call
+  // back into the store.
+  Status refused;
   AppendResult result;
   uint64_t next = 0;
-  {
+  [&] {
     std::lock_guard lock(s->mu);
     if (s->deleted) {
-      done(StreamNotFound(request.stream));
+      refused = StreamNotFound(request.stream);
       return;
     }
     if (s->closed) {
-      done(Status::FailedPrecondition("stream '" + s->spec.name + "' is closed"));
+      refused = Status::FailedPrecondition("stream '" + s->spec.name + "' is closed");
       return;
     }
     if (request.records.empty() && !request.close) {
-      done(Status::InvalidArgument("an append needs at least one record"));
+      refused = Status::InvalidArgument("an append needs at least one record");
       return;
     }
     if (request.expected_offset && *request.expected_offset != s->next_offset) {
-      done(Status::Conflict("expected offset " + std::to_string(*request.expected_offset) +
-                                " but the stream's next offset is " +
-                                std::to_string(s->next_offset),
-                            *request.expected_offset, s->next_offset));
+      refused =
+          Status::Conflict("expected offset " + std::to_string(*request.expected_offset) +
+                               " but the stream's next offset is " + std::to_string(s->next_offset),
+                           *request.expected_offset, s->next_offset);
       return;
     }
     const uint64_t n = request.records.size();
     // next_offset itself must stay representable, so the last usable offset is 2^64-2.
     if (n > std::numeric_limits<uint64_t>::max() - s->next_offset) {
-      done(Status::OutOfRange("stream '" + s->spec.name + "' would pass the largest offset"));
+      refused = Status::OutOfRange("stream '" + s->spec.name + "' would pass the largest offset");
       return;
     }
     result.first_offset = n ? s->next_offset : 0;
@@ -215,6 +220,10 @@ void MemoryStore::Append(AppendRequest request, AppendCallback done) {
     if (request.attributes) s->spec.attributes = std::move(*request.attributes);
     ApplyRetention(*s, request.now_ms);
     next = s->next_offset;
+  }();
+  if (!refused.ok()) {
+    done(std::move(refused));
+    return;
   }
   std::shared_ptr<const TailListener> listener;
   {
@@ -260,8 +269,7 @@ Result<std::optional<StoredRecord>> MemoryStore::ReadAt(StreamId id, uint64_t of
   return std::optional<StoredRecord>(s->records[offset - s->records.front().offset]);
 }
 
-Result<uint64_t> MemoryStore::TruncatePrefix(StreamId id, uint64_t through,
-                                             bool respect_cursors) {
+Result<uint64_t> MemoryStore::TruncatePrefix(StreamId id, uint64_t through, bool respect_cursors) {
   auto s = Find(id);
   if (!s) return StreamNotFound(id);
   std::lock_guard lock(s->mu);
@@ -278,15 +286,16 @@ Result<uint64_t> MemoryStore::TruncatePrefix(StreamId id, uint64_t through,
   return removed;
 }
 
-Result<uint64_t> MemoryStore::CommitCursor(StreamId id, std::string_view consumer,
-                                           uint64_t offset, uint64_t now_ms) {
+Result<uint64_t> MemoryStore::CommitCursor(StreamId id, std::string_view consumer, uint64_t offset,
+                                           uint64_t now_ms) {
   auto s = Find(id);
   if (!s) return StreamNotFound(id);
   std::lock_guard lock(s->mu);
   if (s->deleted) return StreamNotFound(id);
   auto it = s->cursors.find(consumer);
   if (it == s->cursors.end()) {
-    it = s->cursors.emplace(std::string(consumer), CursorState{std::string(consumer), offset, now_ms})
+    it = s->cursors
+             .emplace(std::string(consumer), CursorState{std::string(consumer), offset, now_ms})
              .first;
     return it->second.offset;
   }

@@ -64,6 +64,8 @@ class PostgresStore final : public Store {
   Status Flush() override;
   void SetTailListener(TailListener listener) override;
   void SetWatchedStreams(WatchedStreams watched) override;
+  // Every call but Append is a round trip to the database.
+  bool CallsMayBlock() const override { return true; }
 
  private:
   struct Pending {

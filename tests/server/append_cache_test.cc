@@ -1,0 +1,162 @@
+// The append path's catalog cache (StreamService::append_cache_): plain appends validate against
+// a remembered lookup instead of reading the catalog each time, and a stale entry can only cause
+// a refusal that is then decided again from a fresh lookup, never a wrong acceptance. Two
+// services over one registry stand for two server nodes over one shared store: what one node
+// does to a stream (delete, re-create, close, soft delete) the other's cache does not see.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "runnel/registry.h"
+#include "runnel/store.h"
+#include "server/stream_service.h"
+#include "support/forwarding_store.h"
+
+namespace runnel::server {
+namespace {
+
+// A memory store that counts catalog reads by name.
+class CountingStore : public testing::ForwardingStore {
+ public:
+  Result<StreamInfo> GetStream(std::string_view ns, std::string_view name) override {
+    {
+      std::lock_guard lock(mu_);
+      ++lookups_;
+    }
+    return ForwardingStore::GetStream(ns, name);
+  }
+  int lookups() {
+    std::lock_guard lock(mu_);
+    return lookups_;
+  }
+
+ private:
+  std::mutex mu_;
+  int lookups_ = 0;  // GUARDED_BY(mu_)
+};
+
+class AppendCacheTest : public ::testing::Test {
+ protected:
+  AppendCacheTest() {
+    auto store = std::make_unique<CountingStore>();
+    store_ = store.get();
+    StreamRegistry registry(std::move(store));
+    node_a_ = std::make_unique<StreamService>(registry, StreamServiceOptions{}, nullptr);
+    node_b_ = std::make_unique<StreamService>(registry, StreamServiceOptions{}, nullptr);
+  }
+
+  static HttpResponse Write(StreamService& node, const std::string& method, const std::string& path,
+                            const std::string& body,
+                            std::map<std::string, std::string> headers = {}) {
+    HttpRequest request;
+    request.method = method;
+    request.path = path;
+    request.headers = std::move(headers);
+    if (!request.headers.count("content-type")) request.headers["content-type"] = "text/plain";
+    request.body = body;
+    std::promise<HttpResponse> answered;
+    auto future = answered.get_future();
+    const Route route = ParseRoute(request.path);
+    node.HandleWrite(route, std::move(request),
+                     [&answered](HttpResponse r) { answered.set_value(std::move(r)); });
+    return future.get();
+  }
+
+  uint64_t EventCount(const std::string& name) {
+    auto info = store_->GetStream("global", name);
+    return info.ok() ? info->event_count : 0;
+  }
+
+  CountingStore* store_ = nullptr;
+  std::unique_ptr<StreamService> node_a_;
+  std::unique_ptr<StreamService> node_b_;
+};
+
+TEST_F(AppendCacheTest, PlainAppendsReadTheCatalogOnce) {
+  ASSERT_EQ(Write(*node_a_, "PUT", "/v1/stream/s", "").status, 201);
+  const int before = store_->lookups();
+  ASSERT_EQ(Write(*node_a_, "POST", "/v1/stream/s", "1").status, 204);
+  EXPECT_EQ(store_->lookups(), before + 1);
+  for (int i = 2; i <= 10; ++i) {
+    ASSERT_EQ(Write(*node_a_, "POST", "/v1/stream/s", std::to_string(i)).status, 204);
+  }
+  EXPECT_EQ(store_->lookups(), before + 1);
+  EXPECT_EQ(EventCount("s"), 10u);
+  // A refusal from the service's own checks is decided from a fresh lookup, and the entry
+  // stays valid for the stream: the wrong content type is refused, the next append is cached.
+  EXPECT_EQ(
+      Write(*node_a_, "POST", "/v1/stream/s", "x", {{"content-type", "application/json"}}).status,
+      409);
+  EXPECT_EQ(EventCount("s"), 10u);
+}
+
+TEST_F(AppendCacheTest, AStreamRecreatedOnAnotherNodeIsValidatedAfresh) {
+  ASSERT_EQ(Write(*node_a_, "PUT", "/v1/stream/s", "").status, 201);
+  ASSERT_EQ(Write(*node_a_, "POST", "/v1/stream/s", "old").status, 204);
+  // Node B deletes the stream and creates a JSON stream under the same name.
+  ASSERT_EQ(Write(*node_b_, "DELETE", "/v1/stream/s", "").status, 204);
+  ASSERT_EQ(
+      Write(*node_b_, "PUT", "/v1/stream/s", "", {{"content-type", "application/json"}}).status,
+      201);
+  // Node A's remembered stream is gone: its text append is checked against the new stream.
+  HttpResponse r = Write(*node_a_, "POST", "/v1/stream/s", "text");
+  EXPECT_EQ(r.status, 409) << r.body;
+  EXPECT_EQ(EventCount("s"), 0u);
+  r = Write(*node_a_, "POST", "/v1/stream/s", R"({"n":1})", {{"content-type", "application/json"}});
+  EXPECT_EQ(r.status, 204) << r.body;
+  EXPECT_EQ(EventCount("s"), 1u);
+}
+
+TEST_F(AppendCacheTest, AStreamDeletedOnAnotherNodeAnswers404) {
+  ASSERT_EQ(Write(*node_a_, "PUT", "/v1/stream/s", "").status, 201);
+  ASSERT_EQ(Write(*node_a_, "POST", "/v1/stream/s", "a").status, 204);
+  ASSERT_EQ(Write(*node_b_, "DELETE", "/v1/stream/s", "").status, 204);
+  EXPECT_EQ(Write(*node_a_, "POST", "/v1/stream/s", "b").status, 404);
+}
+
+TEST_F(AppendCacheTest, AStreamClosedOnAnotherNodeRefusesWithStreamClosed) {
+  ASSERT_EQ(Write(*node_a_, "PUT", "/v1/stream/s", "").status, 201);
+  ASSERT_EQ(Write(*node_a_, "POST", "/v1/stream/s", "a").status, 204);
+  ASSERT_EQ(Write(*node_b_, "POST", "/v1/stream/s", "", {{"stream-closed", "true"}}).status, 204);
+  HttpResponse r = Write(*node_a_, "POST", "/v1/stream/s", "b");
+  EXPECT_EQ(r.status, 409) << r.body;
+  bool closed = false;
+  for (const auto& [name, value] : r.headers)
+    closed = closed || (name == "Stream-Closed" && value == "true");
+  EXPECT_TRUE(closed);
+  EXPECT_EQ(EventCount("s"), 1u);
+}
+
+// A soft delete (the stream still has forks) closes the stream in the store in the same commit,
+// so a node that remembers the stream as live cannot append to it: 410 like a fresh lookup.
+TEST_F(AppendCacheTest, AStreamSoftDeletedOnAnotherNodeAnswersGone) {
+  ASSERT_EQ(Write(*node_a_, "PUT", "/v1/stream/src", "").status, 201);
+  ASSERT_EQ(Write(*node_a_, "POST", "/v1/stream/src", "a").status, 204);
+  ASSERT_EQ(Write(*node_b_, "PUT", "/v1/stream/fork", "", {{"stream-forked-from", "/v1/stream/src"}}).status,
+            201);
+  ASSERT_EQ(Write(*node_b_, "DELETE", "/v1/stream/src", "").status, 204);
+  EXPECT_EQ(Write(*node_a_, "POST", "/v1/stream/src", "b").status, 410);
+  EXPECT_EQ(EventCount("src"), 1u);
+  // The fork still reads its inherited record and takes appends.
+  EXPECT_EQ(Write(*node_a_, "POST", "/v1/stream/fork", "c").status, 204);
+}
+
+TEST_F(AppendCacheTest, ConditionalAndLaneAppendsDoNotUseTheCache) {
+  ASSERT_EQ(Write(*node_a_, "PUT", "/v1/stream/s", "").status, 201);
+  ASSERT_EQ(Write(*node_a_, "POST", "/v1/stream/s", "a").status, 204);
+  const int before = store_->lookups();
+  ASSERT_EQ(Write(*node_a_, "POST", "/v1/stream/s", "b", {{"stream-seq", "1"}}).status, 204);
+  EXPECT_EQ(Write(*node_a_, "POST", "/v1/stream/s", "c",
+                  {{"stream-expected-offset", "0000000000000000_0000000000000002"}})
+                .status,
+            204);
+  EXPECT_EQ(store_->lookups(), before + 2);
+  EXPECT_EQ(EventCount("s"), 3u);
+}
+
+}  // namespace
+}  // namespace runnel::server
