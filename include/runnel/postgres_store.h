@@ -69,9 +69,12 @@ struct PostgresStoreOptions {
   // The schema that holds runnel's tables; created on first use. Letters, digits and '_' only,
   // at most 40 characters. Nodes that share a database and a schema share their streams.
   std::string schema = "runnel";
-  // Worker threads (one connection each) that commit appends. 4 measured faster than 2 and 8
-  // side by side (bench/pg_append_bench, 64 clients, 16 streams, on a busy 2-core host).
-  size_t append_workers = 4;
+  // Worker threads (one connection each) that commit appends; a stream's appends always go to
+  // the same one. The database's cost is mostly per transaction, so fewer workers build larger
+  // groups: with 64 clients over 16 streams, 1 worker committed 65k rows/s, 2 workers 60k, 4
+  // 44k and 8 31k (bench/pg_append_bench, side by side on a 2-core host). More workers only
+  // help when single transactions are slow (large batches, a distant database).
+  size_t append_workers = 1;
   // Connections shared by the synchronous calls (reads, catalog, cursors).
   size_t query_connections = 4;
   // Most appends and most records committed in one transaction.

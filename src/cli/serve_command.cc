@@ -140,11 +140,6 @@ int RunServe(const ServeFlags& flags) {
   options.host = host;
   options.port = static_cast<uint16_t>(port);
   options.threads = flags.threads;
-  if (options.threads == 0 && registry_options.store.rfind("postgres", 0) == 0) {
-    // A request reads the catalog synchronously on its io thread, which then waits for a
-    // database round trip: more threads than cores keep the cores busy meanwhile.
-    options.threads = std::max(8u, 4 * std::max(1u, std::thread::hardware_concurrency()));
-  }
   options.max_body_bytes = flags.max_body_bytes;
   options.max_header_bytes = flags.max_header_bytes;
   options.max_url_bytes = flags.max_url_bytes;
@@ -224,8 +219,7 @@ void AddServeCommand(CLI::App& app) {
                   "How long a long-poll waits for data")
       ->envname("RUNNEL_LONG_POLL_TIMEOUT_MS")
       ->capture_default_str();
-  cmd->add_option("--threads", flags->threads,
-                  "io threads (0: one per core; with a postgres store four per core, at least 8)")
+  cmd->add_option("--threads", flags->threads, "io threads (0: one per core)")
       ->envname("RUNNEL_THREADS")
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", flags->max_body_bytes, "Largest request body (else 413)")

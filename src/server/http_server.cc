@@ -565,15 +565,27 @@ class HttpServer::Impl {
                                  route.label, method);
       }
     }
+    StreamService* service = &service_;
+    const Route* rt = &route;
+    const HttpRequest* rq = &request;
     if (quota_) {
-      if (auto limited = quota_->Check(route, request)) {
+      TenantQuota* quota = quota_.get();
+      const std::function<std::optional<HttpResponse>()> check = [quota, rt, rq] {
+        return quota->Check(*rt, *rq);
+      };
+      if (auto limited = co_await StoreCall(check)) {
         co_return co_await Write(stream, std::move(*limited), keep_alive, method == "HEAD",
                                  route.label, method);
       }
     }
     if (options_.subscriptions && SubscriptionService::Matches(route)) {
-      co_return co_await Write(stream, options_.subscriptions->Handle(route, request), keep_alive,
-                               method == "HEAD", "subscriptions", method);
+      SubscriptionService* subscriptions = options_.subscriptions.get();
+      const std::function<HttpResponse()> handle = [subscriptions, rt, rq] {
+        return subscriptions->Handle(*rt, *rq);
+      };
+      HttpResponse r = co_await StoreCall(handle);
+      co_return co_await Write(stream, std::move(r), keep_alive, method == "HEAD", "subscriptions",
+                               method);
     }
     if (GroupService::Matches(request.path)) {
       auto shared = std::make_shared<const HttpRequest>(std::move(request));
@@ -613,9 +625,6 @@ class HttpServer::Impl {
                                  keep_alive, method == "HEAD", route.label, method);
       case Route::Kind::kList:
         if (method == "GET") {
-          StreamService* service = &service_;
-          const Route* rt = &route;
-          const HttpRequest* rq = &request;
           const std::function<HttpResponse()> list = [service, rt, rq] {
             return service->HandleList(*rt, *rq);
           };
@@ -640,9 +649,6 @@ class HttpServer::Impl {
       if (options_.subscriptions && r.status < 300) options_.subscriptions->NoteWrite(route);
       co_return co_await Write(stream, std::move(r), keep_alive, false, route.label, method);
     }
-    StreamService* service = &service_;
-    const Route* rt = &route;
-    const HttpRequest* rq = &request;
     if (method == "HEAD") {
       const std::function<HttpResponse()> head = [service, rt, rq] {
         return service->HandleHead(*rt, *rq);
