@@ -102,7 +102,6 @@ namespace runnel {
 
 namespace channel {
 class KeyIndex;
-struct CheckpointEntry;
 }  // namespace channel
 
 // ---------------------------------------------------------------------------------------------
@@ -411,10 +410,14 @@ class DurableChannel {
   // Reads partition p from slot scanned_[p] to its end, indexing every row and advancing
   // scanned_[p] past each one.
   Status CatchUp(size_t p);
-  void IndexRow(size_t p, uint64_t sequence, const MessageEnvelope& envelope);
-  // The first indexed row carrying `key`, confirmed by reading it (the index holds hashes);
-  // read and decode errors are returned, never taken for "absent".
-  Result<std::optional<AppendResolution>> IndexLookup(std::string_view key) const;
+  // Indexes the row's idempotency key, if any; fails (KeyIndexFull) only at the index's limit
+  // of keys (channel::KeyIndex::kMaxEntries), leaving the row unindexed.
+  Status IndexRow(size_t p, uint64_t sequence, const MessageEnvelope& envelope);
+  Status IndexFull() const;
+  // The first indexed row carrying `key` (whose KeyIndex::Hash is `hash`), confirmed by
+  // reading it (the index holds hashes); read and decode errors are returned, never taken for
+  // "absent".
+  Result<std::optional<AppendResolution>> IndexLookup(std::string_view key, uint64_t hash) const;
   Result<AppendResult> AppendAt(size_t p, uint64_t sequence, const std::string& bytes,
                                 const std::optional<std::string>& record_key, uint64_t now_ms);
   Result<std::optional<AppendResolution>> ResolveImpl();
@@ -443,8 +446,9 @@ class DurableChannel {
   std::vector<uint64_t> scanned_;
   std::unique_ptr<channel::KeyIndex> index_;
   // V3 head checkpoint. ck_head_/ck_fp_: the head and fingerprints of the chain's last record
-  // (as far as this instance knows). Invariant: unrecorded_ holds every keyed row indexed at a
-  // slot >= ck_head_[p] (and maybe some below, which are skipped). last_fp_[p]: the
+  // (as far as this instance knows). Invariant: the index entries numbered recorded_ and up
+  // hold every keyed row indexed at a slot >= ck_head_[p] (and maybe some below, which are
+  // skipped). last_fp_[p]: the
   // fingerprint of the row at scanned_[p]-1, 0 when unknown.
   std::function<void(std::string_view)> warn_;
   std::string checkpoint_key_;
@@ -453,7 +457,7 @@ class DurableChannel {
   std::vector<uint64_t> ck_head_;
   std::vector<uint64_t> ck_fp_;
   std::vector<uint64_t> last_fp_;
-  std::vector<channel::CheckpointEntry> unrecorded_;
+  size_t recorded_ = 0;
   bool need_base_ = true;
   bool opened_from_checkpoint_ = false;
   uint64_t since_checkpoint_ = 0;

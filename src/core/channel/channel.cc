@@ -299,7 +299,7 @@ Status DurableChannel::CatchUp(size_t p) {
       const uint64_t sequence = r.offset - 1;
       auto env = DecodeEnvelope(r.payload);
       if (!env.ok()) return EnvelopeErrorAt(stream_keys_[p], sequence, env.status());
-      IndexRow(p, sequence, *env);
+      RUNNEL_RETURN_IF_ERROR(IndexRow(p, sequence, *env));
       scanned_[p] = sequence + 1;
     }
     last_fp_[p] = channel::RowFingerprint(rows->back().payload);
@@ -312,18 +312,26 @@ Status DurableChannel::CatchUp(size_t p) {
   return Status::OK();
 }
 
-void DurableChannel::IndexRow(size_t p, uint64_t sequence, const MessageEnvelope& envelope) {
-  if (!envelope.idempotency_key) return;
-  const uint64_t hash = channel::KeyIndex::Hash(*envelope.idempotency_key);
-  index_->Insert(hash, p, sequence);
-  unrecorded_.push_back({static_cast<uint32_t>(p), sequence, hash});
+Status DurableChannel::IndexFull() const {
+  return Status::ResourceExhausted("KeyIndexFull: channel " + channel_id_ + " indexes " +
+                                   std::to_string(index_->size()) +
+                                   " idempotency keys, the limit of one channel instance");
 }
 
-Result<std::optional<AppendResolution>> DurableChannel::IndexLookup(std::string_view key) const {
+Status DurableChannel::IndexRow(size_t p, uint64_t sequence, const MessageEnvelope& envelope) {
+  if (!envelope.idempotency_key) return Status::OK();
+  if (!index_->Insert(channel::KeyIndex::Hash(*envelope.idempotency_key), p, sequence)) {
+    return IndexFull();
+  }
+  return Status::OK();
+}
+
+Result<std::optional<AppendResolution>> DurableChannel::IndexLookup(std::string_view key,
+                                                                    uint64_t hash) const {
   Store& store = registry_->store();
   Status error;
   std::optional<AppendResolution> found;
-  index_->ForEachCandidate(channel::KeyIndex::Hash(key), [&](size_t p, uint64_t sequence) {
+  index_->ForEachCandidate(hash, [&](size_t p, uint64_t sequence) {
     auto row = store.ReadAt(stream_ids_[p], sequence + 1);
     if (!row.ok()) {
       error = row.status().Annotate("StoreError: confirming an idempotency key at " +
@@ -438,9 +446,13 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
         }
       }
     }
-    auto hit = IndexLookup(*key);
+    auto hit = IndexLookup(*key, key_hash);
     if (!hit.ok()) return fail_read(hit.status());
     if (*hit) return duplicate(**hit);  // I4
+    // The row this append writes must be indexable once it commits.
+    if (index_->size() >= channel::KeyIndex::kMaxEntries) {
+      return Fail({ChannelError::Kind::kStoreError, IndexFull(), stream_keys_[p]});
+    }
   }
   for (int attempt = 0;; ++attempt) {
     const uint64_t sequence = next_[p];
@@ -474,12 +486,11 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
       }
       next_[p] = sequence + 1;
       if (scanned_[p] == sequence) {
-        if (key) {
-          index_->Insert(key_hash, p, sequence);
-          unrecorded_.push_back({static_cast<uint32_t>(p), sequence, key_hash});
+        // Cannot fail: the index had room before the append and nothing else ran since.
+        if (!key || index_->Insert(key_hash, p, sequence)) {
+          scanned_[p] = sequence + 1;
+          last_fp_[p] = channel::RowFingerprint(bytes);
         }
-        scanned_[p] = sequence + 1;
-        last_fp_[p] = channel::RowFingerprint(bytes);
       }
       PublishReceipt receipt{p, sequence, sequence + 1, false};
       if (Status s = AfterCommit(); !s.ok()) {
@@ -510,9 +521,12 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
       const uint64_t actual = status.conflict_actual().value_or(1);
       next_[p] = std::max(scanned_[p], actual == 0 ? 0 : actual - 1);
       if (key) {
-        auto hit = IndexLookup(*key);
+        auto hit = IndexLookup(*key, key_hash);
         if (!hit.ok()) return fail_read(hit.status());
         if (*hit) return duplicate(**hit);
+        if (index_->size() >= channel::KeyIndex::kMaxEntries) {
+          return Fail({ChannelError::Kind::kStoreError, IndexFull(), stream_keys_[p]});
+        }
       }
       if (attempt == 0) continue;
       ChannelError e{
@@ -676,9 +690,10 @@ Result<bool> DurableChannel::LoadCheckpoint() {
   }
   for (const channel::CheckpointRecord& record : chain) {
     for (const channel::CheckpointEntry& e : record.entries) {
-      index_->Insert(e.hash, e.partition, e.slot);
+      if (!index_->Insert(e.hash, e.partition, e.slot)) return IndexFull();
     }
   }
+  recorded_ = index_->size();
   const channel::CheckpointRecord& last = chain.back();
   scanned_ = last.head;
   ck_head_ = last.head;
@@ -750,18 +765,21 @@ Status DurableChannel::AppendCheckpoint() {
   std::vector<channel::CheckpointEntry> entries;
   if (base) {
     entries.reserve(index_->size());
-    index_->ForEach([&](uint64_t hash, size_t p, uint64_t slot) {
-      entries.push_back({static_cast<uint32_t>(p), slot, hash});
-    });
+    for (size_t k = 0; k < index_->size(); ++k) {
+      const channel::KeyIndex::Entry& e = index_->at(k);
+      entries.push_back({e.partition, e.slot, e.hash});
+    }
     std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
       return a.partition != b.partition ? a.partition < b.partition : a.slot < b.slot;
     });
   } else {
-    // unrecorded_ is in slot order within each partition (rows are indexed in slot order),
-    // so a stable bucketing by partition sorts it.
+    // The index entries from recorded_ on are in slot order within each partition (rows are
+    // indexed in slot order), so a stable bucketing by partition sorts them.
     std::vector<size_t> start(n + 1, 0);
     size_t kept = 0;
-    for (const channel::CheckpointEntry& e : unrecorded_) {
+    const size_t end = index_->size();
+    for (size_t k = recorded_; k < end; ++k) {
+      const channel::KeyIndex::Entry& e = index_->at(k);
       if (e.slot >= from[e.partition] && e.slot < head[e.partition]) {
         ++start[e.partition + 1];
         ++kept;
@@ -769,9 +787,10 @@ Status DurableChannel::AppendCheckpoint() {
     }
     for (size_t p = 0; p < n; ++p) start[p + 1] += start[p];
     entries.resize(kept);
-    for (const channel::CheckpointEntry& e : unrecorded_) {
+    for (size_t k = recorded_; k < end; ++k) {
+      const channel::KeyIndex::Entry& e = index_->at(k);
       if (e.slot >= from[e.partition] && e.slot < head[e.partition]) {
-        entries[start[e.partition]++] = e;
+        entries[start[e.partition]++] = {e.partition, e.slot, e.hash};
       }
     }
   }
@@ -829,7 +848,7 @@ Status DurableChannel::AppendCheckpoint() {
   ck_head_ = std::move(head);
   ck_fp_ = std::move(fp);
   checkpoint_next_ = appended->next_offset;
-  unrecorded_.clear();
+  recorded_ = index_->size();
   need_base_ = false;
   since_checkpoint_ = 0;
   ++checkpoint_count_;
@@ -883,8 +902,8 @@ Result<std::optional<AppendResolution>> DurableChannel::ResolveImpl() {
   if (scanned_[p] == sequence) {
     auto env = DecodeEnvelope(row.payload);
     // An undecodable foreign row is left for CatchUp to report by name (V7).
-    if (env.ok()) {
-      IndexRow(p, sequence, *env);
+    // A full index leaves the row for CatchUp to report too.
+    if (env.ok() && IndexRow(p, sequence, *env).ok()) {
       scanned_[p] = sequence + 1;
       last_fp_[p] = channel::RowFingerprint(row.payload);
     }
@@ -921,7 +940,7 @@ Result<AppendResolution> DurableChannel::FindIdempotencyKey(std::string_view key
                    s, stream_keys_[p]});
     }
   }
-  auto hit = IndexLookup(key);
+  auto hit = IndexLookup(key, channel::KeyIndex::Hash(key));
   if (!hit.ok()) {
     return Fail({hit.status().code() == StatusCode::kCorruption ? ChannelError::Kind::kEnvelopeError
                                                                 : ChannelError::Kind::kStoreError,

@@ -25,14 +25,16 @@ uint64_t KeyIndex::Hash(std::string_view key) {
   return h;
 }
 
-void KeyIndex::Insert(uint64_t hash, size_t partition, uint64_t sequence) {
-  if ((positions_.size() + 1) * 2 > table_.size()) Grow();
+bool KeyIndex::Insert(uint64_t hash, size_t partition, uint64_t sequence) {
+  if (entries_.size() >= kMaxEntries) return false;
+  if ((entries_.size() + 1) * 2 > table_.size()) Grow();
   hash = Normalize(hash);
   const size_t mask = table_.size() - 1;
   size_t i = hash & mask;
-  while (table_[i].hash != 0) i = (i + 1) & mask;
-  table_[i] = Entry{hash, positions_.size()};
-  positions_.push_back(Position{sequence, static_cast<uint64_t>(partition)});
+  while (table_[i] != 0) i = (i + 1) & mask;
+  entries_.push_back(Entry{sequence, hash, static_cast<uint32_t>(partition)});
+  table_[i] = TagOf(hash) | static_cast<uint64_t>(entries_.size());
+  return true;
 }
 
 namespace {
@@ -40,9 +42,9 @@ constexpr size_t kHugePage = size_t{2} << 20;
 }  // namespace
 
 KeyIndex::Slots::Slots(size_t count) : size_(count) {
-  const size_t bytes = count * sizeof(Entry);
+  const size_t bytes = count * sizeof(uint64_t);
   if (bytes < kHugePage) {
-    data_ = static_cast<Entry*>(std::calloc(count, sizeof(Entry)));
+    data_ = static_cast<uint64_t*>(std::calloc(count, sizeof(uint64_t)));
     if (data_ == nullptr) throw std::bad_alloc();
     return;
   }
@@ -56,7 +58,7 @@ KeyIndex::Slots::Slots(size_t count) : size_(count) {
   }
   const auto base = reinterpret_cast<uintptr_t>(mapping_);
   const uintptr_t aligned = (base + kHugePage - 1) & ~(uintptr_t{kHugePage} - 1);
-  data_ = reinterpret_cast<Entry*>(aligned);
+  data_ = reinterpret_cast<uint64_t*>(aligned);
 #ifdef MADV_HUGEPAGE
   // Only a hint: without huge pages the table works the same, slower.
   (void)madvise(data_, (bytes + kHugePage - 1) & ~(kHugePage - 1), MADV_HUGEPAGE);
@@ -79,20 +81,16 @@ void KeyIndex::Slots::Swap(Slots& o) noexcept {
 }
 
 void KeyIndex::Grow() {
-  Slots old = std::move(table_);
-  table_ = Slots(old.empty() ? 64 : old.size() * 2);
-  const size_t mask = table_.size() - 1;
-  // Re-inserting in the old table's order would not preserve insertion order within a probe
-  // run that wrapped around; walk each run from its start instead: start at an empty slot.
-  size_t start = 0;
-  while (start < old.size() && old[start].hash != 0) ++start;
-  for (size_t k = 0; k < old.size(); ++k) {
-    const Entry& e = old[(start + k) % (old.empty() ? 1 : old.size())];
-    if (e.hash == 0) continue;
-    size_t i = e.hash & mask;
-    while (table_[i].hash != 0) i = (i + 1) & mask;
-    table_[i] = e;
+  Slots grown(table_.empty() ? 64 : table_.size() * 2);
+  const size_t mask = grown.size() - 1;
+  // Re-inserting in insertion order keeps the candidates of one hash in that order.
+  for (size_t n = 0; n < entries_.size(); ++n) {
+    const uint64_t hash = entries_[n].hash;
+    size_t i = hash & mask;
+    while (grown[i] != 0) i = (i + 1) & mask;
+    grown[i] = TagOf(hash) | static_cast<uint64_t>(n + 1);
   }
+  table_ = std::move(grown);
 }
 
 }  // namespace runnel::channel
