@@ -414,10 +414,12 @@ class DurableChannel {
   // of keys (channel::KeyIndex::kMaxEntries), leaving the row unindexed.
   Status IndexRow(size_t p, uint64_t sequence, const MessageEnvelope& envelope);
   Status IndexFull() const;
-  // The first indexed row carrying `key` (whose KeyIndex::Hash is `hash`), confirmed by
-  // reading it (the index holds hashes); read and decode errors are returned, never taken for
-  // "absent".
-  Result<std::optional<AppendResolution>> IndexLookup(std::string_view key, uint64_t hash) const;
+  // Sets *found to the first indexed row carrying `key` (whose KeyIndex::Hash is `hash`),
+  // confirmed by reading it (the index holds hashes), or to nullopt; read and decode errors
+  // are returned, never taken for "absent". (An out-parameter: the miss path of every
+  // idempotent publish builds no Result.)
+  Status IndexLookup(std::string_view key, uint64_t hash,
+                     std::optional<AppendResolution>* found) const;
   Result<AppendResult> AppendAt(size_t p, uint64_t sequence, const std::string& bytes,
                                 const std::optional<std::string>& record_key, uint64_t now_ms);
   Result<std::optional<AppendResolution>> ResolveImpl();

@@ -326,11 +326,11 @@ Status DurableChannel::IndexRow(size_t p, uint64_t sequence, const MessageEnvelo
   return Status::OK();
 }
 
-Result<std::optional<AppendResolution>> DurableChannel::IndexLookup(std::string_view key,
-                                                                    uint64_t hash) const {
+Status DurableChannel::IndexLookup(std::string_view key, uint64_t hash,
+                                   std::optional<AppendResolution>* found) const {
+  found->reset();
   Store& store = registry_->store();
   Status error;
-  std::optional<AppendResolution> found;
   index_->ForEachCandidate(hash, [&](size_t p, uint64_t sequence) {
     auto row = store.ReadAt(stream_ids_[p], sequence + 1);
     if (!row.ok()) {
@@ -341,7 +341,7 @@ Result<std::optional<AppendResolution>> DurableChannel::IndexLookup(std::string_
     if (!row->has_value()) {
       // Retention removed the row after it was indexed: the key was seen there, and nothing
       // else can be there, so the hash match stands.
-      found = AppendResolution::Committed(p, sequence);
+      *found = AppendResolution::Committed(p, sequence);
       return true;
     }
     auto env = DecodeEnvelope((*row)->payload);
@@ -350,13 +350,12 @@ Result<std::optional<AppendResolution>> DurableChannel::IndexLookup(std::string_
       return true;
     }
     if (env->idempotency_key && *env->idempotency_key == key) {
-      found = AppendResolution::Committed(p, sequence);
+      *found = AppendResolution::Committed(p, sequence);
       return true;
     }
     return false;  // another key with the same hash
   });
-  if (!error.ok()) return error;
-  return found;
+  return error;
 }
 
 // ---- Accessors ----
@@ -431,6 +430,18 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
                                                      : ChannelError::Kind::kStoreError,
                  s, stream_keys_[p]});
   };
+  // The evidence of the first attempt (its sequence is set below). Built before the key
+  // lookup: its copies overlap the load of the key's index slot.
+  auto make_evidence = [&] {
+    UnresolvedAppend evidence;
+    evidence.channel = channel_id_;
+    evidence.stream_key = stream_keys_[p];
+    evidence.partition = p;
+    evidence.payload = bytes;
+    evidence.idempotency_key = key;
+    return evidence;
+  };
+  UnresolvedAppend evidence = make_evidence();
   if (key) {
     // The index must cover every slot below the one this append reserves (see header).
     if (scanned_[p] < next_[p]) {
@@ -446,9 +457,9 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
         }
       }
     }
-    auto hit = IndexLookup(*key, key_hash);
-    if (!hit.ok()) return fail_read(hit.status());
-    if (*hit) return duplicate(**hit);  // I4
+    std::optional<AppendResolution> hit;
+    if (Status s = IndexLookup(*key, key_hash, &hit); !s.ok()) return fail_read(s);
+    if (hit) return duplicate(*hit);  // I4
     // The row this append writes must be indexable once it commits.
     if (index_->size() >= channel::KeyIndex::kMaxEntries) {
       return Fail({ChannelError::Kind::kStoreError, IndexFull(), stream_keys_[p]});
@@ -465,13 +476,8 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
     }
     // The evidence exists before the append is sent (seed: retained before the cancellable
     // append), so no outcome can leave the channel without it.
-    UnresolvedAppend evidence;
-    evidence.channel = channel_id_;
-    evidence.stream_key = stream_keys_[p];
-    evidence.partition = p;
+    if (attempt > 0) evidence = make_evidence();
     evidence.sequence = sequence;
-    evidence.payload = bytes;
-    evidence.idempotency_key = key;
     pending_ = std::move(evidence);
 
     auto appended = AppendAt(p, sequence, bytes, envelope.key, registry_->clock().NowMs());
@@ -521,9 +527,9 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
       const uint64_t actual = status.conflict_actual().value_or(1);
       next_[p] = std::max(scanned_[p], actual == 0 ? 0 : actual - 1);
       if (key) {
-        auto hit = IndexLookup(*key, key_hash);
-        if (!hit.ok()) return fail_read(hit.status());
-        if (*hit) return duplicate(**hit);
+        std::optional<AppendResolution> hit;
+        if (Status s = IndexLookup(*key, key_hash, &hit); !s.ok()) return fail_read(s);
+        if (hit) return duplicate(*hit);
         if (index_->size() >= channel::KeyIndex::kMaxEntries) {
           return Fail({ChannelError::Kind::kStoreError, IndexFull(), stream_keys_[p]});
         }
@@ -799,15 +805,20 @@ Status DurableChannel::AppendCheckpoint() {
   AppendRequest request;
   request.now_ms = registry_->clock().NowMs();
   request.expected_offset = checkpoint_next_;
+  const size_t total = entries.size();
   size_t i = 0;
   do {
     channel::CheckpointRecord record;
     record.from = from;
-    const size_t take = std::min<size_t>(entries.size() - i, channel::kMaxCheckpointEntries);
-    record.entries.assign(entries.begin() + static_cast<ptrdiff_t>(i),
-                          entries.begin() + static_cast<ptrdiff_t>(i + take));
+    const size_t take = std::min<size_t>(total - i, channel::kMaxCheckpointEntries);
+    if (take == total) {
+      record.entries = std::move(entries);  // the usual case: one record
+    } else {
+      record.entries.assign(entries.begin() + static_cast<ptrdiff_t>(i),
+                            entries.begin() + static_cast<ptrdiff_t>(i + take));
+    }
     i += take;
-    if (i == entries.size()) {
+    if (i == total) {
       record.head = head;
       record.fingerprint = fp;
     } else {
@@ -819,7 +830,7 @@ Status DurableChannel::AppendCheckpoint() {
     }
     from = record.head;
     request.records.push_back(AppendRecord{std::nullopt, channel::EncodeCheckpoint(record)});
-  } while (i < entries.size());
+  } while (i < total);
 
   Store& store = registry_->store();
   if (!checkpoint_id_) {
@@ -940,14 +951,14 @@ Result<AppendResolution> DurableChannel::FindIdempotencyKey(std::string_view key
                    s, stream_keys_[p]});
     }
   }
-  auto hit = IndexLookup(key, channel::KeyIndex::Hash(key));
-  if (!hit.ok()) {
-    return Fail({hit.status().code() == StatusCode::kCorruption ? ChannelError::Kind::kEnvelopeError
-                                                                : ChannelError::Kind::kStoreError,
-                 hit.status()});
+  std::optional<AppendResolution> hit;
+  if (Status s = IndexLookup(key, channel::KeyIndex::Hash(key), &hit); !s.ok()) {
+    return Fail({s.code() == StatusCode::kCorruption ? ChannelError::Kind::kEnvelopeError
+                                                     : ChannelError::Kind::kStoreError,
+                 s});
   }
-  if (!*hit) return AppendResolution::Absent();
-  const AppendResolution& r = **hit;
+  if (!hit) return AppendResolution::Absent();
+  const AppendResolution& r = *hit;
   if (r.partition < from.size() && r.sequence < from[r.partition]) {
     return AppendResolution::Absent();
   }

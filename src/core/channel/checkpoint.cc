@@ -60,7 +60,12 @@ std::string EncodeCheckpoint(const CheckpointRecord& r) {
   std::string out(size, '\0');
   char* p = out.data();
   auto put = [&p](uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i) *p++ = static_cast<char>((v >> (8 * i)) & 0xFF);
+    if constexpr (std::endian::native == std::endian::little) {
+      std::memcpy(p, &v, static_cast<size_t>(bytes));  // one store, not one per byte
+      p += bytes;
+    } else {
+      for (int i = 0; i < bytes; ++i) *p++ = static_cast<char>((v >> (8 * i)) & 0xFF);
+    }
   };
   std::memcpy(p, kCheckpointMagic.data(), kCheckpointMagic.size());
   p += kCheckpointMagic.size();
