@@ -420,8 +420,11 @@ class DurableChannel {
   // idempotent publish builds no Result.)
   Status IndexLookup(std::string_view key, uint64_t hash,
                      std::optional<AppendResolution>* found) const;
-  Result<AppendResult> AppendAt(size_t p, uint64_t sequence, const std::string& bytes,
-                                const std::optional<std::string>& record_key, uint64_t now_ms);
+  // The append of one row to partition p (timestamped now), without its expected offset.
+  AppendRequest RowRequest(size_t p, const std::string& bytes,
+                           const std::optional<std::string>& record_key) const;
+  // Sends `request` guarded to land at slot `sequence` and waits for its outcome.
+  Result<AppendResult> AppendAt(uint64_t sequence, AppendRequest request);
   Result<std::optional<AppendResolution>> ResolveImpl();
   Status AfterCommit();
   Status FlushOnly();

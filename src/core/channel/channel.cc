@@ -385,13 +385,16 @@ Status DurableChannel::Fail(ChannelError error) {
 
 // ---- Publish ----
 
-Result<AppendResult> DurableChannel::AppendAt(size_t p, uint64_t sequence, const std::string& bytes,
-                                              const std::optional<std::string>& record_key,
-                                              uint64_t now_ms) {
+AppendRequest DurableChannel::RowRequest(size_t p, const std::string& bytes,
+                                         const std::optional<std::string>& record_key) const {
   AppendRequest request;
   request.stream = stream_ids_[p];
   request.records.push_back(AppendRecord{record_key, bytes});
-  request.now_ms = now_ms;
+  request.now_ms = registry_->clock().NowMs();
+  return request;
+}
+
+Result<AppendResult> DurableChannel::AppendAt(uint64_t sequence, AppendRequest request) {
   request.expected_offset = sequence + 1;
   std::promise<Result<AppendResult>> promise;
   auto future = promise.get_future();
@@ -430,8 +433,8 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
                                                      : ChannelError::Kind::kStoreError,
                  s, stream_keys_[p]});
   };
-  // The evidence of the first attempt (its sequence is set below). Built before the key
-  // lookup: its copies overlap the load of the key's index slot.
+  // The evidence and the request of the first attempt (their sequence is set below). Built
+  // before the key lookup: their copies overlap the load of the key's index slot.
   auto make_evidence = [&] {
     UnresolvedAppend evidence;
     evidence.channel = channel_id_;
@@ -442,6 +445,7 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
     return evidence;
   };
   UnresolvedAppend evidence = make_evidence();
+  AppendRequest request = RowRequest(p, bytes, envelope.key);
   if (key) {
     // The index must cover every slot below the one this append reserves (see header).
     if (scanned_[p] < next_[p]) {
@@ -476,11 +480,14 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
     }
     // The evidence exists before the append is sent (seed: retained before the cancellable
     // append), so no outcome can leave the channel without it.
-    if (attempt > 0) evidence = make_evidence();
+    if (attempt > 0) {
+      evidence = make_evidence();
+      request = RowRequest(p, bytes, envelope.key);
+    }
     evidence.sequence = sequence;
     pending_ = std::move(evidence);
 
-    auto appended = AppendAt(p, sequence, bytes, envelope.key, registry_->clock().NowMs());
+    auto appended = AppendAt(sequence, std::move(request));
     if (appended.ok()) {
       pending_.reset();
       if (appended->first_offset != sequence + 1) {

@@ -7,9 +7,12 @@
 // in the array. A lookup that misses (every new key) touches one table cache line (eight
 // slots) and reads the array only when a tag matches, to compare the full hash; indexing a row
 // writes one table slot and appends to the array, so neither allocates except when the array
-// doubles. A large table is mapped 2 MiB-aligned and, on Linux, the kernel is asked to back it
-// with huge pages (madvise MADV_HUGEPAGE): a random probe into a table of many megabytes
-// otherwise pays a TLB miss before its cache miss.
+// doubles. A large table or array is mapped 2 MiB-aligned and, on Linux, the kernel is asked
+// to back it with huge pages (madvise MADV_HUGEPAGE): a random probe into a table of many
+// megabytes otherwise pays a TLB miss before its cache miss. Such a mapping is also populated
+// when it is made (MADV_POPULATE_WRITE), so growing costs one bulk allocation instead of a
+// page fault every few hundred inserts afterwards; the price is that the array's doubled
+// capacity is resident at once (at most twice the entries' size).
 // Because different keys may share a hash, a hit is only a candidate: the channel confirms it by
 // reading that row and comparing the key (see DurableChannel::IndexLookup), so answers stay
 // exact.
@@ -28,7 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
-#include <vector>
+#include <utility>
 
 namespace runnel::channel {
 
@@ -61,7 +64,7 @@ class KeyIndex {
       const uint64_t s = table_[i];
       if (s == 0) return false;
       if ((s & kTagMask) == tag) {
-        const Entry& e = entries_[(s & kNumberMask) - 1];
+        const Entry& e = entries_[(s & kNumberMask) - 1];  // a tag match: rare unless a hit
         if (e.hash == hash && visit(static_cast<size_t>(e.partition), e.slot)) return true;
       }
     }
@@ -75,7 +78,7 @@ class KeyIndex {
 
   // The entry numbered `i` (insertion order). REQUIRES: i < size().
   const Entry& at(size_t i) const { return entries_[i]; }
-  size_t size() const { return entries_.size(); }
+  size_t size() const { return size_; }
 
  private:
   static constexpr uint64_t kTagMask = ~uint64_t{0} << 32;
@@ -84,37 +87,53 @@ class KeyIndex {
   // The table position comes from the low bits of the hash, the tag from the high ones.
   static uint64_t TagOf(uint64_t hash) { return hash & kTagMask; }
   void Grow();
+  void GrowEntries();
 
-  // Zero-filled storage for the table; see the file comment.
-  class Slots {
+  // Zero-filled storage for `count` objects of an aggregate, trivially copyable T; see the
+  // file comment.
+  template <typename T>
+  class Zeroed {
    public:
-    Slots() = default;
-    explicit Slots(size_t count);
-    Slots(Slots&& o) noexcept { Swap(o); }
-    Slots& operator=(Slots&& o) noexcept {
-      Slots gone(std::move(o));
+    Zeroed() = default;
+    explicit Zeroed(size_t count) : size_(count) {
+      data_ = static_cast<T*>(Allocate(count * sizeof(T), &mapping_, &mapped_bytes_));
+    }
+    Zeroed(Zeroed&& o) noexcept { Swap(o); }
+    Zeroed& operator=(Zeroed&& o) noexcept {
+      Zeroed gone(std::move(o));
       Swap(gone);
       return *this;
     }
-    ~Slots();
+    ~Zeroed() { Release(data_, mapping_, mapped_bytes_); }
     size_t size() const { return size_; }
     bool empty() const { return size_ == 0; }
-    uint64_t& operator[](size_t i) { return data_[i]; }
-    const uint64_t& operator[](size_t i) const { return data_[i]; }
+    T* data() { return data_; }
+    T& operator[](size_t i) { return data_[i]; }
+    const T& operator[](size_t i) const { return data_[i]; }
 
    private:
-    void Swap(Slots& o) noexcept;
-    uint64_t* data_ = nullptr;
+    void Swap(Zeroed& o) noexcept {
+      std::swap(data_, o.data_);
+      std::swap(size_, o.size_);
+      std::swap(mapping_, o.mapping_);
+      std::swap(mapped_bytes_, o.mapped_bytes_);
+    }
+    T* data_ = nullptr;
     size_t size_ = 0;
     void* mapping_ = nullptr;
     size_t mapped_bytes_ = 0;
   };
+  // Zero-filled memory: calloc below 2 MiB, else an aligned, populated mapping (whose base
+  // and length go to *mapping and *mapped_bytes). Throws std::bad_alloc.
+  static void* Allocate(size_t bytes, void** mapping, size_t* mapped_bytes);
+  static void Release(void* data, void* mapping, size_t mapped_bytes);
 
   // Invariant: table_'s size is a power of two (or zero) and at most half full; a slot is 0
-  // (empty) or TagOf(e.hash) | (n + 1) for the entry e = entries_[n], and every entry has
-  // exactly one slot.
-  Slots table_;
-  std::vector<Entry> entries_;
+  // (empty) or TagOf(e.hash) | (n + 1) for the entry e = entries_[n], n < size_, and every
+  // entry has exactly one slot. entries_ holds size_ entries, then zeroes.
+  Zeroed<uint64_t> table_;
+  Zeroed<Entry> entries_;
+  size_t size_ = 0;
 };
 
 }  // namespace runnel::channel
