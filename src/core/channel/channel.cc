@@ -465,7 +465,7 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
     if (Status s = IndexLookup(*key, key_hash, &hit); !s.ok()) return fail_read(s);
     if (hit) return duplicate(*hit);  // I4
     // The row this append writes must be indexable once it commits.
-    if (index_->size() >= channel::KeyIndex::kMaxEntries) {
+    if (index_->full()) {
       return Fail({ChannelError::Kind::kStoreError, IndexFull(), stream_keys_[p]});
     }
   }
@@ -537,7 +537,7 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
         std::optional<AppendResolution> hit;
         if (Status s = IndexLookup(*key, key_hash, &hit); !s.ok()) return fail_read(s);
         if (hit) return duplicate(*hit);
-        if (index_->size() >= channel::KeyIndex::kMaxEntries) {
+        if (index_->full()) {
           return Fail({ChannelError::Kind::kStoreError, IndexFull(), stream_keys_[p]});
         }
       }

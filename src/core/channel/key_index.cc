@@ -30,7 +30,7 @@ uint64_t KeyIndex::Hash(std::string_view key) {
 }
 
 bool KeyIndex::Insert(uint64_t hash, size_t partition, uint64_t sequence) {
-  if (size_ >= kMaxEntries) return false;
+  if (full()) return false;
   if ((size_ + 1) * 2 > table_.size()) Grow();
   if (size_ == entries_.size()) GrowEntries();
   hash = Normalize(hash);
@@ -96,7 +96,7 @@ void KeyIndex::Grow() {
 }
 
 void KeyIndex::GrowEntries() {
-  const size_t capacity = std::min(kMaxEntries, entries_.empty() ? 32 : entries_.size() * 2);
+  const size_t capacity = std::min(max_entries_, entries_.empty() ? 32 : entries_.size() * 2);
   Zeroed<Entry> grown(capacity);
   if (size_ != 0) std::memcpy(grown.data(), entries_.data(), size_ * sizeof(Entry));
   entries_ = std::move(grown);

@@ -22,7 +22,8 @@
 // nothing is ever deleted). Entries are also readable by their number (insertion order), which
 // the channel uses to find the entries added since its last head checkpoint.
 //
-// Limit: at most kMaxEntries entries (entry numbers are 32-bit); Insert refuses more.
+// Limit: at most kMaxEntries entries (entry numbers are 32-bit), or fewer if constructed so;
+// Insert refuses more.
 //
 // Thread-safety: none; owned by one DurableChannel.
 #ifndef RUNNEL_CORE_CHANNEL_KEY_INDEX_H_
@@ -46,9 +47,13 @@ class KeyIndex {
     uint32_t partition = 0;
   };
 
+  // An index that holds at most min(max_entries, kMaxEntries) entries.
+  explicit KeyIndex(size_t max_entries = kMaxEntries)
+      : max_entries_(max_entries < kMaxEntries ? max_entries : kMaxEntries) {}
+
   static uint64_t Hash(std::string_view key);
 
-  // Adds an entry; returns false, changing nothing, when the index already holds kMaxEntries.
+  // Adds an entry; returns false, changing nothing, when the index is full().
   // REQUIRES: partition < 2^32.
   bool Insert(uint64_t hash, size_t partition, uint64_t sequence);
 
@@ -79,6 +84,7 @@ class KeyIndex {
   // The entry numbered `i` (insertion order). REQUIRES: i < size().
   const Entry& at(size_t i) const { return entries_[i]; }
   size_t size() const { return size_; }
+  bool full() const { return size_ >= max_entries_; }
 
  private:
   static constexpr uint64_t kTagMask = ~uint64_t{0} << 32;
@@ -134,6 +140,7 @@ class KeyIndex {
   Zeroed<uint64_t> table_;
   Zeroed<Entry> entries_;
   size_t size_ = 0;
+  size_t max_entries_;
 };
 
 }  // namespace runnel::channel
