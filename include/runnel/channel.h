@@ -54,6 +54,9 @@
 // *concurrently* with envelopes that route to *different* partitions; no partition guard
 // orders those two writes.
 // A failed read or an undecodable row is an error, never "absent" (I2).
+// Limit: one channel instance indexes at most 2^32-1 keyed rows. Past that, a keyed publish is
+// refused before anything is appended, and opening or catching up over more keyed rows fails:
+// kResourceExhausted "KeyIndexFull: ..." (LastError kind kOverflow).
 //
 // Recovery (V1-V7). Opening a channel creates missing partition streams (tagging them with the
 // channel's partition count under the "runnel.channel" key of their attributes,

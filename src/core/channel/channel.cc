@@ -466,7 +466,7 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
     if (hit) return duplicate(*hit);  // I4
     // The row this append writes must be indexable once it commits.
     if (index_->full()) {
-      return Fail({ChannelError::Kind::kStoreError, IndexFull(), stream_keys_[p]});
+      return Fail({ChannelError::Kind::kOverflow, IndexFull(), stream_keys_[p]});
     }
   }
   for (int attempt = 0;; ++attempt) {
@@ -538,7 +538,7 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
         if (Status s = IndexLookup(*key, key_hash, &hit); !s.ok()) return fail_read(s);
         if (hit) return duplicate(*hit);
         if (index_->full()) {
-          return Fail({ChannelError::Kind::kStoreError, IndexFull(), stream_keys_[p]});
+          return Fail({ChannelError::Kind::kOverflow, IndexFull(), stream_keys_[p]});
         }
       }
       if (attempt == 0) continue;
