@@ -105,6 +105,7 @@ namespace runnel {
 
 namespace channel {
 class KeyIndex;
+struct CheckpointEntry;
 }  // namespace channel
 
 // ---------------------------------------------------------------------------------------------
@@ -466,6 +467,7 @@ class DurableChannel {
   std::vector<uint64_t> ck_fp_;
   std::vector<uint64_t> last_fp_;
   size_t recorded_ = 0;
+  std::vector<channel::CheckpointEntry> checkpoint_entries_;  // AppendCheckpoint's buffer
   bool need_base_ = true;
   bool opened_from_checkpoint_ = false;
   uint64_t since_checkpoint_ = 0;

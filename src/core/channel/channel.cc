@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <future>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -774,8 +775,10 @@ Status DurableChannel::AppendCheckpoint() {
     since_checkpoint_ = 0;
     return Status::OK();
   }
-  // The entries in (partition, slot) order.
-  std::vector<channel::CheckpointEntry> entries;
+  // The entries in (partition, slot) order, in a buffer kept from one record to the next: a
+  // fresh one each time would often come from untouched heap pages.
+  std::vector<channel::CheckpointEntry>& entries = checkpoint_entries_;
+  entries.clear();
   if (base) {
     entries.reserve(index_->size());
     for (size_t k = 0; k < index_->size(); ++k) {
@@ -813,31 +816,29 @@ Status DurableChannel::AppendCheckpoint() {
   request.now_ms = registry_->clock().NowMs();
   request.expected_offset = checkpoint_next_;
   const size_t total = entries.size();
+  const std::vector<uint64_t> no_claim(n, 0);
   size_t i = 0;
   do {
-    channel::CheckpointRecord record;
-    record.from = from;
     const size_t take = std::min<size_t>(total - i, channel::kMaxCheckpointEntries);
-    if (take == total) {
-      record.entries = std::move(entries);  // the usual case: one record
-    } else {
-      record.entries.assign(entries.begin() + static_cast<ptrdiff_t>(i),
-                            entries.begin() + static_cast<ptrdiff_t>(i + take));
-    }
+    const std::span<const channel::CheckpointEntry> slice(entries.data() + i, take);
     i += take;
     if (i == total) {
-      record.head = head;
-      record.fingerprint = fp;
-    } else {
-      const channel::CheckpointEntry& next = entries[i];
-      record.head = from;
-      for (size_t p = 0; p < next.partition; ++p) record.head[p] = head[p];
-      record.head[next.partition] = next.slot;
-      record.fingerprint.assign(n, 0);
+      request.records.push_back(
+          AppendRecord{std::nullopt, channel::EncodeCheckpoint(from, head, fp, slice)});
+      break;
     }
-    from = record.head;
-    request.records.push_back(AppendRecord{std::nullopt, channel::EncodeCheckpoint(record)});
+    const channel::CheckpointEntry& next = entries[i];
+    std::vector<uint64_t> upto = from;
+    for (size_t p = 0; p < next.partition; ++p) upto[p] = head[p];
+    upto[next.partition] = next.slot;
+    request.records.push_back(
+        AppendRecord{std::nullopt, channel::EncodeCheckpoint(from, upto, no_claim, slice)});
+    from = std::move(upto);
   } while (i < total);
+  // Keep the buffer for the next delta, but not the size of a whole base.
+  if (entries.capacity() > 4 * channel::kCheckpointInterval) {
+    std::vector<channel::CheckpointEntry>().swap(entries);
+  }
 
   Store& store = registry_->store();
   if (!checkpoint_id_) {
