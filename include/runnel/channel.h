@@ -428,7 +428,7 @@ class DurableChannel {
   AppendRequest RowRequest(size_t p, const std::string& bytes,
                            const std::optional<std::string>& record_key) const;
   // Sends `request` guarded to land at slot `sequence` and waits for its outcome.
-  Result<AppendResult> AppendAt(uint64_t sequence, AppendRequest request);
+  Result<AppendResult> AppendAt(uint64_t sequence, AppendRequest&& request);
   Result<std::optional<AppendResolution>> ResolveImpl();
   Status AfterCommit();
   Status FlushOnly();

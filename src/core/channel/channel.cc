@@ -395,7 +395,7 @@ AppendRequest DurableChannel::RowRequest(size_t p, const std::string& bytes,
   return request;
 }
 
-Result<AppendResult> DurableChannel::AppendAt(uint64_t sequence, AppendRequest request) {
+Result<AppendResult> DurableChannel::AppendAt(uint64_t sequence, AppendRequest&& request) {
   request.expected_offset = sequence + 1;
   std::promise<Result<AppendResult>> promise;
   auto future = promise.get_future();
