@@ -54,6 +54,9 @@
 // *concurrently* with envelopes that route to *different* partitions; no partition guard
 // orders those two writes.
 // A failed read or an undecodable row is an error, never "absent" (I2).
+// Limit: one channel instance indexes at most 2^32-1 keyed rows. Past that, a keyed publish is
+// refused before anything is appended, and opening or catching up over more keyed rows fails:
+// kResourceExhausted "KeyIndexFull: ..." (LastError kind kOverflow).
 //
 // Recovery (V1-V7). Opening a channel creates missing partition streams (tagging them with the
 // channel's partition count under the "runnel.channel" key of their attributes,
@@ -411,12 +414,21 @@ class DurableChannel {
   // Reads partition p from slot scanned_[p] to its end, indexing every row and advancing
   // scanned_[p] past each one.
   Status CatchUp(size_t p);
-  void IndexRow(size_t p, uint64_t sequence, const MessageEnvelope& envelope);
-  // The first indexed row carrying `key`, confirmed by reading it (the index holds hashes);
-  // read and decode errors are returned, never taken for "absent".
-  Result<std::optional<AppendResolution>> IndexLookup(std::string_view key) const;
-  Result<AppendResult> AppendAt(size_t p, uint64_t sequence, const std::string& bytes,
-                                const std::optional<std::string>& record_key, uint64_t now_ms);
+  // Indexes the row's idempotency key, if any; fails (KeyIndexFull) only at the index's limit
+  // of keys (channel::KeyIndex::kMaxEntries), leaving the row unindexed.
+  Status IndexRow(size_t p, uint64_t sequence, const MessageEnvelope& envelope);
+  Status IndexFull() const;
+  // Sets *found to the first indexed row carrying `key` (whose KeyIndex::Hash is `hash`),
+  // confirmed by reading it (the index holds hashes), or to nullopt; read and decode errors
+  // are returned, never taken for "absent". (An out-parameter: the miss path of every
+  // idempotent publish builds no Result.)
+  Status IndexLookup(std::string_view key, uint64_t hash,
+                     std::optional<AppendResolution>* found) const;
+  // The append of one row to partition p (timestamped now), without its expected offset.
+  AppendRequest RowRequest(size_t p, const std::string& bytes,
+                           const std::optional<std::string>& record_key) const;
+  // Sends `request` guarded to land at slot `sequence` and waits for its outcome.
+  Result<AppendResult> AppendAt(uint64_t sequence, AppendRequest&& request);
   Result<std::optional<AppendResolution>> ResolveImpl();
   Status AfterCommit();
   Status FlushOnly();
@@ -443,8 +455,9 @@ class DurableChannel {
   std::vector<uint64_t> scanned_;
   std::unique_ptr<channel::KeyIndex> index_;
   // V3 head checkpoint. ck_head_/ck_fp_: the head and fingerprints of the chain's last record
-  // (as far as this instance knows). Invariant: unrecorded_ holds every keyed row indexed at a
-  // slot >= ck_head_[p] (and maybe some below, which are skipped). last_fp_[p]: the
+  // (as far as this instance knows). Invariant: the index entries numbered recorded_ and up
+  // hold every keyed row indexed at a slot >= ck_head_[p] (and maybe some below, which are
+  // skipped). last_fp_[p]: the
   // fingerprint of the row at scanned_[p]-1, 0 when unknown.
   std::function<void(std::string_view)> warn_;
   std::string checkpoint_key_;
@@ -453,7 +466,8 @@ class DurableChannel {
   std::vector<uint64_t> ck_head_;
   std::vector<uint64_t> ck_fp_;
   std::vector<uint64_t> last_fp_;
-  std::vector<channel::CheckpointEntry> unrecorded_;
+  size_t recorded_ = 0;
+  std::vector<channel::CheckpointEntry> checkpoint_entries_;  // AppendCheckpoint's buffer
   bool need_base_ = true;
   bool opened_from_checkpoint_ = false;
   uint64_t since_checkpoint_ = 0;

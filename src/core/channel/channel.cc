@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <future>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -299,7 +300,7 @@ Status DurableChannel::CatchUp(size_t p) {
       const uint64_t sequence = r.offset - 1;
       auto env = DecodeEnvelope(r.payload);
       if (!env.ok()) return EnvelopeErrorAt(stream_keys_[p], sequence, env.status());
-      IndexRow(p, sequence, *env);
+      RUNNEL_RETURN_IF_ERROR(IndexRow(p, sequence, *env));
       scanned_[p] = sequence + 1;
     }
     last_fp_[p] = channel::RowFingerprint(rows->back().payload);
@@ -312,18 +313,26 @@ Status DurableChannel::CatchUp(size_t p) {
   return Status::OK();
 }
 
-void DurableChannel::IndexRow(size_t p, uint64_t sequence, const MessageEnvelope& envelope) {
-  if (!envelope.idempotency_key) return;
-  const uint64_t hash = channel::KeyIndex::Hash(*envelope.idempotency_key);
-  index_->Insert(hash, p, sequence);
-  unrecorded_.push_back({static_cast<uint32_t>(p), sequence, hash});
+Status DurableChannel::IndexFull() const {
+  return Status::ResourceExhausted("KeyIndexFull: channel " + channel_id_ + " indexes " +
+                                   std::to_string(index_->size()) +
+                                   " idempotency keys, the limit of one channel instance");
 }
 
-Result<std::optional<AppendResolution>> DurableChannel::IndexLookup(std::string_view key) const {
+Status DurableChannel::IndexRow(size_t p, uint64_t sequence, const MessageEnvelope& envelope) {
+  if (!envelope.idempotency_key) return Status::OK();
+  if (!index_->Insert(channel::KeyIndex::Hash(*envelope.idempotency_key), p, sequence)) {
+    return IndexFull();
+  }
+  return Status::OK();
+}
+
+Status DurableChannel::IndexLookup(std::string_view key, uint64_t hash,
+                                   std::optional<AppendResolution>* found) const {
+  found->reset();
   Store& store = registry_->store();
   Status error;
-  std::optional<AppendResolution> found;
-  index_->ForEachCandidate(channel::KeyIndex::Hash(key), [&](size_t p, uint64_t sequence) {
+  index_->ForEachCandidate(hash, [&](size_t p, uint64_t sequence) {
     auto row = store.ReadAt(stream_ids_[p], sequence + 1);
     if (!row.ok()) {
       error = row.status().Annotate("StoreError: confirming an idempotency key at " +
@@ -333,7 +342,7 @@ Result<std::optional<AppendResolution>> DurableChannel::IndexLookup(std::string_
     if (!row->has_value()) {
       // Retention removed the row after it was indexed: the key was seen there, and nothing
       // else can be there, so the hash match stands.
-      found = AppendResolution::Committed(p, sequence);
+      *found = AppendResolution::Committed(p, sequence);
       return true;
     }
     auto env = DecodeEnvelope((*row)->payload);
@@ -342,13 +351,12 @@ Result<std::optional<AppendResolution>> DurableChannel::IndexLookup(std::string_
       return true;
     }
     if (env->idempotency_key && *env->idempotency_key == key) {
-      found = AppendResolution::Committed(p, sequence);
+      *found = AppendResolution::Committed(p, sequence);
       return true;
     }
     return false;  // another key with the same hash
   });
-  if (!error.ok()) return error;
-  return found;
+  return error;
 }
 
 // ---- Accessors ----
@@ -378,13 +386,16 @@ Status DurableChannel::Fail(ChannelError error) {
 
 // ---- Publish ----
 
-Result<AppendResult> DurableChannel::AppendAt(size_t p, uint64_t sequence, const std::string& bytes,
-                                              const std::optional<std::string>& record_key,
-                                              uint64_t now_ms) {
+AppendRequest DurableChannel::RowRequest(size_t p, const std::string& bytes,
+                                         const std::optional<std::string>& record_key) const {
   AppendRequest request;
   request.stream = stream_ids_[p];
   request.records.push_back(AppendRecord{record_key, bytes});
-  request.now_ms = now_ms;
+  request.now_ms = registry_->clock().NowMs();
+  return request;
+}
+
+Result<AppendResult> DurableChannel::AppendAt(uint64_t sequence, AppendRequest&& request) {
   request.expected_offset = sequence + 1;
   std::promise<Result<AppendResult>> promise;
   auto future = promise.get_future();
@@ -423,6 +434,19 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
                                                      : ChannelError::Kind::kStoreError,
                  s, stream_keys_[p]});
   };
+  // The evidence and the request of the first attempt (their sequence is set below). Built
+  // before the key lookup: their copies overlap the load of the key's index slot.
+  auto make_evidence = [&] {
+    UnresolvedAppend evidence;
+    evidence.channel = channel_id_;
+    evidence.stream_key = stream_keys_[p];
+    evidence.partition = p;
+    evidence.payload = bytes;
+    evidence.idempotency_key = key;
+    return evidence;
+  };
+  UnresolvedAppend evidence = make_evidence();
+  AppendRequest request = RowRequest(p, bytes, envelope.key);
   if (key) {
     // The index must cover every slot below the one this append reserves (see header).
     if (scanned_[p] < next_[p]) {
@@ -438,9 +462,13 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
         }
       }
     }
-    auto hit = IndexLookup(*key);
-    if (!hit.ok()) return fail_read(hit.status());
-    if (*hit) return duplicate(**hit);  // I4
+    std::optional<AppendResolution> hit;
+    if (Status s = IndexLookup(*key, key_hash, &hit); !s.ok()) return fail_read(s);
+    if (hit) return duplicate(*hit);  // I4
+    // The row this append writes must be indexable once it commits.
+    if (index_->full()) {
+      return Fail({ChannelError::Kind::kOverflow, IndexFull(), stream_keys_[p]});
+    }
   }
   for (int attempt = 0;; ++attempt) {
     const uint64_t sequence = next_[p];
@@ -453,16 +481,14 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
     }
     // The evidence exists before the append is sent (seed: retained before the cancellable
     // append), so no outcome can leave the channel without it.
-    UnresolvedAppend evidence;
-    evidence.channel = channel_id_;
-    evidence.stream_key = stream_keys_[p];
-    evidence.partition = p;
+    if (attempt > 0) {
+      evidence = make_evidence();
+      request = RowRequest(p, bytes, envelope.key);
+    }
     evidence.sequence = sequence;
-    evidence.payload = bytes;
-    evidence.idempotency_key = key;
     pending_ = std::move(evidence);
 
-    auto appended = AppendAt(p, sequence, bytes, envelope.key, registry_->clock().NowMs());
+    auto appended = AppendAt(sequence, std::move(request));
     if (appended.ok()) {
       pending_.reset();
       if (appended->first_offset != sequence + 1) {
@@ -474,12 +500,11 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
       }
       next_[p] = sequence + 1;
       if (scanned_[p] == sequence) {
-        if (key) {
-          index_->Insert(key_hash, p, sequence);
-          unrecorded_.push_back({static_cast<uint32_t>(p), sequence, key_hash});
+        // Cannot fail: the index had room before the append and nothing else ran since.
+        if (!key || index_->Insert(key_hash, p, sequence)) {
+          scanned_[p] = sequence + 1;
+          last_fp_[p] = channel::RowFingerprint(bytes);
         }
-        scanned_[p] = sequence + 1;
-        last_fp_[p] = channel::RowFingerprint(bytes);
       }
       PublishReceipt receipt{p, sequence, sequence + 1, false};
       if (Status s = AfterCommit(); !s.ok()) {
@@ -510,9 +535,12 @@ Result<PublishReceipt> DurableChannel::PublishWithReceipt(const MessageEnvelope&
       const uint64_t actual = status.conflict_actual().value_or(1);
       next_[p] = std::max(scanned_[p], actual == 0 ? 0 : actual - 1);
       if (key) {
-        auto hit = IndexLookup(*key);
-        if (!hit.ok()) return fail_read(hit.status());
-        if (*hit) return duplicate(**hit);
+        std::optional<AppendResolution> hit;
+        if (Status s = IndexLookup(*key, key_hash, &hit); !s.ok()) return fail_read(s);
+        if (hit) return duplicate(*hit);
+        if (index_->full()) {
+          return Fail({ChannelError::Kind::kOverflow, IndexFull(), stream_keys_[p]});
+        }
       }
       if (attempt == 0) continue;
       ChannelError e{
@@ -676,9 +704,10 @@ Result<bool> DurableChannel::LoadCheckpoint() {
   }
   for (const channel::CheckpointRecord& record : chain) {
     for (const channel::CheckpointEntry& e : record.entries) {
-      index_->Insert(e.hash, e.partition, e.slot);
+      if (!index_->Insert(e.hash, e.partition, e.slot)) return IndexFull();
     }
   }
+  recorded_ = index_->size();
   const channel::CheckpointRecord& last = chain.back();
   scanned_ = last.head;
   ck_head_ = last.head;
@@ -746,22 +775,27 @@ Status DurableChannel::AppendCheckpoint() {
     since_checkpoint_ = 0;
     return Status::OK();
   }
-  // The entries in (partition, slot) order.
-  std::vector<channel::CheckpointEntry> entries;
+  // The entries in (partition, slot) order, in a buffer kept from one record to the next: a
+  // fresh one each time would often come from untouched heap pages.
+  std::vector<channel::CheckpointEntry>& entries = checkpoint_entries_;
+  entries.clear();
   if (base) {
     entries.reserve(index_->size());
-    index_->ForEach([&](uint64_t hash, size_t p, uint64_t slot) {
-      entries.push_back({static_cast<uint32_t>(p), slot, hash});
-    });
+    for (size_t k = 0; k < index_->size(); ++k) {
+      const channel::KeyIndex::Entry& e = index_->at(k);
+      entries.push_back({e.partition, e.slot, e.hash});
+    }
     std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
       return a.partition != b.partition ? a.partition < b.partition : a.slot < b.slot;
     });
   } else {
-    // unrecorded_ is in slot order within each partition (rows are indexed in slot order),
-    // so a stable bucketing by partition sorts it.
+    // The index entries from recorded_ on are in slot order within each partition (rows are
+    // indexed in slot order), so a stable bucketing by partition sorts them.
     std::vector<size_t> start(n + 1, 0);
     size_t kept = 0;
-    for (const channel::CheckpointEntry& e : unrecorded_) {
+    const size_t end = index_->size();
+    for (size_t k = recorded_; k < end; ++k) {
+      const channel::KeyIndex::Entry& e = index_->at(k);
       if (e.slot >= from[e.partition] && e.slot < head[e.partition]) {
         ++start[e.partition + 1];
         ++kept;
@@ -769,9 +803,10 @@ Status DurableChannel::AppendCheckpoint() {
     }
     for (size_t p = 0; p < n; ++p) start[p + 1] += start[p];
     entries.resize(kept);
-    for (const channel::CheckpointEntry& e : unrecorded_) {
+    for (size_t k = recorded_; k < end; ++k) {
+      const channel::KeyIndex::Entry& e = index_->at(k);
       if (e.slot >= from[e.partition] && e.slot < head[e.partition]) {
-        entries[start[e.partition]++] = e;
+        entries[start[e.partition]++] = {e.partition, e.slot, e.hash};
       }
     }
   }
@@ -780,27 +815,30 @@ Status DurableChannel::AppendCheckpoint() {
   AppendRequest request;
   request.now_ms = registry_->clock().NowMs();
   request.expected_offset = checkpoint_next_;
+  const size_t total = entries.size();
+  const std::vector<uint64_t> no_claim(n, 0);
   size_t i = 0;
   do {
-    channel::CheckpointRecord record;
-    record.from = from;
-    const size_t take = std::min<size_t>(entries.size() - i, channel::kMaxCheckpointEntries);
-    record.entries.assign(entries.begin() + static_cast<ptrdiff_t>(i),
-                          entries.begin() + static_cast<ptrdiff_t>(i + take));
+    const size_t take = std::min<size_t>(total - i, channel::kMaxCheckpointEntries);
+    const std::span<const channel::CheckpointEntry> slice(entries.data() + i, take);
     i += take;
-    if (i == entries.size()) {
-      record.head = head;
-      record.fingerprint = fp;
-    } else {
-      const channel::CheckpointEntry& next = entries[i];
-      record.head = from;
-      for (size_t p = 0; p < next.partition; ++p) record.head[p] = head[p];
-      record.head[next.partition] = next.slot;
-      record.fingerprint.assign(n, 0);
+    if (i == total) {
+      request.records.push_back(
+          AppendRecord{std::nullopt, channel::EncodeCheckpoint(from, head, fp, slice)});
+      break;
     }
-    from = record.head;
-    request.records.push_back(AppendRecord{std::nullopt, channel::EncodeCheckpoint(record)});
-  } while (i < entries.size());
+    const channel::CheckpointEntry& next = entries[i];
+    std::vector<uint64_t> upto = from;
+    for (size_t p = 0; p < next.partition; ++p) upto[p] = head[p];
+    upto[next.partition] = next.slot;
+    request.records.push_back(
+        AppendRecord{std::nullopt, channel::EncodeCheckpoint(from, upto, no_claim, slice)});
+    from = std::move(upto);
+  } while (i < total);
+  // Keep the buffer for the next delta, but not the size of a whole base.
+  if (entries.capacity() > 4 * channel::kCheckpointInterval) {
+    std::vector<channel::CheckpointEntry>().swap(entries);
+  }
 
   Store& store = registry_->store();
   if (!checkpoint_id_) {
@@ -829,7 +867,7 @@ Status DurableChannel::AppendCheckpoint() {
   ck_head_ = std::move(head);
   ck_fp_ = std::move(fp);
   checkpoint_next_ = appended->next_offset;
-  unrecorded_.clear();
+  recorded_ = index_->size();
   need_base_ = false;
   since_checkpoint_ = 0;
   ++checkpoint_count_;
@@ -883,8 +921,8 @@ Result<std::optional<AppendResolution>> DurableChannel::ResolveImpl() {
   if (scanned_[p] == sequence) {
     auto env = DecodeEnvelope(row.payload);
     // An undecodable foreign row is left for CatchUp to report by name (V7).
-    if (env.ok()) {
-      IndexRow(p, sequence, *env);
+    // A full index leaves the row for CatchUp to report too.
+    if (env.ok() && IndexRow(p, sequence, *env).ok()) {
       scanned_[p] = sequence + 1;
       last_fp_[p] = channel::RowFingerprint(row.payload);
     }
@@ -921,14 +959,14 @@ Result<AppendResolution> DurableChannel::FindIdempotencyKey(std::string_view key
                    s, stream_keys_[p]});
     }
   }
-  auto hit = IndexLookup(key);
-  if (!hit.ok()) {
-    return Fail({hit.status().code() == StatusCode::kCorruption ? ChannelError::Kind::kEnvelopeError
-                                                                : ChannelError::Kind::kStoreError,
-                 hit.status()});
+  std::optional<AppendResolution> hit;
+  if (Status s = IndexLookup(key, channel::KeyIndex::Hash(key), &hit); !s.ok()) {
+    return Fail({s.code() == StatusCode::kCorruption ? ChannelError::Kind::kEnvelopeError
+                                                     : ChannelError::Kind::kStoreError,
+                 s});
   }
-  if (!*hit) return AppendResolution::Absent();
-  const AppendResolution& r = **hit;
+  if (!hit) return AppendResolution::Absent();
+  const AppendResolution& r = *hit;
   if (r.partition < from.size() && r.sequence < from[r.partition]) {
     return AppendResolution::Absent();
   }

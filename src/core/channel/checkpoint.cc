@@ -54,23 +54,34 @@ bool CheckpointRecord::IsBase() const {
 }
 
 std::string EncodeCheckpoint(const CheckpointRecord& r) {
-  const size_t n = r.head.size();
+  return EncodeCheckpoint(r.from, r.head, r.fingerprint, r.entries);
+}
+
+std::string EncodeCheckpoint(const std::vector<uint64_t>& from, const std::vector<uint64_t>& head,
+                             const std::vector<uint64_t>& fingerprint,
+                             std::span<const CheckpointEntry> entries) {
+  const size_t n = head.size();
   const size_t size =
-      kCheckpointMagic.size() + 1 + 4 + 24 * n + 4 + kCheckpointEntrySize * r.entries.size() + 8;
+      kCheckpointMagic.size() + 1 + 4 + 24 * n + 4 + kCheckpointEntrySize * entries.size() + 8;
   std::string out(size, '\0');
   char* p = out.data();
   auto put = [&p](uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i) *p++ = static_cast<char>((v >> (8 * i)) & 0xFF);
+    if constexpr (std::endian::native == std::endian::little) {
+      std::memcpy(p, &v, static_cast<size_t>(bytes));  // one store, not one per byte
+      p += bytes;
+    } else {
+      for (int i = 0; i < bytes; ++i) *p++ = static_cast<char>((v >> (8 * i)) & 0xFF);
+    }
   };
   std::memcpy(p, kCheckpointMagic.data(), kCheckpointMagic.size());
   p += kCheckpointMagic.size();
   *p++ = static_cast<char>(kCheckpointVersion);
   put(n, 4);
-  for (uint64_t v : r.from) put(v, 8);
-  for (uint64_t v : r.head) put(v, 8);
-  for (uint64_t v : r.fingerprint) put(v, 8);
-  put(r.entries.size(), 4);
-  for (const CheckpointEntry& e : r.entries) {
+  for (uint64_t v : from) put(v, 8);
+  for (uint64_t v : head) put(v, 8);
+  for (uint64_t v : fingerprint) put(v, 8);
+  put(entries.size(), 4);
+  for (const CheckpointEntry& e : entries) {
     put(e.partition, 4);
     put(e.slot, 8);
     put(e.hash, 8);

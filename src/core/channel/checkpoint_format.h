@@ -38,6 +38,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -83,6 +84,10 @@ inline uint64_t RowFingerprint(std::string_view payload) {
 // REQUIRES: from, head and fingerprint have the same size n >= 1, entries.size() <=
 // kMaxCheckpointEntries, every entry within its range.
 std::string EncodeCheckpoint(const CheckpointRecord& record);
+// The same for the record (from, head, fingerprint, entries); same requirements.
+std::string EncodeCheckpoint(const std::vector<uint64_t>& from, const std::vector<uint64_t>& head,
+                             const std::vector<uint64_t>& fingerprint,
+                             std::span<const CheckpointEntry> entries);
 Result<CheckpointRecord> DecodeCheckpoint(std::string_view bytes);
 
 }  // namespace runnel::channel

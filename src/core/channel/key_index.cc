@@ -2,12 +2,16 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <type_traits>
 #include <utility>
 
 namespace runnel::channel {
+
+static_assert(std::is_trivially_copyable_v<KeyIndex::Entry>, "entries are moved by memcpy");
 
 uint64_t KeyIndex::Hash(std::string_view key) {
   // FNV-1a 64, then a final avalanche (splitmix64's finaliser) so the low bits used for the
@@ -25,74 +29,77 @@ uint64_t KeyIndex::Hash(std::string_view key) {
   return h;
 }
 
-void KeyIndex::Insert(uint64_t hash, size_t partition, uint64_t sequence) {
-  if ((positions_.size() + 1) * 2 > table_.size()) Grow();
+bool KeyIndex::Insert(uint64_t hash, size_t partition, uint64_t sequence) {
+  if (full()) return false;
+  if ((size_ + 1) * 2 > table_.size()) Grow();
+  if (size_ == entries_.size()) GrowEntries();
   hash = Normalize(hash);
   const size_t mask = table_.size() - 1;
   size_t i = hash & mask;
-  while (table_[i].hash != 0) i = (i + 1) & mask;
-  table_[i] = Entry{hash, positions_.size()};
-  positions_.push_back(Position{sequence, static_cast<uint64_t>(partition)});
+  while (table_[i] != 0) i = (i + 1) & mask;
+  entries_[size_] = Entry{sequence, hash, static_cast<uint32_t>(partition)};
+  ++size_;
+  table_[i] = TagOf(hash) | static_cast<uint64_t>(size_);
+  return true;
 }
 
 namespace {
 constexpr size_t kHugePage = size_t{2} << 20;
 }  // namespace
 
-KeyIndex::Slots::Slots(size_t count) : size_(count) {
-  const size_t bytes = count * sizeof(Entry);
+void* KeyIndex::Allocate(size_t bytes, void** mapping, size_t* mapped_bytes) {
+  *mapping = nullptr;
+  *mapped_bytes = 0;
   if (bytes < kHugePage) {
-    data_ = static_cast<Entry*>(std::calloc(count, sizeof(Entry)));
-    if (data_ == nullptr) throw std::bad_alloc();
-    return;
+    void* data = std::calloc(1, bytes);
+    if (data == nullptr) throw std::bad_alloc();
+    return data;
   }
-  // Anonymous memory is zero-filled. Over-map by one huge page to align the table to one.
-  mapped_bytes_ = bytes + kHugePage;
-  mapping_ =
-      mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mapping_ == MAP_FAILED) {
-    mapping_ = nullptr;
-    throw std::bad_alloc();
-  }
-  const auto base = reinterpret_cast<uintptr_t>(mapping_);
-  const uintptr_t aligned = (base + kHugePage - 1) & ~(uintptr_t{kHugePage} - 1);
-  data_ = reinterpret_cast<Entry*>(aligned);
+  // Anonymous memory is zero-filled. Over-map by one huge page to align the data to one.
+  const size_t length = bytes + kHugePage;
+  void* base = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) throw std::bad_alloc();
+  *mapping = base;
+  *mapped_bytes = length;
+  const auto at = reinterpret_cast<uintptr_t>(base);
+  void* data = reinterpret_cast<void*>((at + kHugePage - 1) & ~(uintptr_t{kHugePage} - 1));
+  const size_t rounded = (bytes + kHugePage - 1) & ~(kHugePage - 1);
+  // Both only hints: without them the index works the same, slower.
 #ifdef MADV_HUGEPAGE
-  // Only a hint: without huge pages the table works the same, slower.
-  (void)madvise(data_, (bytes + kHugePage - 1) & ~(kHugePage - 1), MADV_HUGEPAGE);
+  (void)madvise(data, rounded, MADV_HUGEPAGE);
 #endif
+#ifdef MADV_POPULATE_WRITE
+  (void)madvise(data, rounded, MADV_POPULATE_WRITE);
+#endif
+  return data;
 }
 
-KeyIndex::Slots::~Slots() {
-  if (mapping_ != nullptr) {
-    munmap(mapping_, mapped_bytes_);
+void KeyIndex::Release(void* data, void* mapping, size_t mapped_bytes) {
+  if (mapping != nullptr) {
+    munmap(mapping, mapped_bytes);
   } else {
-    std::free(data_);
+    std::free(data);
   }
-}
-
-void KeyIndex::Slots::Swap(Slots& o) noexcept {
-  std::swap(data_, o.data_);
-  std::swap(size_, o.size_);
-  std::swap(mapping_, o.mapping_);
-  std::swap(mapped_bytes_, o.mapped_bytes_);
 }
 
 void KeyIndex::Grow() {
-  Slots old = std::move(table_);
-  table_ = Slots(old.empty() ? 64 : old.size() * 2);
-  const size_t mask = table_.size() - 1;
-  // Re-inserting in the old table's order would not preserve insertion order within a probe
-  // run that wrapped around; walk each run from its start instead: start at an empty slot.
-  size_t start = 0;
-  while (start < old.size() && old[start].hash != 0) ++start;
-  for (size_t k = 0; k < old.size(); ++k) {
-    const Entry& e = old[(start + k) % (old.empty() ? 1 : old.size())];
-    if (e.hash == 0) continue;
-    size_t i = e.hash & mask;
-    while (table_[i].hash != 0) i = (i + 1) & mask;
-    table_[i] = e;
+  Zeroed<uint64_t> grown(table_.empty() ? 64 : table_.size() * 2);
+  const size_t mask = grown.size() - 1;
+  // Re-inserting in insertion order keeps the candidates of one hash in that order.
+  for (size_t n = 0; n < size_; ++n) {
+    const uint64_t hash = entries_[n].hash;
+    size_t i = hash & mask;
+    while (grown[i] != 0) i = (i + 1) & mask;
+    grown[i] = TagOf(hash) | static_cast<uint64_t>(n + 1);
   }
+  table_ = std::move(grown);
+}
+
+void KeyIndex::GrowEntries() {
+  const size_t capacity = std::min(max_entries_, entries_.empty() ? 32 : entries_.size() * 2);
+  Zeroed<Entry> grown(capacity);
+  if (size_ != 0) std::memcpy(grown.data(), entries_.data(), size_ * sizeof(Entry));
+  entries_ = std::move(grown);
 }
 
 }  // namespace runnel::channel
