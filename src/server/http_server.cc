@@ -336,10 +336,19 @@ class HttpServer::Impl {
     void operator()(Handler handler) {
       auto ex = net::get_associated_executor(handler);
       auto shared = std::make_shared<Handler>(std::move(handler));
-      start([shared, ex](T value) {
-        net::post(ex,
-                  [shared, value = std::move(value)]() mutable { (*shared)(std::move(value)); });
+      // A callback that arrives on an io thread after `start` returned (a store answer already
+      // handed to the io threads) resumes the coroutine right there; one during `start`, or on
+      // another thread, is posted.
+      auto starting = std::make_shared<std::atomic<bool>>(true);
+      start([shared, ex, starting](T value) {
+        auto resume = [shared, value = std::move(value)]() mutable { (*shared)(std::move(value)); };
+        if (starting->load(std::memory_order_acquire)) {
+          net::post(ex, std::move(resume));
+        } else {
+          net::dispatch(ex, std::move(resume));
+        }
       });
+      starting->store(false, std::memory_order_release);
     }
   };
   template <typename T>

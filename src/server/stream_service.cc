@@ -896,9 +896,18 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
   }
   auto finish = [&](HttpResponse r) {
     if (from_cache && r.status >= 400) {
-      // Decided from a remembered lookup: decide again from a fresh one.
+      // Decided from a remembered lookup: decide again from a fresh one (a store call, so on
+      // the blocking executor when store calls are offloaded).
       ForgetLookup(key);
-      Append(route, shared, std::move(release), std::move(done), /*use_cache=*/false);
+      auto again = [this, again_route = route, shared, release = std::move(release),
+                    done = std::move(done)]() mutable {
+        Append(again_route, shared, std::move(release), std::move(done), /*use_cache=*/false);
+      };
+      if (options_.offload_store_calls && options_.blocking_executor) {
+        options_.blocking_executor(std::move(again));
+      } else {
+        again();
+      }
       return;
     }
     release();
