@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -466,6 +467,35 @@ class HttpServer::Impl {
                              false, "groups", "GET");
   }
 
+  // Writes `buffers` on a live response. On plain TCP the bytes usually fit the socket's send
+  // buffer and are written in place, with no asynchronous operation and no timeout to arm and
+  // cancel; whatever does not fit (a slow reader) is written asynchronously under
+  // request_timeout_ms, which sets *timed. Returns false when the connection failed.
+  template <typename Stream, typename Buffers>
+  net::awaitable<bool> WriteLive(Stream& stream, const Buffers& buffers, bool* timed) {
+    boost::system::error_code ec;
+    size_t written = 0;
+    const size_t total = net::buffer_size(buffers);
+    if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+      auto& socket = stream.socket();
+      if (!socket.non_blocking()) socket.non_blocking(true, ec);
+      while (!ec && written < total) {
+        beast::buffers_suffix<Buffers> rest(buffers);
+        rest.consume(written);
+        written += socket.write_some(rest, ec);
+      }
+      if (written == total) co_return true;
+      if (ec != net::error::would_block && ec != net::error::try_again) co_return false;
+      ec = {};
+    }
+    beast::buffers_suffix<Buffers> rest(buffers);
+    rest.consume(written);
+    Tcp(stream).expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
+    *timed = true;
+    co_await net::async_write(stream, rest, net::redirect_error(net::use_awaitable, ec));
+    co_return !ec;
+  }
+
   // Streams SSE until the stream closes, the reader leaves, the session's time is up or the
   // server stops. Always ends the connection.
   template <typename Stream>
@@ -490,23 +520,28 @@ class HttpServer::Impl {
     auto deadline =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.sse_max_duration_ms);
     bool first = true;
+    bool timed = false;  // a write timeout is armed on the connection
     for (;;) {
-      ReadChunk chunk = service_.Read(state);
-      if (chunk.gone) break;
-      if (first || !chunk.records.empty() || chunk.closed) {
-        std::string events = service_.SseEvents(state, chunk);
-        metrics_.AddBytesOut(events.size());
-        Tcp(stream).expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
-        co_await net::async_write(stream, http::make_chunk(net::buffer(events)),
-                                  net::redirect_error(net::use_awaitable, ec));
-        if (ec) break;
+      // The data event is shared with the stream's other SSE readers at this position; only
+      // the control event is this reader's own.
+      SseStep step = service_.ReadSse(state);
+      if (step.gone) break;
+      if (first || step.data || step.closed) {
+        std::string control = service_.SseControl(state, step);
+        std::array<net::const_buffer, 2> events{
+            step.data ? net::buffer(*step.data) : net::const_buffer(), net::buffer(control)};
+        metrics_.AddBytesOut(net::buffer_size(events));
+        if (!co_await WriteLive(stream, http::make_chunk(events), &timed)) break;
         first = false;
-        state.position = chunk.next;
+        state.position = step.next;
       }
-      if (chunk.closed) break;
-      if (!chunk.up_to_date) continue;
+      if (step.closed) break;
+      if (!step.up_to_date) continue;
       if (!subscription.ok()) break;
-      Tcp(stream).expires_never();
+      if (timed) {
+        Tcp(stream).expires_never();
+        timed = false;
+      }
       if (!co_await WaitForHint(*waker, deadline)) break;
     }
     metrics_.LiveReaderEnded();
@@ -570,8 +605,8 @@ class HttpServer::Impl {
         HttpResponse r;
         r.Set("Content-Type", "text/plain; version=0.0.4");
         r.Set("Cache-Control", "no-store");
-        r.body = metrics_.Render() +
-                 RenderStoreCommitStats(service_.registry().store().CommitStats());
+        r.body =
+            metrics_.Render() + RenderStoreCommitStats(service_.registry().store().CommitStats());
         co_return co_await Write(stream, std::move(r), keep_alive, method == "HEAD", route.label,
                                  method);
       }

@@ -59,8 +59,10 @@ struct FrameView {
   size_t size = 0;  // header + body
 };
 // Parses the frame at the start of `in`. kEnd for an all-zero header (the pre-zeroed end of a
-// segment) or fewer than kFrameHeaderSize bytes of zeros.
-FrameCheck ParseFrame(std::string_view in, FrameView* out);
+// segment) or fewer than kFrameHeaderSize bytes of zeros. `verify_crc` false skips the checksum
+// (kBadCrc then only reports an unknown type): only for frames this process built and still
+// holds in memory (the log store's tail cache), never for bytes read from a file.
+FrameCheck ParseFrame(std::string_view in, FrameView* out, bool verify_crc = true);
 std::string_view FrameCheckName(FrameCheck c);
 
 // --- bodies ---
@@ -91,8 +93,8 @@ struct AppendBatchHeader {
 // `records` (if not null) receives the records with offset >= min_offset, at most `limit`.
 bool DecodeAppendBatch(std::string_view body, AppendBatchHeader* header,
                        std::vector<std::pair<uint32_t, uint32_t>>* sizes,
-                       std::vector<StoredRecord>* records,
-                       uint64_t min_offset = 0, size_t limit = SIZE_MAX);
+                       std::vector<StoredRecord>* records, uint64_t min_offset = 0,
+                       size_t limit = SIZE_MAX);
 
 // The stream id every body starts with (0 for a checkpoint marker).
 bool BodyStreamId(FrameType type, std::string_view body, StreamId* id);
