@@ -6,9 +6,7 @@
 
 namespace runnel::log {
 
-void PutU8(std::string* dst, uint8_t v) {
-  dst->push_back(static_cast<char>(v));
-}
+void PutU8(std::string* dst, uint8_t v) { dst->push_back(static_cast<char>(v)); }
 void PutU32(std::string* dst, uint32_t v) {
   char b[4];
   for (int i = 0; i < 4; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
@@ -105,8 +103,8 @@ std::string EncodeSegmentHeader(uint64_t segment) {
 
 Status CheckSegmentHeader(std::string_view header, uint64_t segment, std::string_view what) {
   auto bad = [&](std::string_view why) {
-    return Status::Corruption(std::string(what) +
-                              ": bad segment header at byte 0: " + std::string(why));
+    return Status::Corruption(std::string(what) + ": bad segment header at byte 0: " +
+                              std::string(why));
   };
   if (header.size() < kSegmentHeaderSize) return bad("file shorter than its header");
   if (header.substr(0, 8) != kSegmentMagic) return bad("wrong magic");
@@ -310,17 +308,21 @@ std::string DescribeFrame(FrameType type, std::string_view body) {
       return "create-stream id=" + std::to_string(id) + " ns=" + spec.ns + " name=" + spec.name +
              " first_offset=" + std::to_string(a);
     }
-    case FrameType::kUpdateStream: r.U64(&id); return "update-stream id=" + std::to_string(id);
-    case FrameType::kDeleteStream: r.U64(&id); return "delete-stream id=" + std::to_string(id);
+    case FrameType::kUpdateStream:
+      r.U64(&id);
+      return "update-stream id=" + std::to_string(id);
+    case FrameType::kDeleteStream:
+      r.U64(&id);
+      return "delete-stream id=" + std::to_string(id);
     case FrameType::kAppendBatch:
     case FrameType::kRelocatedBatch: {
       AppendBatchHeader h;
       std::vector<StoredRecord> recs;
       if (!DecodeAppendBatch(body, &h, nullptr, &recs)) return "append-batch (malformed)";
-      std::string out =
-          std::string(type == FrameType::kAppendBatch ? "append-batch" : "relocated-batch") +
-          " id=" + std::to_string(h.stream) + " first_offset=" + std::to_string(h.first_offset) +
-          " ts=" + std::to_string(h.timestamp) + " count=" + std::to_string(h.count);
+      std::string out = std::string(type == FrameType::kAppendBatch ? "append-batch" : "relocated-batch") +
+                        " id=" + std::to_string(h.stream) +
+                        " first_offset=" + std::to_string(h.first_offset) +
+                        " ts=" + std::to_string(h.timestamp) + " count=" + std::to_string(h.count);
       if (h.close) out += " close";
       if (h.attributes) out += " attributes=" + std::to_string(h.attributes->size()) + "B";
       if (h.producer) {

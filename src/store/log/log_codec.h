@@ -93,8 +93,8 @@ struct AppendBatchHeader {
 // `records` (if not null) receives the records with offset >= min_offset, at most `limit`.
 bool DecodeAppendBatch(std::string_view body, AppendBatchHeader* header,
                        std::vector<std::pair<uint32_t, uint32_t>>* sizes,
-                       std::vector<StoredRecord>* records, uint64_t min_offset = 0,
-                       size_t limit = SIZE_MAX);
+                       std::vector<StoredRecord>* records,
+                       uint64_t min_offset = 0, size_t limit = SIZE_MAX);
 
 // The stream id every body starts with (0 for a checkpoint marker).
 bool BodyStreamId(FrameType type, std::string_view body, StreamId* id);
