@@ -605,8 +605,8 @@ class HttpServer::Impl {
         HttpResponse r;
         r.Set("Content-Type", "text/plain; version=0.0.4");
         r.Set("Cache-Control", "no-store");
-        r.body =
-            metrics_.Render() + RenderStoreCommitStats(service_.registry().store().CommitStats());
+        r.body = metrics_.Render() +
+                 RenderStoreCommitStats(service_.registry().store().CommitStats());
         co_return co_await Write(stream, std::move(r), keep_alive, method == "HEAD", route.label,
                                  method);
       }

@@ -977,7 +977,8 @@ void StreamService::Append(const Route& route, const HttpRequest& request, Relea
           // Not on the store's thread: an UpdateMeta holds meta_mu_ while it waits for a commit.
           if (stream_seq) MetaAppendDone(id);
           HttpResponse r;
-          if (!result.ok() && producer && result.status().code() == StatusCode::kAlreadyExists) {
+          if (!result.ok() && producer &&
+              result.status().code() == StatusCode::kAlreadyExists) {
             // A store shared by several nodes found this (epoch, seq) committed meanwhile,
             // through another node: the same duplicate answer as the check before the append.
             r.status = 204;
