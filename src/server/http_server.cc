@@ -482,7 +482,9 @@ class HttpServer::Impl {
       while (!ec && written < total) {
         beast::buffers_suffix<Buffers> rest(buffers);
         rest.consume(written);
-        written += socket.write_some(rest, ec);
+        const size_t n = socket.write_some(rest, ec);
+        if (n == 0) break;
+        written += n;
       }
       if (written == total) co_return true;
       if (ec != net::error::would_block && ec != net::error::try_again) co_return false;
