@@ -498,10 +498,10 @@ class HttpServer::Impl {
     co_return !ec;
   }
 
-  // Streams SSE until the stream closes, the reader leaves, the session's time is up or the
-  // server stops. Always ends the connection.
+  // Writes the head of an SSE response. Its own coroutine, so the header and its serializer
+  // are not kept for the whole life of the response (memory per live reader).
   template <typename Stream>
-  net::awaitable<void> Sse(Stream& stream, ReadState state, std::string_view label) {
+  net::awaitable<bool> WriteSseHead(Stream& stream, const ReadState& state) {
     HttpResponse head = service_.SseHeaders(state);
     StreamService::AddCommonHeaders(&head);
     http::response<http::empty_body> res;
@@ -514,8 +514,16 @@ class HttpServer::Impl {
     boost::system::error_code ec;
     Tcp(stream).expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
     co_await http::async_write_header(stream, sr, net::redirect_error(net::use_awaitable, ec));
+    co_return !ec;
+  }
+
+  // Streams SSE until the stream closes, the reader leaves, the session's time is up or the
+  // server stops. Always ends the connection.
+  template <typename Stream>
+  net::awaitable<void> Sse(Stream& stream, ReadState state, std::string_view label) {
+    boost::system::error_code ec;
+    if (!co_await WriteSseHead(stream, state)) co_return;
     metrics_.CountRequest(label, "GET", 200);
-    if (ec) co_return;
     auto waker = NewWaker(stream.get_executor());
     auto subscription = service_.Watch(state, HintFor(waker));
     metrics_.LiveReaderStarted();
@@ -552,9 +560,18 @@ class HttpServer::Impl {
                               net::redirect_error(net::use_awaitable, ec));
   }
 
-  // Handles one request. Returns false when the connection must close.
+  // An SSE response Dispatch leaves to Serve, so Dispatch's large coroutine frame is not kept
+  // for the whole life of the response (memory per live reader).
+  struct PendingSse {
+    std::optional<ReadState> state;
+    std::string_view label;
+  };
+
+  // Handles one request. Returns false when the connection must close; an SSE request is
+  // returned in *sse (and false) for the caller to serve.
   template <typename Stream>
-  net::awaitable<bool> Dispatch(Stream& stream, HttpRequest request, bool keep_alive) {
+  net::awaitable<bool> Dispatch(Stream& stream, HttpRequest request, bool keep_alive,
+                                PendingSse* sse) {
     Route route = ParseRoute(request.path, /*allow_tenants=*/true);
     const std::string method = request.method;
     if (method == "OPTIONS") {
@@ -588,7 +605,8 @@ class HttpServer::Impl {
                                  "groups", method);
       }
       if (answer.live->mode == LiveMode::kSse) {
-        co_await Sse(stream, std::move(*answer.live), "groups");
+        sse->state = std::move(*answer.live);
+        sse->label = "groups";
         co_return false;
       }
       co_return co_await GroupLongPoll(stream, std::move(principal), std::move(shared),
@@ -655,7 +673,10 @@ class HttpServer::Impl {
                                    keep_alive, false, route.label, method);
         case LiveMode::kLongPoll:
           co_return co_await LongPoll(stream, std::move(*state), keep_alive);
-        case LiveMode::kSse: co_await Sse(stream, std::move(*state), "stream"); co_return false;
+        case LiveMode::kSse:
+          sse->state = std::move(*state);
+          sse->label = "stream";
+          co_return false;
       }
     }
     HttpResponse r = StreamService::ErrorResponse(
@@ -780,7 +801,9 @@ class HttpServer::Impl {
                                   Status::InvalidArgument("malformed percent-encoding in URL")),
                               keep_alive, false, "other", request.method);
       } else {
-        keep = co_await Dispatch(stream, std::move(request), keep_alive);
+        PendingSse sse;
+        keep = co_await Dispatch(stream, std::move(request), keep_alive, &sse);
+        if (sse.state) co_await Sse(stream, std::move(*sse.state), sse.label);
       }
       in_flight_.fetch_sub(1);
       if (!keep || !keep_alive) break;
