@@ -1362,8 +1362,10 @@ SseStep StreamService::ReadSse(const ReadState& state) {
       }
     }
   }
-  step.up_to_date = step.next >= tail;
-  step.closed = info->closed && step.up_to_date;
+  // Nothing readable below the tail (retention removed it all): wait here for new records
+  // rather than read the same nothing again at once.
+  step.up_to_date = step.next >= tail || !step.data;
+  step.closed = info->closed && step.next >= tail;
   return step;
 }
 

@@ -160,6 +160,29 @@ TEST_F(SseShareTest, BinaryStreamsShareBase64Frames) {
   EXPECT_EQ(*first.data, "event: data\ndata:AAENCg==\n\n");
 }
 
+TEST_F(SseShareTest, NothingLeftBelowTheTailWaitsInsteadOfSpinning) {
+  ASSERT_EQ(Write("PUT", ""), 201);
+  ASSERT_EQ(Write("POST", "a"), 204);
+  ASSERT_EQ(Write("POST", "b"), 204);
+  ReadState reader = BeginSse("-1");
+  // Retention removes every record under the reader: nothing to send, and the SSE loop must
+  // wait for a hint rather than read the same nothing again without yielding.
+  auto trimmed = service_.registry().store().TruncatePrefix(reader.id, 2, false);
+  ASSERT_TRUE(trimmed.ok()) << trimmed.status().ToString();
+  SseStep step = service_.ReadSse(reader);
+  EXPECT_FALSE(step.gone);
+  EXPECT_EQ(step.data, nullptr);
+  EXPECT_TRUE(step.up_to_date);
+  EXPECT_FALSE(step.closed);
+  // A new record is read from where the log now starts.
+  ASSERT_EQ(Write("POST", "c"), 204);
+  step = service_.ReadSse(reader);
+  ASSERT_NE(step.data, nullptr);
+  EXPECT_EQ(*step.data, "event: data\ndata:c\n\n");
+  EXPECT_EQ(step.next, 3u);
+  EXPECT_TRUE(step.up_to_date);
+}
+
 class SseUnsharedTest : public SseShareTest {
  protected:
   SseUnsharedTest() : SseShareTest(0) {}
