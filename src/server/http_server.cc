@@ -712,6 +712,22 @@ class HttpServer::Impl {
   template <typename Stream>
   net::awaitable<void> Serve(Stream& stream, beast::flat_buffer buffer) {
     metrics_.ConnectionOpened();
+    PendingSse sse;
+    co_await ServeRequests(stream, std::move(buffer), &sse);
+    if (sse.state) {
+      // The request loop's frame, parser and read buffer are gone by now: a live SSE reader
+      // keeps only this small frame and the response's own.
+      co_await Sse(stream, std::move(*sse.state), sse.label);
+      in_flight_.fetch_sub(1);
+    }
+    co_await ShutdownSend(stream);
+    metrics_.ConnectionClosed();
+  }
+
+  // Serves requests until the connection must close or a request turns into an SSE response,
+  // which it leaves in *sse (still counted in flight) for the caller to serve.
+  template <typename Stream>
+  net::awaitable<void> ServeRequests(Stream& stream, beast::flat_buffer buffer, PendingSse* sse) {
     boost::system::error_code ec;
     for (;;) {
       http::request_parser<http::string_body> parser;
@@ -801,15 +817,12 @@ class HttpServer::Impl {
                                   Status::InvalidArgument("malformed percent-encoding in URL")),
                               keep_alive, false, "other", request.method);
       } else {
-        PendingSse sse;
-        keep = co_await Dispatch(stream, std::move(request), keep_alive, &sse);
-        if (sse.state) co_await Sse(stream, std::move(*sse.state), sse.label);
+        keep = co_await Dispatch(stream, std::move(request), keep_alive, sse);
+        if (sse->state) co_return;
       }
       in_flight_.fetch_sub(1);
       if (!keep || !keep_alive) break;
     }
-    co_await ShutdownSend(stream);
-    metrics_.ConnectionClosed();
   }
 
   ServerOptions options_;
