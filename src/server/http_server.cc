@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -507,10 +508,41 @@ class HttpServer::Impl {
                              false, "groups", "GET");
   }
 
-  // Streams SSE until the stream closes, the reader leaves, the session's time is up or the
-  // server stops. Always ends the connection.
+  // Writes `buffers` on a live response. On plain TCP the bytes usually fit the socket's send
+  // buffer and are written in place, with no asynchronous operation and no timeout to arm and
+  // cancel; whatever does not fit (a slow reader) is written asynchronously under
+  // request_timeout_ms, which sets *timed. Returns false when the connection failed.
+  template <typename Stream, typename Buffers>
+  net::awaitable<bool> WriteLive(Stream& stream, const Buffers& buffers, bool* timed) {
+    boost::system::error_code ec;
+    size_t written = 0;
+    const size_t total = net::buffer_size(buffers);
+    if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+      auto& socket = stream.socket();
+      if (!socket.non_blocking()) socket.non_blocking(true, ec);
+      while (!ec && written < total) {
+        beast::buffers_suffix<Buffers> rest(buffers);
+        rest.consume(written);
+        const size_t n = socket.write_some(rest, ec);
+        if (n == 0) break;
+        written += n;
+      }
+      if (written == total) co_return true;
+      if (ec != net::error::would_block && ec != net::error::try_again) co_return false;
+      ec = {};
+    }
+    beast::buffers_suffix<Buffers> rest(buffers);
+    rest.consume(written);
+    Tcp(stream).expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
+    *timed = true;
+    co_await net::async_write(stream, rest, net::redirect_error(net::use_awaitable, ec));
+    co_return !ec;
+  }
+
+  // Writes the head of an SSE response. Its own coroutine, so the header and its serializer
+  // are not kept for the whole life of the response (memory per live reader).
   template <typename Stream>
-  net::awaitable<void> Sse(Stream& stream, ReadState state, std::string_view label) {
+  net::awaitable<bool> WriteSseHead(Stream& stream, const ReadState& state) {
     HttpResponse head = service_.SseHeaders(state);
     StreamService::AddCommonHeaders(&head);
     http::response<http::empty_body> res;
@@ -523,31 +555,44 @@ class HttpServer::Impl {
     boost::system::error_code ec;
     Tcp(stream).expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
     co_await http::async_write_header(stream, sr, net::redirect_error(net::use_awaitable, ec));
+    co_return !ec;
+  }
+
+  // Streams SSE until the stream closes, the reader leaves, the session's time is up or the
+  // server stops. Always ends the connection.
+  template <typename Stream>
+  net::awaitable<void> Sse(Stream& stream, ReadState state, std::string_view label) {
+    boost::system::error_code ec;
+    if (!co_await WriteSseHead(stream, state)) co_return;
     metrics_.CountRequest(label, "GET", 200);
-    if (ec) co_return;
     auto waker = NewWaker(stream.get_executor());
     auto subscription = service_.Watch(state, HintFor(waker));
     metrics_.LiveReaderStarted();
     auto deadline =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.sse_max_duration_ms);
     bool first = true;
+    bool timed = false;  // a write timeout is armed on the connection
     for (;;) {
-      ReadChunk chunk = service_.Read(state);
-      if (chunk.gone) break;
-      if (first || !chunk.records.empty() || chunk.closed) {
-        std::string events = service_.SseEvents(state, chunk);
-        metrics_.AddBytesOut(events.size());
-        Tcp(stream).expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
-        co_await net::async_write(stream, http::make_chunk(net::buffer(events)),
-                                  net::redirect_error(net::use_awaitable, ec));
-        if (ec) break;
+      // The data event is shared with the stream's other SSE readers at this position; only
+      // the control event is this reader's own.
+      SseStep step = service_.ReadSse(state);
+      if (step.gone) break;
+      if (first || step.data || step.closed) {
+        std::string control = service_.SseControl(state, step);
+        std::array<net::const_buffer, 2> events{
+            step.data ? net::buffer(*step.data) : net::const_buffer(), net::buffer(control)};
+        metrics_.AddBytesOut(net::buffer_size(events));
+        if (!co_await WriteLive(stream, http::make_chunk(events), &timed)) break;
         first = false;
-        state.position = chunk.next;
+        state.position = step.next;
       }
-      if (chunk.closed) break;
-      if (!chunk.up_to_date) continue;
+      if (step.closed) break;
+      if (!step.up_to_date) continue;
       if (!subscription.ok()) break;
-      Tcp(stream).expires_never();
+      if (timed) {
+        Tcp(stream).expires_never();
+        timed = false;
+      }
       if (!co_await WaitForHint(*waker, deadline)) break;
     }
     metrics_.LiveReaderEnded();
@@ -556,9 +601,18 @@ class HttpServer::Impl {
                               net::redirect_error(net::use_awaitable, ec));
   }
 
-  // Handles one request. Returns false when the connection must close.
+  // An SSE response Dispatch leaves to Serve, so Dispatch's large coroutine frame is not kept
+  // for the whole life of the response (memory per live reader).
+  struct PendingSse {
+    std::optional<ReadState> state;
+    std::string_view label;
+  };
+
+  // Handles one request. Returns false when the connection must close; an SSE request is
+  // returned in *sse (and false) for the caller to serve.
   template <typename Stream>
-  net::awaitable<bool> Dispatch(Stream& stream, HttpRequest request, bool keep_alive) {
+  net::awaitable<bool> Dispatch(Stream& stream, HttpRequest request, bool keep_alive,
+                                PendingSse* sse) {
     Route route = ParseRoute(request.path, /*allow_tenants=*/true);
     const std::string method = request.method;
     if (method == "OPTIONS") {
@@ -604,7 +658,8 @@ class HttpServer::Impl {
                                  "groups", method);
       }
       if (answer.live->mode == LiveMode::kSse) {
-        co_await Sse(stream, std::move(*answer.live), "groups");
+        sse->state = std::move(*answer.live);
+        sse->label = "groups";
         co_return false;
       }
       co_return co_await GroupLongPoll(stream, std::move(principal), std::move(shared),
@@ -687,7 +742,10 @@ class HttpServer::Impl {
                                    route.label, method);
         case LiveMode::kLongPoll:
           co_return co_await LongPoll(stream, std::move(*state), keep_alive);
-        case LiveMode::kSse: co_await Sse(stream, std::move(*state), "stream"); co_return false;
+        case LiveMode::kSse:
+          sse->state = std::move(*state);
+          sse->label = "stream";
+          co_return false;
       }
     }
     HttpResponse r = StreamService::ErrorResponse(
@@ -723,6 +781,22 @@ class HttpServer::Impl {
   template <typename Stream>
   net::awaitable<void> Serve(Stream& stream, beast::flat_buffer buffer) {
     metrics_.ConnectionOpened();
+    PendingSse sse;
+    co_await ServeRequests(stream, std::move(buffer), &sse);
+    if (sse.state) {
+      // The request loop's frame, parser and read buffer are gone by now: a live SSE reader
+      // keeps only this small frame and the response's own.
+      co_await Sse(stream, std::move(*sse.state), sse.label);
+      in_flight_.fetch_sub(1);
+    }
+    co_await ShutdownSend(stream);
+    metrics_.ConnectionClosed();
+  }
+
+  // Serves requests until the connection must close or a request turns into an SSE response,
+  // which it leaves in *sse (still counted in flight) for the caller to serve.
+  template <typename Stream>
+  net::awaitable<void> ServeRequests(Stream& stream, beast::flat_buffer buffer, PendingSse* sse) {
     boost::system::error_code ec;
     for (;;) {
       http::request_parser<http::string_body> parser;
@@ -812,13 +886,12 @@ class HttpServer::Impl {
                                   Status::InvalidArgument("malformed percent-encoding in URL")),
                               keep_alive, false, "other", request.method);
       } else {
-        keep = co_await Dispatch(stream, std::move(request), keep_alive);
+        keep = co_await Dispatch(stream, std::move(request), keep_alive, sse);
+        if (sse->state) co_return;
       }
       in_flight_.fetch_sub(1);
       if (!keep || !keep_alive) break;
     }
-    co_await ShutdownSend(stream);
-    metrics_.ConnectionClosed();
   }
 
   ServerOptions options_;

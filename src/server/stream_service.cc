@@ -1431,6 +1431,89 @@ std::string StreamService::SseEvents(const ReadState& state, const ReadChunk& ch
   return out;
 }
 
+SseStep StreamService::ReadSse(const ReadState& state) {
+  SseStep step;
+  step.start = state.position;
+  step.next = state.position;
+  auto info = registry_.store().GetStreamById(state.id);
+  if (!info.ok()) {
+    step.gone = true;
+    return step;
+  }
+  const uint64_t tail = TailPosition(*info);
+  if (state.position < tail) {
+    const size_t limit = options_.sse_shared_frame_bytes;
+    if (limit > 0) {
+      std::lock_guard<std::mutex> lock(sse_mu_);
+      auto it = sse_frames_.find(state.id);
+      if (it != sse_frames_.end() && it->second.start == state.position &&
+          it->second.base64 == state.base64) {
+        step.next = it->second.next;
+        step.data = it->second.data;
+      }
+    }
+    if (!step.data) {
+      auto records = registry_.store().Read(state.id, state.position + 1, options_.max_read_records,
+                                            options_.max_read_bytes);
+      if (!records.ok()) {
+        step.gone = true;
+        return step;
+      }
+      if (!records->empty()) {
+        ReadChunk chunk;
+        chunk.records.reserve(records->size());
+        for (StoredRecord& rec : *records) {
+          step.next = rec.offset;
+          chunk.records.push_back(std::move(rec.payload));
+        }
+        std::string body = ReadBody(state, chunk);
+        auto frame = std::make_shared<std::string>();
+        frame->reserve(body.size() + body.size() / 2 + 64);
+        AppendSseDataEvent(state.base64 ? Base64Encode(body) : body, frame.get());
+        step.data = std::move(frame);
+        if (limit > 0 && step.data->size() <= limit) {
+          std::lock_guard<std::mutex> lock(sse_mu_);
+          auto [it, added] = sse_frames_.try_emplace(state.id);
+          // Keep the frame at the furthest position: that is where the live readers gather.
+          if (added || it->second.start <= state.position) {
+            if (!added) sse_frame_bytes_ -= it->second.data->size();
+            if (sse_frame_bytes_ + step.data->size() > limit) {
+              // Over the bound: start over (readers keep the frames they hold).
+              sse_frames_.clear();
+              sse_frame_bytes_ = 0;
+              it = sse_frames_.try_emplace(state.id).first;
+            }
+            it->second = SharedSseFrame{state.position, step.next, state.base64, step.data};
+            sse_frame_bytes_ += step.data->size();
+          }
+        }
+      }
+    }
+  }
+  // Nothing readable below the tail (retention removed it all): wait here for new records
+  // rather than read the same nothing again at once.
+  step.up_to_date = step.next >= tail || !step.data;
+  step.closed = info->closed && step.next >= tail;
+  return step;
+}
+
+std::string StreamService::SseControl(const ReadState& state, const SseStep& step) {
+  // Built by hand (every value is digits, '_' or a literal) in nlohmann's key order.
+  std::string out = "event: control\ndata:{";
+  if (step.closed) out += "\"streamClosed\":true,";
+  if (!step.closed) {
+    out += "\"streamCursor\":\"";
+    out += NextCursor(state.client_cursor, NowMs());
+    out += "\",";
+  }
+  out += "\"streamNextOffset\":\"";
+  out += FormatOffset(step.next);
+  out += '"';
+  if (step.up_to_date) out += ",\"upToDate\":true";
+  out += "}\n\n";
+  return out;
+}
+
 Result<Subscription> StreamService::Watch(const ReadState& state, std::function<void()> on_hint) {
   return registry_.Subscribe(state.scope, state.name, "", std::nullopt, std::move(on_hint));
 }

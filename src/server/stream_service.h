@@ -73,6 +73,10 @@ struct StreamServiceOptions {
   // The most streams the append path's catalog cache remembers (see StreamService::
   // append_cache_); 0 turns the cache off.
   size_t append_cache_streams = 65536;
+  // The most bytes of framed SSE `data` events kept for sharing (see StreamService::ReadSse):
+  // at most one frame per stream, the whole set dropped when a new frame would pass this.
+  // 0 disables sharing (every SSE reader reads and frames on its own).
+  size_t sse_shared_frame_bytes = 16u << 20;
 };
 
 enum class LiveMode { kNone, kLongPoll, kSse };
@@ -104,6 +108,20 @@ struct ReadChunk {
   bool up_to_date = false;
   // Closed and this chunk reaches the final offset.
   bool closed = false;
+};
+
+// One step of an SSE response at a reader's position: the records there, framed once as an
+// "event: data" block that every SSE reader of the stream at the same position shares.
+struct SseStep {
+  // Set when the stream vanished (deleted or expired) since BeginRead.
+  bool gone = false;
+  uint64_t start = 0;
+  uint64_t next = 0;
+  bool up_to_date = false;
+  // Closed and this step reaches the final offset.
+  bool closed = false;
+  // The framed data event; null when there are no records at the position.
+  std::shared_ptr<const std::string> data;
 };
 
 class StreamService {
@@ -140,6 +158,14 @@ class StreamService {
   HttpResponse SseHeaders(const ReadState& state);
   // "event: data" (when the chunk has records) followed by "event: control".
   std::string SseEvents(const ReadState& state, const ReadChunk& chunk);
+  // The next SSE step at state.position (does not advance it). Readers of one stream at the
+  // same position share one store read and one framed data event: after an append wakes
+  // thousands of readers, the first one reads and frames the new records and the rest reuse
+  // them, checking only the stream's tail.
+  SseStep ReadSse(const ReadState& state);
+  // The "event: control" block that follows a step (PROTOCOL.md 10.2): its next offset, a
+  // cursor unless closed, upToDate and streamClosed.
+  std::string SseControl(const ReadState& state, const SseStep& step);
   // The stream if it exists and is live (not expired, not soft-deleted), else kNotFound. For
   // runnel extensions (consumer groups, group_service.h) that address protocol streams.
   Result<StreamInfo> LookupLive(const StreamScope& scope, std::string_view name);
@@ -216,6 +242,19 @@ class StreamService {
   std::mutex meta_mu_;
   std::condition_variable meta_cv_;
   std::unordered_set<StreamId> meta_in_flight_;  // GUARDED_BY(meta_mu_)
+
+  // The latest framed SSE data event per stream (ReadSse), bounded by
+  // options_.sse_shared_frame_bytes. Frames cover immutable records, so a frame stays correct
+  // for its position; only the tail-dependent flags are computed per reader.
+  struct SharedSseFrame {
+    uint64_t start = 0;
+    uint64_t next = 0;
+    bool base64 = false;
+    std::shared_ptr<const std::string> data;
+  };
+  std::mutex sse_mu_;
+  std::unordered_map<StreamId, SharedSseFrame> sse_frames_;  // GUARDED_BY(sse_mu_)
+  size_t sse_frame_bytes_ = 0;                               // GUARDED_BY(sse_mu_)
 
   std::mutex access_mu_;
   std::unordered_map<StreamId, uint64_t> last_access_ms_;

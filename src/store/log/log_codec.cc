@@ -129,7 +129,7 @@ void AppendFrame(std::string* dst, FrameType type, std::string_view body) {
   for (int i = 0; i < 4; ++i) (*dst)[start + i] = static_cast<char>((masked >> (8 * i)) & 0xff);
 }
 
-FrameCheck ParseFrame(std::string_view in, FrameView* out) {
+FrameCheck ParseFrame(std::string_view in, FrameView* out, bool verify_crc) {
   if (in.size() < kFrameHeaderSize) {
     for (char c : in) {
       if (c != 0) return FrameCheck::kTruncated;
@@ -142,8 +142,10 @@ FrameCheck ParseFrame(std::string_view in, FrameView* out) {
   const uint32_t len = LoadU32(in.data() + 4);
   if (len < kMinBodySize || len > kMaxBodySize) return FrameCheck::kBadLength;
   if (in.size() < kFrameHeaderSize + len) return FrameCheck::kTruncated;
-  const uint32_t crc = Crc32cExtend(0, in.data() + 4, kFrameHeaderSize - 4 + len);
-  if (UnmaskCrc(LoadU32(in.data())) != crc) return FrameCheck::kBadCrc;
+  if (verify_crc) {
+    const uint32_t crc = Crc32cExtend(0, in.data() + 4, kFrameHeaderSize - 4 + len);
+    if (UnmaskCrc(LoadU32(in.data())) != crc) return FrameCheck::kBadCrc;
+  }
   const uint8_t type = static_cast<uint8_t>(in[8]);
   if (type < 1 || type > kMaxFrameType) return FrameCheck::kBadCrc;
   out->type = static_cast<FrameType>(type);

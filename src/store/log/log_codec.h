@@ -59,8 +59,10 @@ struct FrameView {
   size_t size = 0;  // header + body
 };
 // Parses the frame at the start of `in`. kEnd for an all-zero header (the pre-zeroed end of a
-// segment) or fewer than kFrameHeaderSize bytes of zeros.
-FrameCheck ParseFrame(std::string_view in, FrameView* out);
+// segment) or fewer than kFrameHeaderSize bytes of zeros. `verify_crc` false skips the checksum
+// (kBadCrc then only reports an unknown type): only for frames this process built and still
+// holds in memory (the log store's tail cache), never for bytes read from a file.
+FrameCheck ParseFrame(std::string_view in, FrameView* out, bool verify_crc = true);
 std::string_view FrameCheckName(FrameCheck c);
 
 // --- bodies ---
