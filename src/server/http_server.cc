@@ -566,7 +566,17 @@ class HttpServer::Impl {
     if (!co_await WriteSseHead(stream, state)) co_return;
     metrics_.CountRequest(label, "GET", 200);
     auto waker = NewWaker(stream.get_executor());
-    auto subscription = service_.Watch(state, HintFor(waker));
+    StreamService* service = &service_;
+    const ReadState* at = &state;
+    Result<Subscription> subscription = Status::Unavailable("not subscribed");
+    {
+      const std::function<void()> hint = HintFor(waker);
+      const std::function<Result<Subscription>()> watch = [service, at, hint] {
+        return service->Watch(*at, hint);
+      };
+      subscription = co_await StoreCall(watch);
+    }
+    const std::function<SseStep()> read = [service, at] { return service->ReadSse(*at); };
     metrics_.LiveReaderStarted();
     auto deadline =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.sse_max_duration_ms);
@@ -575,7 +585,7 @@ class HttpServer::Impl {
     for (;;) {
       // The data event is shared with the stream's other SSE readers at this position; only
       // the control event is this reader's own.
-      SseStep step = service_.ReadSse(state);
+      SseStep step = co_await StoreCall(read);
       if (step.gone) break;
       if (first || step.data || step.closed) {
         std::string control = service_.SseControl(state, step);

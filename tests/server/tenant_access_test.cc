@@ -976,10 +976,10 @@ class GatedStore final : public testing::ForwardingStore {
     }
     cv_.notify_all();
   }
-  // True once a commit waits at the closed gate (within `timeout`).
-  bool WaitForBlocked(std::chrono::milliseconds timeout) {
+  // True once `calls` calls wait at the closed gate (within `timeout`).
+  bool WaitForBlocked(std::chrono::milliseconds timeout, int calls = 1) {
     std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, timeout, [this] { return blocked_ > 0; });
+    return cv_.wait_for(lock, timeout, [&] { return blocked_ >= calls; });
   }
 
   Result<uint64_t> CommitCursor(StreamId id, std::string_view consumer, uint64_t offset,
@@ -1055,6 +1055,7 @@ TEST_F(GroupHttpTest, AReadBlockedInTheStoreDoesNotStallTheIoThread) {
   options.host = "127.0.0.1";
   options.port = 0;
   options.threads = 1;
+  options.sse_max_duration_ms = 1000;  // the SSE response ends by itself, so Send returns
   auto server = HttpServer::Start(StreamRegistry(std::move(owned)), options);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   server_ = std::move(*server);
@@ -1063,8 +1064,10 @@ TEST_F(GroupHttpTest, AReadBlockedInTheStoreDoesNotStallTheIoThread) {
 
   gate->Close();
   Response read;
+  Response sse;
   std::thread reader([&] { read = Send(port(), "GET", "/v1/stream/gated?offset=-1"); });
-  const bool blocked = gate->WaitForBlocked(std::chrono::seconds(10));
+  std::thread sse_reader([&] { sse = Send(port(), "GET", "/v1/stream/gated?offset=-1&live=sse"); });
+  const bool blocked = gate->WaitForBlocked(std::chrono::seconds(10), 2);
   EXPECT_TRUE(blocked);
   if (blocked) {
     EXPECT_EQ(Send(port(), "GET", "/healthz").status, 200);
@@ -1076,10 +1079,13 @@ TEST_F(GroupHttpTest, AReadBlockedInTheStoreDoesNotStallTheIoThread) {
   }
   gate->Open();
   reader.join();
+  sse_reader.join();
   EXPECT_EQ(read.status, 200) << read.body;
   auto events = json::parse(read.body, nullptr, false);
   ASSERT_TRUE(events.is_array()) << read.body;
   EXPECT_GE(events.size(), 2u);
+  EXPECT_EQ(sse.status, 200);
+  EXPECT_NE(sse.body.find(R"({"n":1})"), std::string::npos) << sse.body;
 }
 
 }  // namespace
