@@ -697,13 +697,21 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
   std::map<StreamId, GroupStream> streams;
   // Stored (epoch, seq) of the group's producers, read under the row locks.
   std::map<std::pair<StreamId, std::string>, std::pair<uint64_t, uint64_t>> stored_producers;
+  // Optimistic groups without expected offsets let the database place the records: offsets
+  // are simulated relative to 0 and the write adds each stream's next offset as it finds it
+  // under the row lock, so appends made through other nodes meanwhile cannot make the group
+  // stale. (An expected offset needs the absolute tail: those groups use the cached one.)
+  const bool assign_in_db =
+      optimistic && std::none_of(members.begin(), members.end(), [&](size_t i) {
+        return group[i].request.expected_offset.has_value();
+      });
   if (optimistic) {
     for (size_t i : members) {
       const CachedStream& c = cache.at(group[i].request.stream);
       GroupStream s;
-      s.next = s.next0 = c.next;
+      s.next = s.next0 = assign_in_db ? 0 : c.next;
       s.head = s.head0 = 0;  // unused without retention; the guarded write leaves head alone
-      s.bytes = c.bytes;
+      s.bytes = assign_in_db ? 0 : c.bytes;
       streams.emplace(group[i].request.stream, s);
     }
   } else {
@@ -923,134 +931,37 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
   Params wp;
   auto arg = [&wp](const std::string& cast) { return "$" + std::to_string(wp.size()) + cast; };
   std::string sql = "WITH ";
-  {
-    std::vector<int64_t> keep_stream, keep_off, keep_ts;
-    std::vector<std::optional<std::string_view>> keep_key, keep_payload;
-    for (size_t r = 0; r < ins_stream.size(); ++r) {
-      const GroupStream& s = streams.at(static_cast<StreamId>(ins_stream[r]));
-      if (OffsetFromDb(ins_off[r]) < s.head) continue;
-      keep_stream.push_back(ins_stream[r]);
-      keep_off.push_back(ins_off[r]);
-      keep_ts.push_back(ins_ts[r]);
-      keep_key.push_back(ins_key[r]);
-      keep_payload.push_back(ins_payload[r]);
-    }
-    if (!keep_stream.empty()) {
-      sql +=
-          "ins AS (INSERT INTO events (stream_id, off, appended_at_ms, key, payload) "
-          "SELECT * FROM unnest(";
-      wp.Int8Array(keep_stream);
-      sql += arg("::bigint[]") + ", ";
-      wp.Int8Array(keep_off);
-      sql += arg("::bigint[]") + ", ";
-      wp.Int8Array(keep_ts);
-      sql += arg("::bigint[]") + ", ";
-      wp.ByteaArray(keep_key);
-      sql += arg("::bytea[]") + ", ";
-      wp.ByteaArray(keep_payload);
-      sql += arg("::bytea[]") + ")), ";
-    }
-  }
-  std::vector<int64_t> up_id, up_next, up_head, up_bytes, del_id, del_lo, del_hi;
-  std::vector<bool> up_closed;
-  std::vector<std::optional<std::string_view>> up_attrs;  // NULL keeps the stored attributes
+  std::vector<int64_t> up_id;
   std::vector<std::string> notes;
-  for (auto& [id, s] : streams) {
-    if (!s.touched) continue;
-    if (s.head > s.head0) {
-      // Rows already in the table that retention cut: [head0, min(head, next0)).
-      del_id.push_back(BitsToDb(id));
-      del_lo.push_back(OffsetToDb(s.head0));
-      del_hi.push_back(OffsetToDb(std::min(s.head, s.next0)));
+  if (assign_in_db) {
+    // The catalog rows move first and return where each stream's records start (`base`, the
+    // next offset found); the records are inserted at base + their relative offset. Applies
+    // only to open, live streams without retention caps and with room for the records;
+    // otherwise the division by zero aborts the transaction and the group takes the locking
+    // path. The database form of offsets (pg::OffsetToDb) is the offset minus 2^63, so adding
+    // a count to it adds to the offset.
+    std::vector<int64_t> up_n, up_bytes;
+    std::vector<bool> up_closed;
+    std::vector<std::optional<std::string_view>> up_attrs;
+    for (auto& [id, st] : streams) {
+      if (!st.touched) continue;
+      up_id.push_back(BitsToDb(id));
+      up_n.push_back(static_cast<int64_t>(st.next));
+      up_bytes.push_back(BitsToDb(st.bytes));
+      up_closed.push_back(st.closed);
+      up_attrs.push_back(st.attributes ? std::optional<std::string_view>(*st.attributes)
+                                       : std::nullopt);
     }
-    up_id.push_back(BitsToDb(id));
-    up_next.push_back(OffsetToDb(s.next));
-    up_head.push_back(OffsetToDb(s.head));
-    up_bytes.push_back(BitsToDb(s.bytes));
-    up_closed.push_back(s.closed);
-    up_attrs.push_back(s.attributes ? std::optional<std::string_view>(*s.attributes)
-                                    : std::nullopt);
-    notes.push_back(std::to_string(id) + ":" + std::to_string(s.next));
-  }
-  if (!del_id.empty()) {
-    sql += "del AS (DELETE FROM events e USING unnest(";
-    wp.Int8Array(del_id);
-    sql += arg("::bigint[]") + ", ";
-    wp.Int8Array(del_lo);
-    sql += arg("::bigint[]") + ", ";
-    wp.Int8Array(del_hi);
-    sql += arg("::bigint[]") +
-           ") AS d(sid, lo, hi) WHERE e.stream_id = d.sid AND e.off >= d.lo AND e.off < d.hi), ";
-  }
-  if (!producers.empty()) {
-    std::vector<int64_t> p_stream, p_epoch, p_seq, p_last;
-    std::vector<std::optional<std::string_view>> p_id;
-    for (const auto& [key, ps] : producers) {
-      p_stream.push_back(BitsToDb(key.first));
-      p_id.push_back(std::string_view(ps.producer_id));
-      p_epoch.push_back(BitsToDb(ps.epoch));
-      p_seq.push_back(BitsToDb(ps.seq));
-      p_last.push_back(OffsetToDb(ps.last_offset));
-    }
+    std::vector<int64_t> rel_off;
+    rel_off.reserve(ins_off.size());
+    for (int64_t off : ins_off) rel_off.push_back(static_cast<int64_t>(OffsetFromDb(off)));
     sql +=
-        "prod AS (INSERT INTO producers (stream_id, producer_id, epoch, seq, last_offset) "
-        "SELECT * FROM unnest(";
-    wp.Int8Array(p_stream);
-    sql += arg("::bigint[]") + ", ";
-    wp.ByteaArray(p_id);
-    sql += arg("::bytea[]") + ", ";
-    wp.Int8Array(p_epoch);
-    sql += arg("::bigint[]") + ", ";
-    wp.Int8Array(p_seq);
-    sql += arg("::bigint[]") + ", ";
-    wp.Int8Array(p_last);
-    sql += arg("::bigint[]") +
-           ") ON CONFLICT (stream_id, producer_id) DO UPDATE SET epoch = EXCLUDED.epoch, "
-           "seq = EXCLUDED.seq, last_offset = EXCLUDED.last_offset), ";
-  }
-  if (optimistic) {
-    // Applies only where the row is exactly as cached (same next offset and bytes, open, live,
-    // no retention caps); otherwise the division by zero aborts the whole transaction.
-    std::vector<int64_t> old_next, old_bytes;
-    for (auto& [id, s] : streams) {
-      if (!s.touched) continue;
-      old_next.push_back(OffsetToDb(s.next0));
-      old_bytes.push_back(BitsToDb(cache.at(id).bytes));
-    }
-    sql +=
-        "upd AS (UPDATE streams s SET next_offset = u.next, retained_bytes = u.bytes, "
-        "closed = u.closed, attributes = coalesce(u.attrs, s.attributes) FROM unnest(";
-    wp.Int8Array(up_id);
-    sql += arg("::bigint[]") + ", ";
-    wp.Int8Array(up_next);
-    sql += arg("::bigint[]") + ", ";
-    wp.Int8Array(up_bytes);
-    sql += arg("::bigint[]") + ", ";
-    wp.BoolArray(up_closed);
-    sql += arg("::boolean[]") + ", ";
-    wp.ByteaArray(up_attrs);
-    sql += arg("::bytea[]") + ", ";
-    wp.Int8Array(old_next);
-    sql += arg("::bigint[]") + ", ";
-    wp.Int8Array(old_bytes);
-    sql += arg("::bigint[]") +
-           ") AS u(id, next, bytes, closed, attrs, old_next, old_bytes) WHERE s.id = u.id "
-           "AND s.next_offset = u.old_next AND s.retained_bytes = u.old_bytes AND NOT s.closed "
-           "AND NOT s.deleted AND s.max_events IS NULL AND s.max_age_ms IS NULL "
-           "AND s.max_bytes IS NULL RETURNING 1) "
-           "SELECT 1 / (CASE WHEN count(*) = ";
-    wp.Int8(static_cast<int64_t>(up_id.size()));
-    sql += arg("") + " THEN 1 ELSE 0 END) FROM upd";
-  } else {
-    sql +=
-        "upd AS (UPDATE streams s SET next_offset = u.next, head_offset = u.head, "
-        "retained_bytes = u.bytes, closed = u.closed, attributes = coalesce(u.attrs, "
+        "upd AS (UPDATE streams s SET next_offset = s.next_offset + u.n, retained_bytes = "
+        "s.retained_bytes + u.bytes, closed = u.closed, attributes = coalesce(u.attrs, "
         "s.attributes) FROM unnest(";
     wp.Int8Array(up_id);
     sql += arg("::bigint[]") + ", ";
-    wp.Int8Array(up_next);
-    sql += arg("::bigint[]") + ", ";
-    wp.Int8Array(up_head);
+    wp.Int8Array(up_n);
     sql += arg("::bigint[]") + ", ";
     wp.Int8Array(up_bytes);
     sql += arg("::bigint[]") + ", ";
@@ -1058,9 +969,171 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
     sql += arg("::boolean[]") + ", ";
     wp.ByteaArray(up_attrs);
     sql += arg("::bytea[]") +
-           ") AS u(id, next, head, bytes, closed, attrs) WHERE s.id = u.id RETURNING 1) "
-           "SELECT count(*) FROM upd";
-  }
+           ") AS u(id, n, bytes, closed, attrs) WHERE s.id = u.id AND NOT s.closed AND NOT "
+           "s.deleted AND s.max_events IS NULL AND s.max_age_ms IS NULL AND s.max_bytes IS NULL "
+           "AND s.next_offset <= 9223372036854775807 - u.n RETURNING s.id, s.next_offset - u.n "
+           "AS base, s.retained_bytes AS bytes), ";
+    if (!ins_stream.empty()) {
+      sql +=
+          "ins AS (INSERT INTO events (stream_id, off, appended_at_ms, key, payload) SELECT "
+          "r.sid, b.base + r.off, r.ts, r.key, r.payload FROM unnest(";
+      wp.Int8Array(ins_stream);
+      sql += arg("::bigint[]") + ", ";
+      wp.Int8Array(rel_off);
+      sql += arg("::bigint[]") + ", ";
+      wp.Int8Array(ins_ts);
+      sql += arg("::bigint[]") + ", ";
+      wp.ByteaArray(ins_key);
+      sql += arg("::bytea[]") + ", ";
+      wp.ByteaArray(ins_payload);
+      sql += arg("::bytea[]") + ") AS r(sid, off, ts, key, payload) JOIN upd b ON b.id = r.sid), ";
+    }
+    // With no row moved, the LEFT JOIN still yields one row, so the check still runs.
+    sql +=
+        "counted AS (SELECT count(*) AS c FROM upd) SELECT u.id, u.base, u.bytes, 1 / (CASE "
+        "WHEN counted.c = ";
+    wp.Int8(static_cast<int64_t>(up_id.size()));
+    sql += arg("") + " THEN 1 ELSE 0 END) FROM counted LEFT JOIN upd u ON true";
+  } else {
+    {
+      std::vector<int64_t> keep_stream, keep_off, keep_ts;
+      std::vector<std::optional<std::string_view>> keep_key, keep_payload;
+      for (size_t r = 0; r < ins_stream.size(); ++r) {
+        const GroupStream& s = streams.at(static_cast<StreamId>(ins_stream[r]));
+        if (OffsetFromDb(ins_off[r]) < s.head) continue;
+        keep_stream.push_back(ins_stream[r]);
+        keep_off.push_back(ins_off[r]);
+        keep_ts.push_back(ins_ts[r]);
+        keep_key.push_back(ins_key[r]);
+        keep_payload.push_back(ins_payload[r]);
+      }
+      if (!keep_stream.empty()) {
+        sql +=
+            "ins AS (INSERT INTO events (stream_id, off, appended_at_ms, key, payload) "
+            "SELECT * FROM unnest(";
+        wp.Int8Array(keep_stream);
+        sql += arg("::bigint[]") + ", ";
+        wp.Int8Array(keep_off);
+        sql += arg("::bigint[]") + ", ";
+        wp.Int8Array(keep_ts);
+        sql += arg("::bigint[]") + ", ";
+        wp.ByteaArray(keep_key);
+        sql += arg("::bytea[]") + ", ";
+        wp.ByteaArray(keep_payload);
+        sql += arg("::bytea[]") + ")), ";
+      }
+    }
+    std::vector<int64_t> up_next, up_head, up_bytes, del_id, del_lo, del_hi;
+    std::vector<bool> up_closed;
+    std::vector<std::optional<std::string_view>> up_attrs;  // NULL keeps the stored attributes
+    for (auto& [id, s] : streams) {
+      if (!s.touched) continue;
+      if (s.head > s.head0) {
+        // Rows already in the table that retention cut: [head0, min(head, next0)).
+        del_id.push_back(BitsToDb(id));
+        del_lo.push_back(OffsetToDb(s.head0));
+        del_hi.push_back(OffsetToDb(std::min(s.head, s.next0)));
+      }
+      up_id.push_back(BitsToDb(id));
+      up_next.push_back(OffsetToDb(s.next));
+      up_head.push_back(OffsetToDb(s.head));
+      up_bytes.push_back(BitsToDb(s.bytes));
+      up_closed.push_back(s.closed);
+      up_attrs.push_back(s.attributes ? std::optional<std::string_view>(*s.attributes)
+                                      : std::nullopt);
+      notes.push_back(std::to_string(id) + ":" + std::to_string(s.next));
+    }
+    if (!del_id.empty()) {
+      sql += "del AS (DELETE FROM events e USING unnest(";
+      wp.Int8Array(del_id);
+      sql += arg("::bigint[]") + ", ";
+      wp.Int8Array(del_lo);
+      sql += arg("::bigint[]") + ", ";
+      wp.Int8Array(del_hi);
+      sql += arg("::bigint[]") +
+             ") AS d(sid, lo, hi) WHERE e.stream_id = d.sid AND e.off >= d.lo AND e.off < d.hi), ";
+    }
+    if (!producers.empty()) {
+      std::vector<int64_t> p_stream, p_epoch, p_seq, p_last;
+      std::vector<std::optional<std::string_view>> p_id;
+      for (const auto& [key, ps] : producers) {
+        p_stream.push_back(BitsToDb(key.first));
+        p_id.push_back(std::string_view(ps.producer_id));
+        p_epoch.push_back(BitsToDb(ps.epoch));
+        p_seq.push_back(BitsToDb(ps.seq));
+        p_last.push_back(OffsetToDb(ps.last_offset));
+      }
+      sql +=
+          "prod AS (INSERT INTO producers (stream_id, producer_id, epoch, seq, last_offset) "
+          "SELECT * FROM unnest(";
+      wp.Int8Array(p_stream);
+      sql += arg("::bigint[]") + ", ";
+      wp.ByteaArray(p_id);
+      sql += arg("::bytea[]") + ", ";
+      wp.Int8Array(p_epoch);
+      sql += arg("::bigint[]") + ", ";
+      wp.Int8Array(p_seq);
+      sql += arg("::bigint[]") + ", ";
+      wp.Int8Array(p_last);
+      sql += arg("::bigint[]") +
+             ") ON CONFLICT (stream_id, producer_id) DO UPDATE SET epoch = EXCLUDED.epoch, "
+             "seq = EXCLUDED.seq, last_offset = EXCLUDED.last_offset), ";
+    }
+    if (optimistic) {
+      // Applies only where the row is exactly as cached (same next offset and bytes, open, live,
+      // no retention caps); otherwise the division by zero aborts the whole transaction.
+      std::vector<int64_t> old_next, old_bytes;
+      for (auto& [id, s] : streams) {
+        if (!s.touched) continue;
+        old_next.push_back(OffsetToDb(s.next0));
+        old_bytes.push_back(BitsToDb(cache.at(id).bytes));
+      }
+      sql +=
+          "upd AS (UPDATE streams s SET next_offset = u.next, retained_bytes = u.bytes, "
+          "closed = u.closed, attributes = coalesce(u.attrs, s.attributes) FROM unnest(";
+      wp.Int8Array(up_id);
+      sql += arg("::bigint[]") + ", ";
+      wp.Int8Array(up_next);
+      sql += arg("::bigint[]") + ", ";
+      wp.Int8Array(up_bytes);
+      sql += arg("::bigint[]") + ", ";
+      wp.BoolArray(up_closed);
+      sql += arg("::boolean[]") + ", ";
+      wp.ByteaArray(up_attrs);
+      sql += arg("::bytea[]") + ", ";
+      wp.Int8Array(old_next);
+      sql += arg("::bigint[]") + ", ";
+      wp.Int8Array(old_bytes);
+      sql += arg("::bigint[]") +
+             ") AS u(id, next, bytes, closed, attrs, old_next, old_bytes) WHERE s.id = u.id "
+             "AND s.next_offset = u.old_next AND s.retained_bytes = u.old_bytes AND NOT s.closed "
+             "AND NOT s.deleted AND s.max_events IS NULL AND s.max_age_ms IS NULL "
+             "AND s.max_bytes IS NULL RETURNING 1) "
+             "SELECT 1 / (CASE WHEN count(*) = ";
+      wp.Int8(static_cast<int64_t>(up_id.size()));
+      sql += arg("") + " THEN 1 ELSE 0 END) FROM upd";
+    } else {
+      sql +=
+          "upd AS (UPDATE streams s SET next_offset = u.next, head_offset = u.head, "
+          "retained_bytes = u.bytes, closed = u.closed, attributes = coalesce(u.attrs, "
+          "s.attributes) FROM unnest(";
+      wp.Int8Array(up_id);
+      sql += arg("::bigint[]") + ", ";
+      wp.Int8Array(up_next);
+      sql += arg("::bigint[]") + ", ";
+      wp.Int8Array(up_head);
+      sql += arg("::bigint[]") + ", ";
+      wp.Int8Array(up_bytes);
+      sql += arg("::bigint[]") + ", ";
+      wp.BoolArray(up_closed);
+      sql += arg("::boolean[]") + ", ";
+      wp.ByteaArray(up_attrs);
+      sql += arg("::bytea[]") +
+             ") AS u(id, next, head, bytes, closed, attrs) WHERE s.id = u.id RETURNING 1) "
+             "SELECT count(*) FROM upd";
+    }
+
+  }  // !assign_in_db
 
   if (options_.fault_hook &&
       options_.fault_hook(PostgresFaultPoint::kBeforeCommit, conn.backend_pid())) {
@@ -1087,11 +1160,21 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
   const size_t w = closing.size();
   closing.push_back(pg::Conn::Statement{std::move(sql), std::move(wp)});
   closing.push_back(pg::Conn::Statement{"COMMIT", Params()});
-  closing.push_back(
-      pg::Conn::Statement{"SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, n) "
-                          "FROM unnest($2::text[]) AS n",
-                          Params()});
-  closing.back().params.Text(channel_).TextArray(notes);
+  if (assign_in_db) {
+    // The tails are known only to the database here: notify with the committed ones (or later
+    // ones; a hint carries a lower bound).
+    closing.push_back(pg::Conn::Statement{
+        "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, id::text || ':' || "
+        "(next_offset::numeric + 9223372036854775808)::text) FROM streams WHERE id = ANY($2)",
+        Params()});
+    closing.back().params.Text(channel_).Int8Array(up_id);
+  } else {
+    closing.push_back(pg::Conn::Statement{
+        "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, n) "
+        "FROM unnest($2::text[]) AS n",
+        Params()});
+    closing.back().params.Text(channel_).TextArray(notes);
+  }
   auto replies = conn.Pipeline(closing, [&] {
     if (options_.fault_hook &&
         options_.fault_hook(PostgresFaultPoint::kAfterCommitSent, conn.backend_pid())) {
@@ -1121,6 +1204,37 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
     }
     for (size_t i : members) outcomes[i].reset();
     return GroupEnd::kSqlError;
+  }
+  if (assign_in_db) {
+    // Make the relative offsets absolute: base = the stream's next offset before the group.
+    // The statement's check guarantees a row per touched stream.
+    std::map<StreamId, std::pair<uint64_t, uint64_t>> placed;  // id -> (base, retained bytes)
+    const Rows& rows = replies[w].value();
+    for (int r = 0; r < rows.size(); ++r) {
+      placed[static_cast<StreamId>(rows.Int8(r, 0))] = {OffsetFromDb(rows.Int8(r, 1)),
+                                                        BitsFromDb(rows.Int8(r, 2))};
+    }
+    for (auto& [id, st] : streams) {
+      if (!st.touched) continue;
+      auto p = placed.find(id);
+      if (p == placed.end()) {
+        fail_written(Status::Internal(
+            "postgres: the append committed but its offsets were not reported; read the "
+            "stream's tail to find them"));
+        return GroupEnd::kDone;
+      }
+      st.next += p->second.first;
+      st.bytes = p->second.second;
+    }
+    for (size_t i : written) {
+      const uint64_t b = placed.at(group[i].request.stream).first;
+      AppendResult& res = results[i];
+      if (!group[i].request.records.empty()) {
+        res.first_offset += b;
+        res.last_offset += b;
+      }
+      res.next_offset += b;
+    }
   }
   for (size_t i : written) outcomes[i].emplace(results[i]);
   forget.armed = false;
