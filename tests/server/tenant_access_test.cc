@@ -1010,21 +1010,32 @@ class GatedStore final : public testing::ForwardingStore {
   int blocked_ = 0;   // GUARDED_BY(mu_)
 };
 
+// A server with one io thread over a GatedStore (gating reads or cursor commits), with the
+// JSON stream /v1/stream/gated holding two records.
+class GatedServerTest : public GroupHttpTest {
+ protected:
+  void StartGated(bool reads, GatedStore** gate) {
+    auto owned = std::make_unique<GatedStore>(reads);
+    *gate = owned.get();
+    ServerOptions options;
+    options.host = "127.0.0.1";
+    options.port = 0;
+    options.threads = 1;
+    options.group_threads = 2;
+    options.sse_max_duration_ms = 1000;  // an SSE response ends by itself, so Send returns
+    auto server = HttpServer::Start(StreamRegistry(std::move(owned)), options);
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+    thread_ = std::thread([this] { server_->Run(); });
+    Seed("/v1/stream/gated", 2);
+  }
+};
+
 // Group requests run on the group service's workers: with a single io thread, an ack stuck in
 // the store leaves the server answering other requests (reads, health, other groups' reads).
-TEST_F(GroupHttpTest, AnAckBlockedInTheStoreDoesNotStallTheIoThread) {
-  auto owned = std::make_unique<GatedStore>();
-  GatedStore* gate = owned.get();
-  ServerOptions options;
-  options.host = "127.0.0.1";
-  options.port = 0;
-  options.threads = 1;
-  options.group_threads = 2;
-  auto server = HttpServer::Start(StreamRegistry(std::move(owned)), options);
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  server_ = std::move(*server);
-  thread_ = std::thread([this] { server_->Run(); });
-  Seed("/v1/stream/gated", 2);
+TEST_F(GatedServerTest, AnAckBlockedInTheStoreDoesNotStallTheIoThread) {
+  GatedStore* gate = nullptr;
+  ASSERT_NO_FATAL_FAILURE(StartGated(false, &gate));
 
   gate->Close();
   Response ack;
@@ -1048,19 +1059,9 @@ TEST_F(GroupHttpTest, AnAckBlockedInTheStoreDoesNotStallTheIoThread) {
 // A store whose calls may block (a database) is called from the catalog workers, never from an
 // io thread: with a single io thread and a read stuck in the store, the server still answers
 // health checks, appends and other streams' reads, and the stuck read completes afterwards.
-TEST_F(GroupHttpTest, AReadBlockedInTheStoreDoesNotStallTheIoThread) {
-  auto owned = std::make_unique<GatedStore>(/*reads=*/true);
-  GatedStore* gate = owned.get();
-  ServerOptions options;
-  options.host = "127.0.0.1";
-  options.port = 0;
-  options.threads = 1;
-  options.sse_max_duration_ms = 1000;  // the SSE response ends by itself, so Send returns
-  auto server = HttpServer::Start(StreamRegistry(std::move(owned)), options);
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  server_ = std::move(*server);
-  thread_ = std::thread([this] { server_->Run(); });
-  Seed("/v1/stream/gated", 2);
+TEST_F(GatedServerTest, AReadBlockedInTheStoreDoesNotStallTheIoThread) {
+  GatedStore* gate = nullptr;
+  ASSERT_NO_FATAL_FAILURE(StartGated(true, &gate));
 
   gate->Close();
   Response read;
