@@ -6,13 +6,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <chrono>
 #include <thread>
 
 #include "server/http_server.h"
+#include "support/loopback_socket.h"
 
 namespace runnel::server {
 namespace {
@@ -20,30 +21,14 @@ namespace {
 // One blocking loopback connection.
 class Connection {
  public:
-  explicit Connection(uint16_t port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-    timeval tv{10, 0};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  }
+  explicit Connection(uint16_t port)
+      : fd_(testing::ConnectLoopback(port, 10)), connected_(fd_ >= 0) {}
   ~Connection() {
     if (fd_ >= 0) ::close(fd_);
   }
   bool connected() const { return connected_; }
 
-  bool Send(const std::string& data) {
-    size_t sent = 0;
-    while (sent < data.size()) {
-      ssize_t n = ::send(fd_, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      sent += static_cast<size_t>(n);
-    }
-    return true;
-  }
+  bool Send(const std::string& data) { return testing::SendAll(fd_, data); }
 
   struct Response {
     int status = 0;
@@ -253,8 +238,9 @@ TEST_F(ServerLimitsTest, CatchUpReadReturnsAppendedBytes) {
 TEST_F(ServerLimitsTest, ExpectContinueGets100BeforeTheBody) {
   StartServer({});
   Connection c(port());
-  ASSERT_TRUE(c.Send("PUT /v1/stream/e HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
-                     "Expect: 100-continue\r\nContent-Length: 5\r\n\r\n"));
+  ASSERT_TRUE(
+      c.Send("PUT /v1/stream/e HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+             "Expect: 100-continue\r\nContent-Length: 5\r\n\r\n"));
   EXPECT_EQ(c.Receive().status, 100);
   ASSERT_TRUE(c.Send("hello"));
   EXPECT_EQ(c.Receive().status, 201);

@@ -18,6 +18,7 @@
 #include "server/http_server.h"
 #include "server/offset_token.h"
 #include "server/stream_service.h"
+#include "support/loopback_socket.h"
 
 namespace runnel::server {
 namespace {
@@ -226,33 +227,14 @@ TEST_F(SseTinyShareTest, FramesAboveTheBoundAreDeliveredButNotKept) {
 // One blocking loopback connection reading a chunked SSE response.
 class SseClient {
  public:
-  SseClient(uint16_t port, int receive_buffer = 0) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (receive_buffer > 0) {
-      ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
-    }
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-    timeval tv{15, 0};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  }
+  SseClient(uint16_t port, int receive_buffer = 0)
+      : fd_(testing::ConnectLoopback(port, 15, receive_buffer)), connected_(fd_ >= 0) {}
   ~SseClient() {
     if (fd_ >= 0) ::close(fd_);
   }
   bool connected() const { return connected_; }
 
-  bool Send(const std::string& data) {
-    size_t sent = 0;
-    while (sent < data.size()) {
-      ssize_t n = ::send(fd_, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      sent += static_cast<size_t>(n);
-    }
-    return true;
-  }
+  bool Send(const std::string& data) { return testing::SendAll(fd_, data); }
 
   // A plain request/response with a Content-Length body (or none); returns the status.
   int Request(const std::string& data) {

@@ -24,6 +24,7 @@
 #include "server/group_service.h"
 #include "server/http_server.h"
 #include "support/forwarding_store.h"
+#include "support/loopback_socket.h"
 
 namespace runnel::server {
 namespace {
@@ -40,29 +41,15 @@ struct Response {
 Response Send(uint16_t port, const std::string& method, const std::string& target,
               const std::vector<std::string>& headers = {}, const std::string& body = "") {
   Response r;
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return r;
-  }
-  timeval tv{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  int fd = testing::ConnectLoopback(port, 10);
+  if (fd < 0) return r;
   std::string text = method + " " + target + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
   for (const auto& h : headers) text += h + "\r\n";
   if (!body.empty() || method == "POST" || method == "PUT") {
     text += "Content-Length: " + std::to_string(body.size()) + "\r\n";
   }
   text += "\r\n" + body;
-  size_t sent = 0;
-  while (sent < text.size()) {
-    ssize_t n = ::send(fd, text.data() + sent, text.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) break;
-    sent += static_cast<size_t>(n);
-  }
+  testing::SendAll(fd, text);
   std::string all;
   char chunk[65536];
   for (;;) {  // the server closes after the response; a HEAD response has no body to wait for
