@@ -12,16 +12,9 @@ namespace {
 
 using json = nlohmann::json;
 
-HttpResponse JsonResponse(int status, const json& body) {
-  HttpResponse r;
-  r.status = status;
-  r.Set("Content-Type", "application/json");
-  r.Set("Cache-Control", "no-store");
-  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
-  return r;
+HttpResponse Error(const Status& status) {
+  return StreamService::ErrorResponse(status);
 }
-
-HttpResponse Error(const Status& status) { return StreamService::ErrorResponse(status); }
 
 // Same alphabet as tenant ids: safe in URLs, file names and stream names.
 Status ValidateChannelId(const std::string& id) {

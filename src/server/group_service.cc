@@ -31,14 +31,6 @@ std::optional<uint64_t> ParseUint(std::string_view text) {
   return value;
 }
 
-HttpResponse JsonResponse(const json& body) {
-  HttpResponse r;
-  r.Set("Content-Type", "application/json");
-  r.Set("Cache-Control", "no-store");
-  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
-  return r;
-}
-
 std::string LowerMediaType(std::string_view content_type) {
   std::string media(content_type.substr(0, content_type.find(';')));
   while (!media.empty() && media.back() == ' ') media.pop_back();
@@ -175,7 +167,7 @@ HttpResponse GroupService::HandleRequest(const Principal& who, const HttpRequest
     // SaveOffset is Ack with the stored value returned (C2, C4).
     auto stored = registry.SaveOffset(route.scope, route.name, *group, *offset);
     if (!stored.ok()) return StreamService::ErrorResponse(stored.status());
-    return JsonResponse({{"group", std::string(*group)}, {"last_acked", *stored}});
+    return JsonResponse(200, {{"group", std::string(*group)}, {"last_acked", *stored}});
   }
   if (post) {
     auto through = ParseUint(*request.Query("prune"));
@@ -185,7 +177,7 @@ HttpResponse GroupService::HandleRequest(const Principal& who, const HttpRequest
     }
     auto removed = registry.Prune(route.scope, route.name, *through);
     if (!removed.ok()) return StreamService::ErrorResponse(removed.status());
-    return JsonResponse({{"removed", *removed}});
+    return JsonResponse(200, {{"removed", *removed}});
   }
   if (group) {
     uint64_t limit = kDefaultReadLimit;
@@ -232,10 +224,10 @@ HttpResponse GroupService::HandleRequest(const Principal& who, const HttpRequest
       list.push_back(EventJson(event, media));
       next_ack = event.offset;
     }
-    return JsonResponse({{"group", std::string(*group)},
-                         {"last_acked", *acked},
-                         {"events", std::move(list)},
-                         {"next_ack", next_ack}});
+    return JsonResponse(200, {{"group", std::string(*group)},
+                              {"last_acked", *acked},
+                              {"events", std::move(list)},
+                              {"next_ack", next_ack}});
   }
   auto groups = registry.ConsumerGroupInfo(route.scope, route.name);
   if (!groups.ok()) return StreamService::ErrorResponse(groups.status());
@@ -246,7 +238,7 @@ HttpResponse GroupService::HandleRequest(const Principal& who, const HttpRequest
                     {"lag", tail > g.last_acked ? tail - g.last_acked : 0},
                     {"updated_at_ms", g.updated_at_ms}});
   }
-  return JsonResponse({{"stream", route.name}, {"tail", tail}, {"groups", std::move(list)}});
+  return JsonResponse(200, {{"stream", route.name}, {"tail", tail}, {"groups", std::move(list)}});
 }
 
 }  // namespace runnel::server

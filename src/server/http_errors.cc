@@ -43,4 +43,13 @@ std::string ErrorBody(const Status& status) {
   return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+HttpResponse JsonResponse(int status, const nlohmann::json& body) {
+  HttpResponse r;
+  r.status = status;
+  r.Set("Content-Type", "application/json");
+  r.Set("Cache-Control", "no-store");
+  r.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return r;
+}
+
 }  // namespace runnel::server

@@ -4,9 +4,11 @@
 #ifndef RUNNEL_SERVER_HTTP_ERRORS_H_
 #define RUNNEL_SERVER_HTTP_ERRORS_H_
 
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 #include "runnel/status.h"
+#include "server/http_types.h"
 
 namespace runnel::server {
 
@@ -18,6 +20,9 @@ int HttpStatusFor(const Status& status, bool payload_limit = false);
 
 // {"error":{"code":"<StatusCodeName>","message":"<message>"}}
 std::string ErrorBody(const Status& status);
+
+// A `status` response with `body` as JSON (invalid UTF-8 replaced), not cacheable.
+HttpResponse JsonResponse(int status, const nlohmann::json& body);
 
 }  // namespace runnel::server
 

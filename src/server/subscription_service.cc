@@ -49,15 +49,6 @@ double UnitRandom() {
   return std::uniform_real_distribution<double>(0.0, 1.0)(rng);
 }
 
-HttpResponse JsonResponse(int status, const json& body) {
-  HttpResponse r;
-  r.status = status;
-  r.Set("Content-Type", "application/json");
-  r.Set("Cache-Control", "no-store");
-  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
-  return r;
-}
-
 HttpResponse Error(int status, std::string code, std::string message, json extra = json::object()) {
   json error = {{"code", std::move(code)}, {"message", std::move(message)}};
   for (auto& [k, v] : extra.items()) error[k] = v;
@@ -211,6 +202,13 @@ struct SubscriptionService::Sub {
   bool dirty = true;
 
   bool webhook() const { return type == "webhook"; }
+  // Ends the current wake and its lease (released, done, failed or timed out).
+  void EndWake() {
+    wake_active = false;
+    wake_id.clear();
+    holder.clear();
+    lease_expires_ms = 0;
+  }
 
   json ConfigJson() const {
     json c = {{"type", type},
@@ -566,10 +564,7 @@ void SubscriptionService::IssueWake(ScopeState& scope, Sub& sub, uint64_t now,
 }
 
 void SubscriptionService::FailAttempt(ScopeState& scope, Sub& sub, uint64_t now) {
-  sub.wake_active = false;
-  sub.wake_id.clear();
-  sub.holder.clear();
-  sub.lease_expires_ms = 0;
+  sub.EndWake();
   sub.failed = true;
   sub.attempts += 1;
   sub.last_attempt_at_ms = now;
@@ -599,10 +594,7 @@ void SubscriptionService::Tick() {
       for (auto& [id, owned] : scope->subs) {
         Sub& sub = *owned;
         if (sub.lease_expires_ms != 0 && now >= sub.lease_expires_ms) {
-          sub.wake_active = false;
-          sub.wake_id.clear();
-          sub.holder.clear();
-          sub.lease_expires_ms = 0;
+          sub.EndWake();
           sub.dirty = true;
         }
         if (sub.lease_expires_ms != 0) deadline = std::min(deadline, sub.lease_expires_ms);
@@ -922,10 +914,7 @@ HttpResponse SubscriptionService::HandleSubscription(ScopeState& scope, const st
   if (method != "POST") return Error(405, "METHOD_NOT_ALLOWED", "use POST");
   // An expired lease ends before anyone can act on it (7.3).
   if (sub.lease_expires_ms != 0 && now >= sub.lease_expires_ms) {
-    sub.wake_active = false;
-    sub.wake_id.clear();
-    sub.holder.clear();
-    sub.lease_expires_ms = 0;
+    sub.EndWake();
     sub.dirty = true;
     poked_ = true;
   }
@@ -1101,10 +1090,7 @@ HttpResponse SubscriptionService::Settle(ScopeState& scope, Sub& sub, const Http
                  {{"generation", sub.generation}});
   }
   if (release) {
-    sub.wake_active = false;
-    sub.wake_id.clear();
-    sub.holder.clear();
-    sub.lease_expires_ms = 0;
+    sub.EndWake();
     sub.dirty = true;  // pending work gets a fresh wake event (7.2)
     poked_ = true;
     return NoContent();
@@ -1151,10 +1137,7 @@ HttpResponse SubscriptionService::Settle(ScopeState& scope, Sub& sub, const Http
     poked_ = true;
   }
   if (done) {
-    sub.wake_active = false;
-    sub.wake_id.clear();
-    sub.holder.clear();
-    sub.lease_expires_ms = 0;
+    sub.EndWake();
     sub.failed = false;
     sub.attempts = 0;
     changed = true;
