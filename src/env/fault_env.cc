@@ -1,6 +1,7 @@
 #include "env/fault_env.h"
 
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace runnel::env {
@@ -124,6 +125,9 @@ Status FaultInjectionEnv::BeforeSync(const std::string& path) {
     if (sync_action_in_ > 0 && --sync_action_in_ == 0) action = std::move(sync_action_);
   }
   if (action) action();
+  if (const int64_t us = sync_delay_us_.load(); us > 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(us));
+  }
   std::lock_guard lock(mu_);
   if (!EndsWith(path, suffix_)) return Status::OK();
   if (fail_sync_in_ > 0 && --fail_sync_in_ == 0) {

@@ -11,6 +11,8 @@
 //   with kIOError "No space left on device" (ENOSPC).
 // - BeforeSyncDo(n, action): runs `action` just before the n-th Sync from now (tests use it to
 //   pull the plug with MemEnv::Crash at an exact point: data written but not yet synced).
+// - SetSyncDelay(d): every Sync takes at least `d` longer, like a slow device (the delay is
+//   not a failure and does not count as an injected fault).
 // Power-loss simulation itself is the base env's business (see MemEnv::Crash).
 //
 // Thread-safety: all methods are safe to call concurrently.
@@ -18,6 +20,7 @@
 #define RUNNEL_ENV_FAULT_ENV_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -37,6 +40,7 @@ class FaultInjectionEnv final : public Env {
   void FailSync(uint64_t n);
   void SetNoSpace(bool on);
   void BeforeSyncDo(uint64_t n, std::function<void()> action);
+  void SetSyncDelay(std::chrono::microseconds delay) { sync_delay_us_ = delay.count(); }
   // Restricts FailWrite, FailSync and SetNoSpace to files whose path ends with `suffix`
   // (empty: every file). ClearFaults keeps it.
   void SetFaultPathSuffix(std::string suffix);
@@ -77,6 +81,7 @@ class FaultInjectionEnv final : public Env {
   std::string suffix_;          // GUARDED_BY(mu_)
   uint64_t sync_action_in_ = 0;          // GUARDED_BY(mu_)
   std::function<void()> sync_action_;    // GUARDED_BY(mu_)
+  std::atomic<int64_t> sync_delay_us_{0};
   std::atomic<uint64_t> writes_{0};
   std::atomic<uint64_t> syncs_{0};
   std::atomic<uint64_t> injected_{0};

@@ -6,7 +6,9 @@
 
 namespace runnel::log {
 
-void PutU8(std::string* dst, uint8_t v) { dst->push_back(static_cast<char>(v)); }
+void PutU8(std::string* dst, uint8_t v) {
+  dst->push_back(static_cast<char>(v));
+}
 void PutU32(std::string* dst, uint32_t v) {
   char b[4];
   for (int i = 0; i < 4; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
@@ -103,8 +105,8 @@ std::string EncodeSegmentHeader(uint64_t segment) {
 
 Status CheckSegmentHeader(std::string_view header, uint64_t segment, std::string_view what) {
   auto bad = [&](std::string_view why) {
-    return Status::Corruption(std::string(what) + ": bad segment header at byte 0: " +
-                              std::string(why));
+    return Status::Corruption(std::string(what) +
+                              ": bad segment header at byte 0: " + std::string(why));
   };
   if (header.size() < kSegmentHeaderSize) return bad("file shorter than its header");
   if (header.substr(0, 8) != kSegmentMagic) return bad("wrong magic");
@@ -119,14 +121,26 @@ Status CheckSegmentHeader(std::string_view header, uint64_t segment, std::string
 }
 
 void AppendFrame(std::string* dst, FrameType type, std::string_view body) {
+  const size_t start = BeginFrame(dst, type);
+  dst->append(body);
+  FinishFrame(dst, start);
+}
+
+size_t BeginFrame(std::string* dst, FrameType type) {
   const size_t start = dst->size();
   PutU32(dst, 0);
-  PutU32(dst, static_cast<uint32_t>(body.size()));
+  PutU32(dst, 0);
   PutU8(dst, static_cast<uint8_t>(type));
-  dst->append(body);
-  const uint32_t crc = Crc32cExtend(0, dst->data() + start + 4, kFrameHeaderSize - 4 + body.size());
+  return start;
+}
+
+void FinishFrame(std::string* dst, size_t start) {
+  const size_t body = dst->size() - start - kFrameHeaderSize;
+  char* frame = dst->data() + start;
+  for (int i = 0; i < 4; ++i) frame[4 + i] = static_cast<char>((body >> (8 * i)) & 0xff);
+  const uint32_t crc = Crc32cExtend(0, frame + 4, kFrameHeaderSize - 4 + body);
   const uint32_t masked = MaskCrc(crc);
-  for (int i = 0; i < 4; ++i) (*dst)[start + i] = static_cast<char>((masked >> (8 * i)) & 0xff);
+  for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((masked >> (8 * i)) & 0xff);
 }
 
 FrameCheck ParseFrame(std::string_view in, FrameView* out, bool verify_crc) {
@@ -308,21 +322,17 @@ std::string DescribeFrame(FrameType type, std::string_view body) {
       return "create-stream id=" + std::to_string(id) + " ns=" + spec.ns + " name=" + spec.name +
              " first_offset=" + std::to_string(a);
     }
-    case FrameType::kUpdateStream:
-      r.U64(&id);
-      return "update-stream id=" + std::to_string(id);
-    case FrameType::kDeleteStream:
-      r.U64(&id);
-      return "delete-stream id=" + std::to_string(id);
+    case FrameType::kUpdateStream: r.U64(&id); return "update-stream id=" + std::to_string(id);
+    case FrameType::kDeleteStream: r.U64(&id); return "delete-stream id=" + std::to_string(id);
     case FrameType::kAppendBatch:
     case FrameType::kRelocatedBatch: {
       AppendBatchHeader h;
       std::vector<StoredRecord> recs;
       if (!DecodeAppendBatch(body, &h, nullptr, &recs)) return "append-batch (malformed)";
-      std::string out = std::string(type == FrameType::kAppendBatch ? "append-batch" : "relocated-batch") +
-                        " id=" + std::to_string(h.stream) +
-                        " first_offset=" + std::to_string(h.first_offset) +
-                        " ts=" + std::to_string(h.timestamp) + " count=" + std::to_string(h.count);
+      std::string out =
+          std::string(type == FrameType::kAppendBatch ? "append-batch" : "relocated-batch") +
+          " id=" + std::to_string(h.stream) + " first_offset=" + std::to_string(h.first_offset) +
+          " ts=" + std::to_string(h.timestamp) + " count=" + std::to_string(h.count);
       if (h.close) out += " close";
       if (h.attributes) out += " attributes=" + std::to_string(h.attributes->size()) + "B";
       if (h.producer) {

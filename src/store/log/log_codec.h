@@ -51,6 +51,11 @@ Status CheckSegmentHeader(std::string_view header, uint64_t segment, std::string
 // --- frames ---
 // Appends one frame (header + body) to dst.
 void AppendFrame(std::string* dst, FrameType type, std::string_view body);
+// The same frame built in place: BeginFrame appends a header to be completed and returns where
+// the frame starts; the caller appends the body to *dst, then FinishFrame fills in the length
+// and the checksum. Saves the copy of a body encoded separately.
+size_t BeginFrame(std::string* dst, FrameType type);
+void FinishFrame(std::string* dst, size_t start);
 
 enum class FrameCheck { kOk, kEnd, kTruncated, kBadLength, kBadCrc };
 struct FrameView {
@@ -93,8 +98,8 @@ struct AppendBatchHeader {
 // `records` (if not null) receives the records with offset >= min_offset, at most `limit`.
 bool DecodeAppendBatch(std::string_view body, AppendBatchHeader* header,
                        std::vector<std::pair<uint32_t, uint32_t>>* sizes,
-                       std::vector<StoredRecord>* records,
-                       uint64_t min_offset = 0, size_t limit = SIZE_MAX);
+                       std::vector<StoredRecord>* records, uint64_t min_offset = 0,
+                       size_t limit = SIZE_MAX);
 
 // The stream id every body starts with (0 for a checkpoint marker).
 bool BodyStreamId(FrameType type, std::string_view body, StreamId* id);

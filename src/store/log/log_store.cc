@@ -1,5 +1,7 @@
 #include "store/log/log_store.h"
 
+#include <sys/prctl.h>
+
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -85,6 +87,8 @@ bool ParseNumbered(std::string_view name, std::string_view prefix, std::string_v
 
 constexpr size_t kZeroChunk = 1u << 20;
 constexpr uint64_t kMaxGroupBytes = 64u << 20;
+// Capacity of the writer's group buffer kept from one group to the next.
+constexpr size_t kKeptGroupBufferBytes = 4u << 20;
 
 const std::string& Zeros() {
   static const std::string* zeros = new std::string(kZeroChunk, '\0');
@@ -107,7 +111,9 @@ struct LogStore::Op {
   uint64_t now_ms = 0;
   bool respect_cursors = false;
   // Prepared by the writer.
-  std::string frame;  // empty when there is nothing to write
+  // This op's frame within the writer's group buffer; frame_len 0 when nothing is written.
+  uint64_t frame_at = 0;
+  uint64_t frame_len = 0;
   bool refused = false;
   // Outputs.
   Status status;
@@ -731,7 +737,8 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
     }
     case FrameType::kAppendBatch: {
       AppendBatchHeader h;
-      std::vector<std::pair<uint32_t, uint32_t>> sizes;
+      std::vector<std::pair<uint32_t, uint32_t>>& sizes = apply_sizes_;
+      sizes.clear();
       if (!DecodeAppendBatch(body, &h, &sizes, nullptr)) {
         return Status::Corruption("malformed append-batch frame");
       }
@@ -765,21 +772,24 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
         s->mut().attributes = std::move(*h.attributes);
       }
       // Retention, exactly as every store applies it.
-      store::RetainedView view;
-      view.count = static_cast<size_t>(s->next - s->head);
-      view.total_bytes = s->bytes;
-      view.timestamp_at = [s](size_t i) {
-        const uint64_t off = s->head + i;
-        auto it = std::upper_bound(
-            s->batches.begin() + static_cast<std::ptrdiff_t>(s->batch_begin), s->batches.end(), off,
-            [](uint64_t o, const BatchRef& b) { return o < b.first_offset; });
-        return std::prev(it)->timestamp;
-      };
-      view.bytes_at = [s](size_t i) {
-        const RecSize& rs = s->sizes[s->size_begin + i];
-        return store::RecordBytes(rs.key, rs.payload);
-      };
-      DropHead(*s, store::RetentionDropCount(s->view().retention, h.timestamp, view));
+      const StreamRetention& retention = s->view().retention;
+      if (retention.max_events || retention.max_bytes || retention.max_age_ms) {
+        store::RetainedView view;
+        view.count = static_cast<size_t>(s->next - s->head);
+        view.total_bytes = s->bytes;
+        view.timestamp_at = [s](size_t i) {
+          const uint64_t off = s->head + i;
+          auto it = std::upper_bound(
+              s->batches.begin() + static_cast<std::ptrdiff_t>(s->batch_begin), s->batches.end(),
+              off, [](uint64_t o, const BatchRef& b) { return o < b.first_offset; });
+          return std::prev(it)->timestamp;
+        };
+        view.bytes_at = [s](size_t i) {
+          const RecSize& rs = s->sizes[s->size_begin + i];
+          return store::RecordBytes(rs.key, rs.payload);
+        };
+        DropHead(*s, store::RetentionDropCount(retention, h.timestamp, view));
+      }
       if (replay) {
         s->reserved_next = s->next;
         s->reserved_closed = s->closed;
@@ -843,7 +853,7 @@ void LogStore::Enqueue(std::shared_ptr<Op> op) {
       // The writer only waits when the queue is empty, so only the first op needs to wake it.
       const bool was_empty = queue_.empty();
       queue_.push_back(std::move(op));
-      if (was_empty) queue_cv_.notify_one();
+      if (was_empty || queue_.size() == group_target_) queue_cv_.notify_one();
       return;
     }
   }
@@ -859,14 +869,18 @@ Status LogStore::Submit(const std::shared_ptr<Op>& op) {
   return op->status;
 }
 
+std::shared_ptr<const TailListener> LogStore::Listener() const {
+  std::lock_guard lock(listener_mu_);
+  return listener_;
+}
+
 void LogStore::FinishOp(Op& op) {
+  FinishOp(op, op.kind == OpKind::kAppend ? Listener() : nullptr);
+}
+
+void LogStore::FinishOp(Op& op, const std::shared_ptr<const TailListener>& listener) {
   if (op.kind == OpKind::kAppend) {
     if (op.status.ok()) {
-      std::shared_ptr<const TailListener> listener;
-      {
-        std::lock_guard lock(listener_mu_);
-        listener = listener_;
-      }
       if (listener && *listener) (*listener)(op.append.stream, op.append_result.next_offset);
       op.append_done(op.append_result);
     } else {
@@ -880,6 +894,8 @@ void LogStore::FinishOp(Op& op) {
 }
 
 void LogStore::WriterLoop() {
+  // The group-commit wait is tens of microseconds: the default 50 us timer slack would double it.
+  ::prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
   std::vector<std::shared_ptr<Op>> ops;
   for (;;) {
     bool stop = false;
@@ -893,7 +909,9 @@ void LogStore::WriterLoop() {
           queue_cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
         }
       }
+      WaitForFullerGroup(lock);
       ops.swap(queue_);
+      last_group_ops_ = ops.size();
       stop = stopping_ && ops.empty();
     }
     if (stop) break;
@@ -903,7 +921,7 @@ void LogStore::WriterLoop() {
       if (op->kind == OpKind::kAppend || op->kind == OpKind::kCursor ||
           op->kind == OpKind::kCreate) {
         Prepare(*op);
-        group_bytes += op->frame.size();
+        group_bytes += op->frame_len;
         group.push_back(std::move(op));
         // Bounded groups keep frame positions within a segment's 32-bit range.
         if (group_bytes >= kMaxGroupBytes) {
@@ -947,12 +965,30 @@ void LogStore::WriterLoop() {
   (void)s;
 }
 
+void LogStore::WaitForFullerGroup(std::unique_lock<std::mutex>& lock) {
+  if (options_.durability.mode != LogDurability::kFsync || options_.group_commit_wait_us == 0 ||
+      stopping_ || queue_.empty() || queue_.size() >= last_group_ops_) {
+    return;
+  }
+  const uint64_t bound = std::min<uint64_t>(options_.group_commit_wait_us, sync_mean_us_ / 2);
+  if (bound == 0) return;
+  group_target_ = last_group_ops_;
+  queue_cv_.wait_until(lock, std::chrono::steady_clock::now() + std::chrono::microseconds(bound),
+                       [&] { return queue_.size() >= group_target_ || stopping_; });
+  group_target_ = 0;
+}
+
 void LogStore::Prepare(Op& op) {
+  op.frame_at = group_buf_.size();
+  EncodeOp(op);
+  op.frame_len = group_buf_.size() - op.frame_at;
+}
+
+void LogStore::EncodeOp(Op& op) {
   auto refuse = [&](Status s) {
     op.status = std::move(s);
     op.refused = true;
   };
-  op.frame.clear();
   switch (op.kind) {
     case OpKind::kAppend: {
       AppendRequest& req = op.append;
@@ -974,7 +1010,6 @@ void LogStore::Prepare(Op& op) {
       if (n > std::numeric_limits<uint64_t>::max() - s->reserved_next) {
         return refuse(Status::OutOfRange("stream '" + s->name + "' would pass the largest offset"));
       }
-      std::string body;
       size_t estimate = 64;
       for (const auto& r : req.records)
         estimate += 9 + r.payload.size() + (r.key ? r.key->size() : 0);
@@ -984,11 +1019,11 @@ void LogStore::Prepare(Op& op) {
         return refuse(Status::InvalidArgument("append batch of " + std::to_string(estimate) +
                                               " bytes is larger than the 1 GiB limit"));
       }
-      body.reserve(estimate);
-      EncodeAppendBatch(&body, req.stream, s->reserved_next, req.now_ms, req.records, req.close,
-                        req.producer, req.attributes);
-      op.frame.reserve(body.size() + kFrameHeaderSize);
-      AppendFrame(&op.frame, FrameType::kAppendBatch, body);
+      group_buf_.reserve(group_buf_.size() + kFrameHeaderSize + estimate);
+      const size_t frame = BeginFrame(&group_buf_, FrameType::kAppendBatch);
+      EncodeAppendBatch(&group_buf_, req.stream, s->reserved_next, req.now_ms, req.records,
+                        req.close, req.producer, req.attributes);
+      FinishFrame(&group_buf_, frame);
       op.append_result.first_offset = n ? s->reserved_next : 0;
       op.append_result.last_offset = n ? s->reserved_next + n - 1 : 0;
       s->reserved_next += n;
@@ -1013,7 +1048,7 @@ void LogStore::Prepare(Op& op) {
       }
       op.u64_result = op.offset;
       pending_cursors_[key] = op.offset;
-      AppendFrame(&op.frame, FrameType::kCursorCommit,
+      AppendFrame(&group_buf_, FrameType::kCursorCommit,
                   EncodeCursorCommit(op.stream, op.consumer, op.offset, op.now_ms));
       return;
     }
@@ -1024,18 +1059,18 @@ void LogStore::Prepare(Op& op) {
             Status::AlreadyExists("stream '" + op.spec.name + "' already exists in " + op.spec.ns));
       }
       op.stream = reserved_next_id_++;
-      AppendFrame(&op.frame, FrameType::kCreateStream, EncodeCreateStream(op.stream, op.spec));
+      AppendFrame(&group_buf_, FrameType::kCreateStream, EncodeCreateStream(op.stream, op.spec));
       return;
     }
     case OpKind::kUpdate: {
       if (FindLocked(op.stream) == nullptr) return refuse(StreamNotFound(op.stream));
-      AppendFrame(&op.frame, FrameType::kUpdateStream,
+      AppendFrame(&group_buf_, FrameType::kUpdateStream,
                   EncodeUpdateStream(op.stream, op.retention, op.attributes));
       return;
     }
     case OpKind::kDelete: {
       if (FindLocked(op.stream) == nullptr) return refuse(StreamNotFound(op.stream));
-      AppendFrame(&op.frame, FrameType::kDeleteStream, EncodeDeleteStream(op.stream));
+      AppendFrame(&group_buf_, FrameType::kDeleteStream, EncodeDeleteStream(op.stream));
       return;
     }
     case OpKind::kTruncate: {
@@ -1048,7 +1083,7 @@ void LogStore::Prepare(Op& op) {
       const uint64_t new_head = cut >= s->next ? s->next : std::max(s->head, cut + 1);
       op.u64_result = new_head - s->head;
       if (new_head > s->head) {
-        AppendFrame(&op.frame, FrameType::kTruncateHead, EncodeTruncateHead(op.stream, new_head));
+        AppendFrame(&group_buf_, FrameType::kTruncateHead, EncodeTruncateHead(op.stream, new_head));
       }
       return;
     }
@@ -1059,20 +1094,21 @@ void LogStore::Prepare(Op& op) {
 
 void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_sync) {
   if (group.empty()) return;
-  std::vector<std::string_view> pieces;
-  uint64_t total = 0;
   uint64_t records = 0;
+  bool appended = false;
   for (const auto& op : group) {
-    if (!op->refused && !op->frame.empty()) {
-      pieces.push_back(op->frame);
-      total += op->frame.size();
-      if (op->kind == OpKind::kAppend) records += op->append.records.size();
+    if (op->kind == OpKind::kAppend && op->frame_len > 0) {
+      records += op->append.records.size();
+      appended = appended || !op->append.records.empty();
     }
   }
+  const uint64_t total = group_buf_.size();
   uint64_t pos = 0;
   Status written;
   if (total > 0 || force_sync) {
     const bool sync = force_sync || options_.durability.mode == LogDurability::kFsync;
+    std::vector<std::string_view> pieces;
+    if (total > 0) pieces.push_back(group_buf_);
     written = WriteFrames(pieces, total, records, sync, &pos);
   }
   if (!written.ok()) {
@@ -1086,50 +1122,49 @@ void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_s
     });
   } else if (total > 0) {
     std::unique_lock lock(state_mu_);
-    uint64_t at = pos;
     for (auto& op : group) {
-      if (op->refused || op->frame.empty()) continue;
+      if (op->frame_len == 0) continue;
       // The writer encoded this frame itself: its header is known good, no CRC check needed.
-      const std::string_view frame = op->frame;
+      const std::string_view frame(group_buf_.data() + op->frame_at, op->frame_len);
       Status s = ApplyFrame(static_cast<FrameType>(frame[8]), frame.substr(kFrameHeaderSize),
-                            static_cast<uint32_t>(active_segment_), static_cast<uint32_t>(at),
+                            static_cast<uint32_t>(active_segment_),
+                            static_cast<uint32_t>(pos + op->frame_at),
                             static_cast<uint32_t>(frame.size()), false);
-      const uint64_t frame_pos = at;
-      at += op->frame.size();
       if (!s.ok()) {
         op->status = Status::Internal("applying a committed frame failed: " + s.ToString());
         continue;
-      }
-      if (op->kind == OpKind::kAppend && options_.tail_cache_bytes > 0 &&
-          !op->append.records.empty()) {
-        const uint64_t key = (active_segment_ << 32) | frame_pos;
-        cache_bytes_ += op->frame.size();
-        cache_.emplace(key, std::make_shared<const std::string>(std::move(op->frame)));
-        cache_order_.push_back(key);
-        while (cache_bytes_ > options_.tail_cache_bytes && !cache_order_.empty()) {
-          auto it = cache_.find(cache_order_.front());
-          cache_order_.pop_front();
-          if (it == cache_.end()) continue;
-          cache_bytes_ -= it->second->size();
-          cache_.erase(it);
-        }
       }
       if (op->kind == OpKind::kCreate || op->kind == OpKind::kUpdate ||
           op->kind == OpKind::kTruncate) {
         if (StreamState* st = FindLocked(op->stream)) op->info = Snapshot(*st);
       }
     }
+    if (appended && options_.tail_cache_bytes > 0) {
+      // The whole group is cached as written: one allocation per group, not per batch.
+      cache_bytes_ += total;
+      cache_.push_back(CachedGroup{(active_segment_ << 32) | pos,
+                                   std::make_shared<const std::string>(std::move(group_buf_))});
+      group_buf_ = std::string();
+      while (cache_bytes_ > options_.tail_cache_bytes && !cache_.empty()) {
+        cache_bytes_ -= cache_.front().bytes->size();
+        cache_.pop_front();
+      }
+    }
     bytes_since_checkpoint_ += total;
   }
+  // Keep the buffer's capacity for the next group, unless one huge group grew it.
+  group_buf_.clear();
+  if (group_buf_.capacity() > kKeptGroupBufferBytes) group_buf_.shrink_to_fit();
   pending_cursors_.clear();
   pending_names_.clear();
   reserved_next_id_ = next_stream_id_;
+  const std::shared_ptr<const TailListener> listener = Listener();
   for (auto& op : group) {
     if (op->kind == OpKind::kCreate && op->status.ok() && op->info.id == 0) {
       std::shared_lock lock(state_mu_);
       if (StreamState* st = FindLocked(op->stream)) op->info = Snapshot(*st);
     }
-    FinishOp(*op);
+    FinishOp(*op, listener);
   }
 }
 
@@ -1150,6 +1185,8 @@ Status LogStore::SyncLog(env::File& file) {
   unsynced_ = false;
   const auto micros =
       std::chrono::duration_cast<std::chrono::microseconds>(last_sync_ - t0).count();
+  const auto sync_us = static_cast<uint64_t>(micros);
+  sync_mean_us_ = sync_mean_us_ == 0 ? sync_us : (sync_mean_us_ * 7 + sync_us) / 8;
   {
     std::lock_guard lock(stats_mu_);
     ++stats_.syncs;
@@ -1591,13 +1628,15 @@ void LogStore::Append(AppendRequest request, AppendCallback done) {
 
 Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, size_t limit,
                                                  size_t max_bytes) {
-  // A run of adjacent frames to pread, or one cached frame.
+  // A run of adjacent frames to pread, or to take from a cached group (`cached` holds the
+  // group's bytes, which start at `cached_pos` of the segment).
   struct Run {
     std::shared_ptr<env::File> file;
     uint64_t segment;
     uint64_t pos;
     uint64_t len;
     std::shared_ptr<const std::string> cached;
+    uint64_t cached_pos = 0;
   };
   std::vector<Run> runs;
   uint64_t start = 0;
@@ -1622,13 +1661,16 @@ Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, siz
                                s->batches.end(), start,
                                [](uint64_t o, const BatchRef& b) { return o < b.first_offset; });
     for (--it; it != s->batches.end() && it->first_offset < end; ++it) {
-      if (!cache_.empty()) {
-        auto hit = cache_.find((uint64_t{it->segment} << 32) | it->pos);
-        if (hit != cache_.end()) {
-          runs.push_back(Run{nullptr, it->segment, it->pos, it->len, hit->second});
-          cache_hits_.fetch_add(1, std::memory_order_relaxed);
-          continue;
+      if (const CachedGroup* hit = FindCachedLocked(it->segment, it->pos, it->len)) {
+        cache_hits_.fetch_add(1, std::memory_order_relaxed);
+        if (!runs.empty() && runs.back().cached == hit->bytes &&
+            runs.back().pos + runs.back().len == it->pos) {
+          runs.back().len += it->len;
+        } else {
+          runs.push_back(
+              Run{nullptr, it->segment, it->pos, it->len, hit->bytes, hit->key & 0xffffffffu});
         }
+        continue;
       }
       cache_misses_.fetch_add(1, std::memory_order_relaxed);
       if (!runs.empty() && !runs.back().cached && runs.back().segment == it->segment &&
@@ -1650,7 +1692,7 @@ Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, siz
   for (const Run& run : runs) {
     std::string_view data;
     if (run.cached) {
-      data = *run.cached;
+      data = std::string_view(*run.cached).substr(run.pos - run.cached_pos, run.len);
     } else {
       buf.resize(run.len);
       RUNNEL_ASSIGN_OR_RETURN(size_t got, run.file->ReadAt(run.pos, run.len, buf.data()));
@@ -1675,6 +1717,21 @@ Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, siz
     }
   }
   return out;
+}
+
+const LogStore::CachedGroup* LogStore::FindCachedLocked(uint64_t segment, uint64_t pos,
+                                                        uint64_t len) const {
+  if (cache_.empty()) return nullptr;
+  const uint64_t key = (segment << 32) | pos;
+  // The last group starting at or before `key`.
+  auto it = std::upper_bound(cache_.begin(), cache_.end(), key,
+                             [](uint64_t k, const CachedGroup& g) { return k < g.key; });
+  if (it == cache_.begin()) return nullptr;
+  --it;
+  if ((it->key >> 32) != segment || pos + len > (it->key & 0xffffffffu) + it->bytes->size()) {
+    return nullptr;
+  }
+  return &*it;
 }
 
 Result<std::optional<StoredRecord>> LogStore::ReadAt(StreamId id, uint64_t offset) {

@@ -213,7 +213,12 @@ class LogStore final : public Store {
   Status Submit(const std::shared_ptr<Op>& op);  // enqueue and wait
   void Enqueue(std::shared_ptr<Op> op);
   void WriterLoop();
+  // fsync mode: waits briefly (see LogStoreOptions::group_commit_wait_us) until the queue holds
+  // as many ops as the previous round did. `lock` holds queue_mu_.
+  void WaitForFullerGroup(std::unique_lock<std::mutex>& lock);
+  // Checks `op` against the reserved state and appends its frame (if any) to group_buf_.
   void Prepare(Op& op);
+  void EncodeOp(Op& op);  // Prepare's work, less the bookkeeping of where the frame is
   void CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_sync);
   // Writes `pieces` (`total` bytes holding `records` appended records) at the end of the log,
   // syncing when `sync` (or when the interval mode's deadline passed).
@@ -230,7 +235,11 @@ class LogStore final : public Store {
   // The cleaner: copies the live batches of mostly-dead old segments to the head of the log,
   // grouped by stream, so the next checkpoint can delete those segments.
   Status Clean();
+  // Completes `op`: runs its callback (after the tail listener, for a committed append) or
+  // wakes its waiter.
   void FinishOp(Op& op);
+  void FinishOp(Op& op, const std::shared_ptr<const TailListener>& listener);
+  std::shared_ptr<const TailListener> Listener() const;
 
   const LogStoreOptions options_;
   env::Env* const env_;
@@ -254,13 +263,22 @@ class LogStore final : public Store {
   std::map<std::string, uint64_t, std::less<>> content_types_;  // GUARDED_BY(state_mu_)
   std::map<uint64_t, Segment> segments_;                        // GUARDED_BY(state_mu_)
   StreamId next_stream_id_ = 1;                                 // GUARDED_BY(state_mu_)
-  // The tail cache: frames of recently committed append batches by (segment << 32 | position),
-  // evicted oldest first beyond options_.tail_cache_bytes. Reads take it instead of a pread.
-  std::unordered_map<uint64_t, std::shared_ptr<const std::string>> cache_;  // GUARDED_BY(state_mu_)
-  std::deque<uint64_t> cache_order_;                                        // GUARDED_BY(state_mu_)
-  uint64_t cache_bytes_ = 0;                                                // GUARDED_BY(state_mu_)
+  // The tail cache: the bytes of recently committed groups holding append batches, exactly as
+  // written at (segment << 32 | position), oldest first; evicted from the front beyond
+  // options_.tail_cache_bytes. Reads take frames from it instead of a pread.
+  struct CachedGroup {
+    uint64_t key;  // segment << 32 | position of the group's first byte
+    std::shared_ptr<const std::string> bytes;
+  };
+  // Finds the cached group holding [pos, pos + len) of `segment`, or null.
+  const CachedGroup* FindCachedLocked(uint64_t segment, uint64_t pos, uint64_t len) const;
+  std::deque<CachedGroup> cache_;  // GUARDED_BY(state_mu_), ascending keys
+  // ApplyFrame's scratch space for the record sizes of one batch.
+  std::vector<std::pair<uint32_t, uint32_t>> apply_sizes_;  // GUARDED_BY(state_mu_)
+  uint64_t cache_bytes_ = 0;                                // GUARDED_BY(state_mu_)
 
   // writer-only
+  std::string group_buf_;  // the frames of the group being prepared, in log order
   uint64_t active_segment_ = 0;
   uint64_t active_pos_ = 0;
   uint64_t active_capacity_ = 0;
@@ -270,6 +288,8 @@ class LogStore final : public Store {
   uint64_t unsynced_records_ = 0;  // appended records written since the last SyncLog
   uint64_t unsynced_bytes_ = 0;    // log bytes written since the last SyncLog
   std::chrono::steady_clock::time_point last_sync_;
+  uint64_t sync_mean_us_ = 0;  // moving mean of fdatasync time, for the group-commit wait
+  size_t last_group_ops_ = 0;  // ops the writer took in its previous round
   uint64_t bytes_since_checkpoint_ = 0;
   uint64_t checkpoint_seq_ = 0;
   std::map<std::pair<StreamId, std::string>, uint64_t> pending_cursors_;
@@ -281,6 +301,8 @@ class LogStore final : public Store {
   std::condition_variable queue_cv_;
   std::vector<std::shared_ptr<Op>> queue_;  // GUARDED_BY(queue_mu_)
   bool stopping_ = false;                   // GUARDED_BY(queue_mu_)
+  // While the writer waits for a fuller group: the queue size that wakes it (0 = not waiting).
+  size_t group_target_ = 0;  // GUARDED_BY(queue_mu_)
   std::thread writer_;
 
   // Segment preparation (when options_.prezero_segments): a helper thread creates the next
@@ -304,7 +326,7 @@ class LogStore final : public Store {
   std::atomic<uint64_t> cache_hits_{0};
   std::atomic<uint64_t> cache_misses_{0};
 
-  std::mutex listener_mu_;
+  mutable std::mutex listener_mu_;
   std::shared_ptr<const TailListener> listener_;  // GUARDED_BY(listener_mu_)
 };
 
