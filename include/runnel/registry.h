@@ -120,6 +120,8 @@ struct RegistryOptions {
   std::string data_dir;
   // For "log": "fsync" (an acknowledged append is on disk), "interval:<ms>" or "none".
   std::string durability = "fsync";
+  // For "log": LogStoreOptions::group_commit_wait_us (fsync mode; 0 disables the wait).
+  uint32_t group_commit_wait_us = 200;
   // For "log": open a directory with corruption before the tail, skipping the corrupt bytes.
   bool salvage = false;
   // Not owned; must outlive the registry. Null means Clock::Real().

@@ -22,6 +22,7 @@ struct ServeFlags {
   std::string data = "./data";
   std::string store;  // empty: log when available, else memory with a warning
   std::string durability = "fsync";
+  uint32_t group_commit_wait_us = 200;
   uint64_t long_poll_timeout_ms = 20000;
   size_t threads = 0;
   size_t max_body_bytes = 64u << 20;
@@ -98,6 +99,7 @@ int RunServe(const ServeFlags& flags) {
   registry_options.data_dir = flags.data;
   registry_options.store = flags.store.empty() ? "log" : flags.store;
   registry_options.durability = flags.durability;
+  registry_options.group_commit_wait_us = flags.group_commit_wait_us;
   // A durable store that cannot open (locked, corrupt, unwritable) is an error, never a silent
   // fallback to memory: serving an empty store would look like data loss.
   auto registry = StreamRegistry::Open(registry_options);
@@ -214,6 +216,12 @@ void AddServeCommand(CLI::App& app) {
           "STORE"));
   cmd->add_option("--durability", flags->durability, "fsync, interval:<ms> or none")
       ->envname("RUNNEL_DURABILITY")
+      ->capture_default_str();
+  cmd->add_option("--group-commit-wait-us", flags->group_commit_wait_us,
+                  "log store, fsync: how long a commit may wait for the appenders it just "
+                  "acknowledged to come back (capped at half the mean fdatasync time; 0: never)")
+      ->envname("RUNNEL_GROUP_COMMIT_WAIT_US")
+      ->check(CLI::Range(0u, 100000u))
       ->capture_default_str();
   cmd->add_option("--long-poll-timeout-ms", flags->long_poll_timeout_ms,
                   "How long a long-poll waits for data")

@@ -164,6 +164,7 @@ Result<StreamRegistry> StreamRegistry::Open(const RegistryOptions& options) {
     RUNNEL_ASSIGN_OR_RETURN(log_options.durability, ParseLogDurability(options.durability));
     log_options.clock = options.clock;
     log_options.salvage = options.salvage;
+    log_options.group_commit_wait_us = options.group_commit_wait_us;
     RUNNEL_ASSIGN_OR_RETURN(auto store, OpenLogStore(log_options));
     return StreamRegistry(std::move(store), options.clock);
   }

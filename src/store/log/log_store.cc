@@ -87,6 +87,8 @@ bool ParseNumbered(std::string_view name, std::string_view prefix, std::string_v
 
 constexpr size_t kZeroChunk = 1u << 20;
 constexpr uint64_t kMaxGroupBytes = 64u << 20;
+// The group-commit wait ends when no op arrived for this long.
+constexpr std::chrono::microseconds kGroupArrivalGap{30};
 // Capacity of the writer's group buffer kept from one group to the next.
 constexpr size_t kKeptGroupBufferBytes = 4u << 20;
 
@@ -972,9 +974,21 @@ void LogStore::WaitForFullerGroup(std::unique_lock<std::mutex>& lock) {
   }
   const uint64_t bound = std::min<uint64_t>(options_.group_commit_wait_us, sync_mean_us_ / 2);
   if (bound == 0) return;
+  using std::chrono::steady_clock;
+  const steady_clock::time_point deadline = steady_clock::now() + std::chrono::microseconds(bound);
   group_target_ = last_group_ops_;
-  queue_cv_.wait_until(lock, std::chrono::steady_clock::now() + std::chrono::microseconds(bound),
-                       [&] { return queue_.size() >= group_target_ || stopping_; });
+  // Stop early once the queue stops growing: a wave of returning appenders arrives back to
+  // back, and a gap means the rest are not coming soon (slow clients, or gone).
+  for (size_t seen = queue_.size();;) {
+    const steady_clock::time_point until =
+        std::min(deadline, steady_clock::now() + kGroupArrivalGap);
+    if (queue_cv_.wait_until(lock, until,
+                             [&] { return queue_.size() >= group_target_ || stopping_; })) {
+      break;
+    }
+    if (steady_clock::now() >= deadline || queue_.size() == seen) break;
+    seen = queue_.size();
+  }
   group_target_ = 0;
 }
 
