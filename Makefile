@@ -10,6 +10,11 @@ BENCH_DIR   := $(BUILD)/bench
 LISTEN      ?= 127.0.0.1:4437
 DATA        ?= ./data
 CMAKE_GEN   := -G Ninja
+# Line-table debug info (-g1) is enough for backtraces and costs far less to compile than -g;
+# the sanitizer builds use -O1 (their usual level): one Beast translation unit takes about
+# 6 minutes under ASan at -O2 -g here, under 3 at -O1 -g1.
+RELEASE_FLAGS  := -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
+SANITIZE_FLAGS := -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
 # Tests that exercise threads; they run again under ThreadSanitizer (only their binaries are
 # built in that configuration).
 TSAN_REGEX   ?= Concurren|A8_|D6_|C8_|N1_|TwoInstances|TwoWriters
@@ -40,7 +45,8 @@ deps:
 	@scripts/install-deps
 
 $(RELEASE_DIR)/build.ninja:
-	cmake -S . -B $(RELEASE_DIR) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUNNEL_BUILD_TESTS=ON
+	cmake -S . -B $(RELEASE_DIR) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUNNEL_BUILD_TESTS=ON \
+	  $(RELEASE_FLAGS)
 
 build: deps $(RELEASE_DIR)/build.ninja
 	cmake --build $(RELEASE_DIR) -j $(JOBS)
@@ -56,6 +62,7 @@ test-release: build
 
 test-asan: deps
 	cmake -S . -B $(ASAN_DIR) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUNNEL_BUILD_TESTS=ON \
+	  $(SANITIZE_FLAGS) \
 	  -DRUNNEL_SANITIZE=address,undefined
 	cmake --build $(ASAN_DIR) -j $(JOBS)
 	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
@@ -63,6 +70,7 @@ test-asan: deps
 
 test-tsan: deps
 	cmake -S . -B $(TSAN_DIR) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRUNNEL_BUILD_TESTS=ON \
+	  $(SANITIZE_FLAGS) \
 	  -DRUNNEL_SANITIZE=thread
 	cmake --build $(TSAN_DIR) -j $(JOBS) --target $(TSAN_TARGETS)
 	cd $(TSAN_DIR) && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
