@@ -248,6 +248,48 @@ TEST_F(LogStoreTest, TailCacheServesBatchesOutOfSharedGroupsAndPreadsEvictedOnes
   }
 }
 
+// Batches of one stream queued together share a group and sit next to each other in it: a read
+// takes them from the cached group as one run, in order.
+TEST_F(LogStoreTest, TailCacheServesAdjacentBatchesOfOneStreamInOrder) {
+  auto opened = OpenLogStore(SmallLogOptions(dir_.path()));
+  ASSERT_TRUE(opened.ok());
+  auto& store = dynamic_cast<log::LogStore&>(**opened);
+  auto info = store.CreateStream(Spec("s"));
+  ASSERT_TRUE(info.ok());
+  constexpr int kBatches = 50;
+  std::mutex mu;
+  std::condition_variable cv;
+  int acked = 0;  // GUARDED_BY(mu)
+  for (int b = 0; b < kBatches; ++b) {
+    AppendRequest req;
+    req.stream = info->id;
+    req.now_ms = 1;
+    req.records.push_back(AppendRecord{std::nullopt, "batch " + std::to_string(b) + " first"});
+    req.records.push_back(AppendRecord{std::nullopt, "batch " + std::to_string(b) + " second"});
+    store.Append(std::move(req), [&](Result<AppendResult> r) {
+      EXPECT_TRUE(r.ok());
+      std::lock_guard lock(mu);
+      ++acked;
+      cv.notify_all();
+    });
+  }
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return acked == kBatches; }));
+  }
+  const uint64_t misses = store.cache_misses();
+  auto recs = store.Read(info->id, 2, 2 * kBatches, 1 << 20);
+  ASSERT_TRUE(recs.ok()) << recs.status().ToString();
+  ASSERT_EQ(recs->size(), static_cast<size_t>(2 * kBatches - 1));
+  for (size_t i = 0; i < recs->size(); ++i) {
+    const uint64_t offset = i + 2;
+    EXPECT_EQ((*recs)[i].offset, offset);
+    EXPECT_EQ((*recs)[i].payload, "batch " + std::to_string((offset - 1) / 2) +
+                                      (offset % 2 == 1 ? " first" : " second"));
+  }
+  EXPECT_EQ(store.cache_misses(), misses);
+}
+
 // fsync mode: after acknowledging a group, the writer waits (up to group_commit_wait_us, at most
 // half the mean sync time) until as many ops as that group held are queued again, so appenders
 // that come straight back share one sync instead of splitting over two.
