@@ -45,6 +45,9 @@ using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 namespace {
 
+// The io_context run by the calling thread, on an io thread; null elsewhere.
+thread_local net::io_context* t_io_context = nullptr;
+
 // How long a TLS close_notify exchange may take when a connection ends.
 constexpr std::chrono::seconds kTlsShutdownTimeout(1);
 
@@ -99,8 +102,8 @@ Result<std::unique_ptr<ssl::context>> MakeTlsContext(const std::string& cert_fil
 struct Waker {
   explicit Waker(const net::any_io_executor& ex) : timer(ex) {}
   net::steady_timer timer;
-  bool hinted = false;   // strand-only
-  bool stopped = false;  // strand-only
+  bool hinted = false;   // connection thread only
+  bool stopped = false;  // connection thread only
 };
 
 }  // namespace
@@ -110,11 +113,12 @@ class HttpServer::Impl {
   Impl(StreamRegistry registry, const ServerOptions& options, std::unique_ptr<ssl::context> tls)
       : options_(options),
         tls_(std::move(tls)),
-        ioc_(static_cast<int>(options.threads)),
-        acceptor_(ioc_),
+        iocs_(MakeIoContexts(options.threads)),
+        acceptor_(*iocs_[0]),
         offload_(options.offload_store_calls.value_or(registry.store().CallsMayBlock())),
         service_(std::move(registry),
-                 WithExecutors(options.service, &ioc_, &catalog_workers_, offload_), &metrics_),
+                 WithExecutors(options.service, iocs_[0].get(), &catalog_workers_, offload_),
+                 &metrics_),
         channels_(service_.registry(), options.channel_threads),
         groups_(&service_, options.group_threads),
         catalog_workers_(options.catalog_threads) {
@@ -123,12 +127,27 @@ class HttpServer::Impl {
     }
   }
 
-  // Store callbacks continue on the io threads, never on a store's writer thread; catalog
-  // writes run on the catalog workers (constructed after the service, used only once serving).
-  static StreamServiceOptions WithExecutors(StreamServiceOptions options, net::io_context* ioc,
+  static std::vector<std::unique_ptr<net::io_context>> MakeIoContexts(size_t threads) {
+    std::vector<std::unique_ptr<net::io_context>> iocs;
+    // Concurrency hint 1: each is run by one thread (others may still post to it).
+    for (size_t i = 0; i < std::max<size_t>(1, threads); ++i) {
+      iocs.push_back(std::make_unique<net::io_context>(1));
+    }
+    return iocs;
+  }
+
+  // Store callbacks continue on the io threads, never on a store's writer thread: on the io
+  // thread that started the operation when known, else on the first; catalog writes run on the
+  // catalog workers (constructed after the service, used only once serving).
+  static StreamServiceOptions WithExecutors(StreamServiceOptions options, net::io_context* first,
                                             WorkerPool* catalog, bool offload) {
     options.offload_store_calls = offload;
-    options.executor = [ioc](std::function<void()> fn) { net::post(*ioc, std::move(fn)); };
+    options.executor = [first](std::function<void()> fn) { net::post(*first, std::move(fn)); };
+    options.current_executor = []() -> std::function<void(std::function<void()>)> {
+      net::io_context* here = t_io_context;
+      if (here == nullptr) return nullptr;
+      return [here](std::function<void()> fn) { net::post(*here, std::move(fn)); };
+    };
     options.blocking_executor = [catalog](std::function<void()> fn) {
       catalog->Post(std::move(fn));
     };
@@ -155,23 +174,31 @@ class HttpServer::Impl {
   uint16_t port() const { return port_; }
 
   void Run() {
-    net::co_spawn(ioc_, Accept(), net::detached);
+    net::io_context& first = *iocs_[0];
+    net::co_spawn(first, Accept(), net::detached);
     std::optional<net::signal_set> signals;
     if (options_.handle_signals) {
-      signals.emplace(ioc_, SIGINT, SIGTERM);
+      signals.emplace(first, SIGINT, SIGTERM);
       signals->async_wait([this](const boost::system::error_code& ec, int) {
         if (!ec) Stop();
       });
     }
-    size_t threads = std::max<size_t>(1, options_.threads);
+    // An io_context without connections would return from run() at once; Drain stops them all.
+    std::vector<net::executor_work_guard<net::io_context::executor_type>> keep_running;
+    for (auto& ioc : iocs_) keep_running.push_back(net::make_work_guard(*ioc));
+    auto serve = [](net::io_context* ioc) {
+      t_io_context = ioc;
+      ioc->run();
+      t_io_context = nullptr;
+    };
     std::vector<std::thread> pool;
-    for (size_t i = 1; i < threads; ++i) pool.emplace_back([this] { ioc_.run(); });
-    ioc_.run();
+    for (size_t i = 1; i < iocs_.size(); ++i) pool.emplace_back(serve, iocs_[i].get());
+    serve(&first);
     for (auto& t : pool) t.join();
   }
 
   void Stop() {
-    net::post(ioc_, [this] {
+    net::post(*iocs_[0], [this] {
       if (stopping_.exchange(true)) return;
       boost::system::error_code ec;
       acceptor_.close(ec);
@@ -184,13 +211,13 @@ class HttpServer::Impl {
           });
         }
       }
-      net::co_spawn(ioc_, Drain(), net::detached);
+      net::co_spawn(*iocs_[0], Drain(), net::detached);
     });
   }
 
  private:
   net::awaitable<void> Drain() {
-    net::steady_timer timer(ioc_);
+    net::steady_timer timer(*iocs_[0]);
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (in_flight_.load() > 0 && std::chrono::steady_clock::now() < deadline) {
       timer.expires_after(std::chrono::milliseconds(20));
@@ -199,19 +226,20 @@ class HttpServer::Impl {
     }
     Status flushed = service_.registry().Flush();
     if (!flushed.ok()) spdlog::error("flush at shutdown failed: {}", flushed.ToString());
-    ioc_.stop();
+    for (auto& ioc : iocs_) ioc->stop();
   }
 
   net::awaitable<void> Accept() {
     for (;;) {
-      tcp::socket socket(net::make_strand(ioc_));
+      // Connections are spread over the io threads round robin.
+      tcp::socket socket(iocs_[next_ioc_++ % iocs_.size()]->get_executor());
       boost::system::error_code ec;
       co_await acceptor_.async_accept(socket, net::redirect_error(net::use_awaitable, ec));
       if (ec) {
         if (stopping_.load() || ec == net::error::operation_aborted) co_return;
         // Out of descriptors or similar: back off instead of spinning on the error.
         spdlog::warn("accept failed: {}", ec.message());
-        net::steady_timer backoff(ioc_, std::chrono::milliseconds(50));
+        net::steady_timer backoff(*iocs_[0], std::chrono::milliseconds(50));
         co_await backoff.async_wait(net::redirect_error(net::use_awaitable, ec));
         continue;
       }
@@ -906,7 +934,11 @@ class HttpServer::Impl {
 
   ServerOptions options_;
   std::unique_ptr<ssl::context> tls_;  // null for plain HTTP
-  net::io_context ioc_;
+  // One io_context per io thread, each run by that thread alone: a connection lives on one of
+  // them, so its state is touched by one thread, with no strand and no hand-offs between io
+  // threads. The first also runs the acceptor, signals and shutdown.
+  std::vector<std::unique_ptr<net::io_context>> iocs_;
+  size_t next_ioc_ = 0;  // accept loop only
   tcp::acceptor acceptor_;
   // Store calls of stream requests run on catalog_workers_, never on the io threads
   // (ServerOptions::offload_store_calls).

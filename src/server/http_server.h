@@ -1,12 +1,13 @@
 // HttpServer: `runnel serve`'s HTTP/1.1 front end on Boost.Beast with C++20 coroutines.
 //
-// One io_context run by `threads` threads; every connection runs on its own strand, so a
-// connection's state is touched by one thread at a time. Nothing on an io thread blocks on the
-// store for long: appends complete through the registry's asynchronous callback, posted back to
-// the connection's strand; channel and consumer-group requests, whose registry calls have no
-// asynchronous form, run on their services' worker threads and resume on the strand; long-polls
-// and SSE (of streams and of groups alike) wait on a timer that a registry subscription hint
-// (posted to the strand) cancels.
+// `threads` io threads, each running an io_context of its own; accepted connections are spread
+// over them round robin, and a connection stays on its thread, so its state is touched by one
+// thread and io threads never hand work to each other. Nothing on an io thread blocks on the
+// store for long: appends complete through the store's asynchronous callback, posted back to the
+// connection's thread; channel and consumer-group requests, whose registry calls have no
+// asynchronous form, run on their services' worker threads and resume on the connection's
+// thread; long-polls and SSE (of streams and of groups alike) wait on a timer that a registry
+// subscription hint (posted to the connection's thread) cancels.
 //
 // Limits: request bodies above max_body_bytes get 413, headers above max_header_bytes 431,
 // targets above max_url_bytes 414; a connection idle for idle_timeout_ms between requests, or

@@ -234,8 +234,19 @@ std::string StreamService::LaneKey(const StreamScope& scope, std::string_view na
 }
 
 void StreamService::Defer(std::function<void()> fn) {
-  if (options_.executor) {
-    options_.executor(std::move(fn));
+  DeferTo(options_.executor, std::move(fn));
+}
+
+StreamService::Executor StreamService::Home() const {
+  if (options_.current_executor) {
+    if (Executor here = options_.current_executor()) return here;
+  }
+  return options_.executor;
+}
+
+void StreamService::DeferTo(const Executor& ex, std::function<void()> fn) {
+  if (ex) {
+    ex(std::move(fn));
   } else {
     fn();
   }
@@ -270,11 +281,12 @@ void StreamService::StartLaneHead(const std::string& key) {
   });
 }
 
-void StreamService::DeferStoreWork(bool calls_store, std::function<void()> fn) {
+void StreamService::DeferStoreWork(const Executor& home, bool calls_store,
+                                   std::function<void()> fn) {
   if (calls_store && options_.offload_store_calls && options_.blocking_executor) {
     options_.blocking_executor(std::move(fn));
   } else {
-    Defer(std::move(fn));
+    DeferTo(home, std::move(fn));
   }
 }
 
@@ -1082,14 +1094,14 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
   append.producer = options.producer;
   append.attributes = std::move(options.attributes);
   append.close = options.close;
-  registry_.store().Append(std::move(append), [this, release = std::move(release),
+  registry_.store().Append(std::move(append), [this, home = Home(), release = std::move(release),
                                                done = std::move(done), producer, close, stream_seq,
                                                id, started, empty, from_cache, key, route,
                                                shared](Result<AppendResult> result) mutable {
     // Only a refusal (or the Stream-Seq bookkeeping, which may wait for a catalog write)
     // calls the store on the way to the answer.
     const bool calls_store = !result.ok() || stream_seq.has_value();
-    DeferStoreWork(calls_store, [this, release = std::move(release), done = std::move(done),
+    DeferStoreWork(home, calls_store, [this, release = std::move(release), done = std::move(done),
                                  producer, close, stream_seq, id, started, empty, from_cache,
                                  key = std::move(key), route = std::move(route),
                                  shared = std::move(shared), result = std::move(result)]() mutable {

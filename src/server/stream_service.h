@@ -62,6 +62,11 @@ struct StreamServiceOptions {
   // stall group commit, so the service hands that work to this executor. Null runs it inline
   // (fine for the memory store and tests).
   std::function<void(std::function<void()>)> executor;
+  // The executor of the calling thread when that thread runs an event loop of its own (a
+  // server with one io_context per io thread), else null. An append captures it when it starts,
+  // so the continuation of its store callback runs on the thread serving the connection instead
+  // of hopping through `executor` to some other thread first. Null: always `executor`.
+  std::function<std::function<void(std::function<void()>)>()> current_executor;
   // Runs catalog writes (create, retention change, delete), which wait for their commit to be
   // durable. Handing them to a pool of threads keeps io threads free and lets concurrent creates
   // share one group commit. Null runs them inline (tests).
@@ -187,8 +192,14 @@ class StreamService {
   struct Found;
   using Release = std::function<void()>;
 
+  using Executor = std::function<void(std::function<void()>)>;
   // Runs `fn` through options_.executor (inline when unset).
   void Defer(std::function<void()> fn);
+  // The executor a store callback's continuation should run on, for an operation starting on
+  // the calling thread: options_.current_executor's answer, else options_.executor.
+  Executor Home() const;
+  // Runs `fn` through `ex` (inline when null).
+  static void DeferTo(const Executor& ex, std::function<void()> fn);
   // Serialises `op` with other writes to the same stream.
   void RunInLane(const std::string& key, std::function<void(Release)> op);
   void StartLaneHead(const std::string& key);
@@ -213,8 +224,8 @@ class StreamService {
   void Append(const Route& route, std::shared_ptr<const HttpRequest> request, Release release,
               Done done, bool use_cache);
   // Runs `fn` on blocking_executor when it `calls_store` and store calls are offloaded, else
-  // through Defer.
-  void DeferStoreWork(bool calls_store, std::function<void()> fn);
+  // through `home` (see Home).
+  void DeferStoreWork(const Executor& home, bool calls_store, std::function<void()> fn);
   std::shared_ptr<const Found> CachedLookup(const std::string& key);
   void RememberLookup(const std::string& key, std::shared_ptr<const Found> found);
   void ForgetLookup(const std::string& key);
