@@ -16,8 +16,8 @@ CMAKE_GEN   := -G Ninja
 RELEASE_FLAGS  := -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
 SANITIZE_FLAGS := -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
 # Tests that exercise threads; they run again under ThreadSanitizer (only their binaries are
-# built in that configuration). The second line: the HTTP server's suites that run a server
-# with several io threads, workers and store callbacks.
+# built in that configuration). TSAN_SERVER: the HTTP server's suites that run a server with
+# several io threads, workers and store callbacks.
 TSAN_SERVER  := ServerLimits|TenantServer|GroupHttp|GroupLongPoll|Quota|GatedServer|AppendCache|SubscriptionService|SseShare|SseUnshared|SseTinyShare|SseFanout|WebhookClient
 TSAN_REGEX   ?= Concurren|A8_|D6_|C8_|N1_|TwoInstances|TwoWriters|^($(TSAN_SERVER))Test\.
 TSAN_TARGETS ?= runnel_tests runnel_channel_tests runnel_log_tests runnel_postgres_tests \
