@@ -91,6 +91,36 @@ Params& Params::Null(Oid type) {
   return *this;
 }
 
+std::string Params::Bind(int64_t v) {
+  Int8(v);
+  return "$" + std::to_string(size());
+}
+
+std::string Params::Bind(const std::vector<int64_t>& v) {
+  Int8Array(v);
+  return "$" + std::to_string(size()) + "::bigint[]";
+}
+
+std::string Params::Bind(const std::vector<bool>& v) {
+  BoolArray(v);
+  return "$" + std::to_string(size()) + "::boolean[]";
+}
+
+std::string Params::Bind(const std::vector<std::optional<std::string_view>>& v) {
+  ByteaArray(v);
+  return "$" + std::to_string(size()) + "::bytea[]";
+}
+
+std::string Params::Unnest(std::initializer_list<std::string> placeholders) {
+  std::string out = "unnest(";
+  const char* separator = "";
+  for (const std::string& p : placeholders) {
+    out.append(separator).append(p);
+    separator = ", ";
+  }
+  return out + ")";
+}
+
 Params& Params::Int8Array(const std::vector<int64_t>& v) {
   std::string out = ArrayHeader(kInt8Oid, v.size(), false);
   out.reserve(out.size() + v.size() * 12);

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,6 +57,16 @@ class Params {
   // Elements may be null (nullopt).
   Params& ByteaArray(const std::vector<std::optional<std::string_view>>& v);
   Params& TextArray(const std::vector<std::string>& v);
+
+  // For statements written as text next to their parameters: binds `v` as the next parameter
+  // and returns its placeholder with the cast that keeps it typed ("$3", "$4::bigint[]").
+  std::string Bind(int64_t v);
+  std::string Bind(const std::vector<int64_t>& v);
+  std::string Bind(const std::vector<bool>& v);
+  std::string Bind(const std::vector<std::optional<std::string_view>>& v);
+  // "unnest(a, b, ...)" of placeholders from Bind. Pass them as one braced list, which binds
+  // them in order (the operands of `+` would not be).
+  static std::string Unnest(std::initializer_list<std::string> placeholders);
 
   int size() const { return static_cast<int>(types_.size()); }
   const Oid* types() const { return types_.data(); }

@@ -929,7 +929,6 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
   // parts see one snapshot, so records this group adds and retention drops at once are simply
   // not inserted.)
   Params wp;
-  auto arg = [&wp](const std::string& cast) { return "$" + std::to_string(wp.size()) + cast; };
   std::string sql = "WITH ";
   std::vector<int64_t> up_id;
   std::vector<std::string> notes;
@@ -958,42 +957,28 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
     sql +=
         "upd AS (UPDATE streams s SET next_offset = s.next_offset + u.n, retained_bytes = "
         "s.retained_bytes + u.bytes, closed = u.closed, attributes = coalesce(u.attrs, "
-        "s.attributes) FROM unnest(";
-    wp.Int8Array(up_id);
-    sql += arg("::bigint[]") + ", ";
-    wp.Int8Array(up_n);
-    sql += arg("::bigint[]") + ", ";
-    wp.Int8Array(up_bytes);
-    sql += arg("::bigint[]") + ", ";
-    wp.BoolArray(up_closed);
-    sql += arg("::boolean[]") + ", ";
-    wp.ByteaArray(up_attrs);
-    sql += arg("::bytea[]") +
-           ") AS u(id, n, bytes, closed, attrs) WHERE s.id = u.id AND NOT s.closed AND NOT "
-           "s.deleted AND s.max_events IS NULL AND s.max_age_ms IS NULL AND s.max_bytes IS NULL "
-           "AND s.next_offset <= 9223372036854775807 - u.n RETURNING s.id, s.next_offset - u.n "
-           "AS base, s.retained_bytes AS bytes), ";
+        "s.attributes) FROM ";
+    sql += Params::Unnest(
+        {wp.Bind(up_id), wp.Bind(up_n), wp.Bind(up_bytes), wp.Bind(up_closed), wp.Bind(up_attrs)});
+    sql +=
+        " AS u(id, n, bytes, closed, attrs) WHERE s.id = u.id AND NOT s.closed AND NOT "
+        "s.deleted AND s.max_events IS NULL AND s.max_age_ms IS NULL AND s.max_bytes IS NULL "
+        "AND s.next_offset <= 9223372036854775807 - u.n RETURNING s.id, s.next_offset - u.n "
+        "AS base, s.retained_bytes AS bytes), ";
     if (!ins_stream.empty()) {
       sql +=
           "ins AS (INSERT INTO events (stream_id, off, appended_at_ms, key, payload) SELECT "
-          "r.sid, b.base + r.off, r.ts, r.key, r.payload FROM unnest(";
-      wp.Int8Array(ins_stream);
-      sql += arg("::bigint[]") + ", ";
-      wp.Int8Array(rel_off);
-      sql += arg("::bigint[]") + ", ";
-      wp.Int8Array(ins_ts);
-      sql += arg("::bigint[]") + ", ";
-      wp.ByteaArray(ins_key);
-      sql += arg("::bytea[]") + ", ";
-      wp.ByteaArray(ins_payload);
-      sql += arg("::bytea[]") + ") AS r(sid, off, ts, key, payload) JOIN upd b ON b.id = r.sid), ";
+          "r.sid, b.base + r.off, r.ts, r.key, r.payload FROM ";
+      sql += Params::Unnest({wp.Bind(ins_stream), wp.Bind(rel_off), wp.Bind(ins_ts),
+                             wp.Bind(ins_key), wp.Bind(ins_payload)});
+      sql += " AS r(sid, off, ts, key, payload) JOIN upd b ON b.id = r.sid), ";
     }
     // With no row moved, the LEFT JOIN still yields one row, so the check still runs.
     sql +=
         "counted AS (SELECT count(*) AS c FROM upd) SELECT u.id, u.base, u.bytes, 1 / (CASE "
         "WHEN counted.c = ";
-    wp.Int8(static_cast<int64_t>(up_id.size()));
-    sql += arg("") + " THEN 1 ELSE 0 END) FROM counted LEFT JOIN upd u ON true";
+    sql += wp.Bind(static_cast<int64_t>(up_id.size())) +
+           " THEN 1 ELSE 0 END) FROM counted LEFT JOIN upd u ON true";
   } else {
     {
       std::vector<int64_t> keep_stream, keep_off, keep_ts;
@@ -1010,17 +995,10 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
       if (!keep_stream.empty()) {
         sql +=
             "ins AS (INSERT INTO events (stream_id, off, appended_at_ms, key, payload) "
-            "SELECT * FROM unnest(";
-        wp.Int8Array(keep_stream);
-        sql += arg("::bigint[]") + ", ";
-        wp.Int8Array(keep_off);
-        sql += arg("::bigint[]") + ", ";
-        wp.Int8Array(keep_ts);
-        sql += arg("::bigint[]") + ", ";
-        wp.ByteaArray(keep_key);
-        sql += arg("::bytea[]") + ", ";
-        wp.ByteaArray(keep_payload);
-        sql += arg("::bytea[]") + ")), ";
+            "SELECT * FROM ";
+        sql += Params::Unnest({wp.Bind(keep_stream), wp.Bind(keep_off), wp.Bind(keep_ts),
+                               wp.Bind(keep_key), wp.Bind(keep_payload)});
+        sql += "), ";
       }
     }
     std::vector<int64_t> up_next, up_head, up_bytes, del_id, del_lo, del_hi;
@@ -1044,14 +1022,9 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
       notes.push_back(std::to_string(id) + ":" + std::to_string(s.next));
     }
     if (!del_id.empty()) {
-      sql += "del AS (DELETE FROM events e USING unnest(";
-      wp.Int8Array(del_id);
-      sql += arg("::bigint[]") + ", ";
-      wp.Int8Array(del_lo);
-      sql += arg("::bigint[]") + ", ";
-      wp.Int8Array(del_hi);
-      sql += arg("::bigint[]") +
-             ") AS d(sid, lo, hi) WHERE e.stream_id = d.sid AND e.off >= d.lo AND e.off < d.hi), ";
+      sql += "del AS (DELETE FROM events e USING ";
+      sql += Params::Unnest({wp.Bind(del_id), wp.Bind(del_lo), wp.Bind(del_hi)});
+      sql += " AS d(sid, lo, hi) WHERE e.stream_id = d.sid AND e.off >= d.lo AND e.off < d.hi), ";
     }
     if (!producers.empty()) {
       std::vector<int64_t> p_stream, p_epoch, p_seq, p_last;
@@ -1065,19 +1038,12 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
       }
       sql +=
           "prod AS (INSERT INTO producers (stream_id, producer_id, epoch, seq, last_offset) "
-          "SELECT * FROM unnest(";
-      wp.Int8Array(p_stream);
-      sql += arg("::bigint[]") + ", ";
-      wp.ByteaArray(p_id);
-      sql += arg("::bytea[]") + ", ";
-      wp.Int8Array(p_epoch);
-      sql += arg("::bigint[]") + ", ";
-      wp.Int8Array(p_seq);
-      sql += arg("::bigint[]") + ", ";
-      wp.Int8Array(p_last);
-      sql += arg("::bigint[]") +
-             ") ON CONFLICT (stream_id, producer_id) DO UPDATE SET epoch = EXCLUDED.epoch, "
-             "seq = EXCLUDED.seq, last_offset = EXCLUDED.last_offset), ";
+          "SELECT * FROM ";
+      sql += Params::Unnest(
+          {wp.Bind(p_stream), wp.Bind(p_id), wp.Bind(p_epoch), wp.Bind(p_seq), wp.Bind(p_last)});
+      sql +=
+          " ON CONFLICT (stream_id, producer_id) DO UPDATE SET epoch = EXCLUDED.epoch, "
+          "seq = EXCLUDED.seq, last_offset = EXCLUDED.last_offset), ";
     }
     if (optimistic) {
       // Applies only where the row is exactly as cached (same next offset and bytes, open, live,
@@ -1090,47 +1056,27 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
       }
       sql +=
           "upd AS (UPDATE streams s SET next_offset = u.next, retained_bytes = u.bytes, "
-          "closed = u.closed, attributes = coalesce(u.attrs, s.attributes) FROM unnest(";
-      wp.Int8Array(up_id);
-      sql += arg("::bigint[]") + ", ";
-      wp.Int8Array(up_next);
-      sql += arg("::bigint[]") + ", ";
-      wp.Int8Array(up_bytes);
-      sql += arg("::bigint[]") + ", ";
-      wp.BoolArray(up_closed);
-      sql += arg("::boolean[]") + ", ";
-      wp.ByteaArray(up_attrs);
-      sql += arg("::bytea[]") + ", ";
-      wp.Int8Array(old_next);
-      sql += arg("::bigint[]") + ", ";
-      wp.Int8Array(old_bytes);
-      sql += arg("::bigint[]") +
-             ") AS u(id, next, bytes, closed, attrs, old_next, old_bytes) WHERE s.id = u.id "
-             "AND s.next_offset = u.old_next AND s.retained_bytes = u.old_bytes AND NOT s.closed "
-             "AND NOT s.deleted AND s.max_events IS NULL AND s.max_age_ms IS NULL "
-             "AND s.max_bytes IS NULL RETURNING 1) "
-             "SELECT 1 / (CASE WHEN count(*) = ";
-      wp.Int8(static_cast<int64_t>(up_id.size()));
-      sql += arg("") + " THEN 1 ELSE 0 END) FROM upd";
+          "closed = u.closed, attributes = coalesce(u.attrs, s.attributes) FROM ";
+      sql +=
+          Params::Unnest({wp.Bind(up_id), wp.Bind(up_next), wp.Bind(up_bytes), wp.Bind(up_closed),
+                          wp.Bind(up_attrs), wp.Bind(old_next), wp.Bind(old_bytes)});
+      sql +=
+          " AS u(id, next, bytes, closed, attrs, old_next, old_bytes) WHERE s.id = u.id "
+          "AND s.next_offset = u.old_next AND s.retained_bytes = u.old_bytes AND NOT s.closed "
+          "AND NOT s.deleted AND s.max_events IS NULL AND s.max_age_ms IS NULL "
+          "AND s.max_bytes IS NULL RETURNING 1) "
+          "SELECT 1 / (CASE WHEN count(*) = ";
+      sql += wp.Bind(static_cast<int64_t>(up_id.size())) + " THEN 1 ELSE 0 END) FROM upd";
     } else {
       sql +=
           "upd AS (UPDATE streams s SET next_offset = u.next, head_offset = u.head, "
           "retained_bytes = u.bytes, closed = u.closed, attributes = coalesce(u.attrs, "
-          "s.attributes) FROM unnest(";
-      wp.Int8Array(up_id);
-      sql += arg("::bigint[]") + ", ";
-      wp.Int8Array(up_next);
-      sql += arg("::bigint[]") + ", ";
-      wp.Int8Array(up_head);
-      sql += arg("::bigint[]") + ", ";
-      wp.Int8Array(up_bytes);
-      sql += arg("::bigint[]") + ", ";
-      wp.BoolArray(up_closed);
-      sql += arg("::boolean[]") + ", ";
-      wp.ByteaArray(up_attrs);
-      sql += arg("::bytea[]") +
-             ") AS u(id, next, head, bytes, closed, attrs) WHERE s.id = u.id RETURNING 1) "
-             "SELECT count(*) FROM upd";
+          "s.attributes) FROM ";
+      sql += Params::Unnest({wp.Bind(up_id), wp.Bind(up_next), wp.Bind(up_head), wp.Bind(up_bytes),
+                             wp.Bind(up_closed), wp.Bind(up_attrs)});
+      sql +=
+          " AS u(id, next, head, bytes, closed, attrs) WHERE s.id = u.id RETURNING 1) "
+          "SELECT count(*) FROM upd";
     }
 
   }  // !assign_in_db
