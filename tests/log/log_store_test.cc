@@ -205,11 +205,7 @@ TEST_F(LogStoreTest, TailCacheServesBatchesOutOfSharedGroupsAndPreadsEvictedOnes
   constexpr int kStreams = 4;
   constexpr int kRounds = 200;
   std::vector<StreamId> ids;
-  for (int i = 0; i < kStreams; ++i) {
-    auto info = store.CreateStream(Spec("s" + std::to_string(i)));
-    ASSERT_TRUE(info.ok());
-    ids.push_back(info->id);
-  }
+  ASSERT_NO_FATAL_FAILURE(CreateStreams(store, kStreams, &ids));
   auto payload = [](int stream, int round) {
     return "stream " + std::to_string(stream) + " round " + std::to_string(round) + " " +
            std::string(static_cast<size_t>(round % 50), 'p');
@@ -309,11 +305,7 @@ TEST(LogGroupCommitTest, AppendersThatComeStraightBackShareTheNextSync) {
   constexpr int kAppenders = 16;
   constexpr int kRounds = 15;
   std::vector<StreamId> ids;
-  for (int i = 0; i < kAppenders; ++i) {
-    auto info = store.CreateStream(Spec("s" + std::to_string(i)));
-    ASSERT_TRUE(info.ok());
-    ids.push_back(info->id);
-  }
+  ASSERT_NO_FATAL_FAILURE(CreateStreams(store, kAppenders, &ids));
   const runnel::StoreCommitStats before = store.CommitStats();
   // Closed loop: each acknowledgement hands the appender back to one client thread, which
   // issues its next append (the way the server's io threads do).

@@ -2,6 +2,8 @@
 #ifndef RUNNEL_TESTS_LOG_LOG_TEST_UTIL_H_
 #define RUNNEL_TESTS_LOG_LOG_TEST_UTIL_H_
 
+#include <gtest/gtest.h>
+
 #include <string>
 #include <vector>
 
@@ -25,6 +27,16 @@ inline StreamSpec Spec(std::string name) {
   s.ns = "global";
   s.name = std::move(name);
   return s;
+}
+
+// Creates streams "s0", "s1", ... in the global scope and appends their ids to *ids. Call it
+// through ASSERT_NO_FATAL_FAILURE.
+inline void CreateStreams(Store& store, int n, std::vector<StreamId>* ids) {
+  for (int i = 0; i < n; ++i) {
+    auto info = store.CreateStream(Spec("s" + std::to_string(i)));
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    ids->push_back(info->id);
+  }
 }
 
 }  // namespace runnel::testing
