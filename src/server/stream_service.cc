@@ -281,17 +281,8 @@ void StreamService::StartLaneHead(const std::string& key) {
   });
 }
 
-void StreamService::RunStoreWork(std::function<void()> fn) {
-  if (options_.offload_store_calls && options_.blocking_executor) {
-    options_.blocking_executor(std::move(fn));
-  } else {
-    fn();
-  }
-}
-
 void StreamService::DeferStoreWork(const Executor& home, bool calls_store,
                                    std::function<void()> fn) {
-  // Never inline: this runs in a store callback, possibly on the store's writer thread.
   if (calls_store && options_.offload_store_calls && options_.blocking_executor) {
     options_.blocking_executor(std::move(fn));
   } else {
@@ -527,16 +518,18 @@ void StreamService::HandleWrite(const Route& route, HttpRequest request, Done do
         shared->Header("producer-seq").has_value();
     if (!needs_lane) {
       const bool use_cache = !shared->Header("stream-expected-offset").has_value();
-      auto append = [this, route, shared, use_cache, done = std::move(done)]() mutable {
-        Append(
-            route, shared, [] {}, std::move(done), use_cache);
-      };
-      // Without a remembered lookup the append starts with a store call (the lookup).
-      if (use_cache && options_.offload_store_calls && CachedLookup(key)) {
-        append();
-      } else {
-        RunStoreWork(std::move(append));
+      if (options_.offload_store_calls && options_.blocking_executor &&
+          !(use_cache && CachedLookup(key))) {
+        // The lookup is a store call that may block: not on this (event-loop) thread.
+        options_.blocking_executor(
+            [this, route, shared, use_cache, done = std::move(done)]() mutable {
+              Append(
+                  route, shared, [] {}, std::move(done), use_cache);
+            });
+        return;
       }
+      Append(
+          route, shared, [] {}, std::move(done), use_cache);
       return;
     }
   }
@@ -922,7 +915,11 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
                     done = std::move(done)]() mutable {
         Append(again_route, shared, std::move(release), std::move(done), /*use_cache=*/false);
       };
-      RunStoreWork(std::move(again));
+      if (options_.offload_store_calls && options_.blocking_executor) {
+        options_.blocking_executor(std::move(again));
+      } else {
+        again();
+      }
       return;
     }
     release();

@@ -223,9 +223,6 @@ class StreamService {
   // validated against append_cache_.
   void Append(const Route& route, std::shared_ptr<const HttpRequest> request, Release release,
               Done done, bool use_cache);
-  // Runs `fn`, which calls the store, where store calls belong: on blocking_executor when they
-  // are offloaded, else right here (so never from a store callback).
-  void RunStoreWork(std::function<void()> fn);
   // Runs `fn` on blocking_executor when it `calls_store` and store calls are offloaded, else
   // through `home` (see Home).
   void DeferStoreWork(const Executor& home, bool calls_store, std::function<void()> fn);
