@@ -81,9 +81,12 @@ struct LogStoreOptions {
   // microseconds for the queue to hold as many ops as the previous group did. Appenders it has
   // just acknowledged usually come straight back, and one fdatasync then covers all of them
   // instead of half of them. The wait never exceeds half the recent mean fdatasync time, ends
-  // after 30 us without a new arrival, and a lone appender (previous group of one op) never
-  // waits. 0 disables the wait.
+  // after group_arrival_gap_us without a new arrival, and a lone appender (previous group of
+  // one op) never waits. 0 disables the wait.
   uint32_t group_commit_wait_us = 200;
+  // The group-commit wait ends early when no op arrived for this many microseconds: returning
+  // appenders arrive back to back, and a gap means the rest are not coming soon.
+  uint32_t group_arrival_gap_us = 30;
 };
 
 // Opens (creating if needed) the log store in options.dir, recovering it as described above.

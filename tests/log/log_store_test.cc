@@ -299,6 +299,9 @@ TEST(LogGroupCommitTest, AppendersThatComeStraightBackShareTheNextSync) {
   o.segment_size = 1 << 20;
   o.prezero_segments = false;
   o.group_commit_wait_us = 2000;
+  // A gap as long as the wait itself: on a loaded machine (sanitizers, parallel tests) the
+  // client thread can take far more than the default 30 us between two re-issued appends.
+  o.group_arrival_gap_us = 2000;
   auto opened = OpenLogStore(o);
   ASSERT_TRUE(opened.ok());
   Store& store = **opened;

@@ -87,8 +87,6 @@ bool ParseNumbered(std::string_view name, std::string_view prefix, std::string_v
 
 constexpr size_t kZeroChunk = 1u << 20;
 constexpr uint64_t kMaxGroupBytes = 64u << 20;
-// The group-commit wait ends when no op arrived for this long.
-constexpr std::chrono::microseconds kGroupArrivalGap{30};
 // Capacity of the writer's group buffer kept from one group to the next.
 constexpr size_t kKeptGroupBufferBytes = 4u << 20;
 
@@ -976,12 +974,12 @@ void LogStore::WaitForFullerGroup(std::unique_lock<std::mutex>& lock) {
   if (bound == 0) return;
   using std::chrono::steady_clock;
   const steady_clock::time_point deadline = steady_clock::now() + std::chrono::microseconds(bound);
+  const std::chrono::microseconds gap(std::max<uint32_t>(options_.group_arrival_gap_us, 1));
   group_target_ = last_group_ops_;
-  // Stop early once the queue stops growing: a wave of returning appenders arrives back to
-  // back, and a gap means the rest are not coming soon (slow clients, or gone).
+  // Stop early once the queue stops growing for a gap (slow clients, or gone).
   for (size_t seen = queue_.size();;) {
     const steady_clock::time_point until =
-        std::min(deadline, steady_clock::now() + kGroupArrivalGap);
+        std::min(deadline, steady_clock::now() + gap);
     if (queue_cv_.wait_until(lock, until,
                              [&] { return queue_.size() >= group_target_ || stopping_; })) {
       break;
