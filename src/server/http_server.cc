@@ -102,9 +102,45 @@ Result<std::unique_ptr<ssl::context>> MakeTlsContext(const std::string& cert_fil
 struct Waker {
   explicit Waker(const net::any_io_executor& ex) : timer(ex) {}
   net::steady_timer timer;
-  bool hinted = false;   // connection thread only
-  bool stopped = false;  // connection thread only
+  bool hinted = false;    // connection thread only
+  bool stopped = false;   // connection thread only
+  bool hung_up = false;   // connection thread only: the reader closed its connection
+  bool watching = false;  // connection thread only: a hang-up watch is pending
 };
+
+// Watches a live reader's socket while its response waits for records: a reader that closes
+// its connection is noticed at once (its Waker wakes with hung_up set), not at the next write
+// or the end of the wait. Nothing is consumed from the socket: a readable socket is peeked,
+// and only an orderly close or an error counts; bytes the client sent end the watch.
+void WatchHangUp(tcp::socket& socket, const std::shared_ptr<Waker>& waker) {
+  waker->watching = true;
+  std::weak_ptr<Waker> weak = waker;
+  socket.async_wait(tcp::socket::wait_read, [weak, &socket](boost::system::error_code ec) {
+    // The Waker lives as long as the reader's coroutine, which the socket outlives.
+    auto w = weak.lock();
+    if (!w) return;
+    w->watching = false;
+    if (ec == net::error::operation_aborted) return;
+    if (!ec) {
+      char byte;
+      const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n > 0) return;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        WatchHangUp(socket, w);
+        return;
+      }
+    }
+    w->hung_up = true;
+    w->timer.cancel();
+  });
+}
+
+// Ends a hang-up watch before the connection reads its next request.
+void StopWatchingHangUp(tcp::socket& socket, Waker& waker) {
+  if (!waker.watching) return;
+  boost::system::error_code ec;
+  socket.cancel(ec);
+}
 
 }  // namespace
 
@@ -459,13 +495,13 @@ class HttpServer::Impl {
   // Waits until a hint, shutdown or `deadline`. Returns false on deadline or shutdown.
   static net::awaitable<bool> WaitForHint(Waker& waker,
                                           std::chrono::steady_clock::time_point deadline) {
-    while (!waker.hinted && !waker.stopped) {
+    while (!waker.hinted && !waker.stopped && !waker.hung_up) {
       if (std::chrono::steady_clock::now() >= deadline) co_return false;
       waker.timer.expires_at(deadline);
       boost::system::error_code ec;
       co_await waker.timer.async_wait(net::redirect_error(net::use_awaitable, ec));
     }
-    bool hinted = waker.hinted && !waker.stopped;
+    bool hinted = waker.hinted && !waker.stopped && !waker.hung_up;
     waker.hinted = false;
     co_return hinted;
   }
@@ -490,16 +526,19 @@ class HttpServer::Impl {
     auto deadline = std::chrono::steady_clock::now() +
                     std::chrono::milliseconds(service_.options().long_poll_timeout_ms);
     Tcp(stream).expires_never();
+    WatchHangUp(Tcp(stream).socket(), waker);
     for (;;) {
       // Read after subscribing, so an append between the first read and the subscription wakes.
       chunk = co_await StoreCall(read);
       if (chunk.gone || !chunk.records.empty() || chunk.closed) break;
       if (!subscription.ok()) break;
       if (!co_await WaitForHint(*waker, deadline)) {
+        if (waker->hung_up) break;  // nobody to answer; the write fails and ends the session
         chunk = co_await StoreCall(read);
         break;
       }
     }
+    StopWatchingHangUp(Tcp(stream).socket(), *waker);
     metrics_.LiveReaderEnded();
     co_return chunk;
   }
@@ -606,6 +645,7 @@ class HttpServer::Impl {
     }
     const std::function<SseStep()> read = [service, at] { return service->ReadSse(*at); };
     metrics_.LiveReaderStarted();
+    WatchHangUp(Tcp(stream).socket(), waker);
     auto deadline =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.sse_max_duration_ms);
     bool first = true;
@@ -633,7 +673,9 @@ class HttpServer::Impl {
       }
       if (!co_await WaitForHint(*waker, deadline)) break;
     }
+    StopWatchingHangUp(Tcp(stream).socket(), *waker);
     metrics_.LiveReaderEnded();
+    if (waker->hung_up) co_return;
     Tcp(stream).expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
     co_await net::async_write(stream, http::make_chunk_last(),
                               net::redirect_error(net::use_awaitable, ec));

@@ -284,5 +284,60 @@ TEST_F(ServerLimitsTest, StopEndsLiveReadersCleanly) {
   server_.reset();
 }
 
+// Polls /metrics (bounded) until the live-reader gauge shows `count`.
+bool WaitForLiveReaders(uint16_t port, int count) {
+  Connection probe(port);
+  const std::string want = "runnel_live_readers " + std::to_string(count) + "\n";
+  for (int i = 0; i < 1000; ++i) {
+    Connection::Response r = probe.Request("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    if (r.body.find(want) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+// A live reader that closes its connection is released at once, not at the end of its wait
+// (ten minutes here) or at the next append.
+TEST_F(ServerLimitsTest, LiveReadersThatHangUpAreReleasedAtOnce) {
+  ServerOptions options;
+  options.service.long_poll_timeout_ms = 600000;
+  options.sse_max_duration_ms = 600000;
+  StartServer(options);
+  Connection setup(port());
+  ASSERT_EQ(setup.Request(Put("/v1/stream/hang")).status, 201);
+  auto sse = std::make_unique<Connection>(port());
+  ASSERT_TRUE(sse->Send(Get("/v1/stream/hang?offset=now&live=sse")));
+  auto poller = std::make_unique<Connection>(port());
+  ASSERT_TRUE(poller->Send(Get("/v1/stream/hang?offset=now&live=long-poll")));
+  ASSERT_TRUE(WaitForLiveReaders(port(), 2));
+  sse.reset();
+  poller.reset();
+  EXPECT_TRUE(WaitForLiveReaders(port(), 0));
+}
+
+// The hang-up watch of a long-poll ends with the poll: the keep-alive connection then serves
+// its next request normally.
+TEST_F(ServerLimitsTest, LongPollThatGetsRecordsKeepsItsConnectionUsable) {
+  ServerOptions options;
+  options.service.long_poll_timeout_ms = 600000;
+  StartServer(options);
+  Connection setup(port());
+  ASSERT_EQ(setup.Request(Put("/v1/stream/poll")).status, 201);
+  Connection poller(port());
+  ASSERT_TRUE(poller.Send(Get("/v1/stream/poll?offset=now&live=long-poll")));
+  ASSERT_TRUE(WaitForLiveReaders(port(), 1));
+  ASSERT_EQ(setup.Request("POST /v1/stream/poll HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                          "text/plain\r\nContent-Length: 5\r\n\r\nhello")
+                .status,
+            204);
+  Connection::Response r = poller.Receive();
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "hello");
+  r = poller.Request(Get("/v1/stream/poll?offset=-1"));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "hello");
+  EXPECT_TRUE(WaitForLiveReaders(port(), 0));
+}
+
 }  // namespace
 }  // namespace runnel::server
