@@ -98,14 +98,28 @@ Result<std::unique_ptr<ssl::context>> MakeTlsContext(const std::string& cert_fil
   return ctx;
 }
 
+class WakeQueue;
+
+// An SSE reader parked between events (see HttpServer::Impl::DeliverParked): what the io
+// thread needs to write the next event itself, without resuming the reader's coroutine.
+struct SseParked {
+  ReadState* state = nullptr;     // the coroutine's; the position moves with each event
+  tcp::socket* socket = nullptr;  // plain TCP only: null on TLS (never delivered in place)
+  std::string pending;            // bytes of an event the socket did not take; the coroutine
+                                  // writes them before anything else
+  bool failed = false;            // a write failed; the coroutine ends the response
+};
+
 // A live reader's wake-up: a timer the subscription hint (or shutdown) cancels.
 struct Waker {
-  explicit Waker(const net::any_io_executor& ex) : timer(ex) {}
+  Waker(const net::any_io_executor& ex, WakeQueue* q) : timer(ex), queue(q) {}
   net::steady_timer timer;
-  bool hinted = false;    // connection thread only
-  bool stopped = false;   // connection thread only
-  bool hung_up = false;   // connection thread only: the reader closed its connection
-  bool watching = false;  // connection thread only: a hang-up watch is pending
+  WakeQueue* const queue;       // of the connection's io thread
+  SseParked* parked = nullptr;  // connection thread only: set while an SSE reader waits
+  bool hinted = false;          // connection thread only
+  bool stopped = false;         // connection thread only
+  bool hung_up = false;         // connection thread only: the reader closed its connection
+  bool watching = false;        // connection thread only: a hang-up watch is pending
 };
 
 // Watches a live reader's socket while its response waits for records: a reader that closes
@@ -142,6 +156,63 @@ void StopWatchingHangUp(tcp::socket& socket, Waker& waker) {
   socket.cancel(ec);
 }
 
+// The event last written in place during one batch of wake-ups: the readers of a stream at the
+// same position, with the same cursor and encoding, get the same bytes, read and framed once.
+struct DeliveryMemo {
+  bool valid = false;
+  StreamId id = 0;
+  uint64_t position = 0;
+  bool base64 = false;
+  std::optional<std::string> client_cursor;
+  SseStep step;
+  std::string control;
+  std::string chunk_size;  // "<hex>\r\n"
+
+  bool Matches(const ReadState& s) const {
+    return valid && id == s.id && position == s.position && base64 == s.base64 &&
+           client_cursor == s.client_cursor;
+  }
+};
+
+// Wake-ups for the live readers of one io thread, handed over in batches: an append that hints
+// thousands of readers (from a store thread) posts once per io thread, not once per reader.
+class WakeQueue {
+ public:
+  // `wake` runs on the io thread for each live waker of a batch.
+  WakeQueue(net::io_context& ioc, std::function<void(Waker&, DeliveryMemo&)> wake)
+      : ioc_(ioc), wake_(std::move(wake)) {}
+
+  // Any thread.
+  void Push(std::weak_ptr<Waker> waker) {
+    bool first;
+    {
+      std::lock_guard lock(mu_);
+      first = pending_.empty();
+      pending_.push_back(std::move(waker));
+    }
+    if (first) net::post(ioc_, [this] { Drain(); });
+  }
+
+ private:
+  void Drain() {
+    {
+      std::lock_guard lock(mu_);
+      draining_.swap(pending_);
+    }
+    DeliveryMemo memo;
+    for (const std::weak_ptr<Waker>& weak : draining_) {
+      if (auto w = weak.lock()) wake_(*w, memo);
+    }
+    draining_.clear();
+  }
+
+  net::io_context& ioc_;
+  const std::function<void(Waker&, DeliveryMemo&)> wake_;
+  std::mutex mu_;
+  std::vector<std::weak_ptr<Waker>> pending_;   // GUARDED_BY(mu_)
+  std::vector<std::weak_ptr<Waker>> draining_;  // the io thread only
+};
+
 }  // namespace
 
 class HttpServer::Impl {
@@ -150,6 +221,7 @@ class HttpServer::Impl {
       : options_(options),
         tls_(std::move(tls)),
         iocs_(MakeIoContexts(options.threads)),
+        wake_queues_(MakeWakeQueues(iocs_, this)),
         acceptor_(*iocs_[0]),
         offload_(options.offload_store_calls.value_or(registry.store().CallsMayBlock())),
         service_(std::move(registry),
@@ -170,6 +242,16 @@ class HttpServer::Impl {
       iocs.push_back(std::make_unique<net::io_context>(1));
     }
     return iocs;
+  }
+
+  static std::vector<std::unique_ptr<WakeQueue>> MakeWakeQueues(
+      const std::vector<std::unique_ptr<net::io_context>>& iocs, Impl* impl) {
+    std::vector<std::unique_ptr<WakeQueue>> queues;
+    for (const auto& ioc : iocs) {
+      queues.push_back(std::make_unique<WakeQueue>(
+          *ioc, [impl](Waker& waker, DeliveryMemo& memo) { impl->Wake(waker, memo); }));
+    }
+    return queues;
   }
 
   // Store callbacks continue on the io threads, never on a store's writer thread: on the io
@@ -470,8 +552,16 @@ class HttpServer::Impl {
     return AwaitService(&channels_, &ChannelService::Handle, route, std::move(request));
   }
 
+  // `ex` is a connection's executor, on one of iocs_.
   std::shared_ptr<Waker> NewWaker(const net::any_io_executor& ex) {
-    auto waker = std::make_shared<Waker>(ex);
+    net::execution_context* context = &net::query(ex, net::execution::context);
+    WakeQueue* queue = wake_queues_[0].get();
+    for (size_t i = 0; i < iocs_.size(); ++i) {
+      if (static_cast<net::execution_context*>(iocs_[i].get()) == context) {
+        queue = wake_queues_[i].get();
+      }
+    }
+    auto waker = std::make_shared<Waker>(ex, queue);
     std::lock_guard<std::mutex> lock(live_mu_);
     live_.remove_if([](const std::weak_ptr<Waker>& w) { return w.expired(); });
     live_.push_back(waker);
@@ -481,15 +571,65 @@ class HttpServer::Impl {
 
   static std::function<void()> HintFor(const std::shared_ptr<Waker>& waker) {
     std::weak_ptr<Waker> weak = waker;
-    auto ex = waker->timer.get_executor();
-    return [weak, ex] {
-      net::post(ex, [weak] {
-        if (auto w = weak.lock()) {
-          w->hinted = true;
-          w->timer.cancel();
-        }
-      });
-    };
+    WakeQueue* queue = waker->queue;
+    return [weak, queue] { queue->Push(weak); };
+  }
+
+  // A hint on the io thread: a parked SSE reader gets its next event written right here when
+  // that is all there is to do; anything else (no records yet, the stream closed or gone, a
+  // socket that does not take the whole event, an error) resumes the reader's coroutine.
+  void Wake(Waker& waker, DeliveryMemo& memo) {
+    if (waker.parked != nullptr && !waker.hinted && !waker.stopped && !waker.hung_up &&
+        DeliverParked(*waker.parked, memo)) {
+      return;
+    }
+    waker.hinted = true;
+    waker.timer.cancel();
+  }
+
+  // Writes the event at a parked reader's position in place. Returns true when it was written
+  // whole (the reader stays parked); false when the coroutine must take over, with what the
+  // socket did not take in `pending` or `failed` set.
+  bool DeliverParked(SseParked& parked, DeliveryMemo& memo) {
+    if (offload_ || parked.socket == nullptr || parked.failed || !parked.pending.empty()) {
+      return false;
+    }
+    const ReadState& state = *parked.state;
+    if (!memo.Matches(state)) {
+      memo.valid = false;
+      SseStep step = service_.ReadSse(state);
+      if (step.gone || step.closed || !step.data || !step.up_to_date) return false;
+      memo.control = service_.SseControl(state, step);
+      char size[24];
+      const int size_len =
+          std::snprintf(size, sizeof(size), "%zx\r\n", step.data->size() + memo.control.size());
+      memo.chunk_size.assign(size, static_cast<size_t>(size_len));
+      memo.step = std::move(step);
+      memo.id = state.id;
+      memo.position = state.position;
+      memo.base64 = state.base64;
+      memo.client_cursor = state.client_cursor;
+      memo.valid = true;
+    }
+    const SseStep& step = memo.step;
+    const std::array<net::const_buffer, 4> chunk{net::buffer(memo.chunk_size),
+                                                 net::buffer(*step.data), net::buffer(memo.control),
+                                                 net::buffer("\r\n", 2)};
+    const size_t total = net::buffer_size(chunk);
+    boost::system::error_code ec;
+    if (!parked.socket->non_blocking()) parked.socket->non_blocking(true, ec);
+    const size_t written = ec ? 0 : parked.socket->write_some(chunk, ec);
+    metrics_.AddBytesOut(step.data->size() + memo.control.size());
+    parked.state->position = step.next;
+    if (written == total) return true;
+    if (ec && ec != net::error::would_block && ec != net::error::try_again) {
+      parked.failed = true;
+      return false;
+    }
+    beast::buffers_suffix<std::array<net::const_buffer, 4>> rest(chunk);
+    rest.consume(written);
+    parked.pending = beast::buffers_to_string(rest);
+    return false;
   }
 
   // Waits until a hint, shutdown or `deadline`. Returns false on deadline or shutdown.
@@ -650,7 +790,18 @@ class HttpServer::Impl {
         std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.sse_max_duration_ms);
     bool first = true;
     bool timed = false;  // a write timeout is armed on the connection
+    SseParked parked;
+    parked.state = &state;
+    if constexpr (std::is_same_v<Stream, beast::tcp_stream>) parked.socket = &stream.socket();
     for (;;) {
+      // What the io thread wrote in place while the reader was parked, and the socket did not
+      // take whole, goes out first.
+      if (parked.failed) break;
+      if (!parked.pending.empty()) {
+        std::string pending = std::move(parked.pending);
+        parked.pending.clear();
+        if (!co_await WriteLive(stream, net::buffer(pending), &timed)) break;
+      }
       // The data event is shared with the stream's other SSE readers at this position; only
       // the control event is this reader's own.
       SseStep step = co_await StoreCall(read);
@@ -671,7 +822,10 @@ class HttpServer::Impl {
         Tcp(stream).expires_never();
         timed = false;
       }
-      if (!co_await WaitForHint(*waker, deadline)) break;
+      waker->parked = &parked;
+      const bool hinted = co_await WaitForHint(*waker, deadline);
+      waker->parked = nullptr;
+      if (!hinted) break;
     }
     StopWatchingHangUp(Tcp(stream).socket(), *waker);
     metrics_.LiveReaderEnded();
@@ -980,7 +1134,8 @@ class HttpServer::Impl {
   // them, so its state is touched by one thread, with no strand and no hand-offs between io
   // threads. The first also runs the acceptor, signals and shutdown.
   std::vector<std::unique_ptr<net::io_context>> iocs_;
-  size_t next_ioc_ = 0;  // accept loop only
+  std::vector<std::unique_ptr<WakeQueue>> wake_queues_;  // one per io_context, same order
+  size_t next_ioc_ = 0;                                  // accept loop only
   tcp::acceptor acceptor_;
   // Store calls of stream requests run on catalog_workers_, never on the io threads
   // (ServerOptions::offload_store_calls).

@@ -326,10 +326,10 @@ TEST_F(ServerLimitsTest, LongPollThatGetsRecordsKeepsItsConnectionUsable) {
   Connection poller(port());
   ASSERT_TRUE(poller.Send(Get("/v1/stream/poll?offset=now&live=long-poll")));
   ASSERT_TRUE(WaitForLiveReaders(port(), 1));
-  ASSERT_EQ(setup.Request("POST /v1/stream/poll HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                          "text/plain\r\nContent-Length: 5\r\n\r\nhello")
-                .status,
-            204);
+  const std::string append =
+      "POST /v1/stream/poll HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+      "Content-Length: 5\r\n\r\nhello";
+  ASSERT_EQ(setup.Request(append).status, 204);
   Connection::Response r = poller.Receive();
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(r.body, "hello");

@@ -448,5 +448,52 @@ TEST_F(SseFanoutTest, AReaderThatStopsReadingHoldsBackNoOneElse) {
   ExpectComplete(text, expected, kAppends);
 }
 
+// Parked readers get each event written in place by their io thread, framed once per position
+// and cursor: readers of one stream that sent different cursors still get their own control
+// events (a client cursor at or past the server's is answered with a larger one).
+TEST_F(SseFanoutTest, ReadersWithDifferentCursorsGetTheirOwnControlEvents) {
+  SseClient writer(port());
+  ASSERT_EQ(writer.Request(Request("PUT", "")), 201);
+  constexpr uint64_t kFarCursor = 900000000000;
+  std::vector<std::unique_ptr<SseClient>> readers;
+  for (int i = 0; i < 6; ++i) {
+    readers.push_back(std::make_unique<SseClient>(port()));
+    const std::string cursor = i % 2 == 1 ? "&cursor=" + std::to_string(kFarCursor) : "";
+    ASSERT_TRUE(readers.back()->Send("GET /v1/stream/fan?offset=now&live=sse" + cursor +
+                                     " HTTP/1.1\r\nHost: x\r\n\r\n"));
+  }
+  // Let every reader park at the tail before the appends.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::string expected;
+  for (int i = 0; i < 20; ++i) {
+    std::string body = "e" + std::to_string(i) + ";";
+    expected += body;
+    ASSERT_EQ(writer.Request(Request("POST", body)), 204);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_EQ(writer.Request(Request("POST", "", "Stream-Closed: true\r\n")), 204);
+  for (size_t i = 0; i < readers.size(); ++i) {
+    SCOPED_TRACE("reader " + std::to_string(i));
+    std::string error;
+    const std::string text = readers[i]->ReadSseToEnd(&error);
+    ASSERT_TRUE(error.empty()) << error;
+    ExpectComplete(text, expected, 20);
+    int checked = 0;
+    for (const SseEvent& event : ParseEvents(text)) {
+      if (event.type != "control") continue;
+      auto control = nlohmann::json::parse(event.data);
+      if (!control.contains("streamCursor")) continue;
+      const uint64_t cursor = std::stoull(control["streamCursor"].get<std::string>());
+      if (i % 2 == 1) {
+        EXPECT_GT(cursor, kFarCursor);
+      } else {
+        EXPECT_LT(cursor, kFarCursor);
+      }
+      ++checked;
+    }
+    EXPECT_GE(checked, 20);
+  }
+}
+
 }  // namespace
 }  // namespace runnel::server

@@ -978,8 +978,7 @@ void LogStore::WaitForFullerGroup(std::unique_lock<std::mutex>& lock) {
   group_target_ = last_group_ops_;
   // Stop early once the queue stops growing for a gap (slow clients, or gone).
   for (size_t seen = queue_.size();;) {
-    const steady_clock::time_point until =
-        std::min(deadline, steady_clock::now() + gap);
+    const steady_clock::time_point until = std::min(deadline, steady_clock::now() + gap);
     if (queue_cv_.wait_until(lock, until,
                              [&] { return queue_.size() >= group_target_ || stopping_; })) {
       break;
