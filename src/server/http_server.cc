@@ -446,31 +446,43 @@ class HttpServer::Impl {
     metrics_.CountRequest("other", "-", 503);
   }
 
-  // Converts a Beast response from ours and writes it.
+  // Writes our response as HTTP/1.1, serialized into one buffer: on plain TCP it usually goes
+  // out in one non-blocking write, with no asynchronous operation (WriteLive). A HEAD answer
+  // carries the head only; 204 and 304 carry no Content-Length.
   template <typename Stream>
   net::awaitable<bool> Write(Stream& stream, HttpResponse response, bool keep_alive, bool head,
                              std::string_view route, std::string_view method) {
     StreamService::AddCommonHeaders(&response);
-    http::response<http::string_body> res;
-    res.version(11);
-    res.result(static_cast<unsigned>(response.status));
-    for (auto& [name, value] : response.headers) res.insert(name, value);
-    res.keep_alive(keep_alive);
     const bool no_body = response.status == 204 || response.status == 304;
-    if (!no_body) res.content_length(head ? 0 : response.body.size());
-    if (!head && !no_body) res.body() = std::move(response.body);
-    metrics_.AddBytesOut(res.body().size());
-    metrics_.CountRequest(route, method, response.status);
-    boost::system::error_code ec;
-    Tcp(stream).expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
-    if (head) {
-      http::response_serializer<http::string_body> sr(res);
-      sr.split(true);
-      co_await http::async_write_header(stream, sr, net::redirect_error(net::use_awaitable, ec));
-    } else {
-      co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
+    const std::string_view body =
+        head || no_body ? std::string_view() : std::string_view(response.body);
+    std::string out;
+    out.reserve(256 + body.size());
+    out += "HTTP/1.1 ";
+    out += std::to_string(response.status);
+    out += ' ';
+    const auto reason = http::obsolete_reason(http::int_to_status(response.status));
+    out.append(reason.data(), reason.size());
+    out += "\r\n";
+    for (const auto& [name, value] : response.headers) {
+      out += name;
+      out += ": ";
+      // Values are ours or parsed request fields; a line break could never be meant.
+      for (char c : value) out += (c == '\r' || c == '\n') ? ' ' : c;
+      out += "\r\n";
     }
-    co_return !ec;
+    if (!keep_alive) out += "Connection: close\r\n";
+    if (!no_body) {
+      out += "Content-Length: ";
+      out += std::to_string(body.size());
+      out += "\r\n";
+    }
+    out += "\r\n";
+    out += body;
+    metrics_.AddBytesOut(body.size());
+    metrics_.CountRequest(route, method, response.status);
+    bool timed = false;
+    co_return co_await WriteLive(stream, net::buffer(out), &timed);
   }
 
   // Starts an operation that reports a T to a callback (on any thread) and returns an awaitable
