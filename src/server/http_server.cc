@@ -1091,8 +1091,18 @@ class HttpServer::Impl {
                                   net::redirect_error(net::use_awaitable, ec));
         if (ec) break;
       }
-      co_await http::async_read(stream, buffer, parser,
-                                net::redirect_error(net::use_awaitable, ec));
+      // A small body usually arrived with the head: parse it from the buffer, and read
+      // asynchronously only when more is needed.
+      while (!parser.is_done() && buffer.size() > 0) {
+        const size_t used = parser.put(buffer.data(), ec);
+        buffer.consume(used);
+        if (ec == http::error::need_more) ec = {};
+        if (ec || used == 0) break;
+      }
+      if (!ec && !parser.is_done()) {
+        co_await http::async_read(stream, buffer, parser,
+                                  net::redirect_error(net::use_awaitable, ec));
+      }
       if (ec == http::error::body_limit) {
         HttpResponse r = StreamService::ErrorResponse(
             Status::ResourceExhausted("request body is larger than the server's limit"));

@@ -284,6 +284,33 @@ TEST_F(ServerLimitsTest, StopEndsLiveReadersCleanly) {
   server_.reset();
 }
 
+// Bodies parsed from what arrived with the head, bodies that arrive later in pieces, chunked
+// bodies and pipelined requests: each request is answered once, in order, with its whole body.
+TEST_F(ServerLimitsTest, PipelinedChunkedAndSplitBodiesAreReadWhole) {
+  StartServer({});
+  Connection c(port());
+  auto post = [](const std::string& framing, const std::string& body) {
+    return "POST /v1/stream/p HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n" + framing +
+           "\r\n" + body;
+  };
+  ASSERT_TRUE(c.Send(Put("/v1/stream/p") +
+                     post("Transfer-Encoding: chunked\r\n", "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n") +
+                     post("Content-Length: 3\r\n", "fgh")));
+  EXPECT_EQ(c.Receive().status, 201);
+  EXPECT_EQ(c.Receive().status, 204);
+  EXPECT_EQ(c.Receive().status, 204);
+  // A body that arrives after its head, in pieces.
+  ASSERT_TRUE(c.Send(post("Content-Length: 6\r\n", "ij")));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(c.Send("klm"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(c.Send("n"));
+  EXPECT_EQ(c.Receive().status, 204);
+  Connection::Response r = c.Request(Get("/v1/stream/p?offset=-1"));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "abcdefghijklmn");
+}
+
 // Polls /metrics (bounded) until the live-reader gauge shows `count`.
 bool WaitForLiveReaders(uint16_t port, int count) {
   Connection probe(port);
