@@ -452,7 +452,6 @@ class HttpServer::Impl {
   template <typename Stream>
   net::awaitable<bool> Write(Stream& stream, HttpResponse response, bool keep_alive, bool head,
                              std::string_view route, std::string_view method) {
-    StreamService::AddCommonHeaders(&response);
     const bool no_body = response.status == 204 || response.status == 304;
     const std::string_view body =
         head || no_body ? std::string_view() : std::string_view(response.body);
@@ -468,9 +467,14 @@ class HttpServer::Impl {
       out += name;
       out += ": ";
       // Values are ours or parsed request fields; a line break could never be meant.
-      for (char c : value) out += (c == '\r' || c == '\n') ? ' ' : c;
+      if (value.find_first_of("\r\n") == std::string::npos) {
+        out += value;
+      } else {
+        for (char c : value) out += (c == '\r' || c == '\n') ? ' ' : c;
+      }
       out += "\r\n";
     }
+    out += StreamService::CommonHeaderLines();
     if (!keep_alive) out += "Connection: close\r\n";
     if (!no_body) {
       out += "Content-Length: ";

@@ -7,6 +7,7 @@
 #include <future>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <utility>
 
 #include "core/attributes.h"
 #include "server/http_errors.h"
@@ -446,16 +447,35 @@ Status StreamService::Remove(const StreamInfo& info, const Meta& meta) {
 // ---------------------------------------------------------------------------------------------
 // Headers
 
+namespace {
+
+constexpr std::pair<std::string_view, std::string_view> kCommonHeaders[] = {
+    {"Access-Control-Allow-Origin", "*"},
+    {"Access-Control-Expose-Headers",
+     "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, "
+     "Stream-Expires-At, ETag, Location, Content-Type, Producer-Epoch, Producer-Seq, "
+     "Producer-Expected-Seq, Producer-Received-Seq, Stream-SSE-Data-Encoding, "
+     "Stream-Retention-Max-Events, Stream-Retention-Max-Age-Ms, Stream-Retention-Max-Bytes, "
+     "WWW-Authenticate"},
+    {"X-Content-Type-Options", "nosniff"},
+    {"Cross-Origin-Resource-Policy", "cross-origin"},
+};
+
+}  // namespace
+
 void StreamService::AddCommonHeaders(HttpResponse* r) {
-  r->Set("Access-Control-Allow-Origin", "*");
-  r->Set("Access-Control-Expose-Headers",
-         "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, "
-         "Stream-Expires-At, ETag, Location, Content-Type, Producer-Epoch, Producer-Seq, "
-         "Producer-Expected-Seq, Producer-Received-Seq, Stream-SSE-Data-Encoding, "
-         "Stream-Retention-Max-Events, Stream-Retention-Max-Age-Ms, Stream-Retention-Max-Bytes, "
-         "WWW-Authenticate");
-  r->Set("X-Content-Type-Options", "nosniff");
-  r->Set("Cross-Origin-Resource-Policy", "cross-origin");
+  for (const auto& [name, value] : kCommonHeaders) r->Set(std::string(name), std::string(value));
+}
+
+std::string_view StreamService::CommonHeaderLines() {
+  static const std::string* lines = [] {
+    auto* out = new std::string;
+    for (const auto& [name, value] : kCommonHeaders) {
+      out->append(name).append(": ").append(value).append("\r\n");
+    }
+    return out;
+  }();
+  return *lines;
 }
 
 HttpResponse StreamService::Preflight(const HttpRequest& request) {

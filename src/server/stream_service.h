@@ -34,6 +34,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -182,6 +183,8 @@ class StreamService {
 
   // Headers every response carries (CORS exposure, browser security).
   static void AddCommonHeaders(HttpResponse* response);
+  // The same headers as HTTP/1.1 header lines ("Name: value\r\n" each), built once.
+  static std::string_view CommonHeaderLines();
   // CORS preflight.
   static HttpResponse Preflight(const HttpRequest& request);
   // An error response with the JSON body from the one Status mapping.
