@@ -165,8 +165,8 @@ struct DeliveryMemo {
   bool base64 = false;
   std::optional<std::string> client_cursor;
   SseStep step;
-  std::string control;
-  std::string chunk_size;  // "<hex>\r\n"
+  std::string chunk;         // the whole HTTP chunk: size line, data and control events, CRLF
+  uint64_t event_bytes = 0;  // of the two events
 
   bool Matches(const ReadState& s) const {
     return valid && id == s.id && position == s.position && base64 == s.base64 &&
@@ -615,11 +615,15 @@ class HttpServer::Impl {
       memo.valid = false;
       SseStep step = service_.ReadSse(state);
       if (step.gone || step.closed || !step.data || !step.up_to_date) return false;
-      memo.control = service_.SseControl(state, step);
+      const std::string control = service_.SseControl(state, step);
+      memo.event_bytes = step.data->size() + control.size();
       char size[24];
-      const int size_len =
-          std::snprintf(size, sizeof(size), "%zx\r\n", step.data->size() + memo.control.size());
-      memo.chunk_size.assign(size, static_cast<size_t>(size_len));
+      const int size_len = std::snprintf(size, sizeof(size), "%llx\r\n",
+                                         static_cast<unsigned long long>(memo.event_bytes));
+      memo.chunk.clear();
+      memo.chunk.reserve(static_cast<size_t>(size_len) + memo.event_bytes + 2);
+      memo.chunk.append(size, static_cast<size_t>(size_len));
+      memo.chunk.append(*step.data).append(control).append("\r\n");
       memo.step = std::move(step);
       memo.id = state.id;
       memo.position = state.position;
@@ -628,23 +632,18 @@ class HttpServer::Impl {
       memo.valid = true;
     }
     const SseStep& step = memo.step;
-    const std::array<net::const_buffer, 4> chunk{net::buffer(memo.chunk_size),
-                                                 net::buffer(*step.data), net::buffer(memo.control),
-                                                 net::buffer("\r\n", 2)};
-    const size_t total = net::buffer_size(chunk);
+    const size_t total = memo.chunk.size();
     boost::system::error_code ec;
     if (!parked.socket->non_blocking()) parked.socket->non_blocking(true, ec);
-    const size_t written = ec ? 0 : parked.socket->write_some(chunk, ec);
-    metrics_.AddBytesOut(step.data->size() + memo.control.size());
+    const size_t written = ec ? 0 : parked.socket->write_some(net::buffer(memo.chunk), ec);
+    metrics_.AddBytesOut(memo.event_bytes);
     parked.state->position = step.next;
     if (written == total) return true;
     if (ec && ec != net::error::would_block && ec != net::error::try_again) {
       parked.failed = true;
       return false;
     }
-    beast::buffers_suffix<std::array<net::const_buffer, 4>> rest(chunk);
-    rest.consume(written);
-    parked.pending = beast::buffers_to_string(rest);
+    parked.pending = memo.chunk.substr(written);
     return false;
   }
 
