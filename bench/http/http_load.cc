@@ -17,7 +17,6 @@
 // BASE is http://HOST:PORT with a numeric IPv4 host. Every phase is bounded in count and time.
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
@@ -26,6 +25,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -411,6 +411,7 @@ class ReaderThread {
 
   void Open(size_t i) {
     Reader& r = readers_[i];
+    ++connecting_;  // Fail() counts it down again
     r.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (r.fd < 0) return Fail(r);
     const int rc =
@@ -420,7 +421,6 @@ class ReaderThread {
     ev.events = EPOLLOUT;
     ev.data.u64 = i;
     if (::epoll_ctl(epoll_, EPOLL_CTL_ADD, r.fd, &ev) != 0) return Fail(r);
-    ++connecting_;
   }
 
   void Fail(Reader& r) {
