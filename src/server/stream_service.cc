@@ -866,7 +866,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   if (!created.ok()) return finish(ErrorResponse(created));
   auto info = registry_.store().GetStream(route.scope.Label(), route.name);
   if (!info.ok()) return finish(ErrorResponse(info.status()));
-  Touch(info->id);
+  if (meta.ttl_s) Touch(info->id);
 
   if (source) {
     Status counted = UpdateMeta(source->info.id, [](Meta* m) { ++m->fork_refs; });
@@ -974,7 +974,7 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
   }
   if (found->meta.soft_deleted) return finish(Gone());
   const StreamInfo& info = found->info;
-  Touch(info.id);
+  if (found->meta.ttl_s) Touch(info.id);
 
   auto producer_headers = [](HttpResponse* r, uint64_t epoch, uint64_t seq) {
     r->Set("Producer-Epoch", std::to_string(epoch));
@@ -1327,7 +1327,7 @@ std::optional<ReadState> StreamService::BeginRead(const Route& route, const Http
     return std::nullopt;
   }
   const StreamInfo& info = found->info;
-  Touch(info.id);
+  if (found->meta.ttl_s) Touch(info.id);
   state.scope = route.scope;
   state.name = route.name;
   state.id = info.id;
