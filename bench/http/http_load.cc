@@ -231,10 +231,10 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  // Sends one request and reads the whole answer; returns the head, counts the body bytes in
-  // *body_bytes, and keeps the body in *body when given.
+  // Sends one request and reads the whole answer; returns the head, and counts the body bytes
+  // in *body_bytes when given.
   Head Request(std::string_view method, const std::string& target, std::string_view content_type,
-               std::string_view body, uint64_t* body_bytes, std::string* kept = nullptr) {
+               std::string_view body, uint64_t* body_bytes = nullptr) {
     std::string req;
     req.reserve(256 + body.size());
     req.append(method).append(" ").append(target).append(" HTTP/1.1\r\nHost: ");
@@ -251,10 +251,7 @@ class Client {
     Head h = ParseHead(std::string_view(buf_).substr(0, head_end));
     buf_.erase(0, head_end + 4);
     uint64_t bytes = 0;
-    auto sink = [&](const char* p, size_t n) {
-      bytes += n;
-      if (kept != nullptr) kept->append(p, n);
-    };
+    auto sink = [&bytes](const char*, size_t n) { bytes += n; };
     if (method == "HEAD" || h.status == 204 || h.status == 304) {
       // no body
     } else if (h.chunked) {
@@ -546,12 +543,11 @@ class ReaderThread {
 int Sse(const Base& base, const std::string& path, int readers, int appends, long pid,
         int threads) {
   Client control(base);
-  uint64_t ignored = 0;
-  Head h = control.Request("PUT", path, "text/plain", "", &ignored);
+  Head h = control.Request("PUT", path, "text/plain", "");
   if (h.status != 200 && h.status != 201 && h.status != 204) {
     Die("create answered HTTP " + std::to_string(h.status));
   }
-  h = control.Request("HEAD", path, "", "", &ignored);
+  h = control.Request("HEAD", path, "", "");
   if (h.next_offset.empty()) Die("HEAD without Stream-Next-Offset");
   const std::string request = "GET " + path + "?offset=" + Escape(h.next_offset) +
                               "&live=sse HTTP/1.1\r\nHost: " + base.host_header +
@@ -581,7 +577,7 @@ int Sse(const Base& base, const std::string& path, int readers, int appends, lon
   const double own_cpu_before = ProcessCpuMs(::getpid());
   for (int i = 0; i < appends; ++i) {
     const std::string body = "t=" + std::to_string(NowMicros());
-    h = control.Request("POST", path, "text/plain", body, &ignored);
+    h = control.Request("POST", path, "text/plain", body);
     if (h.status != 200 && h.status != 204) Die("append answered HTTP " + std::to_string(h.status));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

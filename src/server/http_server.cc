@@ -164,7 +164,7 @@ struct DeliveryMemo {
   uint64_t position = 0;
   bool base64 = false;
   std::optional<std::string> client_cursor;
-  SseStep step;
+  uint64_t next = 0;         // the position after the event
   std::string chunk;         // the whole HTTP chunk: size line, data and control events, CRLF
   uint64_t event_bytes = 0;  // of the two events
 
@@ -624,21 +624,19 @@ class HttpServer::Impl {
       memo.chunk.reserve(static_cast<size_t>(size_len) + memo.event_bytes + 2);
       memo.chunk.append(size, static_cast<size_t>(size_len));
       memo.chunk.append(*step.data).append(control).append("\r\n");
-      memo.step = std::move(step);
+      memo.next = step.next;
       memo.id = state.id;
       memo.position = state.position;
       memo.base64 = state.base64;
       memo.client_cursor = state.client_cursor;
       memo.valid = true;
     }
-    const SseStep& step = memo.step;
-    const size_t total = memo.chunk.size();
     boost::system::error_code ec;
     if (!parked.socket->non_blocking()) parked.socket->non_blocking(true, ec);
     const size_t written = ec ? 0 : parked.socket->write_some(net::buffer(memo.chunk), ec);
     metrics_.AddBytesOut(memo.event_bytes);
-    parked.state->position = step.next;
-    if (written == total) return true;
+    parked.state->position = memo.next;
+    if (written == memo.chunk.size()) return true;
     if (ec && ec != net::error::would_block && ec != net::error::try_again) {
       parked.failed = true;
       return false;

@@ -125,6 +125,18 @@ void ExpectJsonError(const Connection::Response& r, std::string_view code) {
   EXPECT_TRUE(body["error"]["message"].is_string());
 }
 
+// Polls /metrics (bounded) until the live-reader gauge shows `count`.
+bool WaitForLiveReaders(uint16_t port, int count) {
+  Connection probe(port);
+  const std::string want = "runnel_live_readers " + std::to_string(count) + "\n";
+  for (int i = 0; i < 1000; ++i) {
+    Connection::Response r = probe.Request("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    if (r.body.find(want) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
 TEST_F(ServerLimitsTest, HealthzAnswers200) {
   StartServer({});
   Connection c(port());
@@ -269,13 +281,7 @@ TEST_F(ServerLimitsTest, StopEndsLiveReadersCleanly) {
   Connection poller(port());
   ASSERT_TRUE(poller.Send(Get("/v1/stream/live?offset=now&live=long-poll")));
   // Stop only once the long-poll is waiting (the live-reader gauge says so); bounded.
-  Connection probe(port());
-  bool live = false;
-  for (int i = 0; i < 1000 && !live; ++i) {
-    live = probe.Request(Get("/metrics")).body.find("runnel_live_readers 1") != std::string::npos;
-    if (!live) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_TRUE(live);
+  ASSERT_TRUE(WaitForLiveReaders(port(), 1));
   server_->Stop();
   auto r = poller.Receive();
   EXPECT_EQ(r.status, 204);
@@ -309,18 +315,6 @@ TEST_F(ServerLimitsTest, PipelinedChunkedAndSplitBodiesAreReadWhole) {
   Connection::Response r = c.Request(Get("/v1/stream/p?offset=-1"));
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.body, "abcdefghijklmn");
-}
-
-// Polls /metrics (bounded) until the live-reader gauge shows `count`.
-bool WaitForLiveReaders(uint16_t port, int count) {
-  Connection probe(port);
-  const std::string want = "runnel_live_readers " + std::to_string(count) + "\n";
-  for (int i = 0; i < 1000; ++i) {
-    Connection::Response r = probe.Request("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-    if (r.body.find(want) != std::string::npos) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return false;
 }
 
 // A live reader that closes its connection is released at once, not at the end of its wait
