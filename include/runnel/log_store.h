@@ -78,11 +78,12 @@ struct LogStoreOptions {
   // served without a pread. 0 disables the cache.
   uint64_t tail_cache_bytes = 32ull << 20;
   // fsync durability only: before writing a group, the writer waits up to this many
-  // microseconds for the queue to hold as many ops as the previous group did. Appenders it has
-  // just acknowledged usually come straight back, and one fdatasync then covers all of them
-  // instead of half of them. The wait never exceeds half the recent mean fdatasync time, ends
-  // after group_arrival_gap_us without a new arrival, and a lone appender (previous group of
-  // one op) never waits. 0 disables the wait.
+  // microseconds for the queue to hold as many ops as were in flight during the previous group
+  // (its own ops plus those queued while it was synced). Appenders it has just acknowledged
+  // usually come straight back, and one fdatasync then covers all of them instead of half of
+  // them. The wait never exceeds half the recent mean fdatasync time, ends after
+  // group_arrival_gap_us without a new arrival, and a lone appender (previous group of one op,
+  // nothing else queued) never waits. 0 disables the wait.
   uint32_t group_commit_wait_us = 200;
   // The group-commit wait ends early when no op arrived for this many microseconds: returning
   // appenders arrive back to back, and a gap means the rest are not coming soon.

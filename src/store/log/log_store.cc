@@ -911,10 +911,11 @@ void LogStore::WriterLoop() {
       }
       WaitForFullerGroup(lock);
       ops.swap(queue_);
-      last_group_ops_ = ops.size();
       stop = stopping_ && ops.empty();
     }
     if (stop) break;
+    const size_t taken = ops.size();
+    queued_at_ack_ = 0;
     std::vector<std::shared_ptr<Op>> group;
     uint64_t group_bytes = 0;
     for (auto& op : ops) {
@@ -947,6 +948,7 @@ void LogStore::WriterLoop() {
     }
     CommitGroup(group, false);
     ops.clear();
+    last_group_ops_ = taken + queued_at_ack_;
     if (unsynced_ && options_.durability.mode == LogDurability::kInterval &&
         std::chrono::steady_clock::now() - last_sync_ >=
             std::chrono::milliseconds(options_.durability.interval_ms)) {
@@ -1169,6 +1171,10 @@ void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_s
   pending_cursors_.clear();
   pending_names_.clear();
   reserved_next_id_ = next_stream_id_;
+  if (options_.durability.mode == LogDurability::kFsync) {
+    std::lock_guard lock(queue_mu_);
+    queued_at_ack_ = queue_.size();
+  }
   const std::shared_ptr<const TailListener> listener = Listener();
   for (auto& op : group) {
     if (op->kind == OpKind::kCreate && op->status.ok() && op->info.id == 0) {

@@ -214,7 +214,7 @@ class LogStore final : public Store {
   void Enqueue(std::shared_ptr<Op> op);
   void WriterLoop();
   // fsync mode: waits briefly (see LogStoreOptions::group_commit_wait_us) until the queue holds
-  // as many ops as the previous round did. `lock` holds queue_mu_.
+  // last_group_ops_ ops. `lock` holds queue_mu_.
   void WaitForFullerGroup(std::unique_lock<std::mutex>& lock);
   // Checks `op` against the reserved state and appends its frame (if any) to group_buf_.
   void Prepare(Op& op);
@@ -289,7 +289,11 @@ class LogStore final : public Store {
   uint64_t unsynced_bytes_ = 0;    // log bytes written since the last SyncLog
   std::chrono::steady_clock::time_point last_sync_;
   uint64_t sync_mean_us_ = 0;  // moving mean of fdatasync time, for the group-commit wait
-  size_t last_group_ops_ = 0;  // ops the writer took in its previous round
+  // The group size the next round waits for: the ops of the previous round plus those that
+  // queued while it was written and synced. Counting the latter lets two groups that split
+  // apart (after one slow client) merge again instead of alternating for good.
+  size_t last_group_ops_ = 0;
+  size_t queued_at_ack_ = 0;  // queue size when the last group's acknowledgements began
   uint64_t bytes_since_checkpoint_ = 0;
   uint64_t checkpoint_seq_ = 0;
   std::map<std::pair<StreamId, std::string>, uint64_t> pending_cursors_;
