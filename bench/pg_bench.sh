@@ -39,6 +39,20 @@ cleanup() {
 trap cleanup EXIT
 
 xacts() { "${psql[@]}" -c "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"; }
+# The nodes' committed append transactions and their records, summed (from /metrics).
+node_commits() {
+  local u t=0 r=0 m
+  for u in "$@"; do
+    m=$(curl -sf "$u/metrics" || true)
+    t=$(( t + $(echo "$m" | awk '/^runnel_store_records_per_sync_count / {print $2}' | head -n1 || echo 0) ))
+    r=$(( r + $(echo "$m" | awk '/^runnel_store_records_per_sync_sum / {print $2}' | head -n1 || echo 0) ))
+  done
+  echo "$t $r"
+}
+per_txn() {  # per_txn "T0 R0" "T1 R1": records per append transaction in between
+  awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ");
+    t = y[1] - x[1]; if (t > 0) printf "%.1f", (y[2] - x[2]) / t; else print "n/a" }'
+}
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
 "${psql[@]}" -c "CREATE TABLE pgb_rows (id bigserial PRIMARY KEY, stream_id int NOT NULL, payload bytea NOT NULL)"
@@ -113,12 +127,16 @@ wrk_run() {
 }
 
 before=$(xacts)
+c0=$(node_commits "${urls[@]}")
 wrk_run "${urls[0]}" 64 "$work/one"
 after=$(xacts)
+c1=$(node_commits "${urls[@]}")
 one=$(cat "$work/one")
-echo "runnel serve, 1 node,  64 connections: ${one} appends/s ($(( (after - before) / seconds )) commits/s)"
+echo "runnel serve, 1 node,  64 connections: ${one} appends/s ($(( (after - before) / seconds )) commits/s," \
+     "$(per_txn "$c0" "$c1") records per append transaction)"
 
 before=$(xacts)
+c0=$(node_commits "${urls[@]}")
 wrk_run "${urls[0]}" 22 "$work/three-0" &
 w0=$!
 wrk_run "${urls[1]}" 21 "$work/three-1" &
@@ -127,8 +145,10 @@ wrk_run "${urls[2]}" 21 "$work/three-2" &
 w2=$!
 wait "$w0" "$w1" "$w2"
 after=$(xacts)
+c1=$(node_commits "${urls[@]}")
 three=$(( $(cat "$work/three-0") + $(cat "$work/three-1") + $(cat "$work/three-2") ))
-echo "runnel serve, 3 nodes, 64 connections: ${three} appends/s ($(( (after - before) / seconds )) commits/s)"
+echo "runnel serve, 3 nodes, 64 connections: ${three} appends/s ($(( (after - before) / seconds )) commits/s," \
+     "$(per_txn "$c0" "$c1") records per append transaction)"
 
 # The unbatched rate again, so that load from outside the benchmark during the runs shows up
 # in both sides of the ratio: the ratios use the mean of the two pgbench runs.

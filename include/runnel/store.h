@@ -121,9 +121,10 @@ struct CursorState {
   uint64_t updated_at_ms = 0;
 };
 
-// How a store's log commits writes, for monitoring (/metrics). A "sync" is one fdatasync of the
-// log that made a group of writes durable (in fsync mode: one per group commit, before any of
-// the group is acknowledged). Stores without such a log leave `available` false.
+// How a store commits writes, for monitoring (/metrics). A "sync" is one durable commit of a
+// group of writes, before any of the group is acknowledged: for the log store one fdatasync of
+// the log (in fsync mode, one per group commit), for the PostgreSQL store one committed append
+// transaction. Stores without group commits leave `available` false.
 struct StoreCommitStats {
   // Upper bounds (inclusive) of the records-per-sync histogram buckets.
   static constexpr std::array<uint64_t, 11> kRecordBuckets = {1,  2,   4,   8,   16,  32,
@@ -137,6 +138,18 @@ struct StoreCommitStats {
   // kRecordBuckets[i] records durable; the extra last entry counts the syncs above the last
   // bound. (Not cumulative.)
   std::array<uint64_t, kRecordBuckets.size() + 1> records_per_sync{};
+
+  // Counts one sync that made `synced_records` records (`synced_bytes` bytes) durable in
+  // `micros` microseconds.
+  void CountSync(uint64_t synced_records, uint64_t synced_bytes, uint64_t micros) {
+    ++syncs;
+    records += synced_records;
+    bytes += synced_bytes;
+    sync_micros += micros;
+    size_t b = 0;
+    while (b < kRecordBuckets.size() && synced_records > kRecordBuckets[b]) ++b;
+    ++records_per_sync[b];
+  }
 };
 
 using AppendCallback = std::function<void(Result<AppendResult>)>;

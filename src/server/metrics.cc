@@ -58,17 +58,23 @@ std::string Metrics::Render() const {
 std::string RenderStoreCommitStats(const StoreCommitStats& stats) {
   if (!stats.available) return "";
   std::string out;
-  out += "# HELP runnel_store_syncs_total Log syncs (fdatasync) that made group commits durable.\n";
+  out +=
+      "# HELP runnel_store_syncs_total Durable group commits (log store: fdatasync of the log; "
+      "postgres: committed append transaction).\n";
   out += "# TYPE runnel_store_syncs_total counter\n";
   out += fmt::format("runnel_store_syncs_total {}\n", stats.syncs);
-  out += "# HELP runnel_store_synced_bytes_total Log bytes made durable by those syncs.\n";
+  out +=
+      "# HELP runnel_store_synced_bytes_total Bytes made durable by those commits (log store: "
+      "log bytes; postgres: record keys and payloads).\n";
   out += "# TYPE runnel_store_synced_bytes_total counter\n";
   out += fmt::format("runnel_store_synced_bytes_total {}\n", stats.bytes);
-  out += "# HELP runnel_store_sync_seconds_total Time spent in those syncs.\n";
+  out +=
+      "# HELP runnel_store_sync_seconds_total Time spent in those commits (log store: the "
+      "fdatasync; postgres: the write and COMMIT round trip).\n";
   out += "# TYPE runnel_store_sync_seconds_total counter\n";
   out += fmt::format("runnel_store_sync_seconds_total {}\n",
                      static_cast<double>(stats.sync_micros) / 1e6);
-  out += "# HELP runnel_store_records_per_sync Appended records made durable by one sync.\n";
+  out += "# HELP runnel_store_records_per_sync Appended records made durable by one commit.\n";
   out += "# TYPE runnel_store_records_per_sync histogram\n";
   uint64_t cumulative = 0;
   for (size_t i = 0; i < StoreCommitStats::kRecordBuckets.size(); ++i) {

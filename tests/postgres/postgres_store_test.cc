@@ -193,6 +193,32 @@ TEST_F(PostgresTest, OffsetsKeepTheirOrderAcrossTheSignBoundary) {
   EXPECT_EQ(info->event_count, 2u);
 }
 
+// /metrics' group-commit figures: one committed append transaction is one "sync"; refused
+// appends commit nothing and count nothing.
+TEST_F(PostgresTest, CommitStatsCountCommittedTransactionsAndTheirRecords) {
+  auto store = OpenNode();
+  ASSERT_NE(store, nullptr);
+  const StreamId id = MustCreate(*store, "counted");
+  const StoreCommitStats empty = store->CommitStats();
+  EXPECT_TRUE(empty.available);
+  EXPECT_EQ(empty.syncs, 0u);
+  ASSERT_TRUE(AppendOne(*store, id, "12345").ok());
+  AppendRequest batch;
+  batch.stream = id;
+  batch.now_ms = 1;
+  batch.records.push_back(AppendRecord{std::string("k"), "ab"});
+  batch.records.push_back(AppendRecord{std::nullopt, "cd"});
+  batch.records.push_back(AppendRecord{std::nullopt, "ef"});
+  ASSERT_TRUE(AppendSync(*store, std::move(batch)).ok());
+  EXPECT_EQ(AppendOne(*store, id, "late", /*expected=*/1).status().code(), StatusCode::kConflict);
+  const StoreCommitStats stats = store->CommitStats();
+  EXPECT_EQ(stats.syncs, 2u);
+  EXPECT_EQ(stats.records, 4u);
+  EXPECT_EQ(stats.bytes, 5u + 1u + 6u);
+  EXPECT_EQ(stats.records_per_sync[0], 1u);  // the single record
+  EXPECT_EQ(stats.records_per_sync[2], 1u);  // the batch of three: (2, 4]
+}
+
 TEST_F(PostgresTest, RetentionInsideOneGroupCutsLikeOneAppendAtATime) {
   // Many appends queued at once are committed in few transactions; retention must still cut
   // where it would after each append in turn.

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "server/metrics.h"
+
 namespace runnel::server {
 namespace {
 
@@ -69,6 +71,28 @@ TEST(ChannelRouteTest, ChannelPathsKeysAndPartitions) {
   EXPECT_EQ(ParseRoute("/v1/channels/").kind, Route::Kind::kNotFound);
   EXPECT_EQ(ParseRoute("/v1/channels/orders/keys/").kind, Route::Kind::kNotFound);
   EXPECT_EQ(ParseRoute("/v1/channels/orders/other").kind, Route::Kind::kNotFound);
+}
+
+// The store's group-commit figures in the Prometheus text: cumulative buckets, a +Inf bucket
+// equal to the count, and nothing at all for a store that does not report them.
+TEST(StoreCommitMetricsTest, RendersCumulativeBucketsAndNothingWhenUnavailable) {
+  EXPECT_EQ(RenderStoreCommitStats(StoreCommitStats{}), "");
+  StoreCommitStats stats;
+  stats.available = true;
+  stats.CountSync(1, 100, 250);
+  stats.CountSync(3, 300, 750);
+  stats.CountSync(5000, 1, 1);  // above the last bound
+  const std::string text = RenderStoreCommitStats(stats);
+  EXPECT_NE(text.find("runnel_store_syncs_total 3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("runnel_store_synced_bytes_total 401\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("runnel_store_sync_seconds_total 0.001001\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("runnel_store_records_per_sync_bucket{le=\"1\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("runnel_store_records_per_sync_bucket{le=\"2\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("runnel_store_records_per_sync_bucket{le=\"4\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("runnel_store_records_per_sync_bucket{le=\"1024\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("runnel_store_records_per_sync_bucket{le=\"+Inf\"} 3\n"), std::string::npos);
+  EXPECT_NE(text.find("runnel_store_records_per_sync_sum 5004\n"), std::string::npos);
+  EXPECT_NE(text.find("runnel_store_records_per_sync_count 3\n"), std::string::npos);
 }
 
 }  // namespace

@@ -1206,16 +1206,7 @@ Status LogStore::SyncLog(env::File& file) {
   sync_mean_us_ = sync_mean_us_ == 0 ? sync_us : (sync_mean_us_ * 7 + sync_us) / 8;
   {
     std::lock_guard lock(stats_mu_);
-    ++stats_.syncs;
-    stats_.records += unsynced_records_;
-    stats_.bytes += unsynced_bytes_;
-    stats_.sync_micros += static_cast<uint64_t>(micros);
-    size_t b = 0;
-    while (b < StoreCommitStats::kRecordBuckets.size() &&
-           unsynced_records_ > StoreCommitStats::kRecordBuckets[b]) {
-      ++b;
-    }
-    ++stats_.records_per_sync[b];
+    stats_.CountSync(unsynced_records_, unsynced_bytes_, sync_us);
   }
   unsynced_records_ = 0;
   unsynced_bytes_ = 0;

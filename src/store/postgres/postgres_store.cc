@@ -592,6 +592,13 @@ void PostgresStore::WorkerLoop(WorkerQueue& queue) {
   }
 }
 
+StoreCommitStats PostgresStore::CommitStats() const {
+  std::lock_guard lock(stats_mu_);
+  StoreCommitStats out = stats_;
+  out.available = true;
+  return out;
+}
+
 void PostgresStore::CommitGroup(std::unique_ptr<pg::Conn>& conn, std::vector<Pending>& group,
                                 std::vector<std::optional<Result<AppendResult>>>& outcomes,
                                 StreamCache& cache) {
@@ -1121,6 +1128,7 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
         Params()});
     closing.back().params.Text(channel_).TextArray(notes);
   }
+  const auto sent_at = std::chrono::steady_clock::now();
   auto replies = conn.Pipeline(closing, [&] {
     if (options_.fault_hook &&
         options_.fault_hook(PostgresFaultPoint::kAfterCommitSent, conn.backend_pid())) {
@@ -1181,6 +1189,19 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
       }
       res.next_offset += b;
     }
+  }
+  {
+    uint64_t records = 0, bytes = 0;
+    for (size_t i : written) {
+      for (const AppendRecord& r : group[i].request.records) {
+        ++records;
+        bytes += r.payload.size() + (r.key ? r.key->size() : 0);
+      }
+    }
+    const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
+        std::chrono::steady_clock::now() - sent_at);
+    std::lock_guard lock(stats_mu_);
+    stats_.CountSync(records, bytes, static_cast<uint64_t>(micros.count()));
   }
   for (size_t i : written) outcomes[i].emplace(results[i]);
   forget.armed = false;

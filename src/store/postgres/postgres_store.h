@@ -66,6 +66,8 @@ class PostgresStore final : public Store {
   void SetWatchedStreams(WatchedStreams watched) override;
   // Every call but Append is a round trip to the database.
   bool CallsMayBlock() const override { return true; }
+  // Committed append transactions (a solo retry or a locking redo of a group counts once more).
+  StoreCommitStats CommitStats() const override;
 
  private:
   struct Pending {
@@ -151,6 +153,9 @@ class PostgresStore final : public Store {
 
   std::mutex pids_mu_;
   std::set<int> own_pids_;  // GUARDED_BY(pids_mu_)
+
+  mutable std::mutex stats_mu_;
+  StoreCommitStats stats_;  // GUARDED_BY(stats_mu_)
 
   std::mutex listener_mu_;
   std::shared_ptr<const TailListener> listener_;   // GUARDED_BY(listener_mu_)
