@@ -39,13 +39,18 @@ namespace {
 constexpr const char* kUsage =
     "usage: log_bench [--dir DIR] [--seconds S] [--quick] [--only SECTIONS]\n"
     "                 [--size BYTES] [--appenders N] [--restart-gb GB]\n"
+    "                 [--group-commit-wait-us US]\n"
     "  SECTIONS: comma-separated from appends,rocksdb,catchup,tail,memory,restart (default:\n"
     "            all; rocksdb runs inside appends, when built with RocksDB)\n"
     "  --restart-gb GB (or RUNNEL_BENCH_RESTART_GB): also time the restart of a data directory\n"
     "            grown to 1 GB and then GB gigabytes (off by default: it writes GB to --dir)\n"
-    "  --size/--appenders restrict the appends matrix to one record size / appender count\n";
+    "  --size/--appenders restrict the appends matrix to one record size / appender count\n"
+    "  --group-commit-wait-us US: the store's group-commit wait for the appends (default: the\n"
+    "            store's default, LogStoreOptions::group_commit_wait_us)\n";
 
 using Clock = std::chrono::steady_clock;
+// --group-commit-wait-us: unset keeps the store's default.
+std::optional<uint32_t> g_group_commit_wait_us;
 using runnel::AppendRecord;
 using runnel::AppendRequest;
 using runnel::AppendResult;
@@ -191,6 +196,7 @@ Figures DurableAppends(const std::string& dir, size_t size, int appenders, doubl
   std::filesystem::remove_all(dir + "/log");
   LogStoreOptions o;
   o.dir = dir + "/log";
+  if (g_group_commit_wait_us) o.group_commit_wait_us = *g_group_commit_wait_us;
   auto store = MustOpen(o);
   std::vector<StreamId> ids;
   for (int i = 0; i < appenders; ++i)
@@ -221,6 +227,7 @@ Figures DurableAppendsAsync(const std::string& dir, size_t size, int appenders, 
   std::filesystem::remove_all(dir + "/log");
   LogStoreOptions o;
   o.dir = dir + "/log";
+  if (g_group_commit_wait_us) o.group_commit_wait_us = *g_group_commit_wait_us;
   auto store = MustOpen(o);
   std::vector<StreamId> ids;
   for (int i = 0; i < appenders; ++i) {
@@ -466,6 +473,14 @@ int main(int argc, char** argv) {
       restart_gb = std::atof(argv[++i]);
     } else if (a == "--appenders" && i + 1 < argc) {
       appender_counts = {std::atoi(argv[++i])};
+    } else if (a == "--group-commit-wait-us" && i + 1 < argc) {
+      const long us = std::atol(argv[++i]);
+      if (us < 0 || us > 100000) {
+        std::fprintf(stderr, "log_bench: --group-commit-wait-us must be in [0, 100000]\n%s",
+                     kUsage);
+        return 2;
+      }
+      g_group_commit_wait_us = static_cast<uint32_t>(us);
     } else {
       std::fprintf(stderr, "%s", kUsage);
       return 2;

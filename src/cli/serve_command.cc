@@ -22,7 +22,9 @@ struct ServeFlags {
   std::string data = "./data";
   std::string store;  // empty: log when available, else memory with a warning
   std::string durability = "fsync";
-  uint32_t group_commit_wait_us = 200;
+  // 0: HTTP clients come back after a network round trip, later than the wait would last, so
+  // waiting only delays each sync (c16 appends: 50k/s without the wait, 36k/s with 200 us).
+  uint32_t group_commit_wait_us = 0;
   uint64_t long_poll_timeout_ms = 20000;
   size_t threads = 0;
   size_t max_body_bytes = 64u << 20;
@@ -219,7 +221,8 @@ void AddServeCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--group-commit-wait-us", flags->group_commit_wait_us,
                   "log store, fsync: how long a commit may wait for the appenders it just "
-                  "acknowledged to come back (capped at half the mean fdatasync time; 0: never)")
+                  "acknowledged to come back (capped at half the mean fdatasync time; 0: never, "
+                  "right for clients across a network)")
       ->envname("RUNNEL_GROUP_COMMIT_WAIT_US")
       ->check(CLI::Range(0u, 100000u))
       ->capture_default_str();
