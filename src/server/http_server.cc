@@ -28,6 +28,7 @@
 #include <openssl/err.h>
 #include <openssl/x509.h>
 
+#include "base/thread_name.h"
 #include "server/channel_service.h"
 #include "server/group_service.h"
 #include "server/http_errors.h"
@@ -304,14 +305,15 @@ class HttpServer::Impl {
     // An io_context without connections would return from run() at once; Drain stops them all.
     std::vector<net::executor_work_guard<net::io_context::executor_type>> keep_running;
     for (auto& ioc : iocs_) keep_running.push_back(net::make_work_guard(*ioc));
-    auto serve = [](net::io_context* ioc) {
+    auto serve = [](net::io_context* ioc, size_t index) {
+      SetCurrentThreadName("io-" + std::to_string(index));
       t_io_context = ioc;
       ioc->run();
       t_io_context = nullptr;
     };
     std::vector<std::thread> pool;
-    for (size_t i = 1; i < iocs_.size(); ++i) pool.emplace_back(serve, iocs_[i].get());
-    serve(&first);
+    for (size_t i = 1; i < iocs_.size(); ++i) pool.emplace_back(serve, iocs_[i].get(), i);
+    serve(&first, 0);
     for (auto& t : pool) t.join();
   }
 

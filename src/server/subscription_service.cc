@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 
+#include "base/thread_name.h"
 #include "server/http_errors.h"
 #include "server/offset_token.h"
 #include "server/webhook_url.h"
@@ -343,9 +344,15 @@ Result<std::unique_ptr<SubscriptionService>> SubscriptionService::Create(
     service->LoadScope(StreamScope::Global());
   }
   if (service->options_.start_threads) {
-    service->threads_.emplace_back([s = service.get()] { s->EngineLoop(); });
+    service->threads_.emplace_back([s = service.get()] {
+      SetCurrentThreadName("sub-engine");
+      s->EngineLoop();
+    });
     for (size_t i = 0; i < std::max<size_t>(1, service->options_.delivery_threads); ++i) {
-      service->threads_.emplace_back([s = service.get()] { s->DeliveryLoop(); });
+      service->threads_.emplace_back([s = service.get()] {
+        SetCurrentThreadName("sub-deliver");
+        s->DeliveryLoop();
+      });
     }
   }
   return service;

@@ -1,13 +1,17 @@
 #include "server/worker_pool.h"
 
+#include <string>
 #include <utility>
+
+#include "base/thread_name.h"
 
 namespace runnel::server {
 
 WorkerPool::WorkerPool(size_t threads) {
   if (threads == 0) threads = 1;
   for (size_t i = 0; i < threads; ++i) {
-    threads_.emplace_back([this] {
+    threads_.emplace_back([this, i] {
+      SetCurrentThreadName("pool-" + std::to_string(i));
       for (;;) {
         std::function<void()> job;
         {

@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -70,6 +72,27 @@ TEST_F(LogStoreTest, SecondOpenOfTheSameDirectoryIsRefused) {
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), StatusCode::kUnavailable) << second.status().ToString();
   EXPECT_NE(second.status().message().find("in use"), std::string_view::npos);
+}
+
+// Operators tell the store's threads apart in top -H / ps -L by name.
+TEST_F(LogStoreTest, WriterThreadIsNamed) {
+  auto count_named = [] {
+    int n = 0;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+      std::ifstream comm(task.path() / "comm");
+      std::string name;
+      std::getline(comm, name);
+      n += name == "log-writer" ? 1 : 0;
+    }
+    return n;
+  };
+  const int before = count_named();
+  {
+    auto store = Open();
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    EXPECT_EQ(count_named(), before + 1);
+  }
+  EXPECT_EQ(count_named(), before);
 }
 
 TEST_F(LogStoreTest, DurabilityModesParseAndAreReported) {

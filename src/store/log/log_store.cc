@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "base/thread_name.h"
 #include "store/log/crc32c.h"
 #include "store/log/log_codec.h"
 #include "store/retention.h"
@@ -159,9 +160,15 @@ Result<std::unique_ptr<LogStore>> LogStore::Open(const LogStoreOptions& options)
   RUNNEL_RETURN_IF_ERROR(store->Recover());
   store->last_sync_ = std::chrono::steady_clock::now();
   store->reserved_next_id_ = store->next_stream_id_;
-  store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
+  store->writer_ = std::thread([s = store.get()] {
+    SetCurrentThreadName("log-writer");
+    s->WriterLoop();
+  });
   if (options.prezero_segments) {
-    store->preparer_ = std::thread([s = store.get()] { s->PreparerLoop(); });
+    store->preparer_ = std::thread([s = store.get()] {
+      SetCurrentThreadName("log-prepare");
+      s->PreparerLoop();
+    });
     store->RequestPreparedSegment(store->active_segment_ + 1);
   }
   return store;
