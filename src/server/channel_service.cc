@@ -81,7 +81,7 @@ uint64_t HttpPartitioner(const MessageEnvelope& e) {
 }  // namespace
 
 ChannelService::ChannelService(StreamRegistry registry, size_t worker_threads)
-    : registry_(std::move(registry)), workers_(worker_threads) {}
+    : registry_(std::move(registry)), workers_(worker_threads, "channel") {}
 
 ChannelService::~ChannelService() = default;
 

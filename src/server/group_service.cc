@@ -87,7 +87,7 @@ Route GroupService::StreamRouteOf(std::string_view path) {
 }
 
 GroupService::GroupService(StreamService* streams, size_t worker_threads)
-    : streams_(streams), workers_(worker_threads) {}
+    : streams_(streams), workers_(worker_threads, "group") {}
 
 void GroupService::Handle(Principal who, HttpRequest request, Done done) {
   workers_.Post([this, who = std::move(who), request = std::move(request), done = std::move(done)] {

@@ -230,7 +230,7 @@ class HttpServer::Impl {
                  &metrics_),
         channels_(service_.registry(), options.channel_threads),
         groups_(&service_, options.group_threads),
-        catalog_workers_(options.catalog_threads) {
+        catalog_workers_(options.catalog_threads, "store") {
     if (options.quotas.any()) {
       quota_ = std::make_unique<TenantQuota>(options.quotas, service_.registry());
     }
@@ -305,15 +305,17 @@ class HttpServer::Impl {
     // An io_context without connections would return from run() at once; Drain stops them all.
     std::vector<net::executor_work_guard<net::io_context::executor_type>> keep_running;
     for (auto& ioc : iocs_) keep_running.push_back(net::make_work_guard(*ioc));
-    auto serve = [](net::io_context* ioc, size_t index) {
-      SetCurrentThreadName("io-" + std::to_string(index));
+    auto serve = [](net::io_context* ioc) {
       t_io_context = ioc;
       ioc->run();
       t_io_context = nullptr;
     };
     std::vector<std::thread> pool;
-    for (size_t i = 1; i < iocs_.size(); ++i) pool.emplace_back(serve, iocs_[i].get(), i);
-    serve(&first, 0);
+    for (size_t i = 1; i < iocs_.size(); ++i) {
+      pool.emplace_back(serve, iocs_[i].get());
+      SetThreadName(pool.back(), "io-" + std::to_string(i));  // io 0 is the calling thread
+    }
+    serve(&first);
     for (auto& t : pool) t.join();
   }
 

@@ -344,15 +344,11 @@ Result<std::unique_ptr<SubscriptionService>> SubscriptionService::Create(
     service->LoadScope(StreamScope::Global());
   }
   if (service->options_.start_threads) {
-    service->threads_.emplace_back([s = service.get()] {
-      SetCurrentThreadName("sub-engine");
-      s->EngineLoop();
-    });
+    service->threads_.emplace_back([s = service.get()] { s->EngineLoop(); });
+    SetThreadName(service->threads_.back(), "sub-engine");
     for (size_t i = 0; i < std::max<size_t>(1, service->options_.delivery_threads); ++i) {
-      service->threads_.emplace_back([s = service.get()] {
-        SetCurrentThreadName("sub-deliver");
-        s->DeliveryLoop();
-      });
+      service->threads_.emplace_back([s = service.get()] { s->DeliveryLoop(); });
+      SetThreadName(service->threads_.back(), "sub-deliver");
     }
   }
   return service;

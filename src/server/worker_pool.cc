@@ -7,11 +7,10 @@
 
 namespace runnel::server {
 
-WorkerPool::WorkerPool(size_t threads) {
+WorkerPool::WorkerPool(size_t threads, std::string_view name) {
   if (threads == 0) threads = 1;
   for (size_t i = 0; i < threads; ++i) {
-    threads_.emplace_back([this, i] {
-      SetCurrentThreadName("pool-" + std::to_string(i));
+    threads_.emplace_back([this] {
       for (;;) {
         std::function<void()> job;
         {
@@ -24,6 +23,7 @@ WorkerPool::WorkerPool(size_t threads) {
         job();
       }
     });
+    SetThreadName(threads_.back(), std::string(name) + "-" + std::to_string(i));
   }
 }
 

@@ -17,6 +17,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -24,8 +25,8 @@ namespace runnel::server {
 
 class WorkerPool {
  public:
-  // Starts `threads` threads (at least one).
-  explicit WorkerPool(size_t threads);
+  // Starts `threads` threads (at least one), named "<name>-<index>" (see base/thread_name.h).
+  WorkerPool(size_t threads, std::string_view name);
   // Finishes queued jobs, then joins the threads.
   ~WorkerPool();
   WorkerPool(const WorkerPool&) = delete;

@@ -160,15 +160,11 @@ Result<std::unique_ptr<LogStore>> LogStore::Open(const LogStoreOptions& options)
   RUNNEL_RETURN_IF_ERROR(store->Recover());
   store->last_sync_ = std::chrono::steady_clock::now();
   store->reserved_next_id_ = store->next_stream_id_;
-  store->writer_ = std::thread([s = store.get()] {
-    SetCurrentThreadName("log-writer");
-    s->WriterLoop();
-  });
+  store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
+  SetThreadName(store->writer_, "log-writer");
   if (options.prezero_segments) {
-    store->preparer_ = std::thread([s = store.get()] {
-      SetCurrentThreadName("log-prepare");
-      s->PreparerLoop();
-    });
+    store->preparer_ = std::thread([s = store.get()] { s->PreparerLoop(); });
+    SetThreadName(store->preparer_, "log-prepare");
     store->RequestPreparedSegment(store->active_segment_ + 1);
   }
   return store;

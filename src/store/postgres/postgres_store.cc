@@ -146,18 +146,16 @@ Result<std::unique_ptr<PostgresStore>> PostgresStore::Open(const PostgresStoreOp
   store->wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (store->wake_fd_ < 0) return Status::IOError("postgres: eventfd failed");
   for (size_t i = 0; i < options.append_workers; ++i) {
-    store->workers_.emplace_back([s = store.get(), i] {
-      SetCurrentThreadName("pg-append-" + std::to_string(i));
-      s->WorkerLoop(s->queues_[i]);
-    });
+    store->workers_.emplace_back([s = store.get(), i] { s->WorkerLoop(s->queues_[i]); });
+    SetThreadName(store->workers_.back(), "pg-append-" + std::to_string(i));
   }
   // LISTEN before returning, so every append another node commits after Open is heard.
   RUNNEL_ASSIGN_OR_RETURN(auto listen_conn, store->Connect());
   RUNNEL_RETURN_IF_ERROR(listen_conn->Exec("LISTEN " + pg::QuoteIdent(store->channel_)).status());
   store->listen_thread_ = std::thread([s = store.get(), c = listen_conn.release()] {
-    SetCurrentThreadName("pg-listen");
     s->ListenLoop(std::unique_ptr<pg::Conn>(c));
   });
+  SetThreadName(store->listen_thread_, "pg-listen");
   return store;
 }
 
