@@ -161,5 +161,7 @@ for w in "${rows[@]}"; do
 done
 if [[ -n "${sse_line:-}" ]]; then
   echo "SSE fan-out, runnel: $sse_line"
-  echo "  (targets: every append delivered to every reader, p99 <= 50 ms, rss <= 300 MB)"
+  echo "  (targets: every append delivered to every reader, p99 <= 50 ms, rss <= 300 MB; the"
+  echo "   server has served every cell above first: rss_before_mb is what that left, mostly the"
+  echo "   log store's in-memory index of the records those cells wrote)"
 fi

@@ -11,8 +11,10 @@
 //       Opens READERS SSE readers at the tail (THREADS epoll threads, default 2), then appends
 //       APPENDS messages "t=<microseconds since the epoch>" 100 ms apart, and measures when each
 //       reader sees each one. Prints: readers= failed= complete= delivered= expected= p50_ms=
-//       p99_ms= max_ms= rss_idle_mb= rss_mb= (the server's RSS from /proc/PID/status) open_s=
-//       (time to open the readers) and the CPU time per append of the server and of this driver.
+//       p99_ms= max_ms= rss_before_mb= rss_idle_mb= rss_mb= (the server's RSS from
+//       /proc/PID/status: before the readers connect, with them connected and idle, and after
+//       the appends; the readers' own cost is rss_idle_mb - rss_before_mb) open_s= (time to open
+//       the readers) and the CPU time per append of the server and of this driver.
 //
 // BASE is http://HOST:PORT with a numeric IPv4 host. Every phase is bounded in count and time.
 
@@ -552,6 +554,7 @@ int Sse(const Base& base, const std::string& path, int readers, int appends, lon
   const std::string request = "GET " + path + "?offset=" + Escape(h.next_offset) +
                               "&live=sse HTTP/1.1\r\nHost: " + base.host_header +
                               "\r\nAccept: text/event-stream\r\n\r\n";
+  const double rss_before = RssMb(pid);
   std::vector<std::unique_ptr<ReaderThread>> pool;
   for (int t = 0; t < threads; ++t) {
     const int share = readers / threads + (t < readers % threads ? 1 : 0);
@@ -607,11 +610,12 @@ int Sse(const Base& base, const std::string& path, int readers, int appends, lon
   };
   std::printf(
       "readers=%d failed=%llu complete=%d delivered=%zu expected=%llu p50_ms=%.1f p99_ms=%.1f "
-      "max_ms=%.1f rss_idle_mb=%.0f rss_mb=%.0f open_s=%.1f server_cpu_ms_per_append=%.1f "
+      "max_ms=%.1f rss_before_mb=%.0f rss_idle_mb=%.0f rss_mb=%.0f open_s=%.1f "
+      "server_cpu_ms_per_append=%.1f "
       "load_cpu_ms_per_append=%.1f\n",
       readers, static_cast<unsigned long long>(failed), complete, all.size(),
-      static_cast<unsigned long long>(expected), pct(0.5), pct(0.99), pct(1.0), rss_idle, rss_live,
-      open_s, server_cpu, own_cpu);
+      static_cast<unsigned long long>(expected), pct(0.5), pct(0.99), pct(1.0), rss_before,
+      rss_idle, rss_live, open_s, server_cpu, own_cpu);
   return 0;
 }
 
