@@ -176,6 +176,21 @@ LogStoreOptions MemOptions(env::Env* env) {
   return o;
 }
 
+// Arms a power loss just before the `sync`-th fdatasync from now: each file keeps a
+// pseudo-random part of its unsynced writes (chosen by `keep_seed`), the last one torn after
+// `tear` bytes when `tear` > 0; then sets `crashed`.
+void ArmPowerLoss(env::FaultInjectionEnv& env, env::MemEnv& mem, int sync, uint64_t keep_seed,
+                  size_t tear, std::atomic<bool>& crashed) {
+  env.BeforeSyncDo(sync, [&mem, &crashed, keep_seed, tear] {
+    mem.Crash(
+        [keep_seed](const std::string& path, size_t pending) {
+          return static_cast<size_t>((keep_seed ^ std::hash<std::string>()(path)) % (pending + 1));
+        },
+        tear);
+    crashed = true;
+  });
+}
+
 std::unique_ptr<Store> MustOpen(const LogStoreOptions& o) {
   auto s = OpenLogStore(o);
   EXPECT_TRUE(s.ok()) << s.status().ToString();
@@ -213,15 +228,7 @@ TEST(LogCrashTest, AcknowledgedAppendsSurvivePowerLossAtManyCutPoints) {
     const uint64_t keep_seed = rng();
     const size_t tear = rng() % 4 == 0 ? 0 : 1 + rng() % 2000;
     std::atomic<bool> crashed{false};
-    env.BeforeSyncDo(1 + rng() % 60, [&] {
-      mem.Crash(
-          [keep_seed](const std::string& path, size_t pending) {
-            return static_cast<size_t>((keep_seed ^ std::hash<std::string>()(path)) %
-                                       (pending + 1));
-          },
-          tear);
-      crashed = true;
-    });
+    ArmPowerLoss(env, mem, static_cast<int>(1 + rng() % 60), keep_seed, tear, crashed);
     std::vector<std::thread> appenders;
     for (int t = 0; t < 3; ++t) {
       appenders.emplace_back([&, t] {
@@ -265,6 +272,99 @@ TEST(LogCrashTest, AcknowledgedAppendsSurvivePowerLossAtManyCutPoints) {
   auto r = AppendPayloads(*store, info->id, {MakePayload(ledger.Add("s0", 1), 0, 1, 3, 'z')});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->first_offset, info->next_offset);
+}
+
+// Bursts of appends to one hot stream share groups, so the index merges their adjacent frames
+// into one reference; a filler stream with retention kills old segments, so the cleaner moves
+// those merged references frame by frame. Power fails at random syncs (cleaner syncs included);
+// every acknowledged record must be present exactly once after each reopen.
+TEST(LogCrashTest, MergedReferencesSurvivePowerLossWhileTheCleanerMovesThem) {
+  env::MemEnv mem;
+  env::FaultInjectionEnv env(&mem);
+  const std::vector<std::string> streams = {"hot", "filler"};
+  Ledger ledger;
+  std::mt19937_64 rng(7);
+  LogStoreOptions options = MemOptions(&env);
+  options.checkpoint_interval_bytes = 16 << 10;  // the cleaner runs before each checkpoint
+  {
+    auto store = MustOpen(options);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->CreateStream(Spec("hot")).ok());
+    StreamSpec filler = Spec("filler");
+    filler.retention.max_events = 5;
+    ASSERT_TRUE(store->CreateStream(filler).ok());
+  }
+  size_t most_merged = 0;  // the largest records-per-reference ratio seen for "hot"
+  // Outlive every store, so a callback still unlocking `mu` never touches a dead mutex.
+  std::mutex mu;
+  std::condition_variable cv;
+  int pending = 0;  // GUARDED_BY(mu)
+  for (int round = 0; round < 25; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    auto store = MustOpen(options);
+    ASSERT_NE(store, nullptr);
+    ledger.Verify(*store, streams);
+    if (::testing::Test::HasFatalFailure()) return;
+    const uint64_t keep_seed = rng();
+    const size_t tear = rng() % 3 == 0 ? 0 : 1 + rng() % 500;
+    std::atomic<bool> crashed{false};
+    ArmPowerLoss(env, mem, static_cast<int>(20 + rng() % 150), keep_seed, tear, crashed);
+    auto hot = store->GetStream("global", "hot");
+    auto filler = store->GetStream("global", "filler");
+    ASSERT_TRUE(hot.ok() && filler.ok());
+    for (int burst = 0; burst < 30 && !crashed.load(); ++burst) {
+      // 24 appends issued back to back, without waiting: most share a group and a timestamp.
+      constexpr int kBurst = 24;
+      {
+        std::lock_guard lock(mu);
+        pending = kBurst;
+      }
+      for (int i = 0; i < kBurst; ++i) {
+        const uint64_t id = ledger.Add("hot", 1);
+        AppendRequest req;
+        req.stream = hot->id;
+        req.now_ms = 5000 + static_cast<uint64_t>(burst);
+        req.records.push_back(AppendRecord{std::nullopt, MakePayload(id, 0, 1, rng() % 200, 'h')});
+        store->Append(std::move(req), [&, id](Result<AppendResult> res) {
+          ledger.Complete(id, res);
+          std::lock_guard lock(mu);
+          if (--pending == 0) cv.notify_all();
+        });
+      }
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return pending == 0; });
+      }
+      if (!crashed.load()) {
+        const size_t refs = dynamic_cast<log::LogStore&>(*store).BatchRefsForTesting(hot->id);
+        auto info = store->GetStream("global", "hot");
+        if (info.ok() && refs > 0) {
+          most_merged = std::max<size_t>(most_merged, info->event_count / refs);
+        }
+      }
+      // Filler that retention drops at once: the segments behind it die but for "hot".
+      for (int i = 0; i < 6 && !crashed.load(); ++i) {
+        const uint64_t id = ledger.Add("filler", 1);
+        AppendRequest req;
+        req.stream = filler->id;
+        req.now_ms = 1;
+        req.records.push_back(AppendRecord{std::nullopt, MakePayload(id, 0, 1, 900, 'f')});
+        std::promise<void> done;
+        store->Append(std::move(req), [&ledger, id, &done](Result<AppendResult> res) {
+          ledger.Complete(id, res);
+          done.set_value();
+        });
+        done.get_future().wait();
+      }
+    }
+    store.reset();
+    if (!crashed) mem.DropUnsyncedData();
+    env.ClearFaults();
+  }
+  auto store = MustOpen(options);
+  ASSERT_NE(store, nullptr);
+  ledger.Verify(*store, streams);
+  EXPECT_GE(most_merged, 2u) << "bursts must have produced merged references";
 }
 
 // The shutdown path and checkpoints: crash right after a clean close loses nothing.

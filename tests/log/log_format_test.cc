@@ -263,6 +263,43 @@ TEST_F(LogDamageTest, TornTailIsTruncatedAndTheLogContinues) {
   EXPECT_EQ((*recs)[1].payload, "next");
 }
 
+// Checkpoint versions: this binary writes version 2 and still reads version 1 (same layout);
+// an unknown version is refused like a damaged checkpoint, and recovery replays the log instead.
+TEST_F(LogDamageTest, CheckpointVersionsOneAndTwoAreReadAndOthersRefused) {
+  Populate(5);
+  {
+    auto store = OpenLogStore(SmallLogOptions(dir_.path()));
+    ASSERT_TRUE(store.ok());
+  }  // the clean close writes a checkpoint
+  auto checkpoint = [&] {
+    for (const auto& name : ListNames(dir_.path())) {
+      if (name.rfind("checkpoint-", 0) == 0) return dir_.path() + "/" + name;
+    }
+    return std::string();
+  };
+  ASSERT_FALSE(checkpoint().empty());
+  EXPECT_EQ(ReadFile(checkpoint()).substr(8, 4), std::string("\x02\0\0\0", 4));
+  for (char version : {'\x01', '\x03'}) {
+    SCOPED_TRACE(static_cast<int>(version));
+    Poke(checkpoint(), 8, version);
+    auto store = OpenLogStore(SmallLogOptions(dir_.path()));
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto notes = dynamic_cast<log::LogStore&>(**store).RecoveryNotes();
+    if (version == '\x01') {
+      for (const auto& note : notes) EXPECT_EQ(note.find("checkpoint"), std::string::npos) << note;
+    } else {
+      ASSERT_FALSE(notes.empty());
+      EXPECT_NE(notes[0].find("unsupported version 3"), std::string::npos) << notes[0];
+    }
+    auto info = (*store)->GetStream("global", "s");
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->next_offset, 6u);
+    auto recs = (*store)->Read(info->id, 1, 10, 1 << 20);
+    ASSERT_TRUE(recs.ok());
+    EXPECT_EQ(recs->size(), 5u);
+  }
+}
+
 TEST_F(LogDamageTest, DamagedCheckpointFallsBackToFullReplayOrIsReported) {
   Populate(5);
   {

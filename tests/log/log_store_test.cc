@@ -191,6 +191,89 @@ TEST_F(LogStoreTest, DiskStaysBoundedUnderContinuousAppendsWithRetention) {
   EXPECT_EQ(tail->size(), 50u);
 }
 
+// The index merges adjacent frames of one stream written in one group with one timestamp into
+// a single reference (memory per record for hot streams); reads, the tail cache and a reopen
+// see every record exactly as appended, and frames with other timestamps (age retention reads
+// them) stay apart.
+TEST(LogIndexTest, AdjacentAppendsOfOneGroupShareAReference) {
+  env::MemEnv mem;
+  env::FaultInjectionEnv slow(&mem);
+  slow.SetSyncDelay(std::chrono::milliseconds(20));  // the burst queues behind the first sync
+  LogStoreOptions o;
+  o.dir = "/data";
+  o.env = &slow;
+  o.segment_size = 1 << 20;
+  o.prezero_segments = false;
+  // Declared before the store, so they outlive its threads.
+  std::mutex mu;
+  std::condition_variable cv;
+  int pending = 0;      // GUARDED_BY(mu)
+  bool failed = false;  // GUARDED_BY(mu)
+  auto opened = OpenLogStore(o);
+  ASSERT_TRUE(opened.ok());
+  std::unique_ptr<Store> store = std::move(*opened);
+  auto& log = dynamic_cast<log::LogStore&>(*store);
+  auto same = store->CreateStream(Spec("same-ms"));
+  auto varied = store->CreateStream(Spec("varied-ms"));
+  ASSERT_TRUE(same.ok() && varied.ok());
+  auto burst = [&](StreamId id, bool vary) {
+    constexpr int kAppends = 40;
+    {
+      std::lock_guard lock(mu);
+      pending = kAppends;
+      failed = false;
+    }
+    for (int i = 0; i < kAppends; ++i) {
+      AppendRequest req;
+      req.stream = id;
+      req.now_ms = vary ? 100 + static_cast<uint64_t>(i) : 100;
+      req.records.push_back(AppendRecord{std::nullopt, "r" + std::to_string(i)});
+      if (i % 5 == 4) req.records.push_back(AppendRecord{std::string("k"), "extra"});
+      store->Append(std::move(req), [&](Result<AppendResult> r) {
+        std::lock_guard lock(mu);
+        failed = failed || !r.ok();
+        if (--pending == 0) cv.notify_all();
+      });
+    }
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return pending == 0; });
+    EXPECT_FALSE(failed);
+  };
+  burst(same->id, false);
+  burst(varied->id, true);
+  // 40 appends (48 records): the first goes alone, the rest share the next group.
+  EXPECT_LE(log.BatchRefsForTesting(same->id), 3u);
+  EXPECT_EQ(log.BatchRefsForTesting(varied->id), 40u);
+  auto check = [&](Store& st) {
+    for (StreamId id : {same->id, varied->id}) {
+      auto recs = st.Read(id, 1, 1000, 1 << 20);
+      ASSERT_TRUE(recs.ok()) << recs.status().ToString();
+      ASSERT_EQ(recs->size(), 48u);
+      size_t at = 0;
+      for (int i = 0; i < 40; ++i) {
+        EXPECT_EQ((*recs)[at].offset, at + 1);
+        EXPECT_EQ((*recs)[at++].payload, "r" + std::to_string(i));
+        if (i % 5 == 4) {
+          EXPECT_EQ((*recs)[at].key, std::optional<std::string>("k"));
+          EXPECT_EQ((*recs)[at++].payload, "extra");
+        }
+      }
+      // A read that starts inside a merged reference, one record at a time.
+      for (uint64_t from : {2u, 17u, 30u, 48u}) {
+        auto one = st.Read(id, from, 1, 1 << 20);
+        ASSERT_TRUE(one.ok());
+        ASSERT_EQ(one->size(), 1u);
+        EXPECT_EQ((*one)[0].offset, from);
+      }
+    }
+  };
+  ASSERT_NO_FATAL_FAILURE(check(*store));
+  store.reset();
+  opened = OpenLogStore(o);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  ASSERT_NO_FATAL_FAILURE(check(**opened));
+}
+
 TEST_F(LogStoreTest, LiveReadsAreServedFromTheTailCache) {
   auto opened = OpenLogStore(SmallLogOptions(dir_.path()));
   ASSERT_TRUE(opened.ok());

@@ -41,7 +41,13 @@
 
 namespace runnel::log {
 
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 1;  // segments
+// Checkpoints. 2: a batch entry may cover several adjacent append frames of its stream (version 1
+// entries cover exactly one). The layout is the same, so version 1 is still read; a binary that
+// knows only version 1 refuses version 2 (its cleaner would move one frame of such an entry and
+// lose the rest) and replays the log instead, or reports the directory.
+inline constexpr uint32_t kCheckpointVersion = 2;
+inline constexpr uint32_t kOldestCheckpointVersion = 1;
 inline constexpr std::string_view kSegmentMagic = "RUNNELWL";
 inline constexpr std::string_view kCheckpointMagic = "RUNNELCP";
 inline constexpr size_t kSegmentHeaderSize = 32;

@@ -388,7 +388,10 @@ Status LogStore::LoadCheckpoint(const std::string& path, uint64_t* replay_segmen
   };
   if (got != size || size < kCheckpointHeaderSize) return bad("shorter than its header");
   if (std::string_view(buf).substr(0, 8) != kCheckpointMagic) return bad("wrong magic");
-  if (LoadU32(buf.data() + 8) != kFormatVersion) return bad("unsupported version");
+  const uint32_t version = LoadU32(buf.data() + 8);
+  if (version < kOldestCheckpointVersion || version > kCheckpointVersion) {
+    return bad("unsupported version " + std::to_string(version));
+  }
   const uint64_t body_len = LoadU64(buf.data() + 16);
   if (body_len != size - kCheckpointHeaderSize) return bad("length mismatch");
   std::string_view body = std::string_view(buf).substr(kCheckpointHeaderSize);
@@ -760,7 +763,14 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
           s->sizes.push_back(RecSize{payload, key});
           s->bytes += store::RecordBytes(key, payload);
         }
-        s->batches.push_back(BatchRef{h.first_offset, h.timestamp, segment, pos, len});
+        BatchRef* last = s->batch_begin < s->batches.size() ? &s->batches.back() : nullptr;
+        if (last != nullptr && last->segment == segment && last->pos + last->len == pos &&
+            last->timestamp == h.timestamp && last->len + len <= kMaxMergedBatchBytes && !replay &&
+            last->pos >= merge_floor_pos_) {
+          last->len += len;  // the next adjacent frame of this stream: same reference
+        } else {
+          s->batches.push_back(BatchRef{h.first_offset, h.timestamp, segment, pos, len});
+        }
         auto it = segments_.find(segment);
         if (it != segments_.end()) it->second.live_bytes += len;
         s->next += h.count;
@@ -824,15 +834,26 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
       auto it = std::lower_bound(begin, s->batches.end(), h.first_offset,
                                  [](const BatchRef& b, uint64_t o) { return b.first_offset < o; });
       if (it == s->batches.end() || it->first_offset != h.first_offset) return Status::OK();
+      // The frame is the first of its reference (the cleaner moves a reference's frames in
+      // order, and a relocated frame is exactly as long as the one it copies). When the
+      // reference holds more frames, the moved one is carved off the front and the rest stay
+      // where they are, so a cleaner cut short by a crash leaves every record reachable.
+      const uint32_t moved = std::min(len, it->len);
       auto old_seg = segments_.find(it->segment);
       if (old_seg != segments_.end()) {
-        old_seg->second.live_bytes -= std::min<uint64_t>(it->len, old_seg->second.live_bytes);
+        old_seg->second.live_bytes -= std::min<uint64_t>(moved, old_seg->second.live_bytes);
+      }
+      std::optional<BatchRef> rest;
+      if (len < it->len && h.count > 0) {
+        rest = BatchRef{h.first_offset + h.count, it->timestamp, it->segment, it->pos + len,
+                        it->len - len};
       }
       it->segment = segment;
       it->pos = pos;
       it->len = len;
       auto new_seg = segments_.find(segment);
       if (new_seg != segments_.end()) new_seg->second.live_bytes += len;
+      if (rest) s->batches.insert(std::next(it), *rest);
       return Status::OK();
     }
     case FrameType::kTruncateHead: {
@@ -1138,6 +1159,7 @@ void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_s
     });
   } else if (total > 0) {
     std::unique_lock lock(state_mu_);
+    merge_floor_pos_ = static_cast<uint32_t>(pos);
     for (auto& op : group) {
       if (op->frame_len == 0) continue;
       // The writer encoded this frame itself: its header is known good, no CRC check needed.
@@ -1430,7 +1452,7 @@ Status LogStore::WriteCheckpoint() {
     }
   }
   std::string header(kCheckpointMagic);
-  PutU32(&header, kFormatVersion);
+  PutU32(&header, kCheckpointVersion);
   PutU32(&header, 0);
   PutU64(&header, body.size());
   PutU32(&header, MaskCrc(Crc32c(body)));
@@ -1552,18 +1574,27 @@ Status LogStore::Clean() {
   for (const Item& item : items) {
     buf.resize(item.len);
     RUNNEL_ASSIGN_OR_RETURN(size_t got, item.file->ReadAt(item.pos, item.len, buf.data()));
-    FrameView f;
-    if (got != item.len || ParseFrame(std::string_view(buf.data(), got), &f) != FrameCheck::kOk ||
-        (f.type != FrameType::kAppendBatch && f.type != FrameType::kRelocatedBatch)) {
+    if (got != item.len) {
       return Status::Corruption("segment " + SegmentPath(item.segment) + " at byte " +
                                 std::to_string(item.pos) + ", stream #" +
-                                std::to_string(item.stream) + ": live batch is unreadable");
+                                std::to_string(item.stream) + ": live batch is cut short");
     }
-    std::string frame;
-    AppendFrame(&frame, FrameType::kRelocatedBatch, f.body);
-    group_bytes += frame.size();
-    frames.push_back(std::move(frame));
-    if (group_bytes >= kGroupBytes) RUNNEL_RETURN_IF_ERROR(flush());
+    // A reference may hold several adjacent frames: each is relocated, in order.
+    for (uint64_t at = 0; at < item.len;) {
+      FrameView f;
+      if (ParseFrame(std::string_view(buf.data() + at, item.len - at), &f) != FrameCheck::kOk ||
+          (f.type != FrameType::kAppendBatch && f.type != FrameType::kRelocatedBatch)) {
+        return Status::Corruption("segment " + SegmentPath(item.segment) + " at byte " +
+                                  std::to_string(item.pos + at) + ", stream #" +
+                                  std::to_string(item.stream) + ": live batch is unreadable");
+      }
+      std::string frame;
+      AppendFrame(&frame, FrameType::kRelocatedBatch, f.body);
+      group_bytes += frame.size();
+      frames.push_back(std::move(frame));
+      at += f.size;
+      if (group_bytes >= kGroupBytes) RUNNEL_RETURN_IF_ERROR(flush());
+    }
   }
   return flush();
 }
@@ -1821,6 +1852,12 @@ Status LogStore::CheckpointNow() {
   auto op = std::make_shared<Op>();
   op->kind = OpKind::kCheckpoint;
   return Submit(op);
+}
+
+size_t LogStore::BatchRefsForTesting(StreamId id) {
+  std::shared_lock lock(state_mu_);
+  const StreamState* s = FindLocked(id);
+  return s == nullptr ? 0 : s->batches.size() - s->batch_begin;
 }
 
 std::vector<uint64_t> LogStore::SegmentNumbers() const {

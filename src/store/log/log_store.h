@@ -83,12 +83,19 @@ class LogStore final : public Store {
   // How many reads were served (partly) from the tail cache, and how many batches needed a pread.
   uint64_t cache_hits() const { return cache_hits_.load(); }
   uint64_t cache_misses() const { return cache_misses_.load(); }
+  // Tests: how many batch references the stream's index holds (0 for an unknown stream).
+  size_t BatchRefsForTesting(StreamId id);
   // Writes a checkpoint now and deletes segments nothing needs any more.
   Status CheckpointNow();
   // Numbers of the segment files currently in the directory.
   std::vector<uint64_t> SegmentNumbers() const;
 
  private:
+  // Where a stream's records [first_offset, the next reference's first_offset) are: one append
+  // frame, or several adjacent append frames of the stream with the same timestamp (merged at
+  // apply time, up to kMaxMergedBatchBytes), so a hot stream of small appends costs one
+  // reference per run of frames instead of one per append. Frame boundaries stay known only on
+  // disk: readers and the cleaner walk the frames of a reference.
   struct BatchRef {
     uint64_t first_offset = 0;
     uint64_t timestamp = 0;
@@ -96,6 +103,8 @@ class LogStore final : public Store {
     uint32_t pos = 0;
     uint32_t len = 0;
   };
+  // A live read of one record at the end of a reference walks at most this many bytes of frames.
+  static constexpr uint32_t kMaxMergedBatchBytes = 16u << 10;
   struct RecSize {
     uint32_t payload = 0;
     uint32_t key = 0;
@@ -275,6 +284,13 @@ class LogStore final : public Store {
   std::deque<CachedGroup> cache_;  // GUARDED_BY(state_mu_), ascending keys
   // ApplyFrame's scratch space for the record sizes of one batch.
   std::vector<std::pair<uint32_t, uint32_t>> apply_sizes_;  // GUARDED_BY(state_mu_)
+  // Live appends merge a frame into the stream's last reference only when that reference starts
+  // inside the group being applied (at or after this position of the active segment), so a
+  // reference never spans two cached groups and live reads keep hitting the tail cache. Replay
+  // never merges: every frame it applies starts a reference, so the cleaner's relocations
+  // (which move whole live references, frame by frame) always find their frame at the start of
+  // one. Only what was appended since the last checkpoint is indexed frame by frame.
+  uint32_t merge_floor_pos_ = 0;                            // GUARDED_BY(state_mu_)
   uint64_t cache_bytes_ = 0;                                // GUARDED_BY(state_mu_)
 
   // writer-only
