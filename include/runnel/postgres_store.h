@@ -80,6 +80,16 @@ struct PostgresStoreOptions {
   // Most appends and most records committed in one transaction.
   size_t max_group_appends = 512;
   size_t max_group_records = 10000;
+  // While other nodes append to the same schema (this node heard their notifications within the
+  // last second), a worker waits up to this many microseconds (at most half its recent mean
+  // commit round trip) before taking its next group, until as many appends are queued as were
+  // in flight during its previous transaction; the wait ends early after group_arrival_gap_us
+  // without a new arrival. Sharing the database, each node holds fewer clients, and this keeps
+  // its transactions from splitting into two half-size groups (three nodes over 16 shared
+  // streams: 20.9k -> 27.0k appends/s). A single node never waits: there the split groups let
+  // HTTP work overlap the database's and the wait cost 20%. 0 disables the wait.
+  uint32_t group_wait_us = 1000;
+  uint32_t group_arrival_gap_us = 50;
   // Bound on establishing a connection, and on any one statement (server-side
   // statement_timeout; a statement cut by it fails definitely, before COMMIT).
   std::chrono::milliseconds connect_timeout{5000};

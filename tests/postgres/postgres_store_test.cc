@@ -13,6 +13,7 @@
 
 #include "core/registry_suites.h"
 #include "postgres/postgres_harness.h"
+#include "store/postgres/postgres_store.h"
 #include "store/store_contract.h"
 
 namespace runnel::testing {
@@ -386,6 +387,33 @@ TEST_F(PostgresTest, TwoInstancesConditionalAppendsConflictDefinitely) {  // S1,
     EXPECT_EQ((*row)->payload[0], ra.ok() ? 'a' : 'b');
   }
   EXPECT_EQ(a->GetStreamById(id)->event_count, static_cast<uint64_t>(kRounds));
+}
+
+// A node knows when other nodes append (their notifications reach its listener); its own
+// appends do not count. Only then do its workers wait for fuller groups.
+TEST_F(PostgresTest, TwoInstancesNoticeEachOthersAppendsButNotTheirOwn) {
+  auto a = OpenNode();
+  auto b = OpenNode();
+  ASSERT_TRUE(a && b);
+  auto& node_a = dynamic_cast<store::PostgresStore&>(*a);
+  const StreamId id = MustCreate(*a, "busy");
+  EXPECT_FALSE(node_a.OtherNodesAppending());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(AppendOne(*a, id, "own").ok());
+  // A's own notifications arrive within milliseconds; give them ample time to be (wrongly)
+  // counted.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(node_a.OtherNodesAppending()) << "its own appends count as another node's";
+  ASSERT_TRUE(AppendOne(*b, id, "other").ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!node_a.OtherNodesAppending() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(node_a.OtherNodesAppending()) << "B's append was not heard";
+  // The appends still commit exactly once, in order, with the wait in play.
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(AppendOne(*(i % 2 ? a : b), id, std::to_string(i)).ok());
+  }
+  EXPECT_EQ(a->GetStreamById(id)->event_count, 26u);
 }
 
 TEST_F(PostgresTest, TwoInstancesListenersWakeForTheOtherNodesAppends) {

@@ -536,23 +536,51 @@ void PostgresStore::Append(AppendRequest request, AppendCallback done) {
     if (!stopping_) {
       WorkerQueue& q = queues_[request.stream % options_.append_workers];
       q.pending.push_back(Pending{std::move(request), std::move(done)});
-      q.cv.notify_one();
+      // The worker sleeps on an empty queue, or waits for `target` appends.
+      if (q.pending.size() == 1 || q.pending.size() == q.target) q.cv.notify_one();
       return;
     }
   }
   done(Status::Unavailable("postgres: the store is shutting down"));
 }
 
+bool PostgresStore::OtherNodesAppending() const {
+  const int64_t at = foreign_append_ns_.load(std::memory_order_relaxed);
+  if (at == 0) return false;
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(now).count() - at < 1'000'000'000;
+}
+
 void PostgresStore::WorkerLoop(WorkerQueue& queue) {
   std::unique_ptr<pg::Conn> conn;
   StreamCache cache;
   int pid = 0;
+  size_t in_flight = 0;        // appends in flight during the previous transaction
+  uint64_t round_trip_us = 0;  // moving mean of a group's commit round trip
   for (;;) {
     std::vector<Pending> group;
     {
       std::unique_lock lock(queue_mu_);
       queue.cv.wait(lock, [&] { return stopping_ || !queue.pending.empty(); });
       if (queue.pending.empty()) break;  // stopping and drained
+      // See PostgresStoreOptions::group_wait_us.
+      const uint64_t bound = std::min<uint64_t>(options_.group_wait_us, round_trip_us / 2);
+      if (bound > 0 && queue.pending.size() < in_flight && OtherNodesAppending()) {
+        using std::chrono::steady_clock;
+        const auto deadline = steady_clock::now() + std::chrono::microseconds(bound);
+        const std::chrono::microseconds gap(std::max<uint32_t>(options_.group_arrival_gap_us, 1));
+        queue.target = in_flight;
+        for (size_t seen = queue.pending.size();;) {
+          const auto until = std::min(deadline, steady_clock::now() + gap);
+          if (queue.cv.wait_until(lock, until,
+                                  [&] { return stopping_ || queue.pending.size() >= in_flight; })) {
+            break;
+          }
+          if (steady_clock::now() >= deadline || queue.pending.size() == seen) break;
+          seen = queue.pending.size();
+        }
+        queue.target = 0;
+      }
       size_t records = 0;
       while (!queue.pending.empty() && group.size() < options_.max_group_appends &&
              (group.empty() || records + queue.pending.front().request.records.size() <=
@@ -579,7 +607,16 @@ void PostgresStore::WorkerLoop(WorkerQueue& queue) {
         for (auto& o : outcomes) o.emplace(fresh.status());
       }
     }
+    const auto started = std::chrono::steady_clock::now();
     if (conn != nullptr) CommitGroup(conn, group, outcomes, cache);
+    {
+      const auto us = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                                std::chrono::steady_clock::now() - started)
+                                                .count());
+      round_trip_us = round_trip_us == 0 ? us : (round_trip_us * 7 + us) / 8;
+      std::lock_guard lock(queue_mu_);
+      in_flight = group.size() + queue.pending.size();
+    }
     for (size_t i = 0; i < group.size(); ++i) {
       Result<AppendResult> r =
           outcomes[i]
@@ -1328,6 +1365,10 @@ void PostgresStore::ListenLoop(std::unique_ptr<pg::Conn> conn) {
       const std::string payload = n->extra ? n->extra : "";
       PQfreemem(n);
       if (IsOwnBackend(pid)) continue;
+      foreign_append_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count(),
+                               std::memory_order_relaxed);
       const size_t colon = payload.find(':');
       if (colon == std::string::npos) continue;
       char* end = nullptr;

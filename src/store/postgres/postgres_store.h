@@ -66,6 +66,8 @@ class PostgresStore final : public Store {
   void SetWatchedStreams(WatchedStreams watched) override;
   // Every call but Append is a round trip to the database.
   bool CallsMayBlock() const override { return true; }
+  // Whether this node heard another node's append notification within the last second.
+  bool OtherNodesAppending() const;
   // Committed append transactions (a solo retry or a locking redo of a group counts once more).
   StoreCommitStats CommitStats() const override;
 
@@ -79,6 +81,8 @@ class PostgresStore final : public Store {
   struct WorkerQueue {
     std::condition_variable cv;
     std::deque<Pending> pending;  // GUARDED_BY(queue_mu_)
+    // While the worker waits for a fuller group: the queue size that wakes it (0 = not waiting).
+    size_t target = 0;  // GUARDED_BY(queue_mu_)
   };
   // How a group transaction ended.
   enum class GroupEnd {
@@ -161,6 +165,8 @@ class PostgresStore final : public Store {
   std::shared_ptr<const TailListener> listener_;   // GUARDED_BY(listener_mu_)
   std::shared_ptr<const WatchedStreams> watched_;  // GUARDED_BY(listener_mu_)
   std::atomic<bool> listen_stop_{false};
+  // steady_clock nanoseconds of the last notification from another node's backend (0: none).
+  std::atomic<int64_t> foreign_append_ns_{0};
   int wake_fd_ = -1;  // eventfd that interrupts the listener thread's poll
   std::thread listen_thread_;
 };
