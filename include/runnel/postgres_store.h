@@ -86,8 +86,9 @@ struct PostgresStoreOptions {
   // in flight during its previous transaction; the wait ends early after group_arrival_gap_us
   // without a new arrival. Sharing the database, each node holds fewer clients, and this keeps
   // its transactions from splitting into two half-size groups (three nodes over 16 shared
-  // streams: 20.9k -> 27.0k appends/s). A single node never waits: there the split groups let
-  // HTTP work overlap the database's and the wait cost 20%. 0 disables the wait.
+  // streams, bench/pg_bench.sh: 20.9k-22.5k -> 24.4k-25.3k appends/s). A single node never
+  // waits: there the split groups let HTTP work overlap the database's, and the wait cost 20%.
+  // 0 disables the wait.
   uint32_t group_wait_us = 1000;
   uint32_t group_arrival_gap_us = 50;
   // Bound on establishing a connection, and on any one statement (server-side
