@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "base/thread_name.h"
+#include "store/group_wait.h"
 #include "store/log/crc32c.h"
 #include "store/log/log_codec.h"
 #include "store/retention.h"
@@ -998,21 +999,10 @@ void LogStore::WaitForFullerGroup(std::unique_lock<std::mutex>& lock) {
   }
   const uint64_t bound = std::min<uint64_t>(options_.group_commit_wait_us, sync_mean_us_ / 2);
   if (bound == 0) return;
-  using std::chrono::steady_clock;
-  const steady_clock::time_point deadline = steady_clock::now() + std::chrono::microseconds(bound);
-  const std::chrono::microseconds gap(std::max<uint32_t>(options_.group_arrival_gap_us, 1));
-  group_target_ = last_group_ops_;
-  // Stop early once the queue stops growing for a gap (slow clients, or gone).
-  for (size_t seen = queue_.size();;) {
-    const steady_clock::time_point until = std::min(deadline, steady_clock::now() + gap);
-    if (queue_cv_.wait_until(lock, until,
-                             [&] { return queue_.size() >= group_target_ || stopping_; })) {
-      break;
-    }
-    if (steady_clock::now() >= deadline || queue_.size() == seen) break;
-    seen = queue_.size();
-  }
-  group_target_ = 0;
+  store::WaitForFullerGroup(
+      queue_cv_, lock, last_group_ops_, std::chrono::microseconds(bound),
+      std::chrono::microseconds(options_.group_arrival_gap_us), &group_target_,
+      [&] { return queue_.size(); }, [&] { return stopping_; });
 }
 
 void LogStore::Prepare(Op& op) {
@@ -1196,8 +1186,8 @@ void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_s
   pending_cursors_.clear();
   pending_names_.clear();
   reserved_next_id_ = next_stream_id_;
-  if (options_.durability.mode == LogDurability::kFsync) {
-    std::lock_guard lock(queue_mu_);
+  if (options_.durability.mode == LogDurability::kFsync && options_.group_commit_wait_us > 0) {
+    std::lock_guard lock(queue_mu_);  // only WaitForFullerGroup reads it
     queued_at_ack_ = queue_.size();
   }
   const std::shared_ptr<const TailListener> listener = Listener();

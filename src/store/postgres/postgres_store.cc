@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "base/thread_name.h"
+#include "store/group_wait.h"
 #include "store/postgres/pg_schema.h"
 #include "store/retention.h"
 
@@ -566,20 +567,10 @@ void PostgresStore::WorkerLoop(WorkerQueue& queue) {
       // See PostgresStoreOptions::group_wait_us.
       const uint64_t bound = std::min<uint64_t>(options_.group_wait_us, round_trip_us / 2);
       if (bound > 0 && queue.pending.size() < in_flight && OtherNodesAppending()) {
-        using std::chrono::steady_clock;
-        const auto deadline = steady_clock::now() + std::chrono::microseconds(bound);
-        const std::chrono::microseconds gap(std::max<uint32_t>(options_.group_arrival_gap_us, 1));
-        queue.target = in_flight;
-        for (size_t seen = queue.pending.size();;) {
-          const auto until = std::min(deadline, steady_clock::now() + gap);
-          if (queue.cv.wait_until(lock, until,
-                                  [&] { return stopping_ || queue.pending.size() >= in_flight; })) {
-            break;
-          }
-          if (steady_clock::now() >= deadline || queue.pending.size() == seen) break;
-          seen = queue.pending.size();
-        }
-        queue.target = 0;
+        WaitForFullerGroup(
+            queue.cv, lock, in_flight, std::chrono::microseconds(bound),
+            std::chrono::microseconds(options_.group_arrival_gap_us), &queue.target,
+            [&] { return queue.pending.size(); }, [&] { return stopping_; });
       }
       size_t records = 0;
       while (!queue.pending.empty() && group.size() < options_.max_group_appends &&
