@@ -308,7 +308,8 @@ void StreamService::ForgetLookup(const std::string& key) {
   append_cache_.erase(key);
 }
 
-void StreamService::Touch(StreamId id) {
+void StreamService::Touch(StreamId id, const Meta& meta) {
+  if (!meta.ttl_s) return;  // only a TTL is renewed by access
   std::lock_guard<std::mutex> lock(access_mu_);
   last_access_ms_[id] = NowMs();
 }
@@ -866,7 +867,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   if (!created.ok()) return finish(ErrorResponse(created));
   auto info = registry_.store().GetStream(route.scope.Label(), route.name);
   if (!info.ok()) return finish(ErrorResponse(info.status()));
-  if (meta.ttl_s) Touch(info->id);
+  Touch(info->id, meta);
 
   if (source) {
     Status counted = UpdateMeta(source->info.id, [](Meta* m) { ++m->fork_refs; });
@@ -974,7 +975,7 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
   }
   if (found->meta.soft_deleted) return finish(Gone());
   const StreamInfo& info = found->info;
-  if (found->meta.ttl_s) Touch(info.id);
+  Touch(info.id, found->meta);
 
   auto producer_headers = [](HttpResponse* r, uint64_t epoch, uint64_t seq) {
     r->Set("Producer-Epoch", std::to_string(epoch));
@@ -1327,7 +1328,7 @@ std::optional<ReadState> StreamService::BeginRead(const Route& route, const Http
     return std::nullopt;
   }
   const StreamInfo& info = found->info;
-  if (found->meta.ttl_s) Touch(info.id);
+  Touch(info.id, found->meta);
   state.scope = route.scope;
   state.name = route.name;
   state.id = info.id;

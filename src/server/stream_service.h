@@ -210,8 +210,8 @@ class StreamService {
 
   // Looks a stream up, applying expiry. kNotFound when absent or expired.
   Result<Found> Lookup(const StreamScope& scope, std::string_view name);
-  // Renews a TTL stream's idle clock (callers skip streams without a TTL: nothing reads it).
-  void Touch(StreamId id);
+  // Renews a TTL stream's idle clock; a stream without a TTL records nothing (nothing reads it).
+  void Touch(StreamId id, const Meta& meta);
   bool Expired(const StreamInfo& info, const Meta& meta);
   // Removes a stream, or soft-deletes it while forks reference it; cascades to fork sources.
   Status Remove(const StreamInfo& info, const Meta& meta);
