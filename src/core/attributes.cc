@@ -37,6 +37,7 @@ Result<std::string> Set(std::string_view attributes, std::string_view key,
   } else {
     j.erase(std::string(key));
   }
+  if (j.empty()) return std::string();
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

@@ -19,7 +19,8 @@ namespace runnel::attributes {
 Result<std::optional<std::string>> Get(std::string_view attributes, std::string_view key);
 
 // The attributes with `key` set to `json_value` (JSON text), or removed when json_value is
-// nullopt. kCorruption as for Get; kInvalidArgument when json_value is not valid JSON.
+// nullopt; empty (not "{}") when no key is left. kCorruption as for Get; kInvalidArgument when
+// json_value is not valid JSON.
 Result<std::string> Set(std::string_view attributes, std::string_view key,
                         const std::optional<std::string>& json_value);
 

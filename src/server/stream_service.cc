@@ -216,6 +216,14 @@ struct StreamService::Meta {
     if (soft_deleted) j["soft_deleted"] = true;
     return j.dump(-1, ' ', false, json::error_handler_t::replace);
   }
+
+  // What the "ds" key holds: nothing for a stream without metadata (most streams), so the
+  // store keeps no attributes for it at all.
+  std::optional<std::string> Stored() const {
+    std::string text = Serialize();
+    if (text == "{}") return std::nullopt;
+    return text;
+  }
 };
 
 struct StreamService::Found {
@@ -363,8 +371,7 @@ Status StreamService::UpdateMeta(StreamId id, const std::function<void(Meta*)>& 
   Meta meta = Meta::Parse(info.spec.attributes);
   change(&meta);
   RUNNEL_ASSIGN_OR_RETURN(
-      std::string attrs,
-      attributes::Set(info.spec.attributes, Meta::kAttributeKey, meta.Serialize()));
+      std::string attrs, attributes::Set(info.spec.attributes, Meta::kAttributeKey, meta.Stored()));
   return registry_.store().UpdateStream(id, info.spec.retention, attrs);
 }
 
@@ -375,8 +382,7 @@ Status StreamService::SoftDelete(StreamId id) {
   Meta meta = Meta::Parse(info.spec.attributes);
   meta.soft_deleted = true;
   RUNNEL_ASSIGN_OR_RETURN(
-      std::string attrs,
-      attributes::Set(info.spec.attributes, Meta::kAttributeKey, meta.Serialize()));
+      std::string attrs, attributes::Set(info.spec.attributes, Meta::kAttributeKey, meta.Stored()));
   if (!info.closed) {
     // Closing in the same commit makes the store refuse every later append, including one a
     // node validated from a remembered lookup (append_cache_).
@@ -406,8 +412,7 @@ Result<std::string> StreamService::BeginMetaAppend(StreamId id, const std::strin
   Meta meta = Meta::Parse(info.spec.attributes);
   meta.stream_seq = seq;
   RUNNEL_ASSIGN_OR_RETURN(
-      std::string attrs,
-      attributes::Set(info.spec.attributes, Meta::kAttributeKey, meta.Serialize()));
+      std::string attrs, attributes::Set(info.spec.attributes, Meta::kAttributeKey, meta.Stored()));
   meta_in_flight_.insert(id);
   return attrs;
 }
@@ -859,7 +864,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   CreateStreamOptions options;
   options.content_type = content_type;
   options.retention = config.retention;
-  auto attrs = attributes::Set("", Meta::kAttributeKey, meta.Serialize());
+  auto attrs = attributes::Set("", Meta::kAttributeKey, meta.Stored());
   if (!attrs.ok()) return finish(ErrorResponse(attrs.status()));
   options.attributes = std::move(*attrs);
   options.first_offset = first_offset;

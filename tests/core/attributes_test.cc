@@ -23,6 +23,18 @@ TEST(AttributesTest, GetAndSetTouchOnlyTheirKey) {
   EXPECT_TRUE(attributes::Get(*c, "runnel.channel")->has_value());
 }
 
+TEST(AttributesTest, RemovingTheLastKeyLeavesEmptyAttributes) {
+  // Empty attributes, not "{}": a store keeps nothing for a stream without attributes.
+  auto a = attributes::Set("", "ds", R"({"ttl_s":60})");
+  ASSERT_TRUE(a.ok());
+  auto b = attributes::Set(*a, "ds", std::nullopt);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(*b, "");
+  auto c = attributes::Set("", "ds", std::nullopt);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(*c, "");
+}
+
 TEST(AttributesTest, NonObjectsAndBadValuesAreRefused) {
   EXPECT_EQ(attributes::Get("not json", "k").status().code(), StatusCode::kCorruption);
   EXPECT_EQ(attributes::Get("[1,2]", "k").status().code(), StatusCode::kCorruption);

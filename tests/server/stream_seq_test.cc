@@ -120,5 +120,20 @@ TEST_F(StreamSeqTest, ARefusedAppendLeavesTheStreamSeqUnchanged) {
   EXPECT_EQ(Write("POST", "y", {{"stream-seq", "c"}}).status, 204);
 }
 
+TEST_F(StreamSeqTest, OnlyStreamsWithProtocolMetadataStoreAttributes) {
+  // A plain stream stores no attributes at all (the log store then keeps no per-stream extras
+  // for it); the first Stream-Seq adds them, and re-creating the stream still matches it.
+  ASSERT_EQ(Write("PUT", "").status, 201);
+  auto info = store_->GetStream("global", "s");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->spec.attributes, "");
+  EXPECT_EQ(Write("PUT", "").status, 200);
+  ASSERT_EQ(Write("POST", "a", {{"stream-seq", "0001"}}).status, 204);
+  info = store_->GetStream("global", "s");
+  ASSERT_TRUE(info.ok());
+  EXPECT_NE(info->spec.attributes.find("0001"), std::string::npos) << info->spec.attributes;
+  EXPECT_EQ(Write("PUT", "").status, 200);
+}
+
 }  // namespace
 }  // namespace runnel::server
