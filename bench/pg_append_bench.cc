@@ -1,7 +1,9 @@
 // Load generator for the PostgreSQL store: C client threads, each appending one 100-byte record
 // at a time and waiting for its acknowledgement (the same shape as pgbench's one row per
 // transaction), for a fixed time. Group commit is what lets the store beat one transaction per
-// row. Prints rows/s. bench/pg_bench.sh runs it on a private cluster next to pgbench.
+// row. Prints rows/s, and the append transactions per second with their mean records and commit
+// round trip (from the store's commit stats). bench/pg_bench.sh runs it on a private cluster next
+// to pgbench.
 //
 //   RUNNEL_TEST_PG_URL=postgresql://... pg_append_bench [clients] [seconds] [streams] [workers]
 #include <unistd.h>
@@ -97,14 +99,22 @@ int main(int argc, char** argv) {
       }
     });
   }
+  const runnel::StoreCommitStats before = store.CommitStats();
   std::this_thread::sleep_for(std::chrono::seconds(seconds));
   stop = true;
   for (auto& t : threads) t.join();
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("runnel_rows=%llu errors=%llu seconds=%.2f rows_per_s=%.0f\n",
-              static_cast<unsigned long long>(rows.load()),
-              static_cast<unsigned long long>(errors.load()), elapsed,
-              static_cast<double>(rows.load()) / elapsed);
+  // The append transactions of the run: how many records each carried, and how long each took
+  // from sending its statements to the reply to COMMIT.
+  const runnel::StoreCommitStats after = store.CommitStats();
+  const double txns = static_cast<double>(after.syncs - before.syncs);
+  std::printf(
+      "runnel_rows=%llu errors=%llu seconds=%.2f rows_per_s=%.0f transactions_per_s=%.0f "
+      "rows_per_transaction=%.1f commit_ms=%.3f\n",
+      static_cast<unsigned long long>(rows.load()), static_cast<unsigned long long>(errors.load()),
+      elapsed, static_cast<double>(rows.load()) / elapsed, txns / elapsed,
+      txns > 0 ? static_cast<double>(after.records - before.records) / txns : 0.0,
+      txns > 0 ? static_cast<double>(after.sync_micros - before.sync_micros) / txns / 1000 : 0.0);
   return errors.load() == 0 ? 0 : 1;
 }

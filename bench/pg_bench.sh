@@ -92,8 +92,11 @@ before=$(xacts)
 out=$("$prog" 64 "$seconds" 16)
 after=$(xacts)
 store_rate=$(echo "$out" | sed -E 's/.*rows_per_s=([0-9]+).*/\1/')
+store_txn=$(echo "$out" | sed -E 's/.*rows_per_transaction=([0-9.]+).*/\1/')
+store_commit=$(echo "$out" | sed -E 's/.*commit_ms=([0-9.]+).*/\1/')
 echo "runnel store alone, 64 threads, 1 record/append: ${store_rate} rows/s" \
-     "($(( (after - before) / seconds )) commits/s)"
+     "($(( (after - before) / seconds )) commits/s, ${store_txn} records per append transaction," \
+     "${store_commit} ms per commit round trip)"
 
 # Three nodes on the database (the one-node run uses only the first).
 urls=()
