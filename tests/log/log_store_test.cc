@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -63,6 +64,76 @@ TEST_F(LogStoreTest, AppendsAreReadableAndSurviveReopen) {
   ASSERT_TRUE(recs.ok());
   ASSERT_EQ(recs->size(), 3u);
   EXPECT_EQ((*recs)[2].payload, "ccc");
+}
+
+// Key sizes are kept only once a stream has a record with a key (most streams have none):
+// retained bytes still count every key exactly, while retention drops and compacts the head
+// across keyless and keyed records, and after a checkpoint and a replay.
+TEST_F(LogStoreTest, RetainedBytesCountKeysAcrossRetentionCheckpointAndReopen) {
+  struct Rec {
+    std::optional<std::string> key;
+    std::string payload;
+  };
+  std::vector<Rec> all;
+  // 300 keyless, 300 with keys of varying size, 300 keyless again.
+  for (int i = 0; i < 900; ++i) {
+    Rec r;
+    if (i >= 300 && i < 600) r.key = std::string(1 + i % 7, 'k');
+    r.payload = std::string(1 + i % 5, 'p');
+    all.push_back(std::move(r));
+  }
+  auto expected_bytes = [&](size_t through) {  // the last 100 of all[0, through)
+    uint64_t b = 0;
+    for (size_t i = through - 100; i < through; ++i) {
+      b += all[i].payload.size() + (all[i].key ? all[i].key->size() : 0);
+    }
+    return b;
+  };
+  StreamId id;
+  auto check = [&](Store& store, size_t through) {
+    auto info = store.GetStreamById(id);
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    EXPECT_EQ(info->head_offset, through - 99) << "through " << through;
+    EXPECT_EQ(info->retained_bytes, expected_bytes(through)) << "through " << through;
+    auto recs = store.Read(id, 0, 1000, 1 << 20);
+    ASSERT_TRUE(recs.ok());
+    ASSERT_EQ(recs->size(), 100u);
+    for (const StoredRecord& r : *recs) {
+      EXPECT_EQ(r.key, all[r.offset - 1].key) << r.offset;
+      EXPECT_EQ(r.payload, all[r.offset - 1].payload) << r.offset;
+    }
+  };
+  {
+    auto store = Open();
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    StreamSpec spec = Spec("s");
+    spec.retention.max_events = 100;
+    auto info = (*store)->CreateStream(spec);
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    id = info->id;
+    for (size_t i = 0; i < all.size(); i += 3) {
+      AppendRequest req;
+      req.stream = id;
+      req.now_ms = 1000;
+      for (size_t j = i; j < i + 3; ++j)
+        req.records.push_back(AppendRecord{all[j].key, all[j].payload});
+      ASSERT_TRUE(AppendSync(**store, std::move(req)).ok());
+      const size_t through = i + 3;
+      if (through >= 100 && through % 150 == 0) {
+        ASSERT_NO_FATAL_FAILURE(check(**store, through));
+      }
+      if (through == 450) {
+        auto* log = dynamic_cast<log::LogStore*>(store->get());
+        ASSERT_NE(log, nullptr);
+        ASSERT_TRUE(log->CheckpointNow().ok());
+      }
+    }
+    ASSERT_NO_FATAL_FAILURE(check(**store, all.size()));
+  }
+  // Reopened: the checkpoint at 450 (keys present) plus a replay of the rest.
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_NO_FATAL_FAILURE(check(**store, all.size()));
 }
 
 TEST_F(LogStoreTest, SecondOpenOfTheSameDirectoryIsRefused) {

@@ -428,10 +428,12 @@ Status LogStore::LoadCheckpoint(const std::string& path, uint64_t* replay_segmen
     if (!r.U64(&nrecords) || nrecords != s->next - s->head || nrecords > r.remaining() / 8) {
       return bad("bad record count");
     }
-    s->sizes.resize(nrecords);
-    for (auto& rs : s->sizes) {
-      if (!r.U32(&rs.payload) || !r.U32(&rs.key)) return bad("truncated sizes");
-      s->bytes += store::RecordBytes(rs.key, rs.payload);
+    s->sizes.reserve(nrecords);
+    for (uint64_t i = 0; i < nrecords; ++i) {
+      uint32_t payload, key;
+      if (!r.U32(&payload) || !r.U32(&key)) return bad("truncated sizes");
+      s->PushSize(payload, key);
+      s->bytes += store::RecordBytes(key, payload);
     }
     uint32_t ncursors, nproducers;
     if (!r.U32(&ncursors)) return bad("truncated cursors");
@@ -648,8 +650,12 @@ void LogStore::Compact(StreamState& s) {
                     s.batches.begin() + static_cast<std::ptrdiff_t>(s.batch_begin));
     s.batch_begin = 0;
   }
+  std::vector<uint32_t>* key_sizes =
+      s.extras && !s.extras->key_sizes.empty() ? &s.extras->key_sizes : nullptr;
   if (s.size_begin > 64 && s.size_begin * 2 > s.sizes.size()) {
-    s.sizes.erase(s.sizes.begin(), s.sizes.begin() + static_cast<std::ptrdiff_t>(s.size_begin));
+    const auto n = static_cast<std::ptrdiff_t>(s.size_begin);
+    s.sizes.erase(s.sizes.begin(), s.sizes.begin() + n);
+    if (key_sizes != nullptr) key_sizes->erase(key_sizes->begin(), key_sizes->begin() + n);
     s.size_begin = 0;
   }
   if (s.batch_begin == s.batches.size()) {
@@ -657,18 +663,32 @@ void LogStore::Compact(StreamState& s) {
     s.batch_begin = 0;
   }
   if (s.size_begin == s.sizes.size()) {
-    std::vector<RecSize>().swap(s.sizes);
+    std::vector<uint32_t>().swap(s.sizes);
+    if (key_sizes != nullptr) std::vector<uint32_t>().swap(*key_sizes);
     s.size_begin = 0;
+  }
+}
+
+uint64_t LogStore::StreamState::RecordBytesAt(size_t i) const {
+  return store::RecordBytes(KeySize(i), sizes[i]);
+}
+
+void LogStore::StreamState::PushSize(uint32_t payload, uint32_t key) {
+  sizes.push_back(payload);
+  if (extras && !extras->key_sizes.empty()) {
+    extras->key_sizes.push_back(key);
+  } else if (key != 0) {
+    // The stream's first record with a key: the records before it have none.
+    std::vector<uint32_t>& keys = mut().key_sizes;
+    keys.assign(sizes.size(), 0);
+    keys.back() = key;
   }
 }
 
 void LogStore::DropHead(StreamState& s, uint64_t n) {
   n = std::min(n, s.next - s.head);
   if (n == 0) return;
-  for (uint64_t i = 0; i < n; ++i) {
-    const RecSize& rs = s.sizes[s.size_begin + i];
-    s.bytes -= store::RecordBytes(rs.key, rs.payload);
-  }
+  for (uint64_t i = 0; i < n; ++i) s.bytes -= s.RecordBytesAt(s.size_begin + i);
   s.size_begin += static_cast<uint32_t>(n);
   s.head += n;
   // Release every batch whose records are all below the new head.
@@ -761,7 +781,7 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
       }
       if (h.count > 0) {
         for (const auto& [payload, key] : sizes) {
-          s->sizes.push_back(RecSize{payload, key});
+          s->PushSize(payload, key);
           s->bytes += store::RecordBytes(key, payload);
         }
         BatchRef* last = s->batch_begin < s->batches.size() ? &s->batches.back() : nullptr;
@@ -798,10 +818,7 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
               off, [](uint64_t o, const BatchRef& b) { return o < b.first_offset; });
           return std::prev(it)->timestamp;
         };
-        view.bytes_at = [s](size_t i) {
-          const RecSize& rs = s->sizes[s->size_begin + i];
-          return store::RecordBytes(rs.key, rs.payload);
-        };
+        view.bytes_at = [s](size_t i) { return s->RecordBytesAt(s->size_begin + i); };
         DropHead(*s, store::RetentionDropCount(retention, h.timestamp, view));
       }
       if (replay) {
@@ -1425,8 +1442,8 @@ Status LogStore::WriteCheckpoint() {
       }
       PutU64(&body, s->sizes.size() - s->size_begin);
       for (size_t i = s->size_begin; i < s->sizes.size(); ++i) {
-        PutU32(&body, s->sizes[i].payload);
-        PutU32(&body, s->sizes[i].key);
+        PutU32(&body, s->sizes[i]);
+        PutU32(&body, s->KeySize(i));
       }
       PutU32(&body, static_cast<uint32_t>(s->view().cursors.size()));
       for (const auto& [name, c] : s->view().cursors) {
@@ -1685,7 +1702,7 @@ Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, siz
     // Decide exactly which records the read returns, from the in-memory sizes.
     size_t bytes = 0;
     for (uint64_t o = start; o < s->next && count < limit; ++o) {
-      const size_t size = s->sizes[s->size_begin + (o - s->head)].payload;
+      const size_t size = s->sizes[s->size_begin + (o - s->head)];
       if (count > 0 && bytes + size > max_bytes) break;
       bytes += size;
       ++count;

@@ -10,7 +10,8 @@
 // - Update, delete and truncate are barriers: the writer commits the group before them and
 //   commits them alone. Appends, cursor commits and stream creations share groups.
 // - The index per stream is a vector of BatchRefs (one per append frame still holding retained
-//   records: first offset, segment, byte position, frame length) plus per-record sizes. A read
+//   records: first offset, segment, byte position, frame length) plus per-record payload sizes
+//   (and key sizes, in streams that have keys). A read
 //   is a binary search, then one pread per run of adjacent frames.
 //
 // Thread-safety: all public methods may be called from any thread. state_mu_ guards the visible
@@ -105,17 +106,17 @@ class LogStore final : public Store {
   };
   // A live read of one record at the end of a reference walks at most this many bytes of frames.
   static constexpr uint32_t kMaxMergedBatchBytes = 16u << 10;
-  struct RecSize {
-    uint32_t payload = 0;
-    uint32_t key = 0;
-  };
-  // The rarely set parts of a stream: retention, attributes, cursors and producers, allocated
+  // The rarely set parts of a stream: retention, attributes, cursors, producers and the key
+  // sizes of records with keys, allocated
   // only for streams that have any (most have none).
   struct StreamExtras {
     StreamRetention retention;
     std::string attributes;
     std::map<std::string, CursorState, std::less<>> cursors;
     std::map<std::string, ProducerState, std::less<>> producers;
+    // Empty until the stream holds a record with a key; then parallel to StreamState::sizes
+    // (same indices), key_sizes[i] the key size of the record whose payload size is sizes[i].
+    std::vector<uint32_t> key_sizes;
   };
   // Kept small (about 180 bytes, plus a 48-byte name-set node): a data directory may hold
   // millions of idle streams. The StreamSpec is stored in parts: the namespace and content type
@@ -134,9 +135,10 @@ class LogStore final : public Store {
     uint64_t reserved_next = 1;
     // Live entries are [batch_begin, batches.size()) and [size_begin, sizes.size()); the
     // prefixes are compacted away lazily. Invariant: sizes[size_begin + (o - head)] is the
-    // size of offset o; batches cover [head, next) in order.
+    // payload size of offset o (its key size is KeySize of the same index: keys are rare, so
+    // they cost nothing until a stream has one); batches cover [head, next) in order.
     std::vector<BatchRef> batches;
-    std::vector<RecSize> sizes;
+    std::vector<uint32_t> sizes;
     uint32_t batch_begin = 0;
     uint32_t size_begin = 0;
     bool closed = false;
@@ -147,6 +149,14 @@ class LogStore final : public Store {
       if (!extras) extras = std::make_unique<StreamExtras>();
       return *extras;
     }
+    // The key size of the record at index i of sizes.
+    uint32_t KeySize(size_t i) const {
+      return extras && !extras->key_sizes.empty() ? extras->key_sizes[i] : 0;
+    }
+    // store::RecordBytes of the record at index i of sizes.
+    uint64_t RecordBytesAt(size_t i) const;
+    // Appends the sizes of the next record.
+    void PushSize(uint32_t payload, uint32_t key);
     const StreamExtras& view() const {
       static const StreamExtras kEmpty;
       return extras ? *extras : kEmpty;
