@@ -27,6 +27,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -34,6 +35,7 @@
 #include <set>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -118,12 +120,49 @@ class LogStore final : public Store {
     // (same indices), key_sizes[i] the key size of the record whose payload size is sizes[i].
     std::vector<uint32_t> key_sizes;
   };
-  // Kept small (about 180 bytes, plus a 48-byte name-set node): a data directory may hold
-  // millions of idle streams. The StreamSpec is stored in parts: the namespace and content type
-  // point at shared strings (names_ keys and content_types_), the rest lives in extras.
+  // A string held by one pointer: a length prefix (1 byte below 255 bytes, else 0xff and 4
+  // bytes) and its bytes in one allocation, where a std::string takes 32 bytes in place. The
+  // name is the one string every stream has.
+  class PackedName {
+   public:
+    PackedName& operator=(std::string_view s) {
+      if (s.empty()) {
+        data_.reset();
+        return *this;
+      }
+      const size_t prefix = s.size() < kLong ? 1 : 1 + sizeof(uint32_t);
+      data_.reset(new char[prefix + s.size()]);
+      if (prefix == 1) {
+        data_[0] = static_cast<char>(s.size());
+      } else {
+        const auto n = static_cast<uint32_t>(s.size());
+        data_[0] = static_cast<char>(kLong);
+        std::memcpy(data_.get() + 1, &n, sizeof(n));
+      }
+      std::memcpy(data_.get() + prefix, s.data(), s.size());
+      return *this;
+    }
+    std::string_view view() const {
+      if (!data_) return {};
+      const auto first = static_cast<unsigned char>(data_[0]);
+      if (first < kLong) return {data_.get() + 1, first};
+      uint32_t n;
+      std::memcpy(&n, data_.get() + 1, sizeof(n));
+      return {data_.get() + 1 + sizeof(n), n};
+    }
+    std::string str() const { return std::string(view()); }
+
+   private:
+    static constexpr unsigned kLong = 0xff;
+    std::unique_ptr<char[]> data_;
+  };
+  // Kept small (152 bytes, plus the name's allocation and a 48-byte name-set node): a data
+  // directory may hold millions of idle streams. The StreamSpec is stored in parts: the
+  // namespace and content type point at shared strings (names_ keys and content_types_), the
+  // rest lives in extras.
   struct StreamState {
     StreamId id = 0;
-    std::string name;
+    PackedName name;
     const std::string* ns = nullptr;            // a key of names_, which outlives the stream
     const std::string* content_type = nullptr;  // a key of content_types_ (reference counted)
     uint64_t first_offset = 1;
@@ -270,9 +309,11 @@ class LogStore final : public Store {
   // Streams of one namespace ordered by name; lookups take the name.
   struct NameLess {
     using is_transparent = void;
-    bool operator()(const StreamState* a, const StreamState* b) const { return a->name < b->name; }
-    bool operator()(const StreamState* a, std::string_view b) const { return a->name < b; }
-    bool operator()(std::string_view a, const StreamState* b) const { return a < b->name; }
+    bool operator()(const StreamState* a, const StreamState* b) const {
+      return a->name.view() < b->name.view();
+    }
+    bool operator()(const StreamState* a, std::string_view b) const { return a->name.view() < b; }
+    bool operator()(std::string_view a, const StreamState* b) const { return a < b->name.view(); }
   };
   using NameSet = std::set<const StreamState*, NameLess>;
   // ns -> its streams by name. An ns entry lives while it has streams (StreamState::ns points
