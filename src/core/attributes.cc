@@ -19,6 +19,8 @@ Result<json> ParseObject(std::string_view attributes) {
 }  // namespace
 
 Result<std::optional<std::string>> Get(std::string_view attributes, std::string_view key) {
+  // Most streams have no attributes; every request reads them.
+  if (attributes.empty()) return std::optional<std::string>();
   RUNNEL_ASSIGN_OR_RETURN(json j, ParseObject(attributes));
   auto it = j.find(std::string(key));
   if (it == j.end()) return std::optional<std::string>();
