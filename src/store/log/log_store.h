@@ -11,8 +11,8 @@
 //   commits them alone. Appends, cursor commits and stream creations share groups.
 // - The index per stream is a vector of BatchRefs (one per append frame still holding retained
 //   records: first offset, segment, byte position, frame length) plus per-record payload sizes
-//   (and key sizes, in streams that have keys). A read
-//   is a binary search, then one pread per run of adjacent frames.
+//   (and key sizes, in streams that have keys). A read is a binary search, then one pread per
+//   run of adjacent frames.
 //
 // Thread-safety: all public methods may be called from any thread. state_mu_ guards the visible
 // state (readers share it, the writer takes it exclusively to apply). Fields marked
@@ -109,8 +109,7 @@ class LogStore final : public Store {
   // A live read of one record at the end of a reference walks at most this many bytes of frames.
   static constexpr uint32_t kMaxMergedBatchBytes = 16u << 10;
   // The rarely set parts of a stream: retention, attributes, cursors, producers and the key
-  // sizes of records with keys, allocated
-  // only for streams that have any (most have none).
+  // sizes of records with keys, allocated only for streams that have any (most have none).
   struct StreamExtras {
     StreamRetention retention;
     std::string attributes;
