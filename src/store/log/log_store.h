@@ -193,7 +193,7 @@ class LogStore final : public Store {
     }
     // store::RecordBytes of the record at index i of sizes.
     uint64_t RecordBytesAt(size_t i) const;
-    // Appends the sizes of the next record.
+    // Appends the sizes of the next record and counts it in `bytes` (DropHead takes it out).
     void PushSize(uint32_t payload, uint32_t key);
     const StreamExtras& view() const {
       static const StreamExtras kEmpty;
@@ -202,6 +202,10 @@ class LogStore final : public Store {
     // The spec as given at create (or changed by updates).
     StreamSpec Spec() const;
   };
+#if defined(__x86_64__) && defined(__GLIBCXX__)
+  // Every stream pays for one: keep it within the 160-byte allocation size class.
+  static_assert(sizeof(StreamState) <= 160, "StreamState grew past 160 bytes");
+#endif
   // Streams by id. Ids are dense (assigned 1, 2, ... by the writer), so a vector indexed by id
   // costs one pointer per stream.
   class StreamTable {

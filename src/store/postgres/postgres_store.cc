@@ -600,7 +600,7 @@ void PostgresStore::WorkerLoop(WorkerQueue& queue) {
     }
     const auto started = std::chrono::steady_clock::now();
     if (conn != nullptr) CommitGroup(conn, group, outcomes, cache);
-    {
+    if (options_.group_wait_us > 0) {  // only the group wait reads them
       const auto us = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                                 std::chrono::steady_clock::now() - started)
                                                 .count());
