@@ -29,7 +29,13 @@ void AddCheckCommand(CLI::App& app, int* exit_code) {
                 static_cast<unsigned long long>(report->streams_created));
     if (!report->corruption.empty()) {
       for (const auto& c : report->corruption) std::printf("CORRUPTION: %s\n", c.c_str());
-      std::printf("result: corrupt (open refuses unless salvage is requested)\n");
+      if (report->open.ok()) {
+        std::printf(
+            "result: corrupt (the store still opens, see the recovery lines above; reads of "
+            "damaged records fail)\n");
+      } else {
+        std::printf("result: corrupt (open refuses unless salvage is requested)\n");
+      }
       *exit_code = 1;
       return;
     }

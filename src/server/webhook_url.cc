@@ -120,7 +120,23 @@ Result<WebhookUrl> ParseWebhookUrl(std::string_view url) {
   }
   if (host.empty()) return Status::InvalidArgument("webhook URL has no host");
   out.host = Lower(host);
+  if (authority[0] == '[') {
+    uint8_t v6[16];
+    if (inet_pton(AF_INET6, out.host.c_str(), v6) != 1) {
+      return Status::InvalidArgument("webhook URL has a bad IPv6 host");
+    }
+  } else {
+    // A DNS name or an IPv4 address: letters, digits, '-', '_' and '.', nothing a resolver
+    // could read some other way.
+    for (char c : out.host) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+        return Status::InvalidArgument("webhook URL host '" + out.host +
+                                       "' may hold only letters, digits, '-', '_' and '.'");
+      }
+    }
+  }
   if (!out.host.empty() && out.host.back() == '.') out.host.pop_back();
+  if (out.host.empty()) return Status::InvalidArgument("webhook URL has no host");
   out.port = out.https ? 443 : 80;
   if (!port.empty()) {
     if (port.size() > 5) return Status::InvalidArgument("webhook URL has a bad port");

@@ -1,10 +1,13 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "env/env.h"
 #include "env/fault_env.h"
 #include "env/mem_env.h"
+#include "env/overlay_env.h"
 #include "log/log_harness.h"
 
 namespace runnel::env {
@@ -112,6 +115,65 @@ TEST(MemEnvTest, CrashCanKeepAPrefixAndTearTheNextWrite) {
   auto h = env.OpenFile("/d/f", false);
   ASSERT_TRUE(h.ok());
   EXPECT_EQ(ReadAll(**h), "aaaabb");
+}
+
+// What `runnel check` relies on to run recovery without touching the directory.
+TEST(OverlayEnvTest, ChangesStayInTheOverlayAndTheBaseIsUntouched) {
+  MemEnv base;
+  ASSERT_TRUE(base.CreateDir("/d").ok());
+  for (const char* name : {"a", "b"}) {
+    auto f = base.OpenFile(std::string("/d/") + name, true);
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE((*f)->WriteAt(0, std::string("base-") + name).ok());
+    ASSERT_TRUE((*f)->Sync().ok());
+  }
+  ASSERT_TRUE(base.SyncDir("/d").ok());
+
+  OverlayEnv overlay(&base);
+  auto a = overlay.OpenFile("/d/a", false);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(ReadAll(**a), "base-a");
+  ASSERT_TRUE((*a)->WriteAt(5, std::string_view("A!")).ok());
+  ASSERT_TRUE((*a)->Sync().ok());
+  EXPECT_EQ(ReadAll(**a), "base-A!");
+  auto a2 = overlay.OpenFile("/d/a", false);
+  ASSERT_TRUE(a2.ok());
+  EXPECT_EQ(ReadAll(**a2), "base-A!") << "a second handle sees the overlay's copy";
+  ASSERT_TRUE((*a)->Truncate(4).ok());
+  EXPECT_EQ(*overlay.FileSize("/d/a"), 4u);
+
+  auto c = overlay.OpenFile("/d/c", true);
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE((*c)->WriteAt(0, std::string_view("new")).ok());
+  ASSERT_TRUE(overlay.RemoveFile("/d/b").ok());
+  EXPECT_FALSE(overlay.FileExists("/d/b"));
+  EXPECT_EQ(overlay.OpenFile("/d/b", false).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(overlay.RemoveFile("/d/b").code(), StatusCode::kNotFound);
+  ASSERT_TRUE(overlay.RenameFile("/d/c", "/d/e").ok());
+  ASSERT_TRUE(overlay.RenameFile("/d/a", "/d/f").ok()) << "a base file renamed";
+  auto listed = overlay.ListDir("/d");
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(*listed, (std::vector<std::string>{"e", "f"}));
+  auto f = overlay.OpenFile("/d/f", false);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(ReadAll(**f), "base");
+  EXPECT_EQ(overlay.ChangedPaths(),
+            (std::vector<std::string>{"/d/a", "/d/b", "/d/c", "/d/e", "/d/f"}));
+  auto lock1 = overlay.LockFile("/d/LOCK");
+  auto lock2 = overlay.LockFile("/d/LOCK");
+  EXPECT_TRUE(lock1.ok() && lock2.ok()) << "locks are left to the base directory's holder";
+
+  // The base: same files, same bytes, nothing pending.
+  auto base_listed = base.ListDir("/d");
+  ASSERT_TRUE(base_listed.ok());
+  std::sort(base_listed->begin(), base_listed->end());
+  EXPECT_EQ(*base_listed, (std::vector<std::string>{"a", "b"}));
+  for (const char* name : {"a", "b"}) {
+    auto file = base.OpenFile(std::string("/d/") + name, false);
+    ASSERT_TRUE(file.ok());
+    EXPECT_EQ(ReadAll(**file), std::string("base-") + name);
+  }
+  EXPECT_EQ(base.PendingOperations(), 0u);
 }
 
 TEST(FaultInjectionEnvTest, FailsTheNthWriteAndSyncThenRecovers) {

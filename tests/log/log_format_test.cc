@@ -362,5 +362,100 @@ TEST_F(LogDamageTest, CheckReportsHealthyTornAndCorruptDirectories) {
             StatusCode::kNotFound);
 }
 
+// Check runs recovery itself (over a copy-on-write view): a frame with a valid checksum that
+// recovery refuses is reported with recovery's reason, and a torn tail that recovery would
+// truncate is left exactly as it is on disk.
+TEST_F(LogDamageTest, CheckReportsRecoverysVerdictAndChangesNothing) {
+  const std::string seg = Populate(4);
+  // Append a well-formed create frame (valid checksum) whose stream id is implausible.
+  StreamSpec spec;
+  spec.ns = "global";
+  spec.name = "far";
+  std::string data = ReadFile(seg);
+  const size_t end = FramePos(seg, 5);
+  std::string frame;
+  log::AppendFrame(&frame, log::FrameType::kCreateStream,
+                   log::EncodeCreateStream(uint64_t{1} << 40, spec));
+  data.replace(end, frame.size(), frame);
+  WriteFile(seg, data);
+  auto refused = log::CheckLogDirectory(env::Env::Posix(), dir_.path());
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString();
+  EXPECT_EQ(refused->open.code(), StatusCode::kCorruption);
+  ASSERT_EQ(refused->corruption.size(), 1u);
+  EXPECT_NE(refused->corruption[0].find("implausible id"), std::string::npos)
+      << refused->corruption[0];
+  EXPECT_EQ(OpenLogStore(SmallLogOptions(dir_.path())).status().code(), StatusCode::kCorruption)
+      << "an open agrees";
+
+  // A torn last frame instead: recovery would truncate it and write a checkpoint at close.
+  data.replace(end, frame.size(), frame.substr(0, 20) + std::string(frame.size() - 20, '\0'));
+  WriteFile(seg, data);
+  const auto names_before = env::Env::Posix()->ListDir(dir_.path());
+  auto torn = log::CheckLogDirectory(env::Env::Posix(), dir_.path());
+  ASSERT_TRUE(torn.ok()) << torn.status().ToString();
+  EXPECT_TRUE(torn->open.ok()) << torn->open.ToString();
+  EXPECT_TRUE(torn->corruption.empty());
+  EXPECT_FALSE(torn->recovery_notes.empty()) << "the truncation is reported";
+  EXPECT_EQ(ReadFile(seg), data) << "check wrote to the segment";
+  auto names_after = env::Env::Posix()->ListDir(dir_.path());
+  ASSERT_TRUE(names_before.ok() && names_after.ok());
+  std::vector<std::string> before = *names_before, after = *names_after;
+  std::sort(before.begin(), before.end());
+  std::sort(after.begin(), after.end());
+  EXPECT_EQ(after, before) << "check created or removed files";
+}
+
+// Damage in bytes the newest checkpoint covers: an open trusts them (restart time does not grow
+// with data size), a read of the damaged record reports it, and check finds it while saying
+// that the store opens.
+TEST_F(LogDamageTest, CheckFindsDamageACheckpointCoversThatAnOpenDoesNotRead) {
+  auto store = OpenLogStore(SmallLogOptions(dir_.path()));
+  ASSERT_TRUE(store.ok());
+  auto info = (*store)->CreateStream(Spec("s"));
+  ASSERT_TRUE(info.ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(AppendPayloads(**store, info->id, {"payload"}).ok());
+  store->reset();  // a clean close writes a checkpoint covering everything
+  const std::string seg = dir_.path() + "/00000000000000000001.log";
+  const std::string pristine = ReadFile(seg);
+  const size_t pos = FramePos(seg, 2);  // the second batch: offset 2
+  Poke(seg, pos + log::kFrameHeaderSize + 30, 'Z');
+  auto report = log::CheckLogDirectory(env::Env::Posix(), dir_.path());
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(report->open.ok()) << report->open.ToString();
+  ASSERT_EQ(report->corruption.size(), 1u);
+  EXPECT_NE(report->corruption[0].find("at byte " + std::to_string(pos)), std::string::npos)
+      << report->corruption[0];
+  auto reopened = OpenLogStore(SmallLogOptions(dir_.path()));
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  EXPECT_EQ((*reopened)->ReadAt(info->id, 2).status().code(), StatusCode::kCorruption);
+  auto fine = (*reopened)->ReadAt(info->id, 1);
+  ASSERT_TRUE(fine.ok() && fine->has_value());
+  EXPECT_EQ((*fine)->payload, "payload");
+  reopened->reset();
+
+  // Damage in the last record before the checkpoint, with nothing valid after it, looks like a
+  // torn tail to a scan, but the checkpoint says those bytes were whole: it is corruption.
+  auto names = env::Env::Posix()->ListDir(dir_.path());
+  ASSERT_TRUE(names.ok());
+  for (const auto& name : *names) {
+    if (name.rfind("checkpoint-", 0) == 0) continue;
+    if (name.size() == 24 && name.substr(20) == ".log" && name != "00000000000000000001.log") {
+      std::remove((dir_.path() + "/" + name).c_str());  // only segment 1 and the checkpoint
+    }
+  }
+  std::string data = pristine;
+  const size_t last = FramePos(seg, 4);  // the fourth batch: offset 4
+  const size_t marker = FramePos(seg, 5);
+  data[last + log::kFrameHeaderSize + 30] ^= 1;
+  data.replace(marker, data.size() - marker, std::string(data.size() - marker, '\0'));
+  WriteFile(seg, data);
+  auto at_end = log::CheckLogDirectory(env::Env::Posix(), dir_.path());
+  ASSERT_TRUE(at_end.ok());
+  EXPECT_FALSE(at_end->torn_tail);
+  ASSERT_FALSE(at_end->corruption.empty());
+  EXPECT_NE(at_end->corruption[0].find("at byte " + std::to_string(last)), std::string::npos)
+      << at_end->corruption[0];
+}
+
 }  // namespace
 }  // namespace runnel::testing

@@ -179,6 +179,25 @@ TEST(WebhookUrlTest, DevelopmentExceptionCoversOnlyLocalhostAnd127Dot0Dot0) {
   EXPECT_FALSE(CheckWebhookUrl("http://example.com/hook", true).ok());
 }
 
+// Found by webhook_url_fuzz: a host must be a DNS name, an IPv4 address or a bracketed IPv6
+// address; anything else is refused when the subscription is made, not at every delivery.
+TEST(WebhookUrlTest, HostsThatAreNoNameOrAddressAreRefused) {
+  for (const char* bad : {"https://a]b/x", "https://a[b/x", "https://h\xc3\xa9llo.example/x",
+                          "https://a%2eb/x", "https://a,b/x", "https://[1.2.3.4]/x",
+                          "https://[::1/x", "https://[zz::1]/x", "https://./x", "https://:443/x"}) {
+    auto url = ParseWebhookUrl(bad);
+    EXPECT_EQ(url.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  for (const char* good :
+       {"https://hooks.example.com/x", "https://Hooks.Example.COM./x",
+        "https://my_host-1.example/x", "https://[2001:db8::1]:8443/x", "https://93.184.216.34/x"}) {
+    EXPECT_TRUE(ParseWebhookUrl(good).ok()) << good;
+  }
+  auto v6 = ParseWebhookUrl("https://[2001:DB8::1]/x");
+  ASSERT_TRUE(v6.ok());
+  EXPECT_EQ(v6->host, "2001:db8::1");
+}
+
 TEST(WebhookUrlTest, ResolvedAddressesAreCheckedAtConnectTime) {
   auto url = ParseWebhookUrl("https://hooks.example.com/x");
   ASSERT_TRUE(url.ok());

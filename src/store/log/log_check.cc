@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
+#include <utility>
 
+#include "env/overlay_env.h"
 #include "store/log/crc32c.h"
 #include "store/log/log_codec.h"
 #include "store/log/log_format.h"
+#include "store/log/log_store.h"
 
 namespace runnel::log {
 namespace {
@@ -54,6 +58,9 @@ Result<CheckReport> CheckLogDirectory(env::Env* env, const std::string& dir) {
   std::sort(names.begin(), names.end());
   CheckReport report;
   std::vector<uint64_t> segs;
+  // The replay point (segment, byte) of the newest checkpoint: everything before it was whole
+  // when that checkpoint was written, so damage there is never a torn tail.
+  std::optional<std::pair<uint64_t, uint64_t>> covered;
   for (const std::string& name : names) {
     uint64_t n;
     if (name.size() == 24 && name.substr(20) == ".log" && ParseNumber(name.substr(0, 20), &n)) {
@@ -70,11 +77,16 @@ Result<CheckReport> CheckLogDirectory(env::Env* env, const std::string& dir) {
                  UnmaskCrc(LoadU32(data.data() + 24)) !=
                      Crc32c(std::string_view(data).substr(kCheckpointHeaderSize))) {
         verdict = "checksum or length mismatch";
+      } else if (data.size() < kCheckpointHeaderSize + 40) {
+        // The body starts with five u64: sequence, replay segment and byte, next id, streams.
+        verdict = "truncated body";
       } else {
         const char* b = data.data() + kCheckpointHeaderSize;
         verdict = "ok, replay from segment " + std::to_string(LoadU64(b + 8)) + " byte " +
                   std::to_string(LoadU64(b + 16)) + ", " + std::to_string(LoadU64(b + 32)) +
                   " streams";
+        // Names come in ascending order: the newest checkpoint's replay point wins.
+        covered = {LoadU64(b + 8), LoadU64(b + 16)};
       }
       report.lines.push_back(name + ": " + verdict + " (" + std::to_string(data.size()) +
                              " bytes)");
@@ -123,7 +135,9 @@ Result<CheckReport> CheckLogDirectory(env::Env* env, const std::string& dir) {
           valid_after = ParseFrame(std::string_view(data).substr(pos + kFrameHeaderSize + len),
                                    &nf) == FrameCheck::kOk;
         }
-        if (last && !valid_after) {
+        const bool before_checkpoint =
+            covered && std::make_pair(segs[i], static_cast<uint64_t>(pos)) < *covered;
+        if (last && !valid_after && !before_checkpoint) {
           report.torn_tail = true;
           report.lines.push_back(std::string(fname) + ": torn tail at byte " +
                                  std::to_string(pos) + " (" + std::string(FrameCheckName(c)) +
@@ -135,7 +149,8 @@ Result<CheckReport> CheckLogDirectory(env::Env* env, const std::string& dir) {
                   " (unverified)";
           }
           problem = path + " at byte " + std::to_string(pos) + ": " +
-                    std::string(FrameCheckName(c)) + who;
+                    std::string(FrameCheckName(c)) + who +
+                    (last && !valid_after ? " (before the newest checkpoint's replay point)" : "");
         }
         break;
       }
@@ -190,6 +205,29 @@ Result<CheckReport> CheckLogDirectory(env::Env* env, const std::string& dir) {
       report.corruption.push_back(problem);
       report.lines.push_back(std::string(fname) + ": CORRUPT: " + problem);
     }
+  }
+
+  // Recovery's own verdict, over a view of the directory that keeps every change in memory.
+  env::OverlayEnv overlay(env);
+  LogStoreOptions options;
+  options.dir = dir;
+  options.env = &overlay;
+  options.prezero_segments = false;
+  options.tail_cache_bytes = 0;
+  options.cleaner_live_ratio = 0;
+  options.group_commit_wait_us = 0;
+  auto store = LogStore::Open(options);
+  report.open = store.ok() ? Status::OK() : store.status();
+  if (store.ok()) {
+    report.recovery_notes = (*store)->RecoveryNotes();
+    report.lines.push_back("recovery: opens" +
+                           std::string(report.recovery_notes.empty() ? "" : ", noting:"));
+    for (const std::string& note : report.recovery_notes) {
+      report.lines.push_back("recovery:   " + note);
+    }
+  } else {
+    report.lines.push_back("recovery: refuses to open: " + report.open.ToString());
+    if (report.corruption.empty()) report.corruption.push_back(report.open.ToString());
   }
   return report;
 }

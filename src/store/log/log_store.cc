@@ -425,6 +425,19 @@ Status LogStore::LoadCheckpoint(const std::string& path, uint64_t* replay_segmen
         return bad("truncated batch entry");
       }
     }
+    // The index must cover [head, next) in order, so that every read finds its records.
+    if (s->head > s->next || s->head < spec.first_offset) return bad("bad head or next offset");
+    if (s->head < s->next && (s->batches.empty() || s->batches.front().first_offset > s->head ||
+                              s->batches.back().first_offset >= s->next)) {
+      return bad("batch entries do not cover the stream's records");
+    }
+    for (size_t i = 0; i < s->batches.size(); ++i) {
+      const BatchRef& b = s->batches[i];
+      if ((i > 0 && b.first_offset <= s->batches[i - 1].first_offset) ||
+          b.pos < kSegmentHeaderSize || b.len < kFrameHeaderSize + kMinBodySize) {
+        return bad("bad batch entry");
+      }
+    }
     if (!r.U64(&nrecords) || nrecords != s->next - s->head || nrecords > r.remaining() / 8) {
       return bad("bad record count");
     }
