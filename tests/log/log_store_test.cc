@@ -137,6 +137,68 @@ TEST_F(LogStoreTest, RetainedBytesCountKeysAcrossRetentionCheckpointAndReopen) {
   ASSERT_NO_FATAL_FAILURE(check(**store, all.size()));
 }
 
+// The stream table is a hash table with backward-shift deletion that grows and shrinks: after
+// thousands of creates and deletes in scrambled order (clusters of sequential ids broken up
+// from every side), every live stream is found by id and name, every deleted one is gone, ids
+// are never reused, and a checkpoint and a replay rebuild the same table.
+TEST_F(LogStoreTest, ManyCreatesAndDeletesKeepEveryLiveStreamFindable) {
+  constexpr int kStreams = 3000;
+  LogStoreOptions o = SmallLogOptions(dir_.path());
+  o.durability.mode = LogDurability::kNone;  // thousands of catalog commits; durability is not
+                                             // what this test is about
+  std::vector<StreamId> ids;
+  std::vector<bool> live;
+  auto check = [&](Store& store) {
+    for (int i = 0; i < kStreams; ++i) {
+      auto info = store.GetStreamById(ids[i]);
+      if (live[i]) {
+        ASSERT_TRUE(info.ok()) << "stream " << ids[i] << ": " << info.status().ToString();
+        EXPECT_EQ(info->spec.name, "s" + std::to_string(i));
+        EXPECT_TRUE(store.GetStream("global", "s" + std::to_string(i)).ok()) << i;
+      } else {
+        EXPECT_EQ(info.status().code(), StatusCode::kNotFound) << ids[i];
+      }
+    }
+  };
+  {
+    auto store = OpenLogStore(o);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    for (int i = 0; i < kStreams; ++i) {
+      auto info = (*store)->CreateStream(Spec("s" + std::to_string(i)));
+      ASSERT_TRUE(info.ok()) << info.status().ToString();
+      ids.push_back(info->id);
+      live.push_back(true);
+    }
+    // Delete all but every seventh, in an order that jumps around (a permutation of 0..n-1).
+    for (int k = 0; k < kStreams; ++k) {
+      const int i = static_cast<int>((static_cast<int64_t>(k) * 1543) % kStreams);
+      if (i % 7 == 0) continue;
+      ASSERT_TRUE((*store)->DeleteStream(ids[i]).ok()) << ids[i];
+      live[i] = false;
+      if (k % 500 == 0) {
+        ASSERT_NO_FATAL_FAILURE(check(**store));
+      }
+    }
+    ASSERT_NO_FATAL_FAILURE(check(**store));
+    auto* log = dynamic_cast<log::LogStore*>(store->get());
+    ASSERT_NE(log, nullptr);
+    ASSERT_TRUE(log->CheckpointNow().ok());
+    // Deleted then re-created names get new ids.
+    for (int i = 1; i < 50; ++i) {
+      if (live[i]) continue;
+      auto info = (*store)->CreateStream(Spec("s" + std::to_string(i)));
+      ASSERT_TRUE(info.ok());
+      EXPECT_GT(info->id, ids.back()) << "an id was reused";
+      ids[i] = info->id;
+      live[i] = true;
+    }
+    ASSERT_NO_FATAL_FAILURE(check(**store));
+  }
+  auto store = OpenLogStore(o);  // the checkpoint plus a replay of the re-creates
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_NO_FATAL_FAILURE(check(**store));
+}
+
 // Stream names are stored packed (a one-byte length below 255 bytes, a longer prefix above):
 // every length and any byte survive lookups, listing order, a checkpoint and a replay.
 TEST_F(LogStoreTest, NamesOfEveryLengthAndByteAreKeptExactly) {

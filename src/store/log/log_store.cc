@@ -3,6 +3,7 @@
 #include <sys/prctl.h>
 
 #include <algorithm>
+#include <bit>
 #include <cinttypes>
 #include <cstdio>
 #include <limits>
@@ -130,6 +131,55 @@ struct LogStore::Op {
 
 LogStore::LogStore(const LogStoreOptions& options)
     : options_(options), env_(options.env ? options.env : env::Env::Posix()) {}
+
+void LogStore::StreamTable::Insert(std::unique_ptr<StreamState> s) {
+  if ((count_ + 1) * 4 > slots_.size() * 3) Rehash(std::max<size_t>(16, slots_.size() * 2));
+  for (size_t i = Home(s->id);; i = (i + 1) & mask()) {
+    if (slots_[i] == nullptr) {
+      slots_[i] = std::move(s);
+      ++count_;
+      return;
+    }
+    if (slots_[i]->id == s->id) {
+      slots_[i] = std::move(s);
+      return;
+    }
+  }
+}
+
+void LogStore::StreamTable::Erase(StreamId id) {
+  if (slots_.empty()) return;
+  size_t i = Home(id);
+  for (;; i = (i + 1) & mask()) {
+    if (slots_[i] == nullptr) return;
+    if (slots_[i]->id == id) break;
+  }
+  slots_[i].reset();
+  --count_;
+  // Backward-shift deletion: move up every later entry of the run that may live in the hole
+  // (its home is not cyclically within (i, j]), so lookups never meet a false gap.
+  for (size_t j = (i + 1) & mask(); slots_[j] != nullptr; j = (j + 1) & mask()) {
+    const size_t home = Home(slots_[j]->id);
+    if (((j - home) & mask()) >= ((j - i) & mask())) {
+      slots_[i] = std::move(slots_[j]);
+      i = j;
+    }
+  }
+  if (slots_.size() > 16 && count_ * 8 < slots_.size()) Rehash(slots_.size() / 2);
+}
+
+void LogStore::StreamTable::Rehash(size_t capacity) {
+  std::vector<std::unique_ptr<StreamState>> old = std::move(slots_);
+  slots_.clear();
+  slots_.resize(capacity);
+  bits_ = static_cast<unsigned>(std::countr_zero(capacity));
+  for (auto& p : old) {
+    if (!p) continue;
+    size_t i = Home(p->id);
+    while (slots_[i] != nullptr) i = (i + 1) & mask();
+    slots_[i] = std::move(p);
+  }
+}
 
 std::string LogStore::SegmentPath(uint64_t number) const {
   return env::JoinPath(options_.dir, SegmentName(number));
@@ -1432,6 +1482,9 @@ Status LogStore::WriteCheckpoint() {
     std::vector<const StreamState*> ordered;
     ordered.reserve(streams_.size());
     streams_.ForEach([&](const StreamState& s) { ordered.push_back(&s); });
+    // In id order: the table's order depends on its history, a checkpoint's should not.
+    std::sort(ordered.begin(), ordered.end(),
+              [](const StreamState* a, const StreamState* b) { return a->id < b->id; });
     for (const StreamState* s : ordered) {
       PutU64(&body, s->id);
       PutString(&body, *s->ns);

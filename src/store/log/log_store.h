@@ -206,37 +206,46 @@ class LogStore final : public Store {
   // Every stream pays for one: keep it within the 160-byte allocation size class.
   static_assert(sizeof(StreamState) <= 160, "StreamState grew past 160 bytes");
 #endif
-  // Streams by id. Ids are dense (assigned 1, 2, ... by the writer), so a vector indexed by id
-  // costs one pointer per stream.
+  // Streams by id: an open-addressing table of owning pointers (linear probing, at most 3/4
+  // full, shrunk when mostly empty), so memory follows the live streams. Not a vector indexed
+  // by id: ids are never reused, so a long-running store that creates and deletes streams
+  // would pay for every id it ever handed out, and an id read from a damaged checkpoint could
+  // ask for any size.
   class StreamTable {
    public:
-    StreamState* Find(StreamId id) const { return id < v_.size() ? v_[id].get() : nullptr; }
-    void Insert(std::unique_ptr<StreamState> s) {
-      if (s->id >= v_.size()) v_.resize(s->id + 1);
-      if (!v_[s->id]) ++count_;
-      v_[s->id] = std::move(s);
-    }
-    void Erase(StreamId id) {
-      if (Find(id) != nullptr) {
-        v_[id].reset();
-        --count_;
+    StreamState* Find(StreamId id) const {
+      if (slots_.empty()) return nullptr;
+      for (size_t i = Home(id);; i = (i + 1) & mask()) {
+        StreamState* s = slots_[i].get();
+        if (s == nullptr || s->id == id) return s;
       }
     }
+    // Adds `s`, replacing a stream with the same id.
+    void Insert(std::unique_ptr<StreamState> s);
+    void Erase(StreamId id);
     size_t size() const { return count_; }
     void clear() {
-      v_.clear();
+      slots_.clear();
       count_ = 0;
     }
-    // Calls f(StreamState&) for every stream in ascending id order.
+    // Calls f(StreamState&) for every stream, in no particular order.
     template <typename F>
     void ForEach(F&& f) const {
-      for (const auto& p : v_) {
+      for (const auto& p : slots_) {
         if (p) f(*p);
       }
     }
 
    private:
-    std::vector<std::unique_ptr<StreamState>> v_;
+    size_t mask() const { return slots_.size() - 1; }
+    size_t Home(StreamId id) const {
+      // Fibonacci hashing spreads the sequential ids over the table.
+      return static_cast<size_t>((id * 0x9e3779b97f4a7c15ull) >> (64 - bits_));
+    }
+    void Rehash(size_t capacity);
+
+    std::vector<std::unique_ptr<StreamState>> slots_;  // size 0 or a power of two
+    unsigned bits_ = 0;                                // log2(slots_.size())
     size_t count_ = 0;
   };
   struct Segment {
