@@ -1,8 +1,9 @@
-// The HTTP protocol surface, without sockets: sequences of requests with fuzzed methods,
-// headers, query parameters and bodies go through StreamService (the code behind every
-// /v1/stream/... route) over a memory store. Bad input must get a clear client error, never a
-// crash and never a 500: every response must have a valid status other than 500, and every
-// error response must carry the JSON body {"error":{"code":...,"message":...}}.
+// The HTTP surface, without sockets: sequences of requests with fuzzed methods, headers, query
+// parameters and bodies go through the services behind the routes, over one memory store:
+// StreamService (/v1/stream/..., the protocol), ChannelService (/v1/channels/...) and
+// GroupService (/v1/groups/...). Bad input must get a clear client error, never a crash and
+// never a 500: every response must have a valid status other than 500, and every error response
+// must carry the JSON body {"error":{"code":...,"message":...}}.
 //
 // Input: a sequence of requests, each
 //   u8 method, u8 stream (one of a few names, so requests meet on the same streams),
@@ -23,6 +24,8 @@
 
 #include "runnel/registry.h"
 #include "runnel/store.h"
+#include "server/channel_service.h"
+#include "server/group_service.h"
 #include "server/http_types.h"
 #include "server/stream_service.h"
 
@@ -34,7 +37,17 @@ using runnel::server::ParseRoute;
 using runnel::server::StreamService;
 
 constexpr const char* kMethods[] = {"PUT", "POST", "GET", "HEAD", "DELETE", "PATCH", "OPTIONS"};
-constexpr const char* kPaths[] = {"/v1/stream/a", "/v1/stream/b", "/v1/stream/a/b", "/v1/stream/c"};
+constexpr const char* kPaths[] = {"/v1/stream/a",
+                                  "/v1/stream/b",
+                                  "/v1/stream/a/b",
+                                  "/v1/stream/c",
+                                  "/v1/channels/ch",
+                                  "/v1/channels/ch/partitions/0",
+                                  "/v1/channels/ch/partitions/1",
+                                  "/v1/channels/ch/keys/k1",
+                                  "/v1/groups/stream/a",
+                                  "/v1/groups/stream/b",
+                                  "/v1/stream/ch:0"};
 constexpr const char* kHeaders[] = {"content-type",
                                     "stream-ttl",
                                     "stream-expires-at",
@@ -52,8 +65,12 @@ constexpr const char* kHeaders[] = {"content-type",
                                     "stream-retention-max-events",
                                     "stream-retention-max-age-ms",
                                     "stream-retention-max-bytes",
-                                    "access-control-request-headers"};
-constexpr const char* kQueries[] = {"offset", "live", "cursor", "limit", "prefix", "after"};
+                                    "access-control-request-headers",
+                                    "partition-key",
+                                    "idempotency-key",
+                                    "publisher-id"};
+constexpr const char* kQueries[] = {"offset", "live", "cursor", "limit", "prefix",    "after",
+                                    "group",  "ack",  "prune",  "from",  "partitions"};
 
 class Input {
  public:
@@ -89,8 +106,25 @@ void CheckResponse(const HttpRequest& request, const HttpResponse& r) {
   std::abort();
 }
 
-void Serve(StreamService& service, HttpRequest request) {
+struct Services {
+  StreamService* streams;
+  runnel::server::ChannelService* channels;
+  runnel::server::GroupService* groups;
+};
+
+void Serve(const Services& services, HttpRequest request) {
+  StreamService& service = *services.streams;
   const auto route = ParseRoute(request.path);
+  if (request.path.rfind("/v1/groups/", 0) == 0) {
+    const runnel::server::GroupAnswer answer =
+        services.groups->HandleNow(runnel::Principal::Platform(), request);
+    if (!answer.live) CheckResponse(request, answer.response);
+    return;
+  }
+  if (route.kind == runnel::server::Route::Kind::kChannel) {
+    CheckResponse(request, services.channels->HandleNow(route, request));
+    return;
+  }
   if (request.method == "OPTIONS") {
     CheckResponse(request, StreamService::Preflight(request));
   } else if (request.method == "HEAD") {
@@ -136,7 +170,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   runnel::server::StreamServiceOptions options;
   options.long_poll_timeout_ms = 10;
   options.max_read_bytes = 4096;
-  StreamService service(runnel::StreamRegistry(runnel::NewMemoryStore()), options, nullptr);
+  runnel::StreamRegistry registry(runnel::NewMemoryStore());
+  StreamService service(registry, options, nullptr);
+  runnel::server::ChannelService channels(registry, 1);
+  runnel::server::GroupService groups(&service, 1);
+  const Services services{&service, &channels, &groups};
   Input in(data, size);
   for (int n = 0; n < 64 && !in.empty(); ++n) {
     HttpRequest request;
@@ -152,7 +190,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     const size_t body = in.U8() | (size_t{in.U8()} << 8);
     request.body = in.Bytes(body);
-    Serve(service, std::move(request));
+    Serve(services, std::move(request));
   }
   return 0;
 }

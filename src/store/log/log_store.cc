@@ -455,6 +455,7 @@ Status LogStore::LoadCheckpoint(const std::string& path, uint64_t* replay_segmen
     return bad("truncated body");
   }
   next_stream_id_ = next_id;
+  std::map<uint32_t, uint64_t> segment_sizes;  // file sizes, for checking batch entries
   for (uint64_t i = 0; i < nstreams; ++i) {
     auto s = std::make_unique<StreamState>();
     StreamSpec spec;
@@ -484,9 +485,17 @@ Status LogStore::LoadCheckpoint(const std::string& path, uint64_t* replay_segmen
     for (size_t i = 0; i < s->batches.size(); ++i) {
       const BatchRef& b = s->batches[i];
       if ((i > 0 && b.first_offset <= s->batches[i - 1].first_offset) ||
-          b.pos < kSegmentHeaderSize || b.len < kFrameHeaderSize + kMinBodySize) {
+          b.pos < kSegmentHeaderSize || b.len < kFrameHeaderSize + kMinBodySize ||
+          b.len > kFrameHeaderSize + kMaxBodySize) {
         return bad("bad batch entry");
       }
+      // Within its segment file (a missing segment is reported once recovery is done).
+      auto size = segment_sizes.find(b.segment);
+      if (size == segment_sizes.end()) {
+        auto got = env_->FileSize(SegmentPath(b.segment));
+        size = segment_sizes.emplace(b.segment, got.ok() ? *got : UINT64_MAX).first;
+      }
+      if (uint64_t{b.pos} + b.len > size->second) return bad("batch entry past its segment's end");
     }
     if (!r.U64(&nrecords) || nrecords != s->next - s->head || nrecords > r.remaining() / 8) {
       return bad("bad record count");
