@@ -15,7 +15,6 @@
 #ifndef RUNNEL_ENV_OVERLAY_ENV_H_
 #define RUNNEL_ENV_OVERLAY_ENV_H_
 
-#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -46,9 +45,9 @@ class OverlayEnv final : public Env {
   // Paths whose bytes differ from the base now (changed, created, renamed or removed), sorted.
   std::vector<std::string> ChangedPaths();
 
+ private:
   class OverlayFile;
 
- private:
   // Copies `path` from the base into memory if it is not there yet. REQUIRES: mu_ held, the
   // path visible (not hidden).
   Status CopyUp(const std::string& path);
