@@ -6,7 +6,8 @@
 // must carry the JSON body {"error":{"code":...,"message":...}}.
 //
 // Input: a sequence of requests, each
-//   u8 method, u8 stream (one of a few names, so requests meet on the same streams),
+//   u8 method, u8 path: below 0x80 one of a few paths (so requests meet on the same streams),
+//     else u8 length and a raw request target, percent-decoded and split as the server does,
 //   u8 header count, then per header: u8 name (from the protocol's header names), u8 length,
 //     value;
 //   u8 query count, then per parameter: u8 name, u8 length, value;
@@ -114,7 +115,7 @@ struct Services {
 
 void Serve(const Services& services, HttpRequest request) {
   StreamService& service = *services.streams;
-  const auto route = ParseRoute(request.path);
+  const auto route = ParseRoute(request.path, /*allow_tenants=*/true);
   if (request.path.rfind("/v1/groups/", 0) == 0) {
     const runnel::server::GroupAnswer answer =
         services.groups->HandleNow(runnel::Principal::Platform(), request);
@@ -123,6 +124,10 @@ void Serve(const Services& services, HttpRequest request) {
   }
   if (route.kind == runnel::server::Route::Kind::kChannel) {
     CheckResponse(request, services.channels->HandleNow(route, request));
+    return;
+  }
+  if (route.kind == runnel::server::Route::Kind::kList && request.method == "GET") {
+    CheckResponse(request, service.HandleList(route, request));
     return;
   }
   if (request.method == "OPTIONS") {
@@ -179,7 +184,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int n = 0; n < 64 && !in.empty(); ++n) {
     HttpRequest request;
     request.method = Pick(kMethods, in.U8());
-    request.path = Pick(kPaths, in.U8());
+    if (const uint8_t p = in.U8(); p < 0x80) {
+      request.path = Pick(kPaths, p);
+    } else {
+      // A raw request target, decoded as the server decodes one (a malformed one is a 400 there
+      // before any service sees it).
+      const std::string target = in.Bytes(in.U8());
+      const size_t question = target.find('?');
+      auto path =
+          runnel::server::PercentDecode(std::string_view(target).substr(0, question), false);
+      if (!path) continue;
+      request.path = std::move(*path);
+      if (question != std::string::npos &&
+          !runnel::server::ParseQuery(std::string_view(target).substr(question + 1),
+                                      &request.query)) {
+        continue;
+      }
+    }
     for (int h = in.U8() % 8; h > 0; --h) {
       const char* name = Pick(kHeaders, in.U8());
       request.headers[name] = in.Bytes(in.U8());
