@@ -192,6 +192,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     before = ReadAll(**store, rot_possible);
   }
   auto reopened = runnel::OpenLogStore(Options(&env, false));
+  if (!reopened.ok()) std::fprintf(stderr, "%s\n", reopened.status().ToString().c_str());
   Check(reopened.ok(), "a cleanly closed store did not reopen");
   const std::vector<StreamInfo> after = ReadAll(**reopened, rot_possible);
   Check(after.size() == before.size(), "streams changed across a clean close");

@@ -841,6 +841,12 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
       if (!DecodeAppendBatch(body, &h, &sizes, nullptr)) {
         return Status::Corruption("malformed append-batch frame");
       }
+      // The writer never passes the largest offset; a frame that would is damage (and salvage,
+      // which accepts a batch that skips ahead, must not wrap the stream's offsets around).
+      if (h.count > std::numeric_limits<uint64_t>::max() - h.first_offset) {
+        return Status::Corruption("append-batch of stream #" + std::to_string(id) + " at " +
+                                  std::to_string(h.first_offset) + " passes the largest offset");
+      }
       if (h.first_offset != s->next) {
         if (!(replay && options_.salvage)) {
           return Status::Corruption("append-batch of stream #" + std::to_string(id) +
@@ -916,7 +922,8 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
     }
     case FrameType::kRelocatedBatch: {
       AppendBatchHeader h;
-      if (!DecodeAppendBatch(body, &h, nullptr, nullptr)) {
+      if (!DecodeAppendBatch(body, &h, nullptr, nullptr) ||
+          h.count > std::numeric_limits<uint64_t>::max() - h.first_offset) {
         return Status::Corruption("malformed relocated-batch frame");
       }
       auto begin = s->batches.begin() + static_cast<std::ptrdiff_t>(s->batch_begin);
