@@ -265,6 +265,44 @@ TEST_F(LogDamageTest, TornTailIsTruncatedAndTheLogContinues) {
 
 // Checkpoint versions: this binary writes version 2 and still reads version 1 (same layout);
 // an unknown version is refused like a damaged checkpoint, and recovery replays the log instead.
+// A group write that landed in part: the page holding one frame's header stayed zero (the
+// pre-zeroed segment) while a later frame reached the disk. The log ends at the zeros, and
+// recovery zeroes what lies beyond, so those unacknowledged bytes can never parse as frames
+// once new writes end next to them.
+TEST_F(LogDamageTest, BytesBeyondTheEndOfTheLogAreZeroedAtOpen) {
+  const std::string seg = Populate(6);
+  const size_t third = FramePos(seg, 3);  // the third batch: offset 3
+  std::string data = ReadFile(seg);
+  std::fill(data.begin() + static_cast<std::ptrdiff_t>(third),
+            data.begin() + static_cast<std::ptrdiff_t>(third + log::kFrameHeaderSize), '\0');
+  WriteFile(seg, data);
+  const size_t fifth = FramePos(seg, 5);
+  ASSERT_NE(data.substr(fifth, 20), std::string(20, '\0')) << "the later batches are on disk";
+  {
+    auto store = OpenLogStore(SmallLogOptions(dir_.path()));
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto info = (*store)->GetStream("global", "s");
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->next_offset, 3u) << "the log ends where the zeros start";
+    const auto notes = dynamic_cast<log::LogStore&>(**store).RecoveryNotes();
+    ASSERT_FALSE(notes.empty());
+    EXPECT_NE(notes.back().find("at byte " + std::to_string(third)), std::string::npos)
+        << notes.back();
+    const std::string after = ReadFile(seg).substr(third);
+    EXPECT_EQ(after.find_first_not_of('\0'), std::string::npos)
+        << "bytes beyond the end of the log survived the open";
+    ASSERT_TRUE(AppendPayloads(**store, info->id, {"new"}).ok());
+  }
+  auto store = OpenLogStore(SmallLogOptions(dir_.path()));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto info = (*store)->GetStream("global", "s");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->next_offset, 4u);
+  auto rec = (*store)->ReadAt(info->id, 3);
+  ASSERT_TRUE(rec.ok() && rec->has_value());
+  EXPECT_EQ((*rec)->payload, "new");
+}
+
 TEST_F(LogDamageTest, CheckpointVersionsOneAndTwoAreReadAndOthersRefused) {
   Populate(5);
   {

@@ -578,7 +578,20 @@ Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
   while (pos <= data.size()) {
     FrameView f;
     FrameCheck c = ParseFrame(data.substr(pos), &f);
-    if (c == FrameCheck::kEnd) break;
+    if (c == FrameCheck::kEnd) {
+      // Past the end of the log there must be nothing but zeros. Bytes there are a group write
+      // that landed in part (a later page reached the disk, an earlier one did not): never
+      // acknowledged, and left in place they could parse as frames once new writes end next
+      // to them. Zero them, as for a torn tail.
+      if (last && std::any_of(data.begin() + static_cast<std::ptrdiff_t>(pos), data.end(),
+                              [](char b) { return b != 0; })) {
+        recovery_notes_.push_back(path + ": bytes after the end of the log at byte " +
+                                  std::to_string(pos) + " (a write that landed in part), zeroed");
+        seg.end = pos;
+        return ScrubTail(seg, pos);
+      }
+      break;
+    }
     if (c == FrameCheck::kOk) {
       Status s = ApplyFrame(f.type, f.body, static_cast<uint32_t>(number),
                             static_cast<uint32_t>(pos), static_cast<uint32_t>(f.size), true);
