@@ -454,6 +454,9 @@ Status LogStore::LoadCheckpoint(const std::string& path, uint64_t* replay_segmen
       !r.U64(&nstreams)) {
     return bad("truncated body");
   }
+  if (*replay_segment == 0 || *replay_pos < kSegmentHeaderSize) {
+    return bad("replay point inside a segment header");
+  }
   next_stream_id_ = next_id;
   std::map<uint32_t, uint64_t> segment_sizes;  // file sizes, for checking batch entries
   for (uint64_t i = 0; i < nstreams; ++i) {
@@ -496,6 +499,11 @@ Status LogStore::LoadCheckpoint(const std::string& path, uint64_t* replay_segmen
         size = segment_sizes.emplace(b.segment, got.ok() ? *got : UINT64_MAX).first;
       }
       if (uint64_t{b.pos} + b.len > size->second) return bad("batch entry past its segment's end");
+      // Everything a checkpoint indexes was written before its replay point.
+      if (b.segment > *replay_segment ||
+          (b.segment == *replay_segment && uint64_t{b.pos} + b.len > *replay_pos)) {
+        return bad("batch entry past the checkpoint's replay point");
+      }
     }
     if (!r.U64(&nrecords) || nrecords != s->next - s->head || nrecords > r.remaining() / 8) {
       return bad("bad record count");
