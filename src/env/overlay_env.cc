@@ -96,11 +96,13 @@ Result<std::unique_ptr<File>> OverlayEnv::OpenFile(const std::string& raw_path, 
   const std::string path = Normalize(raw_path);
   std::lock_guard lock(mu_);
   if (InMemory(path)) return std::unique_ptr<File>(new OverlayFile(this, path, nullptr));
-  if (!hidden_.count(path) && base_->FileExists(path)) {
-    RUNNEL_ASSIGN_OR_RETURN(auto file, base_->OpenFile(path, false));
-    return std::unique_ptr<File>(new OverlayFile(this, path, std::move(file)));
+  if (!hidden_.count(path)) {
+    auto file = base_->OpenFile(path, false);
+    if (file.ok()) return std::unique_ptr<File>(new OverlayFile(this, path, std::move(*file)));
+    if (file.status().code() != StatusCode::kNotFound || !create) return file.status();
+  } else if (!create) {
+    return Status::NotFound("open '" + path + "': No such file or directory");
   }
-  if (!create) return Status::NotFound("open '" + path + "': No such file or directory");
   RUNNEL_RETURN_IF_ERROR(mem_.CreateDir(Parent(path)));
   RUNNEL_ASSIGN_OR_RETURN(auto file, mem_.OpenFile(path, true));
   RUNNEL_RETURN_IF_ERROR(file->Truncate(0));

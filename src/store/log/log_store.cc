@@ -6,6 +6,7 @@
 #include <bit>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 
 #include "base/thread_name.h"
@@ -98,6 +99,16 @@ const std::string& Zeros() {
   return *zeros;
 }
 
+// True when every byte of `bytes` is zero; compared a chunk at a time against Zeros() (memcmp
+// is several times faster than a byte loop over a 64 MiB segment tail).
+bool AllZero(std::string_view bytes) {
+  for (size_t p = 0; p < bytes.size(); p += kZeroChunk) {
+    const size_t n = std::min(kZeroChunk, bytes.size() - p);
+    if (std::memcmp(bytes.data() + p, Zeros().data(), n) != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 struct LogStore::Op {
@@ -145,6 +156,12 @@ void LogStore::StreamTable::Insert(std::unique_ptr<StreamState> s) {
       return;
     }
   }
+}
+
+void LogStore::StreamTable::Reserve(size_t n) {
+  size_t capacity = 16;
+  while (capacity * 3 < n * 4) capacity *= 2;
+  if (capacity > slots_.size()) Rehash(capacity);
 }
 
 void LogStore::StreamTable::Erase(StreamId id) {
@@ -458,7 +475,23 @@ Status LogStore::LoadCheckpoint(const std::string& path, uint64_t* replay_segmen
     return bad("replay point inside a segment header");
   }
   next_stream_id_ = next_id;
-  std::map<uint32_t, uint64_t> segment_sizes;  // file sizes, for checking batch entries
+  // Segment file sizes, for checking batch entries; most entries of a stream name one segment.
+  std::map<uint32_t, uint64_t> segment_sizes;
+  std::pair<uint32_t, uint64_t> last_size{0, 0};  // a cache of one segment_sizes entry
+  auto segment_size = [&](uint32_t segment) {
+    if (segment != last_size.first) {
+      auto it = segment_sizes.find(segment);
+      if (it == segment_sizes.end()) {
+        // A missing segment is reported once recovery is done.
+        auto got = env_->FileSize(SegmentPath(segment));
+        it = segment_sizes.emplace(segment, got.ok() ? *got : UINT64_MAX).first;
+      }
+      last_size = *it;
+    }
+    return last_size.second;
+  };
+  // Sized once: a checkpoint may hold millions of streams.
+  if (nstreams <= r.remaining()) streams_.Reserve(static_cast<size_t>(nstreams));
   for (uint64_t i = 0; i < nstreams; ++i) {
     auto s = std::make_unique<StreamState>();
     StreamSpec spec;
@@ -492,13 +525,9 @@ Status LogStore::LoadCheckpoint(const std::string& path, uint64_t* replay_segmen
           b.len > kFrameHeaderSize + kMaxBodySize) {
         return bad("bad batch entry");
       }
-      // Within its segment file (a missing segment is reported once recovery is done).
-      auto size = segment_sizes.find(b.segment);
-      if (size == segment_sizes.end()) {
-        auto got = env_->FileSize(SegmentPath(b.segment));
-        size = segment_sizes.emplace(b.segment, got.ok() ? *got : UINT64_MAX).first;
+      if (uint64_t{b.pos} + b.len > segment_size(b.segment)) {
+        return bad("batch entry past its segment's end");
       }
-      if (uint64_t{b.pos} + b.len > size->second) return bad("batch entry past its segment's end");
       // Everything a checkpoint indexes was written before its replay point.
       if (b.segment > *replay_segment ||
           (b.segment == *replay_segment && uint64_t{b.pos} + b.len > *replay_pos)) {
@@ -591,8 +620,7 @@ Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
       // that landed in part (a later page reached the disk, an earlier one did not): never
       // acknowledged, and left in place they could parse as frames once new writes end next
       // to them. Zero them, as for a torn tail.
-      if (last && std::any_of(data.begin() + static_cast<std::ptrdiff_t>(pos), data.end(),
-                              [](char b) { return b != 0; })) {
+      if (last && !AllZero(data.substr(pos))) {
         recovery_notes_.push_back(path + ": bytes after the end of the log at byte " +
                                   std::to_string(pos) + " (a write that landed in part), zeroed");
         seg.end = pos;
@@ -655,8 +683,7 @@ Status LogStore::ScrubTail(Segment& seg, uint64_t from) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(kZeroChunk, size - pos));
     chunk.resize(n);
     RUNNEL_ASSIGN_OR_RETURN(size_t got, seg.file->ReadAt(pos, n, chunk.data()));
-    if (std::any_of(chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(got),
-                    [](char c) { return c != 0; })) {
+    if (!AllZero(std::string_view(chunk.data(), got))) {
       RUNNEL_RETURN_IF_ERROR(seg.file->WriteAt(pos, std::string_view(Zeros()).substr(0, got)));
     }
   }
@@ -1516,13 +1543,13 @@ Status LogStore::WriteCheckpoint() {
     PutU64(&body, replay_pos);
     PutU64(&body, next_stream_id_);
     PutU64(&body, streams_.size());
-    std::vector<const StreamState*> ordered;
+    // In id order: the table's order depends on its history, a checkpoint's should not. The
+    // ids are sorted beside their pointers, so the sort never touches the streams themselves.
+    std::vector<std::pair<StreamId, const StreamState*>> ordered;
     ordered.reserve(streams_.size());
-    streams_.ForEach([&](const StreamState& s) { ordered.push_back(&s); });
-    // In id order: the table's order depends on its history, a checkpoint's should not.
-    std::sort(ordered.begin(), ordered.end(),
-              [](const StreamState* a, const StreamState* b) { return a->id < b->id; });
-    for (const StreamState* s : ordered) {
+    streams_.ForEach([&](const StreamState& s) { ordered.emplace_back(s.id, &s); });
+    std::sort(ordered.begin(), ordered.end());
+    for (const auto& [id, s] : ordered) {
       PutU64(&body, s->id);
       PutString(&body, *s->ns);
       PutString(&body, s->name.view());

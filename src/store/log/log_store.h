@@ -222,6 +222,8 @@ class LogStore final : public Store {
     }
     // Adds `s`, replacing a stream with the same id.
     void Insert(std::unique_ptr<StreamState> s);
+    // Room for `n` streams without growing.
+    void Reserve(size_t n);
     void Erase(StreamId id);
     size_t size() const { return count_; }
     void clear() {
