@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_code = 0;
   auto* version = app.add_subcommand("version", "Print the version and exit");
-  version->callback([] { std::printf("runnel 0.1.0\n"); });
+  version->callback([] { std::printf("runnel %s\n", RUNNEL_VERSION); });
   runnel::cli::AddServeCommand(app);
   runnel::cli::AddClientCommands(app);
   runnel::cli::AddChannelCommand(app);

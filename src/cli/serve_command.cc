@@ -49,6 +49,7 @@ struct ServeFlags {
   // the memory store.
   std::string webhook_signing_key;
   bool webhook_allow_localhost = false;
+  bool dashboard = true;
   // Empty: http:// plus the request's Host header.
   std::string public_url;
 };
@@ -156,6 +157,11 @@ int RunServe(const ServeFlags& flags) {
   options.tls_key_file = flags.tls_key;
   options.tls_handshake_timeout_ms = flags.tls_handshake_timeout_ms;
   options.service.long_poll_timeout_ms = flags.long_poll_timeout_ms;
+  options.dashboard = flags.dashboard;
+  options.info = {
+      {"version", RUNNEL_VERSION},
+      {"store",
+       registry_options.store.rfind("postgres", 0) == 0 ? "postgres" : registry_options.store}};
   server::SubscriptionOptions subscription_options;
   subscription_options.allow_localhost_webhooks = flags.webhook_allow_localhost;
   subscription_options.public_base_url = flags.public_url;
@@ -180,13 +186,15 @@ int RunServe(const ServeFlags& flags) {
     return 1;
   }
   const bool v6 = options.host.find(':') != std::string::npos;
-  std::printf(
-      "runnel serve: listening on %s://%s%s%s:%u (store: %s, data: %s, durability: %s, auth: %s)\n",
-      tls ? "https" : "http", v6 ? "[" : "", options.host.c_str(), v6 ? "]" : "", (*server)->port(),
-      registry_options.store.rfind("postgres", 0) == 0 ? "postgres"
-                                                       : registry_options.store.c_str(),
-      registry_options.store == "log" ? flags.data.c_str() : "-", durability.c_str(),
-      auth_line.c_str());
+  const std::string base = std::string(tls ? "https" : "http") + "://" + (v6 ? "[" : "") +
+                           options.host + (v6 ? "]" : "") + ":" + std::to_string((*server)->port());
+  std::printf("runnel serve: listening on %s (store: %s, data: %s, durability: %s, auth: %s)\n",
+              base.c_str(),
+              registry_options.store.rfind("postgres", 0) == 0 ? "postgres"
+                                                               : registry_options.store.c_str(),
+              registry_options.store == "log" ? flags.data.c_str() : "-", durability.c_str(),
+              auth_line.c_str());
+  if (options.dashboard) std::printf("runnel serve: dashboard at %s/\n", base.c_str());
   std::fflush(stdout);
   (*server)->Run();
   std::printf("runnel serve: stopped\n");
@@ -290,6 +298,10 @@ void AddServeCommand(CLI::App& app) {
                   "Ed25519 webhook signing key file, created (0600) when missing (default: "
                   "<data>/webhook-signing-key.pem; process-local with --store memory)")
       ->envname("RUNNEL_WEBHOOK_SIGNING_KEY");
+  cmd->add_flag("--dashboard,!--no-dashboard", flags->dashboard,
+                "Serve the built-in dashboard at / (on by default; it reads the API with the "
+                "token typed into the page)")
+      ->envname("RUNNEL_DASHBOARD");
   cmd->add_flag("--webhook-allow-localhost", flags->webhook_allow_localhost,
                 "Development only: allow webhook URLs on localhost and 127.0.0.x (http or https)")
       ->envname("RUNNEL_WEBHOOK_ALLOW_LOCALHOST");

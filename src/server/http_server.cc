@@ -30,6 +30,7 @@
 
 #include "base/thread_name.h"
 #include "server/channel_service.h"
+#include "server/dashboard.h"
 #include "server/group_service.h"
 #include "server/http_errors.h"
 #include "server/metrics.h"
@@ -452,10 +453,12 @@ class HttpServer::Impl {
 
   // Writes our response as HTTP/1.1, serialized into one buffer: on plain TCP it usually goes
   // out in one non-blocking write, with no asynchronous operation (WriteLive). A HEAD answer
-  // carries the head only; 204 and 304 carry no Content-Length.
+  // carries the head only, whatever the caller passed as `head`, with the Content-Length of the
+  // body a GET would have carried; 204 and 304 carry no Content-Length.
   template <typename Stream>
   net::awaitable<bool> Write(Stream& stream, HttpResponse response, bool keep_alive, bool head,
                              std::string_view route, std::string_view method) {
+    head = head || method == "HEAD";
     const bool no_body = response.status == 204 || response.status == 304;
     const std::string_view body =
         head || no_body ? std::string_view() : std::string_view(response.body);
@@ -482,7 +485,7 @@ class HttpServer::Impl {
     if (!keep_alive) out += "Connection: close\r\n";
     if (!no_body) {
       out += "Content-Length: ";
-      out += std::to_string(body.size());
+      out += std::to_string(response.body.size());
       out += "\r\n";
     }
     out += "\r\n";
@@ -873,6 +876,7 @@ class HttpServer::Impl {
     // Authentication and tenant authorization, before anything looks at a stream (Z4).
     Principal principal = Principal::Platform(/*cross_tenant=*/true);
     if (options_.access && route.kind != Route::Kind::kHealth &&
+        route.kind != Route::Kind::kDashboard &&
         !(options_.subscriptions && SubscriptionService::SelfAuthenticated(route))) {
       if (auto denied = options_.access->Admit(request, route, &principal)) {
         co_return co_await Write(stream, std::move(*denied), keep_alive, method == "HEAD",
@@ -929,8 +933,16 @@ class HttpServer::Impl {
         HttpResponse r;
         r.Set("Content-Type", "text/plain; version=0.0.4");
         r.Set("Cache-Control", "no-store");
-        r.body =
-            metrics_.Render() + RenderStoreCommitStats(service_.registry().store().CommitStats());
+        r.body = RenderInfo(options_.info, service_.registry().store().Durability()) +
+                 metrics_.Render() +
+                 RenderStoreCommitStats(service_.registry().store().CommitStats());
+        co_return co_await Write(stream, std::move(r), keep_alive, method == "HEAD", route.label,
+                                 method);
+      }
+      case Route::Kind::kDashboard: {
+        HttpResponse r = options_.dashboard
+                             ? DashboardResponse(request.path, method)
+                             : StreamService::ErrorResponse(Status::NotFound("no such route"));
         co_return co_await Write(stream, std::move(r), keep_alive, method == "HEAD", route.label,
                                  method);
       }

@@ -31,6 +31,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "runnel/registry.h"
 #include "runnel/status.h"
@@ -84,6 +86,11 @@ struct ServerOptions {
   // The reserved `__ds` subscription API (subscription_service.h), routed before the stream
   // operations. Null answers `__ds` paths as ordinary stream names.
   std::shared_ptr<SubscriptionService> subscriptions;
+  // The built-in dashboard at `/` (dashboard.h); false answers its paths with 404.
+  bool dashboard = true;
+  // Labels of the `runnel_info` gauge on /metrics (for example version and store), next to the
+  // store's durability mode, which the server adds itself.
+  std::vector<std::pair<std::string, std::string>> info;
 };
 
 class HttpServer {

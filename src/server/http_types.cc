@@ -21,6 +21,11 @@ Route ParseRoute(std::string_view path, bool allow_tenants) {
     route.label = "healthz";
     return route;
   }
+  if (path == "/" || path.starts_with("/ui/")) {
+    route.kind = Route::Kind::kDashboard;  // dashboard.h
+    route.label = "dashboard";
+    return route;
+  }
   if (path == "/metrics") {
     route.kind = Route::Kind::kMetrics;
     route.label = "metrics";

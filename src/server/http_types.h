@@ -45,7 +45,7 @@ struct HttpResponse {
 
 // What a request path addresses.
 struct Route {
-  enum class Kind { kNotFound, kHealth, kMetrics, kStream, kList, kChannel };
+  enum class Kind { kNotFound, kHealth, kMetrics, kStream, kList, kChannel, kDashboard };
   Kind kind = Kind::kNotFound;
   // For kStream: the scope and stream name. Global streams live under /v1/stream/<name>;
   // tenant streams live under /v1/tenants/<tenant>/stream/<name>; ParseRoute reports that form

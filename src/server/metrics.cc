@@ -88,4 +88,38 @@ std::string RenderStoreCommitStats(const StoreCommitStats& stats) {
   return out;
 }
 
+namespace {
+
+// A label value in the exposition format: backslash, double quote and newline escaped.
+std::string EscapeLabel(std::string_view value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string RenderInfo(const std::vector<std::pair<std::string, std::string>>& labels,
+                       std::string_view durability) {
+  std::string out =
+      "# HELP runnel_info The server's version, store and durability mode, as labels.\n"
+      "# TYPE runnel_info gauge\nrunnel_info{";
+  for (const auto& [name, value] : labels) {
+    out += fmt::format("{}=\"{}\",", name, EscapeLabel(value));
+  }
+  out += fmt::format("durability=\"{}\"}} 1\n",
+                     EscapeLabel(durability.substr(0, durability.find(": "))));
+  return out;
+}
+
 }  // namespace runnel::server

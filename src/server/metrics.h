@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "runnel/store.h"
 
@@ -53,6 +54,11 @@ class Metrics {
 // records and bytes made durable, sync time, and a records-per-sync histogram. Empty when the
 // store reports none.
 std::string RenderStoreCommitStats(const StoreCommitStats& stats);
+
+// The `runnel_info` gauge (always 1) with `labels` and the durability mode: the first word of
+// Store::Durability(), the part before ": " ("fsync", "interval:5", "none", "postgresql").
+std::string RenderInfo(const std::vector<std::pair<std::string, std::string>>& labels,
+                       std::string_view durability);
 
 }  // namespace runnel::server
 

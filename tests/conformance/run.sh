@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts `runnel serve` on a free loopback port, runs one npm suite against it, stops the server.
-# Usage: run.sh RUNNEL_BINARY STORE [conformance|client]
+# Usage: run.sh RUNNEL_BINARY STORE [conformance|client|dashboard]
 # The suite's webhook receivers listen on 127.0.0.1, so the server runs with the localhost
 # development exception for webhook URLs.
 set -euo pipefail
@@ -11,7 +11,8 @@ suite="${3:-conformance}"
 here="$(cd "$(dirname "$0")" && pwd)"
 long_poll_ms=500
 
-if [[ ! -d "$here/node_modules/@durable-streams/server-conformance-tests" ]]; then
+if [[ ! -d "$here/node_modules/@durable-streams/server-conformance-tests" ||
+      ! -d "$here/node_modules/jsdom" ]]; then
   (cd "$here" && npm install --no-audit --no-fund >/dev/null)
 fi
 

@@ -1,10 +1,10 @@
-// Vitest configuration for the conformance and client suites. The include list names our
+// Vitest configuration for the conformance, client and dashboard suites. The include list names our
 // entry files explicitly; nothing under it is excluded.
 import { defineConfig } from "vitest/config";
 
 export default defineConfig({
   test: {
-    include: ["conformance.test.mjs", "client.test.mjs"],
+    include: ["conformance.test.mjs", "client.test.mjs", "dashboard.test.mjs"],
     exclude: [],
     testTimeout: 30000,
     hookTimeout: 30000,

@@ -19,7 +19,12 @@ TEST(RouteTest, FixedRoutesAndMisses) {
   EXPECT_EQ(ParseRoute("/metrics").kind, Route::Kind::kMetrics);
   EXPECT_EQ(ParseRoute("/v1/stream/").kind, Route::Kind::kNotFound);
   EXPECT_EQ(ParseRoute("/v1/streams/x").kind, Route::Kind::kNotFound);
-  EXPECT_EQ(ParseRoute("/").kind, Route::Kind::kNotFound);
+  EXPECT_EQ(ParseRoute("").kind, Route::Kind::kNotFound);
+  // The dashboard (dashboard.h): the page and its files.
+  EXPECT_EQ(ParseRoute("/").kind, Route::Kind::kDashboard);
+  EXPECT_EQ(ParseRoute("/ui/app.js").kind, Route::Kind::kDashboard);
+  EXPECT_EQ(ParseRoute("/ui").kind, Route::Kind::kNotFound);
+  EXPECT_EQ(ParseRoute("/uix/app.js").kind, Route::Kind::kNotFound);
 }
 
 TEST(RouteTest, TenantStreamsOnlyWhenEnabled) {

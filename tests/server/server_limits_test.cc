@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "server/http_server.h"
+#include "server/metrics.h"
 #include "support/loopback_socket.h"
 
 namespace runnel::server {
@@ -36,8 +37,9 @@ class Connection {
     std::string body;
   };
 
-  // Reads one response with a Content-Length body (or none for 204/304).
-  Response Receive() {
+  // Reads one response with a Content-Length body (or none for 204/304, or when `head`: the
+  // answer to a HEAD request).
+  Response Receive(bool head = false) {
     Response r;
     size_t header_end;
     while ((header_end = buffer_.find("\r\n\r\n")) == std::string::npos) {
@@ -50,7 +52,7 @@ class Connection {
     std::string lower = r.head;
     for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     size_t cl = lower.find("content-length:");
-    if (cl != std::string::npos) length = std::stoul(lower.substr(cl + 15));
+    if (cl != std::string::npos && !head) length = std::stoul(lower.substr(cl + 15));
     while (buffer_.size() < length) {
       if (!Fill()) break;
     }
@@ -62,9 +64,9 @@ class Connection {
   // True once a read saw end-of-stream from the peer.
   bool PeerClosed() const { return peer_closed_; }
 
-  Response Request(const std::string& data) {
+  Response Request(const std::string& data, bool head = false) {
     if (!Send(data)) return {};
-    return Receive();
+    return Receive(head);
   }
 
  private:
@@ -142,6 +144,97 @@ TEST_F(ServerLimitsTest, HealthzAnswers200) {
   Connection c(port());
   ASSERT_TRUE(c.connected());
   EXPECT_EQ(c.Request(Get("/healthz")).status, 200);
+}
+
+// The built-in dashboard (dashboard.h): its three files, with a policy that allows only this
+// origin, and clear errors for anything else.
+TEST_F(ServerLimitsTest, DashboardServesItsFilesWithAContentSecurityPolicy) {
+  StartServer({});
+  Connection c(port());
+  auto page = c.Request(Get("/"));
+  EXPECT_EQ(page.status, 200);
+  EXPECT_NE(page.head.find("Content-Type: text/html; charset=utf-8"), std::string::npos);
+  EXPECT_NE(page.head.find("Content-Security-Policy: default-src 'none'; script-src 'self'"),
+            std::string::npos);
+  EXPECT_NE(page.head.find("X-Frame-Options: DENY"), std::string::npos);
+  EXPECT_NE(page.body.find("<script src=\"/ui/app.js\"></script>"), std::string::npos);
+  auto script = c.Request(Get("/ui/app.js"));
+  EXPECT_EQ(script.status, 200);
+  EXPECT_NE(script.head.find("Content-Type: text/javascript"), std::string::npos);
+  EXPECT_NE(script.body.find("function parseMetrics"), std::string::npos);
+  auto style = c.Request(Get("/ui/app.css"));
+  EXPECT_EQ(style.status, 200);
+  EXPECT_NE(style.head.find("Content-Type: text/css"), std::string::npos);
+  // HEAD: the same head, no body.
+  auto head = c.Request("HEAD / HTTP/1.1\r\nHost: x\r\n\r\n", /*head=*/true);
+  EXPECT_EQ(head.status, 200);
+  EXPECT_NE(head.head.find("Content-Length: " + std::to_string(page.body.size())),
+            std::string::npos);
+  auto missing = c.Request(Get("/ui/nothing.js"));
+  EXPECT_EQ(missing.status, 404);
+  ExpectJsonError(missing, "not_found");
+  auto post = c.Request("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+  EXPECT_EQ(post.status, 400);
+  EXPECT_NE(post.head.find("Allow: GET, HEAD"), std::string::npos);
+  ExpectJsonError(post, "invalid_argument");
+}
+
+// A HEAD answer never carries a body, whatever the route or error: on a kept-alive connection
+// a body would be read as the start of the next response. Its Content-Length is the GET's.
+TEST_F(ServerLimitsTest, HeadAnswersNeverCarryABody) {
+  StartServer({});
+  Connection c(port());
+  for (const char* target : {"/v1/streams", "/nowhere", "/v1/stream/%zz", "/v1/stream/missing",
+                             "/healthz", "/ui/nothing.js"}) {
+    auto r = c.Request(std::string("HEAD ") + target + " HTTP/1.1\r\nHost: x\r\n\r\n", true);
+    EXPECT_NE(r.status, 0) << target;
+    EXPECT_TRUE(r.body.empty()) << target;
+    auto next = c.Request(Get("/healthz"));
+    EXPECT_EQ(next.status, 200) << "after HEAD " << target;
+    EXPECT_EQ(next.body, "ok\n") << "after HEAD " << target;
+  }
+  auto get = c.Request(Get("/ui/nothing.js"));
+  auto head = c.Request("HEAD /ui/nothing.js HTTP/1.1\r\nHost: x\r\n\r\n", true);
+  EXPECT_EQ(head.status, 404);
+  EXPECT_NE(head.head.find("Content-Length: " + std::to_string(get.body.size())), std::string::npos)
+      << head.head;
+}
+
+TEST_F(ServerLimitsTest, DashboardCanBeTurnedOff) {
+  ServerOptions options;
+  options.dashboard = false;
+  StartServer(options);
+  Connection c(port());
+  for (const char* path : {"/", "/ui/app.js"}) {
+    auto r = c.Request(Get(path));
+    EXPECT_EQ(r.status, 404) << path;
+    ExpectJsonError(r, "not_found");
+  }
+  EXPECT_EQ(c.Request(Get("/healthz")).status, 200);
+}
+
+TEST_F(ServerLimitsTest, MetricsCarryTheInfoGaugeWithTheDurabilityMode) {
+  ServerOptions options;
+  options.info = {{"version", "9.9.9"}, {"store", "memory"}};
+  StartServer(options);
+  Connection c(port());
+  auto r = c.Request(Get("/metrics"));
+  EXPECT_EQ(r.status, 200);
+  // The memory store's durability sentence starts with its mode, like every store's.
+  EXPECT_NE(r.body.find(
+                "runnel_info{version=\"9.9.9\",store=\"memory\",durability=\"process-local\"} 1\n"),
+            std::string::npos)
+      << r.body;
+}
+
+TEST(RenderInfoTest, EscapesLabelValuesAndKeepsTheModeOnly) {
+  EXPECT_EQ(RenderInfo({{"store", "a\"b\\c\nd"}},
+                       "interval:5: acknowledged appends survive a process crash"),
+            "# HELP runnel_info The server's version, store and durability mode, as labels.\n"
+            "# TYPE runnel_info gauge\n"
+            "runnel_info{store=\"a\\\"b\\\\c\\nd\",durability=\"interval:5\"} 1\n");
+  EXPECT_NE(RenderInfo({}, "fsync").find("runnel_info{durability=\"fsync\"} 1\n"),
+            std::string::npos);
 }
 
 TEST_F(ServerLimitsTest, OversizedBodyGets413WithJsonError) {

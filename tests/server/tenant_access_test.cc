@@ -356,6 +356,19 @@ TEST_F(TenantServerTest, HealthzAndPreflightNeedNoToken) {
   EXPECT_NE(preflight.status, 403);
 }
 
+// The dashboard's files hold no data and load without a token; what the page then asks the API
+// for is gated like any other request (Z4).
+TEST_F(TenantServerTest, DashboardFilesNeedNoTokenButItsApiCallsDoZ4) {
+  const std::string platform = NewToken(std::nullopt, true);
+  StartServer(true);
+  EXPECT_EQ(Send(port(), "GET", "/").status, 200);
+  EXPECT_EQ(Send(port(), "GET", "/ui/app.js").status, 200);
+  EXPECT_EQ(Send(port(), "GET", "/v1/streams").status, 401);
+  EXPECT_EQ(Send(port(), "GET", "/metrics").status, 401);
+  EXPECT_EQ(Send(port(), "GET", "/v1/streams", {Bearer(platform)}).status, 200);
+  EXPECT_EQ(Send(port(), "GET", "/metrics", {Bearer(platform)}).status, 200);
+}
+
 TEST_F(TenantServerTest, OpenWithoutTokensAndTokenFileReloaded) {
   StartServer(true);
   // No tokens: open, tenant routes work for everyone.
