@@ -2,8 +2,8 @@
 # The HTTP comparison: `runnel serve` (log store, fsync durability), the Durable Streams Node
 # reference server (reference/, pinned, dev-only) in memory and file-backed, and a static nginx
 # endpoint as the HTTP ceiling, on this machine's loopback, side by side in one run, driven by the
-# same load tools (wrk for request rates; http_load, built next to RUNNEL_BINARY, for catch-up reads
-# and SSE fan-out, where a Node driver would measure itself; load.mjs to fill streams). Prints one
+# same load tools (wrk for request rates; `runnel bench read|sse` for catch-up reads and SSE
+# fan-out, where a Node driver would measure itself; load.mjs to fill streams). Prints one
 # table with ratios and the targets. A measurement program, not a test: every cell is bounded by
 # DURATION seconds.
 #
@@ -14,8 +14,7 @@ binary="$1"
 duration="${2:-5}"
 sse_readers="${3:-10000}"
 here="$(cd "$(dirname "$0")" && pwd)"
-http_load="$(cd "$(dirname "$binary")" && pwd)/http_load"
-[[ -x "$http_load" ]] || { echo "$http_load is not built (cmake -DRUNNEL_BUILD_BENCHMARKS=ON)" >&2; exit 2; }
+[[ -x "$binary" ]] || { echo "$binary is not built" >&2; exit 2; }
 command -v wrk >/dev/null || { echo "wrk is not installed (scripts/install-deps --bench)" >&2; exit 2; }
 command -v node >/dev/null || { echo "node is not installed" >&2; exit 2; }
 # 10,000 SSE readers need 10,000 sockets on each side.
@@ -54,6 +53,9 @@ free_port() {
 declare -A cell   # cell[server,workload] = figure
 rate() { awk '/Requests\/sec/ {printf "%.0f", $2}'; }
 field() { tr ' ' '\n' | awk -F= -v k="$1" '$1==k {print $2}'; }
+# `runnel bench ... --json` output as one key=value line.
+kv() { node -e 'const o = JSON.parse(require("fs").readFileSync(0, "utf8"));
+  console.log(Object.entries(o).map(([k, v]) => k + "=" + (typeof v === "number" ? +v.toFixed(1) : v)).join(" "))'; }
 
 run_wrk() {  # run_wrk CONNECTIONS SCRIPT [ENV=VALUE...]
   local c="$1" script="$2"; shift 2
@@ -71,14 +73,15 @@ measure_server() {
   cell[$name,append10k_c64]="$(run_wrk 64 append_streams.lua STREAM_PREFIX=/v1/stream/many- STREAMS=10000)"
   cell[$name,create_c16]="$(run_wrk 16 create.lua)"
   $load fill-text "$url" /v1/stream/text10m 10 >/dev/null
-  cell[$name,catchup_text]="$("$http_load" catchup "$url" /v1/stream/text10m 20 | field mb_per_s)"
+  cell[$name,catchup_text]="$("$binary" bench read --url "$url" text10m --rounds 20 --json | kv | field mb_per_s)"
   $load fill-json "$url" /v1/stream/json100k 100000 >/dev/null
-  cell[$name,catchup_json]="$("$http_load" catchup "$url" /v1/stream/json100k 5 | field mb_per_s)"
+  cell[$name,catchup_json]="$("$binary" bench read --url "$url" json100k --rounds 5 --json | kv | field mb_per_s)"
   local tail
   tail="$($load tail-offset "$url" /v1/stream/json100k)"
   cell[$name,tail_poll_c16]="$(run_wrk 16 get.lua TARGET="/v1/stream/json100k?offset=$tail")"
   if [[ "$name" == runnel && "$sse_readers" -gt 0 ]]; then
-    sse_line="$("$http_load" sse "$url" /v1/stream/sse "$sse_readers" 50 "$pid")"
+    sse_line="$("$binary" bench sse --url "$url" sse --readers "$sse_readers" --appends 50 \
+      --server-pid "$pid" --json | kv)" || true
   fi
 }
 

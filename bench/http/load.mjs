@@ -1,5 +1,6 @@
 // Load driver for the HTTP benchmark set-up that wrk cannot express (bench/http/compare.sh);
-// catch-up reads and SSE fan-out are measured by http_load.cc, which costs far less per byte.
+// catch-up reads and SSE fan-out are measured by `runnel bench read|sse`, which costs far less
+// per byte.
 // Speaks only the public Durable Streams protocol, so it drives any conforming server.
 //
 //   node load.mjs create BASE PREFIX COUNT              create COUNT text streams PREFIX-<i>

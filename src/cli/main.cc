@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "cli/bench_cmd.h"
 #include "cli/channel_cmd.h"
 #include "cli/check.h"
 #include "cli/client_commands.h"
@@ -22,6 +23,13 @@ int main(int argc, char** argv) {
   runnel::cli::AddTokenCommand(app, &exit_code);
   runnel::cli::AddCheckCommand(app, &exit_code);
   runnel::cli::AddGroupCommand(app, &exit_code);
-  CLI11_PARSE(app, argc, argv);
+  runnel::cli::AddBenchCommand(app, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 reports a usage error by throwing; app.exit prints it (or the help, which is a
+    // success). Every usage error exits 2, the documented code, not CLI11's own numbers.
+    return app.exit(e) == 0 ? 0 : runnel::cli::kExitUsage;
+  }
   return exit_code;
 }

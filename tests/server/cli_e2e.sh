@@ -60,4 +60,34 @@ expect_rc 0 "$R" rm events
 expect_rc 3 "$R" rm events
 expect_rc 5 env RUNNEL_URL=http://127.0.0.1:1 "$R" ls
 expect_rc 2 "$R" ls --url ftp://example
+expect_rc 2 "$R" no-such-command
+expect_rc 2 "$R" serve --threads many
+expect_rc 0 "$R" bench --help
+
+# runnel bench: the appends it counts are exactly the records the streams hold (appends in flight
+# at the deadline are awaited, not dropped).
+json_field() { sed -E "s/.*\"$1\":([^,}]*).*/\1/" <<<"$2"; }
+out="$("$R" bench append load -c 8 -s 1 --streams 3 --size 10 --json)"
+expect_eq "$(json_field ok "$out")" "true" "bench append ok"
+appended="$(json_field appends "$out")"
+[[ "$appended" -gt 0 ]] || fail "bench append counted no appends: $out"
+held=0
+for i in 0 1 2; do
+  n="$("$R" describe "load-$i" --json | sed -E 's/.*"next_offset":"[0-9]*_0*([0-9]+)".*/\1/')"
+  held=$((held + n))
+done
+expect_eq "$held" "$appended" "records held = appends counted"
+out="$("$R" bench read load-0 --rounds 2 --json)"
+expect_eq "$(json_field bytes "$out")" "$(( $("$R" describe load-0 --json | sed -E 's/.*"next_offset":"[0-9]*_0*([0-9]+)".*/\1/') * 10 * 2 ))" \
+  "bench read counts the stream's bytes per round"
+out="$("$R" bench sse fan --readers 20 --appends 3 --json)"
+expect_eq "$(json_field delivered "$out")" "60" "bench sse delivers every append to every reader"
+expect_eq "$(json_field complete "$out")" "20" "bench sse: every reader saw every append"
+expect_eq "$(json_field ok "$out")" "true" "bench sse ok"
+expect_rc 4 "$R" bench append notes -s 0.2 -t application/json   # exists as text/plain
+expect_rc 2 "$R" bench append --url https://127.0.0.1:1 -s 0.2
+expect_rc 2 "$R" bench append -c 0
+expect_rc 2 "$R" bench append --size 0
+expect_rc 5 "$R" bench append --url http://127.0.0.1:1 -s 0.2
+expect_rc 3 "$R" bench read missing
 echo "cli e2e: all checks passed"

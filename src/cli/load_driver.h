@@ -1,0 +1,109 @@
+// The engine of `runnel bench`: an HTTP/1.1 load driver over plain sockets and epoll, cheap
+// enough per request that the figures describe the server, not the driver. It speaks only the
+// public Durable Streams protocol, so it drives any conforming server (runnel, the Node
+// reference server) the same way; bench/http/compare.sh uses it for the catch-up and SSE cells.
+//
+// Every run is bounded: in time (appends), in rounds (catch-up), in readers, appends and
+// waiting time (fan-out). Errors are Status values: kInvalidArgument for a bad URL or load,
+// kUnavailable when the server cannot be reached, kNotFound for a stream to read that does not
+// exist, kInternal for an answer the driver cannot parse or did not expect.
+//
+// Thread-safety: each Run* call is independent; it starts and joins its own threads.
+#ifndef RUNNEL_CLI_LOAD_DRIVER_H_
+#define RUNNEL_CLI_LOAD_DRIVER_H_
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runnel/status.h"
+
+namespace runnel::cli::load {
+
+// Where to send requests: a resolved http:// URL (a name, an IPv4 or a bracketed IPv6 literal).
+struct Endpoint {
+  sockaddr_storage addr{};
+  socklen_t addr_len = 0;
+  std::string host_header;
+};
+Result<Endpoint> ResolveUrl(std::string_view url);
+
+// Upper bounds on a run, stated once.
+inline constexpr int kMaxConnections = 10000;
+inline constexpr int kMaxThreads = 64;
+inline constexpr double kMaxSeconds = 3600;
+inline constexpr size_t kMaxBodyBytes = 16u << 20;
+
+// Appends at a fixed concurrency: each connection keeps one POST in flight, to `targets`
+// spread round robin over the connections, until `seconds` pass; then the requests in flight
+// are awaited (at most 10 s more), so every append the server acknowledged is counted.
+struct AppendLoad {
+  std::vector<std::string> targets;  // request targets ("/v1/stream/x")
+  std::string content_type;
+  std::string body;
+  std::string token;  // sent as a bearer token when not empty
+  int connections = 16;
+  int threads = 2;
+  double seconds = 10;
+};
+struct AppendFigures {
+  uint64_t acknowledged = 0;         // 2xx answers
+  uint64_t failed = 0;               // other answers and broken connections
+  std::map<int, uint64_t> statuses;  // non-2xx answers by status (0: connection failed)
+  double seconds = 0;                // from the first request to the last answer
+  std::vector<uint32_t> latency_us;  // of acknowledged appends, sorted
+};
+Result<AppendFigures> RunAppends(const Endpoint& endpoint, const AppendLoad& load);
+
+// Reads the whole stream at `target` from offset -1, following Stream-Next-Offset until
+// Stream-Up-To-Date, `rounds` times after one warm-up round, over one keep-alive connection.
+struct CatchupFigures {
+  uint64_t bytes = 0;  // body bytes of the measured rounds
+  double seconds = 0;
+};
+Result<CatchupFigures> RunCatchup(const Endpoint& endpoint, const std::string& target,
+                                  const std::string& token, int rounds);
+
+// Opens `readers` SSE readers at the tail of the stream at `target` (created as text/plain
+// when missing) over `threads` epoll threads, appends `appends` messages "t=<microseconds since
+// the epoch>" 100 ms apart, and measures when each reader sees each one. With `server_pid`, also
+// the server's RSS and CPU time from /proc.
+struct FanoutLoad {
+  std::string target;
+  std::string token;
+  int readers = 1000;
+  int appends = 50;
+  int threads = 2;
+  long server_pid = 0;
+};
+struct FanoutFigures {
+  int readers = 0;
+  uint64_t failed = 0;             // readers that could not connect or were cut off
+  int complete = 0;                // readers that saw every append
+  uint64_t delivered = 0;          // (reader, append) deliveries seen
+  uint64_t expected = 0;           // (readers - failed) * appends
+  double open_s = 0;               // time to open the readers
+  std::vector<double> latency_ms;  // sorted
+  // With server_pid (else -1): RSS before the readers, with them idle, after the appends; the
+  // CPU time per append of the server and of this process.
+  double rss_before_mb = -1, rss_idle_mb = -1, rss_mb = -1;
+  double server_cpu_ms_per_append = -1, load_cpu_ms_per_append = -1;
+};
+Result<FanoutFigures> RunFanout(const Endpoint& endpoint, const FanoutLoad& load);
+
+// The p-quantile (0..1) of sorted values; 0 when empty.
+template <typename T>
+double Quantile(const std::vector<T>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const auto i = static_cast<size_t>(p * static_cast<double>(sorted.size()));
+  return static_cast<double>(sorted[std::min(sorted.size() - 1, i)]);
+}
+
+}  // namespace runnel::cli::load
+
+#endif  // RUNNEL_CLI_LOAD_DRIVER_H_
