@@ -1,5 +1,7 @@
 #include "cli/bench_cmd.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -120,7 +122,15 @@ int Append(const BenchArgs& a) {
   l.connections = a.connections;
   l.threads = a.threads;
   l.seconds = a.seconds;
+  const bool progress = !a.json_output && ::isatty(::fileno(stderr)) == 1;
+  if (progress) {
+    l.progress = [](double seconds, uint64_t acked) {
+      std::fprintf(stderr, "\r%5.0f s: %llu appended (%.0f/s)   ", seconds,
+                   static_cast<unsigned long long>(acked), static_cast<double>(acked) / seconds);
+    };
+  }
   auto f = load::RunAppends(*endpoint, l);
+  if (progress) std::fprintf(stderr, "\r%50s\r", "");
   if (!f.ok()) return Fail(f.status());
   const double rate = f->seconds > 0 ? static_cast<double>(f->acknowledged) / f->seconds : 0;
   const double mb = rate * static_cast<double>(a.size) / 1e6;

@@ -387,6 +387,9 @@ class AppendThread {
   void Join() {
     if (thread_.joinable()) thread_.join();
   }
+  bool done() const { return done_.load(std::memory_order_acquire); }
+  // Acknowledged appends so far, readable while the thread runs.
+  uint64_t acknowledged() const { return acked_.load(std::memory_order_relaxed); }
   // After Join().
   AppendFigures& figures() { return figures_; }
   Clock::time_point last_answer() const { return last_answer_; }
@@ -463,6 +466,7 @@ class AppendThread {
       last_answer_ = now;
       if (h->status >= 200 && h->status < 300) {
         ++figures_.acknowledged;
+        acked_.fetch_add(1, std::memory_order_relaxed);
         const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now - c.sent_at);
         figures_.latency_us.push_back(static_cast<uint32_t>(
             std::min<int64_t>(us.count(), std::numeric_limits<uint32_t>::max())));
@@ -546,6 +550,7 @@ class AppendThread {
         ++figures_.statuses[0];
       }
     }
+    done_.store(true, std::memory_order_release);
   }
 
   const Endpoint& endpoint_;
@@ -555,6 +560,8 @@ class AppendThread {
   std::vector<Conn> conns_;
   int live_ = 0;
   AppendFigures figures_;
+  std::atomic<uint64_t> acked_{0};
+  std::atomic<bool> done_{false};
   Clock::time_point last_answer_{};
   std::thread thread_;
 };
@@ -821,6 +828,17 @@ Result<AppendFigures> RunAppends(const Endpoint& endpoint, const AppendLoad& loa
     pool.push_back(std::make_unique<AppendThread>(endpoint, std::move(requests), deadline));
   }
   for (auto& t : pool) t->Start();
+  if (load.progress) {
+    Clock::time_point next_report = start + std::chrono::seconds(1);
+    while (!std::all_of(pool.begin(), pool.end(), [](const auto& t) { return t->done(); })) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (Clock::now() < next_report) continue;
+      next_report += std::chrono::seconds(1);
+      uint64_t acked = 0;
+      for (const auto& t : pool) acked += t->acknowledged();
+      load.progress(SecondsSince(start), acked);
+    }
+  }
   AppendFigures out;
   Clock::time_point last = start;
   for (auto& t : pool) {

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -50,6 +51,9 @@ struct AppendLoad {
   int connections = 16;
   int threads = 2;
   double seconds = 10;
+  // Called about once a second while the load runs, with the seconds since the start and the
+  // appends acknowledged so far (for a progress line); may be empty.
+  std::function<void(double seconds, uint64_t acknowledged)> progress;
 };
 struct AppendFigures {
   uint64_t acknowledged = 0;         // 2xx answers
