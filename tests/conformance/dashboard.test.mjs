@@ -13,7 +13,7 @@ const appJs = await (await fetch(`${baseUrl}/ui/app.js`)).text();
 
 // app.js as a plain script outside a page: only its pure functions, in module.exports.
 function loadFunctions() {
-  const context = { module: { exports: {} }, TextEncoder };
+  const context = { module: { exports: {} } };
   vm.runInNewContext(appJs, context);
   return context.module.exports;
 }
@@ -114,7 +114,11 @@ describe("dashboard functions", () => {
     expect(d.offsetPosition("18446744073709551615")).toBe("18446744073709551615");
     expect(d.recordsForDisplay("application/json", '[{"a":1},"s"]')).toEqual(['{"a":1}', '"s"']);
     expect(d.recordsForDisplay("text/plain; charset=utf-8", "hello")).toEqual(["hello"]);
-    expect(d.recordsForDisplay("application/octet-stream", "abc")).toEqual(["(3 B of application/octet-stream)"]);
+    expect(d.isTextual("text/plain; charset=utf-8")).toBe(true);
+    expect(d.isTextual("Application/JSON")).toBe(true);
+    expect(d.isTextual("application/octet-stream")).toBe(false);
+    expect(d.recordsForDisplay("application/octet-stream", 3)).toEqual(["(3 B of application/octet-stream)"]);
+    expect(d.recordsForDisplay("application/octet-stream", 0)).toEqual([]);
     expect(d.recordsForDisplay("text/plain", "x".repeat(10), 4)).toEqual(["xxxx …"]);
   });
 });
@@ -138,6 +142,7 @@ describe("dashboard page against runnel serve", () => {
     await put(`${tag}-json`, "application/json", JSON.stringify([{ n: 1 }, { n: 2 }]));
     await put(`${tag}-text`, "text/plain", "hello");
     await put(`${tag}-<b>x</b>`, "text/plain", "");
+    await put(`${tag}-bin`, "application/octet-stream", new Uint8Array([0, 1, 2, 255, 254]));
     const ack = await fetch(`${baseUrl}/v1/groups/stream/${tag}-json?group=workers&ack=1`, { method: "POST" });
     expect(ack.status).toBe(200);
 
@@ -155,20 +160,19 @@ describe("dashboard page against runnel serve", () => {
       }
       return fetch(new URL(input, baseUrl), options);
     };
-    w.TextEncoder = TextEncoder;
     w.document.getElementById("prefix").value = tag;
     w.eval(appJs);
     const $ = (id) => w.document.getElementById(id);
 
     // The listing, with names shown as text (the markup-like name makes no element).
-    const rows = await until("three streams", () => {
+    const rows = await until("four streams", () => {
       const r = [...$("streams").tBodies[0].rows];
-      return r.length === 3 ? r : null;
+      return r.length === 4 ? r : null;
     });
     const names = rows.map((r) => r.cells[0].textContent);
-    expect(names).toEqual([`${tag}-<b>x</b>`, `${tag}-json`, `${tag}-text`]);
+    expect(names).toEqual([`${tag}-<b>x</b>`, `${tag}-bin`, `${tag}-json`, `${tag}-text`]);
     expect($("streams").querySelector("b")).toBeNull();
-    const json = rows[1];
+    const json = rows[2];
     expect(json.cells[1].textContent).toBe("application/json");
     expect(json.cells[2].textContent).toBe("2");
     expect(json.cells[3].textContent).toBe("2");
@@ -200,5 +204,12 @@ describe("dashboard page against runnel serve", () => {
     await until("live record", () => [...$("records").children].some((li) => li.textContent === '{"n":3}'));
     $("tail-toggle").click();
     expect($("tail-toggle").textContent).toBe("Follow live");
+
+    // A binary stream's records are shown by size, not decoded.
+    rows[1].dispatchEvent(new w.MouseEvent("click", { bubbles: true }));
+    await until("binary metadata", () => $("detail-meta").textContent.includes("application/octet-stream"));
+    $("read-start").click();
+    await until("binary record", () => $("records").children.length === 1);
+    expect($("records").children[0].textContent).toBe("(5 B of application/octet-stream)");
   });
 });

@@ -163,12 +163,26 @@ function formatSeconds(s) {
   return s.toFixed(2) + ' s';
 }
 
+function mediaType(contentType) {
+  return String(contentType || '').split(';')[0].trim().toLowerCase();
+}
+
+// Whether a read of this content type is shown as text (else only its size is).
+function isTextual(contentType) {
+  const media = mediaType(contentType);
+  return media.startsWith('text/') || media === 'application/json';
+}
+
 // The records of one read response as display strings: the messages of a JSON stream, the
 // text of a text stream (one entry per response: text has no message boundaries), the size of
-// anything else. Long entries are cut at `limit` characters.
+// anything else (`body` is then its length in bytes). Long entries are cut at `limit`
+// characters.
 function recordsForDisplay(contentType, body, limit = 2000) {
   const cut = (s) => (s.length > limit ? s.slice(0, limit) + ' …' : s);
-  const media = String(contentType || '').split(';')[0].trim().toLowerCase();
+  const media = mediaType(contentType);
+  if (typeof body === 'number') {
+    return body === 0 ? [] : ['(' + formatBytes(body) + ' of ' + (media || 'binary') + ')'];
+  }
   if (media === 'application/json') {
     try {
       const parsed = JSON.parse(body);
@@ -178,15 +192,13 @@ function recordsForDisplay(contentType, body, limit = 2000) {
     }
   }
   if (body.length === 0) return [];
-  if (media.startsWith('text/') || media === 'application/json') return [cut(body)];
-  return ['(' + formatBytes(new TextEncoder().encode(body).length) + ' of ' +
-          (media || 'binary') + ')'];
+  return [cut(body)];
 }
 
 if (typeof module !== 'undefined') {
   module.exports = {
     parseMetrics, summarize, histogramQuantile, bucketDelta, rates, encodeName, scopePaths,
-    offsetPosition, formatCount, formatBytes, formatSeconds, recordsForDisplay,
+    offsetPosition, formatCount, formatBytes, formatSeconds, isTextual, recordsForDisplay,
   };
 }
 
@@ -351,6 +363,12 @@ if (typeof document !== 'undefined') {
     $('tail-state').textContent = '';
   }
 
+  // A read response's body: text for textual types, else its size in bytes.
+  async function readBody(r) {
+    return isTextual(r.headers.get('Content-Type')) ? r.text()
+                                                    : (await r.arrayBuffer()).byteLength;
+  }
+
   function showRecords(contentType, body, replace) {
     const list = $('records');
     if (replace) list.replaceChildren();
@@ -430,7 +448,7 @@ if (typeof document !== 'undefined') {
     const url = scopePaths(tenantInput.value).stream(state.selected) + '?offset=-1';
     try {
       const r = await api(url);
-      showRecords(r.headers.get('Content-Type'), await r.text(), true);
+      showRecords(r.headers.get('Content-Type'), await readBody(r), true);
       $('tail-state').textContent = r.headers.get('Stream-Up-To-Date') === 'true'
           ? 'all records shown' : 'first part shown (the server returns reads in chunks)';
     } catch (e) {
@@ -459,7 +477,7 @@ if (typeof document !== 'undefined') {
         const r = await api(base + '?' + q.toString(), { signal: controller.signal });
         offset = r.headers.get('Stream-Next-Offset') || offset;
         cursor = r.headers.get('Stream-Cursor') || cursor;
-        if (r.status === 200) showRecords(r.headers.get('Content-Type'), await r.text(), false);
+        if (r.status === 200) showRecords(r.headers.get('Content-Type'), await readBody(r), false);
         if (r.headers.get('Stream-Closed') === 'true') {
           $('tail-state').textContent = 'the stream is closed';
           break;
