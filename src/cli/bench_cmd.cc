@@ -27,6 +27,7 @@ struct BenchArgs {
   int connections = 16;
   int threads = 2;
   double seconds = 10;
+  double rate = 0;
   size_t size = 100;
   int streams = 1;
   std::string content_type = "text/plain";
@@ -122,6 +123,7 @@ int Append(const BenchArgs& a) {
   l.connections = a.connections;
   l.threads = a.threads;
   l.seconds = a.seconds;
+  l.rate = a.rate;
   const bool progress = !a.json_output && ::isatty(::fileno(stderr)) == 1;
   if (progress) {
     l.progress = [](double seconds, uint64_t acked) {
@@ -151,13 +153,19 @@ int Append(const BenchArgs& a) {
                               {"p99_ms", load::Quantile(f->latency_us, 0.99) / 1000},
                               {"max_ms", load::Quantile(f->latency_us, 1.0) / 1000},
                               {"connections", a.connections},
+                              {"rate", a.rate},
+                              {"unsent", f->unsent},
                               {"streams", a.streams},
                               {"size", a.size}})
                             .dump()
                             .c_str());
   } else {
-    std::printf("%d connections, %zu-byte %s records, %d stream%s, %.1f s\n", a.connections, a.size,
+    std::printf("%d connections, %zu-byte %s records, %d stream%s, %.1f s", a.connections, a.size,
                 a.content_type.c_str(), a.streams, a.streams == 1 ? "" : "s", a.seconds);
+    if (a.rate > 0) {
+      std::printf(", %.0f appends/s scheduled (latency from when each was due)", a.rate);
+    }
+    std::printf("\n");
     std::printf("appended  %llu in %.2f s: %.0f/s, %.1f MB/s\n",
                 static_cast<unsigned long long>(f->acknowledged), f->seconds, rate, mb);
     std::printf("latency   p50 %s  p90 %s  p99 %s  max %s\n",
@@ -165,6 +173,10 @@ int Append(const BenchArgs& a) {
                 Ms(load::Quantile(f->latency_us, 0.9)).c_str(),
                 Ms(load::Quantile(f->latency_us, 0.99)).c_str(),
                 Ms(load::Quantile(f->latency_us, 1.0)).c_str());
+    if (a.rate > 0) {
+      std::printf("unsent    %llu%s\n", static_cast<unsigned long long>(f->unsent),
+                  f->unsent ? " (due before the end, not sent: the server fell behind)" : "");
+    }
     std::printf("failed    %llu%s%s\n", static_cast<unsigned long long>(f->failed),
                 f->failed ? " " : "", f->failed ? statuses.dump().c_str() : "");
   }
@@ -268,6 +280,12 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
         ->capture_default_str();
     cmd->add_option("-t,--content-type", a->content_type,
                     "Content type of the streams (application/json sends JSON strings)")
+        ->capture_default_str();
+    cmd->add_option("--rate", a->rate,
+                    "Appends per second over all connections, on a fixed schedule (latency "
+                    "counted from when each was due); 0: each connection appends again as soon "
+                    "as it is answered")
+        ->check(CLI::Range(0.0, 10000000.0))
         ->capture_default_str();
     cmd->add_option("--threads", a->threads, "Driver threads")
         ->check(CLI::Range(1, load::kMaxThreads))

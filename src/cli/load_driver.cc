@@ -20,6 +20,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <queue>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -370,8 +371,15 @@ bool ConnectFailed(int fd) {
 // One epoll thread driving some of the append connections.
 class AppendThread {
  public:
-  AppendThread(const Endpoint& e, std::vector<std::string> requests, Clock::time_point deadline)
-      : endpoint_(e), requests_(std::move(requests)), deadline_(deadline) {
+  // `interval` zero: each connection sends its next append as soon as the last is answered.
+  // Otherwise each sends on a fixed schedule, one append per `interval` from `first_due[i]`.
+  AppendThread(const Endpoint& e, std::vector<std::string> requests, Clock::time_point deadline,
+               Clock::duration interval, std::vector<Clock::time_point> first_due)
+      : endpoint_(e),
+        requests_(std::move(requests)),
+        deadline_(deadline),
+        interval_(interval),
+        first_due_(std::move(first_due)) {
     epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
   }
   ~AppendThread() {
@@ -401,9 +409,43 @@ class AppendThread {
     const std::string* request = nullptr;
     size_t sent = 0;  // bytes of *request written
     bool in_flight = false;
+    // When the append in flight was sent; on a schedule, when it was due (so a server that
+    // falls behind is charged for the wait its slowness caused).
     Clock::time_point sent_at;
+    Clock::time_point due;  // on a schedule: when the next append is due
     std::string in;
   };
+
+  struct Due {
+    Clock::time_point at;
+    size_t conn;
+    bool operator>(const Due& o) const { return at > o.at; }
+  };
+
+  void Close(Conn& c) {
+    ::epoll_ctl(epoll_, EPOLL_CTL_DEL, c.fd, nullptr);
+    ::close(c.fd);
+    c.fd = -1;
+    --live_;
+  }
+
+  // After an answer (or the connect): the next append now, at its due time, or none after the
+  // deadline.
+  void Next(Conn& c, Clock::time_point now) {
+    if (interval_ == Clock::duration::zero()) {
+      if (now < deadline_) return Begin(c, now);
+      return Close(c);
+    }
+    if (c.due >= deadline_) return Close(c);
+    if (now >= deadline_) {
+      // Behind the schedule when time ran out: what was still due is counted, not sent.
+      figures_.unsent +=
+          static_cast<uint64_t>((deadline_ - c.due + interval_ - Clock::duration(1)) / interval_);
+      return Close(c);
+    }
+    if (c.due <= now) return Begin(c, c.due);
+    schedule_.push(Due{c.due, static_cast<size_t>(&c - conns_.data())});
+  }
 
   void Fail(Conn& c) {
     if (c.fd >= 0) {
@@ -439,10 +481,11 @@ class AppendThread {
     if (::epoll_ctl(epoll_, EPOLL_CTL_MOD, c.fd, &ev) != 0) Fail(c);
   }
 
-  void Begin(Conn& c) {
+  void Begin(Conn& c, Clock::time_point sent_at) {
     c.sent = 0;
     c.in_flight = true;
-    c.sent_at = Clock::now();
+    c.sent_at = sent_at;
+    c.due += interval_;
     Send(c);
   }
 
@@ -474,15 +517,8 @@ class AppendThread {
         ++figures_.failed;
         ++figures_.statuses[h->status];
       }
-      if (now < deadline_) {
-        Begin(c);
-      } else {
-        ::epoll_ctl(epoll_, EPOLL_CTL_DEL, c.fd, nullptr);
-        ::close(c.fd);
-        c.fd = -1;
-        --live_;
-        return true;
-      }
+      Next(c, now);
+      if (c.fd < 0 || !c.in_flight) return true;
     }
   }
 
@@ -491,16 +527,11 @@ class AppendThread {
     if (c.connecting) {
       if (ConnectFailed(c.fd)) return Fail(c);
       c.connecting = false;
-      if (Clock::now() >= deadline_) {
-        ::epoll_ctl(epoll_, EPOLL_CTL_DEL, c.fd, nullptr);
-        ::close(c.fd);
-        c.fd = -1;
-        --live_;
-        return;
-      }
-      return Begin(c);
+      Watch(c, EPOLLIN);  // connected: from now on writability matters only mid-request
+      if (c.fd < 0) return;
+      return Next(c, Clock::now());
     }
-    if ((events & EPOLLOUT) != 0 && c.sent < c.request->size()) Send(c);
+    if ((events & EPOLLOUT) != 0 && c.in_flight && c.sent < c.request->size()) Send(c);
     if (c.fd < 0 || (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) == 0) return;
     char buf[16384];
     for (;;) {
@@ -509,11 +540,7 @@ class AppendThread {
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
       if (n <= 0) {
         if (c.in_flight) return Fail(c);
-        ::epoll_ctl(epoll_, EPOLL_CTL_DEL, c.fd, nullptr);
-        ::close(c.fd);
-        c.fd = -1;
-        --live_;
-        return;
+        return Close(c);
       }
       c.in.append(buf, static_cast<size_t>(n));
       if (!Answers(c)) return Fail(c);
@@ -526,6 +553,7 @@ class AppendThread {
     conns_.resize(requests_.size());
     for (size_t i = 0; i < conns_.size(); ++i) {
       conns_[i].request = &requests_[i];
+      if (i < first_due_.size()) conns_[i].due = first_due_[i];
       conns_[i].fd = OpenNonBlocking(endpoint_, epoll_, i);
       if (conns_[i].fd < 0) {
         ++figures_.failed;
@@ -538,10 +566,25 @@ class AppendThread {
     const Clock::time_point drain_until = deadline_ + std::chrono::seconds(10);
     std::vector<epoll_event> evs(256);
     while (live_ > 0 && Clock::now() < drain_until) {
-      const int n = ::epoll_wait(epoll_, evs.data(), static_cast<int>(evs.size()), 50);
+      // Sleep until the next scheduled append at the latest (to the microsecond).
+      auto wait = std::chrono::nanoseconds(std::chrono::milliseconds(50));
+      if (!schedule_.empty()) {
+        wait = std::clamp<std::chrono::nanoseconds>(schedule_.top().at - Clock::now(),
+                                                    std::chrono::nanoseconds(0), wait);
+      }
+      const timespec timeout{0, static_cast<long>(wait.count())};
+      const int n =
+          ::epoll_pwait2(epoll_, evs.data(), static_cast<int>(evs.size()), &timeout, nullptr);
       for (int k = 0; k < n; ++k) {
         const epoll_event& ev = evs[static_cast<size_t>(k)];
         OnEvent(conns_[ev.data.u64], ev.events);
+      }
+      const Clock::time_point now = Clock::now();
+      while (!schedule_.empty() && schedule_.top().at <= now) {
+        Conn& c = conns_[schedule_.top().conn];
+        const Clock::time_point due = schedule_.top().at;
+        schedule_.pop();
+        if (c.fd >= 0 && !c.in_flight && c.due == due) Next(c, now);
       }
     }
     for (Conn& c : conns_) {
@@ -556,8 +599,11 @@ class AppendThread {
   const Endpoint& endpoint_;
   const std::vector<std::string> requests_;
   const Clock::time_point deadline_;
+  const Clock::duration interval_;
+  const std::vector<Clock::time_point> first_due_;
   int epoll_ = -1;
   std::vector<Conn> conns_;
+  std::priority_queue<Due, std::vector<Due>, std::greater<>> schedule_;
   int live_ = 0;
   AppendFigures figures_;
   std::atomic<uint64_t> acked_{0};
@@ -815,17 +861,29 @@ Result<AppendFigures> RunAppends(const Endpoint& endpoint, const AppendLoad& loa
     req.append(load.body);
     per_target.push_back(std::move(req));
   }
+  if (load.rate < 0 || load.rate > 10000000) {
+    return Status::InvalidArgument("rate must be 0 (as fast as answers come) to 10,000,000/s");
+  }
   const int threads = std::min(load.threads, load.connections);
   const Clock::time_point start = Clock::now();
+  // On a schedule, each connection sends one append per `interval`, the connections staggered
+  // evenly across it.
+  const Clock::duration interval =
+      load.rate > 0 ? std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                          static_cast<double>(load.connections) / load.rate))
+                    : Clock::duration::zero();
   const Clock::time_point deadline = start + std::chrono::duration_cast<Clock::duration>(
                                                  std::chrono::duration<double>(load.seconds));
   std::vector<std::unique_ptr<AppendThread>> pool;
   for (int t = 0; t < threads; ++t) {
     std::vector<std::string> requests;
+    std::vector<Clock::time_point> first_due;
     for (int c = t; c < load.connections; c += threads) {
       requests.push_back(per_target[static_cast<size_t>(c) % per_target.size()]);
+      first_due.push_back(start + interval * c / load.connections);
     }
-    pool.push_back(std::make_unique<AppendThread>(endpoint, std::move(requests), deadline));
+    pool.push_back(std::make_unique<AppendThread>(endpoint, std::move(requests), deadline, interval,
+                                                  std::move(first_due)));
   }
   for (auto& t : pool) t->Start();
   if (load.progress) {
@@ -845,6 +903,7 @@ Result<AppendFigures> RunAppends(const Endpoint& endpoint, const AppendLoad& loa
     t->Join();
     AppendFigures& f = t->figures();
     out.acknowledged += f.acknowledged;
+    out.unsent += f.unsent;
     out.failed += f.failed;
     for (const auto& [status, n] : f.statuses) out.statuses[status] += n;
     out.latency_us.insert(out.latency_us.end(), f.latency_us.begin(), f.latency_us.end());

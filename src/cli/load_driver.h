@@ -40,9 +40,14 @@ inline constexpr int kMaxThreads = 64;
 inline constexpr double kMaxSeconds = 3600;
 inline constexpr size_t kMaxBodyBytes = 16u << 20;
 
-// Appends at a fixed concurrency: each connection keeps one POST in flight, to `targets`
-// spread round robin over the connections, until `seconds` pass; then the requests in flight
-// are awaited (at most 10 s more), so every append the server acknowledged is counted.
+// Appends over a fixed number of connections, to `targets` spread round robin over them, until
+// `seconds` pass; then the requests in flight are awaited (at most 10 s more), so every append
+// the server acknowledged is counted. Without a rate each connection keeps one POST in flight
+// (closed loop: the server's pace sets the load). With `rate`, appends are due on a fixed
+// schedule of that many per second over all connections (open loop), and each latency runs
+// from when its append was due, so a server that falls behind is charged for the queueing it
+// causes; a connection still sends one append at a time, and when time runs out, the appends
+// still due are counted as unsent (the server fell behind the schedule).
 struct AppendLoad {
   std::vector<std::string> targets;  // request targets ("/v1/stream/x")
   std::string content_type;
@@ -51,6 +56,7 @@ struct AppendLoad {
   int connections = 16;
   int threads = 2;
   double seconds = 10;
+  double rate = 0;  // appends per second over all connections; 0: closed loop
   // Called about once a second while the load runs, with the seconds since the start and the
   // appends acknowledged so far (for a progress line); may be empty.
   std::function<void(double seconds, uint64_t acknowledged)> progress;
@@ -58,6 +64,7 @@ struct AppendLoad {
 struct AppendFigures {
   uint64_t acknowledged = 0;         // 2xx answers
   uint64_t failed = 0;               // other answers and broken connections
+  uint64_t unsent = 0;  // with a rate: appends due before the deadline but not sent by then
   std::map<int, uint64_t> statuses;  // non-2xx answers by status (0: connection failed)
   double seconds = 0;                // from the first request to the last answer
   std::vector<uint32_t> latency_us;  // of acknowledged appends, sorted

@@ -77,6 +77,14 @@ for i in 0 1 2; do
   held=$((held + n))
 done
 expect_eq "$held" "$appended" "records held = appends counted"
+# On a schedule: 4 connections, 200 appends/s for 1 s is exactly 50 due per connection; each
+# is sent, or counted unsent when time ran out before it could be (a slow machine).
+out="$("$R" bench append paced -c 4 --rate 200 -s 1 --json)"
+appended="$(json_field appends "$out")"
+expect_eq "$((appended + $(json_field unsent "$out")))" "200" "bench append --rate: 200 due"
+[[ "$appended" -ge 150 ]] || fail "bench append --rate sent only $appended of 200: $out"
+expect_eq "$("$R" describe paced --json | sed -E 's/.*"next_offset":"[0-9]*_0*([0-9]+)".*/\1/')" \
+  "$appended" "bench append --rate: the stream holds what was counted"
 out="$("$R" bench read load-0 --rounds 2 --json)"
 expect_eq "$(json_field bytes "$out")" "$(( $("$R" describe load-0 --json | sed -E 's/.*"next_offset":"[0-9]*_0*([0-9]+)".*/\1/') * 10 * 2 ))" \
   "bench read counts the stream's bytes per round"
