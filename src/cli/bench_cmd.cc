@@ -66,10 +66,8 @@ int Fail(const Status& s) {
 }
 
 // Creates the stream (idempotent) with `content_type`; an exit code, kExitOk when it exists.
-int Create(const BenchArgs& a, const std::string& name) {
-  auto client = HttpClient::Create(a.url, a.token, "");
-  if (!client.ok()) return Fail(client.status());
-  auto r = client->Send("PUT", Target(a, name), {{"Content-Type", a.content_type}}, "");
+int Create(const BenchArgs& a, const HttpClient& client, const std::string& name) {
+  auto r = client.Send("PUT", Target(a, name), {{"Content-Type", a.content_type}}, "");
   if (!r.ok()) return Fail(r.status());
   if (r->status == 200 || r->status == 201) return kExitOk;
   std::fprintf(stderr, "runnel bench: creating '%s' answered HTTP %d%s%s\n", name.c_str(),
@@ -111,10 +109,12 @@ int Append(const BenchArgs& a) {
   }
   auto endpoint = load::ResolveUrl(a.url);
   if (!endpoint.ok()) return Fail(endpoint.status());
+  auto client = HttpClient::Create(a.url, a.token, "");
+  if (!client.ok()) return Fail(client.status());
   load::AppendLoad l;
   for (int i = 0; i < a.streams; ++i) {
     const std::string name = a.streams == 1 ? a.stream : a.stream + "-" + std::to_string(i);
-    if (int rc = Create(a, name); rc != kExitOk) return rc;
+    if (int rc = Create(a, *client, name); rc != kExitOk) return rc;
     l.targets.push_back(Target(a, name));
   }
   l.content_type = a.content_type;
