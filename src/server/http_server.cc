@@ -454,7 +454,8 @@ class HttpServer::Impl {
   // Writes our response as HTTP/1.1, serialized into one buffer: on plain TCP it usually goes
   // out in one non-blocking write, with no asynchronous operation (WriteLive). A HEAD answer
   // carries the head only, whatever the caller passed as `head`, with the Content-Length of the
-  // body a GET would have carried; 204 and 304 carry no Content-Length.
+  // body a GET would have carried (none when that is unknown here: length_unknown); 204 and
+  // 304 carry no Content-Length.
   template <typename Stream>
   net::awaitable<bool> Write(Stream& stream, HttpResponse response, bool keep_alive, bool head,
                              std::string_view route, std::string_view method) {
@@ -483,7 +484,7 @@ class HttpServer::Impl {
     }
     out += StreamService::CommonHeaderLines();
     if (!keep_alive) out += "Connection: close\r\n";
-    if (!no_body) {
+    if (!no_body && !(head && response.length_unknown)) {
       out += "Content-Length: ";
       out += std::to_string(response.body.size());
       out += "\r\n";

@@ -37,6 +37,9 @@ struct HttpResponse {
   int status = 200;
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
+  // For a HEAD answer whose GET would carry a body not built here (a stream's HEAD): no
+  // Content-Length is sent, since one must equal the GET's (RFC 9110, 8.6).
+  bool length_unknown = false;
 
   void Set(std::string name, std::string value) {
     headers.emplace_back(std::move(name), std::move(value));

@@ -1273,19 +1273,13 @@ HttpResponse StreamService::HandleList(const Route& route, const HttpRequest& re
 }
 
 HttpResponse StreamService::HandleHead(const Route& route, const HttpRequest&) {
+  // Errors keep their body: the server sends only its length, which is the GET's.
   auto found = Lookup(route.scope, route.name);
-  if (!found.ok()) {
-    HttpResponse r = ErrorResponse(found.status());
-    r.body.clear();
-    return r;
-  }
-  if (found->meta.soft_deleted) {
-    HttpResponse r = Gone();
-    r.body.clear();
-    return r;
-  }
+  if (!found.ok()) return ErrorResponse(found.status());
+  if (found->meta.soft_deleted) return Gone();
   HttpResponse r;
   r.status = 200;
+  r.length_unknown = true;
   r.Set("Content-Type", found->info.spec.content_type);
   r.Set("Stream-Next-Offset", FormatOffset(TailPosition(found->info)));
   if (found->meta.ttl_s) r.Set("Stream-TTL", std::to_string(*found->meta.ttl_s));

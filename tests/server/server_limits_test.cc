@@ -193,11 +193,22 @@ TEST_F(ServerLimitsTest, HeadAnswersNeverCarryABody) {
     EXPECT_EQ(next.status, 200) << "after HEAD " << target;
     EXPECT_EQ(next.body, "ok\n") << "after HEAD " << target;
   }
-  auto get = c.Request(Get("/ui/nothing.js"));
-  auto head = c.Request("HEAD /ui/nothing.js HTTP/1.1\r\nHost: x\r\n\r\n", true);
-  EXPECT_EQ(head.status, 404);
-  EXPECT_NE(head.head.find("Content-Length: " + std::to_string(get.body.size())), std::string::npos)
-      << head.head;
+  for (const char* target : {"/ui/nothing.js", "/v1/stream/missing"}) {
+    auto get = c.Request(Get(target));
+    auto head =
+        c.Request(std::string("HEAD ") + target + " HTTP/1.1\r\nHost: x\r\n\r\n", true);
+    EXPECT_EQ(head.status, 404) << target;
+    EXPECT_FALSE(get.body.empty()) << target;
+    EXPECT_NE(head.head.find("Content-Length: " + std::to_string(get.body.size())),
+              std::string::npos)
+        << target << ": " << head.head;
+  }
+  // A stream's HEAD: its GET would carry records, so no Content-Length at all (RFC 9110 8.6).
+  ASSERT_EQ(c.Request(Put("/v1/stream/s", "some records")).status, 201);
+  auto head = c.Request("HEAD /v1/stream/s HTTP/1.1\r\nHost: x\r\n\r\n", true);
+  EXPECT_EQ(head.status, 200);
+  EXPECT_EQ(head.head.find("Content-Length"), std::string::npos) << head.head;
+  EXPECT_EQ(c.Request(Get("/healthz")).body, "ok\n");
 }
 
 TEST_F(ServerLimitsTest, DashboardCanBeTurnedOff) {
