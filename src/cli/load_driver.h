@@ -62,9 +62,9 @@ struct AppendLoad {
   std::function<void(double seconds, uint64_t acknowledged)> progress;
 };
 struct AppendFigures {
-  uint64_t acknowledged = 0;         // 2xx answers
-  uint64_t failed = 0;               // other answers and broken connections
-  uint64_t unsent = 0;  // with a rate: appends due before the deadline but not sent by then
+  uint64_t acknowledged = 0;  // 2xx answers
+  uint64_t failed = 0;        // other answers and broken connections
+  uint64_t unsent = 0;        // with a rate: appends due before the deadline but not sent by then
   std::map<int, uint64_t> statuses;  // non-2xx answers by status (0: connection failed)
   double seconds = 0;                // from the first request to the last answer
   std::vector<uint32_t> latency_us;  // of acknowledged appends, sorted
