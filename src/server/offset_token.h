@@ -1,9 +1,11 @@
 // Durable Streams offset tokens.
 //
 // The protocol's offsets are opaque, lexicographically sortable strings. runnel mints them as
-// "%016u_%016u": a reserved 16-digit field (always zero today) and the stream position, which is
-// the number of records before the position (so position p is followed by record offset p + 1).
-// Zero padding keeps lexicographic order equal to numeric order.
+// "%016u_%016u" from the stream position, the number of records before it (so position p is
+// followed by record offset p + 1): the second field is the position modulo 10^16, the first the
+// rest, so every 64-bit position has exactly one token (the first field is zero below 10^16,
+// which is every stream that starts at offset 1 in practice). Zero padding keeps lexicographic
+// order equal to numeric order.
 //
 // Thread-safety: pure functions.
 #ifndef RUNNEL_SERVER_OFFSET_TOKEN_H_
@@ -28,7 +30,7 @@ struct OffsetQuery {
 std::string FormatOffset(uint64_t position);
 
 // Parses a token minted by FormatOffset, or the sentinels "-1" and "now". Anything else
-// (commas, spaces, wrong length, non-digits) is kInvalidArgument.
+// (commas, spaces, wrong length, non-digits, a position past 2^64-1) is kInvalidArgument.
 Result<OffsetQuery> ParseOffset(std::string_view text);
 
 }  // namespace runnel::server
