@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "env/env.h"
 #include "log/log_harness.h"
@@ -301,6 +302,112 @@ TEST_F(LogDamageTest, BytesBeyondTheEndOfTheLogAreZeroedAtOpen) {
   auto rec = (*store)->ReadAt(info->id, 3);
   ASSERT_TRUE(rec.ok() && rec->has_value());
   EXPECT_EQ((*rec)->payload, "new");
+}
+
+// Replay reads a segment through a window of a few MiB that moves with the frames (restart costs
+// the log since the checkpoint, not the preallocated segment size). These use a 24 MiB segment,
+// several windows long: frames that straddle a window edge, a frame larger than the window, a
+// torn tail inside that large frame, and bytes beyond the end of the log far past the first
+// window are all treated exactly as in a segment read whole.
+class LogWindowTest : public LogDamageTest {
+ protected:
+  static constexpr size_t kBig = 6u << 20;  // larger than the replay window (4 MiB)
+
+  LogStoreOptions Options() {
+    LogStoreOptions o = SmallLogOptions(dir_.path());
+    o.segment_size = 24u << 20;
+    o.checkpoint_interval_bytes = 1u << 30;
+    return o;
+  }
+  static std::string Payload(size_t i, size_t size) {
+    std::string p(size, static_cast<char>('a' + i % 26));
+    p.replace(0, std::min<size_t>(size, 8), std::to_string(i).substr(0, 8));
+    return p;
+  }
+  // 40 records of 97-300 KB (their frames cross the window's edges), then one of kBig; returns
+  // the payloads in offset order.
+  std::vector<std::string> Fill() {
+    std::vector<std::string> payloads;
+    auto store = OpenLogStore(Options());
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    auto info = (*store)->CreateStream(Spec("s"));
+    EXPECT_TRUE(info.ok());
+    for (size_t i = 0; i < 40; ++i) payloads.push_back(Payload(i, 97'000 + (i * 7919) % 203'000));
+    payloads.push_back(Payload(40, kBig));
+    for (const auto& p : payloads) EXPECT_TRUE(AppendPayloads(**store, info->id, {p}).ok());
+    store->reset();
+    auto names = env::Env::Posix()->ListDir(dir_.path());
+    for (const auto& name : *names) {
+      if (name.rfind("checkpoint-", 0) == 0) std::remove((dir_.path() + "/" + name).c_str());
+    }
+    return payloads;
+  }
+  static std::string Segment1(const std::string& dir) { return dir + "/00000000000000000001.log"; }
+};
+
+TEST_F(LogWindowTest, FramesAcrossWindowEdgesAndLargerThanTheWindowReplayWhole) {
+  const auto payloads = Fill();
+  const std::string seg = Segment1(dir_.path());
+  ASSERT_GT(FramePos(seg, 41), 4u << 20) << "the small frames alone cross a window edge";
+  auto store = OpenLogStore(Options());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_TRUE(dynamic_cast<log::LogStore&>(**store).RecoveryNotes().empty());
+  auto info = (*store)->GetStream("global", "s");
+  ASSERT_TRUE(info.ok());
+  ASSERT_EQ(info->next_offset, payloads.size() + 1);
+  for (size_t i = 0; i < payloads.size(); ++i) {
+    auto rec = (*store)->ReadAt(info->id, i + 1);
+    ASSERT_TRUE(rec.ok() && rec->has_value()) << i;
+    EXPECT_TRUE((*rec)->payload == payloads[i]) << "record " << i + 1 << " differs after replay";
+  }
+}
+
+TEST_F(LogWindowTest, TornTailInsideAFrameLargerThanTheWindowIsTruncated) {
+  const auto payloads = Fill();
+  const std::string seg = Segment1(dir_.path());
+  const size_t big = FramePos(seg, 41);  // frame 0 creates the stream
+  std::string data = ReadFile(seg);
+  // The large batch's first 5 MiB landed, its last MiB did not.
+  std::fill(data.begin() + static_cast<std::ptrdiff_t>(big + (5u << 20)), data.end(), '\0');
+  WriteFile(seg, data);
+  auto store = OpenLogStore(Options());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const auto notes = dynamic_cast<log::LogStore&>(**store).RecoveryNotes();
+  ASSERT_FALSE(notes.empty());
+  EXPECT_NE(notes[0].find("torn tail at byte " + std::to_string(big)), std::string::npos) << notes[0];
+  auto info = (*store)->GetStream("global", "s");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->next_offset, payloads.size()) << "the torn batch is wholly absent";
+  const std::string after = ReadFile(seg).substr(big);
+  EXPECT_EQ(after.find_first_not_of('\0'), std::string::npos) << "the torn bytes survived the open";
+}
+
+TEST_F(LogWindowTest, BytesFarBeyondTheEndOfTheLogAreFoundAndZeroed) {
+  const auto payloads = Fill();
+  const std::string seg = Segment1(dir_.path());
+  // The end of the log: after the large batch come the frames the clean close wrote.
+  size_t end = FramePos(seg, 41);
+  for (const std::string data = ReadFile(seg); log::LoadU32(data.data() + end + 4) != 0;) {
+    end += log::kFrameHeaderSize + log::LoadU32(data.data() + end + 4);
+  }
+  const size_t stray = end + (5u << 20);  // more than one window past the end
+  ASSERT_LT(stray + 100, 24u << 20);
+  std::string data = ReadFile(seg);
+  std::fill(data.begin() + static_cast<std::ptrdiff_t>(stray),
+            data.begin() + static_cast<std::ptrdiff_t>(stray + 100), 'Z');
+  WriteFile(seg, data);
+  auto store = OpenLogStore(Options());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const auto notes = dynamic_cast<log::LogStore&>(**store).RecoveryNotes();
+  ASSERT_FALSE(notes.empty());
+  EXPECT_NE(notes.back().find("after the end of the log at byte " + std::to_string(end)),
+            std::string::npos)
+      << notes.back();
+  auto info = (*store)->GetStream("global", "s");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->next_offset, payloads.size() + 1) << "every record before the end is kept";
+  const std::string after = ReadFile(seg).substr(end);
+  EXPECT_EQ(after.find_first_not_of('\0'), std::string::npos) << "the stray bytes survived the open";
 }
 
 TEST_F(LogDamageTest, CheckpointVersionsOneAndTwoAreReadAndOthersRefused) {

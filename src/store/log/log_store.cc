@@ -572,36 +572,86 @@ Status LogStore::LoadCheckpoint(const std::string& path, uint64_t* replay_segmen
   return Status::OK();
 }
 
+namespace {
+
+// Replay reads a segment through a window that moves forward with the frames: restart costs
+// the log written since the checkpoint, not the segment's preallocated size, and a 64 MiB
+// segment holding a few frames is not copied into a 64 MiB buffer.
+class SegmentWindow {
+ public:
+  static constexpr uint64_t kSpan = 4u << 20;
+
+  SegmentWindow(env::File& file, uint64_t size) : file_(file), size_(size) {}
+
+  // Bytes [at, min(at + n, size)) of the file as one view (shorter only after a short read),
+  // valid until the next call.
+  Result<std::string_view> View(uint64_t at, uint64_t n) {
+    if (at >= size_) return std::string_view();
+    n = std::min(n, size_ - at);
+    if (at >= base_ && at + n <= base_ + len_) {
+      return std::string_view(buf_.data() + (at - base_), n);
+    }
+    const uint64_t want = std::min(std::max(n, kSpan), size_ - at);
+    if (buf_.size() < want) buf_.resize(static_cast<size_t>(want));
+    base_ = at;
+    len_ = 0;
+    RUNNEL_ASSIGN_OR_RETURN(len_, file_.ReadAt(at, static_cast<size_t>(want), buf_.data()));
+    return std::string_view(buf_.data(), static_cast<size_t>(std::min<uint64_t>(n, len_)));
+  }
+
+  // ParseFrame at `at`, with the whole frame in view when the file holds it.
+  Result<FrameCheck> ParseAt(uint64_t at, FrameView* f) {
+    RUNNEL_ASSIGN_OR_RETURN(std::string_view v, View(at, kSpan));
+    FrameCheck c = ParseFrame(v, f);
+    if (c == FrameCheck::kTruncated && v.size() >= kFrameHeaderSize && at + v.size() < size_) {
+      RUNNEL_ASSIGN_OR_RETURN(v, View(at, kFrameHeaderSize + LoadU32(v.data() + 4)));
+      c = ParseFrame(v, f);
+    }
+    return c;
+  }
+
+  // True when [at, size) holds only zero bytes.
+  Result<bool> ZeroFrom(uint64_t at) {
+    for (; at < size_; at += kSpan) {
+      RUNNEL_ASSIGN_OR_RETURN(std::string_view v, View(at, kSpan));
+      if (!AllZero(v)) return false;
+      if (v.empty()) break;
+    }
+    return true;
+  }
+
+ private:
+  env::File& file_;
+  const uint64_t size_;
+  std::string buf_;
+  uint64_t base_ = 0;
+  uint64_t len_ = 0;
+};
+
+}  // namespace
+
 Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
   const std::string path = SegmentPath(number);
   RUNNEL_ASSIGN_OR_RETURN(auto file, env_->OpenFile(path, false));
   RUNNEL_ASSIGN_OR_RETURN(uint64_t size, file->Size());
-  // Reads the header (and the first frame header after it) and [from, size): the frames before
-  // `from` were replayed before the checkpoint was taken, so restart reads at most one
+  // The header (and the first frame header after it), then frames from `from` on: the frames
+  // before `from` were replayed before the checkpoint was taken, so restart reads at most one
   // checkpoint interval of log, however large the segment.
-  std::string buf(size, '\0');
-  const uint64_t head = std::min<uint64_t>(size, kSegmentHeaderSize + kFrameHeaderSize);
-  const uint64_t skip_to = std::max(from, head);
-  RUNNEL_ASSIGN_OR_RETURN(size_t got, file->ReadAt(0, head, buf.data()));
-  if (got == head && skip_to < size) {
-    RUNNEL_ASSIGN_OR_RETURN(size_t tail,
-                            file->ReadAt(skip_to, size - skip_to, buf.data() + skip_to));
-    got = skip_to + tail;
-  }
-  buf.resize(got);
+  std::string head(std::min<uint64_t>(size, kSegmentHeaderSize + kFrameHeaderSize), '\0');
+  RUNNEL_ASSIGN_OR_RETURN(size_t got, file->ReadAt(0, head.size(), head.data()));
+  head.resize(got);
   Segment& seg = segments_[number];
   seg.number = number;
   seg.file = std::move(file);
   seg.end = kSegmentHeaderSize;
   auto untouched = [&] {
-    for (size_t i = kSegmentHeaderSize;
-         i < std::min(buf.size(), kSegmentHeaderSize + kFrameHeaderSize); ++i) {
-      if (buf[i] != 0) return false;
+    for (size_t i = kSegmentHeaderSize; i < head.size(); ++i) {
+      if (head[i] != 0) return false;
     }
     return true;
   };
-  if (last && (buf.size() < kSegmentHeaderSize ||
-               (!CheckSegmentHeader(buf, number, path).ok() && untouched()))) {
+  if (last && (head.size() < kSegmentHeaderSize ||
+               (!CheckSegmentHeader(head, number, path).ok() && untouched()))) {
     // A crash while creating the segment: its header never became durable, and no frame can
     // have been written after it (frames follow only once the header is synced).
     recovery_notes_.push_back(path + ": incomplete header, segment reinitialised");
@@ -609,22 +659,25 @@ Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
     RUNNEL_RETURN_IF_ERROR(seg.file->WriteAt(0, header));
     return ScrubTail(seg, kSegmentHeaderSize);
   }
-  RUNNEL_RETURN_IF_ERROR(CheckSegmentHeader(buf, number, path));
-  std::string_view data(buf);
+  RUNNEL_RETURN_IF_ERROR(CheckSegmentHeader(head, number, path));
+  SegmentWindow window(*seg.file, size);
   uint64_t pos = std::max<uint64_t>(from, kSegmentHeaderSize);
-  while (pos <= data.size()) {
+  while (pos <= size) {
     FrameView f;
-    FrameCheck c = ParseFrame(data.substr(pos), &f);
+    RUNNEL_ASSIGN_OR_RETURN(FrameCheck c, window.ParseAt(pos, &f));
     if (c == FrameCheck::kEnd) {
       // Past the end of the log there must be nothing but zeros. Bytes there are a group write
       // that landed in part (a later page reached the disk, an earlier one did not): never
       // acknowledged, and left in place they could parse as frames once new writes end next
       // to them. Zero them, as for a torn tail.
-      if (last && !AllZero(data.substr(pos))) {
-        recovery_notes_.push_back(path + ": bytes after the end of the log at byte " +
-                                  std::to_string(pos) + " (a write that landed in part), zeroed");
-        seg.end = pos;
-        return ScrubTail(seg, pos);
+      if (last) {
+        RUNNEL_ASSIGN_OR_RETURN(bool zero, window.ZeroFrom(pos));
+        if (!zero) {
+          recovery_notes_.push_back(path + ": bytes after the end of the log at byte " +
+                                    std::to_string(pos) + " (a write that landed in part), zeroed");
+          seg.end = pos;
+          return ScrubTail(seg, pos);
+        }
       }
       break;
     }
@@ -641,23 +694,25 @@ Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
       continue;
     }
     // A bad frame. At the tail of the last segment it is a torn write: truncate it away.
+    RUNNEL_ASSIGN_OR_RETURN(std::string_view at,
+                            window.View(pos, kFrameHeaderSize + kMinBodySize));
+    const uint32_t len = at.size() >= 8 ? LoadU32(at.data() + 4) : 0;
+    std::string who;
+    if (at.size() == kFrameHeaderSize + kMinBodySize) {
+      who = ", stream #" + std::to_string(LoadU64(at.data() + kFrameHeaderSize)) + " (unverified)";
+    }
     bool valid_after = false;
-    const uint32_t len = pos + 8 <= data.size() ? LoadU32(data.data() + pos + 4) : 0;
     if (c != FrameCheck::kTruncated && len >= kMinBodySize && len <= kMaxBodySize &&
-        pos + kFrameHeaderSize + len < data.size()) {
+        pos + kFrameHeaderSize + len < size) {
       FrameView next;
-      valid_after = ParseFrame(data.substr(pos + kFrameHeaderSize + len), &next) == FrameCheck::kOk;
+      RUNNEL_ASSIGN_OR_RETURN(FrameCheck after, window.ParseAt(pos + kFrameHeaderSize + len, &next));
+      valid_after = after == FrameCheck::kOk;
     }
     if (last && !valid_after) {
       recovery_notes_.push_back(path + ": torn tail at byte " + std::to_string(pos) + " (" +
                                 std::string(FrameCheckName(c)) + "), truncated");
       seg.end = pos;
       return ScrubTail(seg, pos);
-    }
-    std::string who;
-    if (pos + kFrameHeaderSize + kMinBodySize <= data.size()) {
-      who = ", stream #" + std::to_string(LoadU64(data.data() + pos + kFrameHeaderSize)) +
-            " (unverified)";
     }
     Status corrupt =
         Status::Corruption("segment " + path + " at byte " + std::to_string(pos) + ": " +
