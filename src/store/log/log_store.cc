@@ -599,15 +599,17 @@ class SegmentWindow {
     return std::string_view(buf_.data(), static_cast<size_t>(std::min<uint64_t>(n, len_)));
   }
 
-  // ParseFrame at `at`, with the whole frame in view when the file holds it.
+  // ParseFrame at `at`, with the whole frame in view when the file holds it. Reads only when
+  // the frame is not in the window already, so replay reads each window once.
   Result<FrameCheck> ParseAt(uint64_t at, FrameView* f) {
-    RUNNEL_ASSIGN_OR_RETURN(std::string_view v, View(at, kSpan));
-    FrameCheck c = ParseFrame(v, f);
-    if (c == FrameCheck::kTruncated && v.size() >= kFrameHeaderSize && at + v.size() < size_) {
-      RUNNEL_ASSIGN_OR_RETURN(v, View(at, kFrameHeaderSize + LoadU32(v.data() + 4)));
-      c = ParseFrame(v, f);
+    RUNNEL_ASSIGN_OR_RETURN(std::string_view v, View(at, kFrameHeaderSize));
+    if (v.size() == kFrameHeaderSize) {
+      const uint32_t len = LoadU32(v.data() + 4);
+      if (len >= kMinBodySize && len <= kMaxBodySize) {
+        RUNNEL_ASSIGN_OR_RETURN(v, View(at, kFrameHeaderSize + len));
+      }
     }
-    return c;
+    return ParseFrame(v, f);
   }
 
   // True when [at, size) holds only zero bytes.
