@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/json_depth.h"
+
 namespace runnel::attributes {
 namespace {
 
@@ -9,6 +11,7 @@ using json = nlohmann::json;
 
 Result<json> ParseObject(std::string_view attributes) {
   if (attributes.empty()) return json::object();
+  if (!JsonDepthWithin(attributes)) return Status::Corruption("stream attributes nest too deeply");
   json j = json::parse(attributes.begin(), attributes.end(), nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) {
     return Status::Corruption("stream attributes are not a JSON object");
@@ -31,7 +34,9 @@ Result<std::string> Set(std::string_view attributes, std::string_view key,
                         const std::optional<std::string>& json_value) {
   RUNNEL_ASSIGN_OR_RETURN(json j, ParseObject(attributes));
   if (json_value) {
-    json value = json::parse(*json_value, nullptr, /*allow_exceptions=*/false);
+    json value = JsonDepthWithin(*json_value)
+                     ? json::parse(*json_value, nullptr, /*allow_exceptions=*/false)
+                     : json(json::value_t::discarded);
     if (value.is_discarded()) {
       return Status::InvalidArgument("attribute '" + std::string(key) + "' is not valid JSON");
     }

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "base/json_depth.h"
 #include "server/access_gate.h"
 #include "server/http_errors.h"
 #include "server/offset_token.h"
@@ -41,7 +42,7 @@ std::string LowerMediaType(std::string_view content_type) {
 // One event as JSON: JSON-mode records as JSON values, text as strings, other bytes as base64.
 json EventJson(const StreamEvent& event, const std::string& media) {
   json e = {{"offset", event.offset}, {"appended_at_ms", event.appended_at_ms}};
-  if (media == "application/json") {
+  if (media == "application/json" && JsonDepthWithin(event.payload)) {
     json parsed = json::parse(event.payload, nullptr, /*allow_exceptions=*/false);
     if (!parsed.is_discarded()) {
       e["data"] = std::move(parsed);

@@ -2,10 +2,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/json_depth.h"
+
 namespace runnel::server {
 
 Result<std::vector<std::string>> SplitJsonMessages(std::string_view body,
                                                    bool allow_empty_array) {
+  if (!JsonDepthWithin(body)) {
+    return Status::InvalidArgument("body nests arrays or objects deeper than " +
+                                   std::to_string(kMaxJsonDepth) + " levels");
+  }
   nlohmann::json value = nlohmann::json::parse(body.begin(), body.end(), nullptr,
                                                /*allow_exceptions=*/false);
   if (value.is_discarded()) return Status::InvalidArgument("body is not valid JSON");

@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 
+#include "base/json_depth.h"
 #include "base/thread_name.h"
 #include "server/http_errors.h"
 #include "server/offset_token.h"
@@ -21,6 +22,13 @@ namespace runnel::server {
 namespace {
 
 using json = nlohmann::json;
+
+// Parses JSON from a request, a webhook's reply or a stored record; deeper than kMaxJsonDepth
+// or invalid reads as discarded.
+json ParseBounded(std::string_view text) {
+  if (!JsonDepthWithin(text)) return json(json::value_t::discarded);
+  return json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
 
 constexpr std::string_view kReserved = "__ds/";
 constexpr std::string_view kSubsPrefix = "__ds/subscriptions/";
@@ -402,7 +410,7 @@ SubscriptionService::ScopeState& SubscriptionService::LoadScope(const StreamScop
     for (const auto& event : *page) {
       from = event.offset + 1;
       ++state->state_records;
-      json record = json::parse(event.payload, nullptr, false);
+      json record = ParseBounded(event.payload);
       if (record.is_discarded() || !record.is_object() || !record.contains("id")) {
         spdlog::warn("subscriptions ({}): skipping unreadable record {}", label, event.offset);
         continue;
@@ -675,7 +683,7 @@ void SubscriptionService::OnReply(const Job& job, const WebhookReply& reply) {
       const bool was_failed = sub.failed || sub.attempts != 0;
       sub.failed = false;
       sub.attempts = 0;
-      json answer = json::parse(reply.body, nullptr, false);
+      json answer = ParseBounded(reply.body);
       if (answer.is_object() && answer.value("done", false) == true) {
         // Synchronous completion: ack the wake's snapshot and release the lease (7.1).
         for (const auto& e : sub.snapshot) {
@@ -868,7 +876,7 @@ HttpResponse SubscriptionService::HandleSubscription(ScopeState& scope, const st
   if (rest.starts_with("/streams")) {
     std::string_view tail = rest.substr(std::string_view("/streams").size());
     if (tail.empty() && method == "POST") {
-      json body = json::parse(request.body, nullptr, false);
+      json body = ParseBounded(request.body);
       if (!body.is_object() || !body.contains("streams") || !body["streams"].is_array()) {
         return Error(400, "BAD_REQUEST", "the body must be {\"streams\": [paths]}");
       }
@@ -939,7 +947,7 @@ HttpResponse SubscriptionService::HandleSubscription(ScopeState& scope, const st
 
 HttpResponse SubscriptionService::Put(ScopeState& scope, const std::string& id,
                                       const HttpRequest& request) {
-  json body = json::parse(request.body, nullptr, false);
+  json body = ParseBounded(request.body);
   if (body.is_discarded()) return Error(400, "BAD_REQUEST", "the body is not valid JSON");
   auto sub = std::make_unique<Sub>();
   bool url_rejected = false;
@@ -1023,7 +1031,7 @@ HttpResponse SubscriptionService::Put(ScopeState& scope, const std::string& id,
 
 HttpResponse SubscriptionService::Claim(ScopeState& scope, Sub& sub, const HttpRequest& request) {
   if (sub.webhook()) return Error(400, "BAD_REQUEST", "claim is for pull-wake subscriptions");
-  json body = request.body.empty() ? json::object() : json::parse(request.body, nullptr, false);
+  json body = request.body.empty() ? json::object() : ParseBounded(request.body);
   if (!body.is_object()) return Error(400, "BAD_REQUEST", "the body must be a JSON object");
   std::string worker = "anonymous";
   if (body.contains("worker")) {
@@ -1070,14 +1078,14 @@ HttpResponse SubscriptionService::Settle(ScopeState& scope, Sub& sub, const Http
     return Error(401, "UNAUTHORIZED", "send the wake's token as Authorization: Bearer <token>");
   }
   auto claims_text = signer_->VerifyToken(token.substr(7));
-  json claims = claims_text ? json::parse(*claims_text, nullptr, false) : json();
+  json claims = claims_text ? ParseBounded(*claims_text) : json();
   const uint64_t now = registry_.clock().NowMs();
   if (!claims.is_object() || claims.value("k", "") != kind ||
       claims.value("s", "") != scope.scope.Label() || claims.value("i", "") != sub.id ||
       claims.value("e", uint64_t{0}) <= now) {
     return Error(401, "UNAUTHORIZED", "the token is not valid for this subscription");
   }
-  json body = json::parse(request.body, nullptr, false);
+  json body = ParseBounded(request.body);
   if (!body.is_object() || !body.contains("generation") ||
       !body["generation"].is_number_unsigned() || !body.contains("wake_id") ||
       !body["wake_id"].is_string()) {

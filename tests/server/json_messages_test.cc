@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include "base/json_depth.h"
+
 namespace runnel::server {
 namespace {
 
@@ -35,6 +39,22 @@ TEST(JsonMessagesTest, InvalidJsonIsRejected) {
     ASSERT_FALSE(m.ok()) << bad;
     EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
   }
+}
+
+// nlohmann::json serializes recursively: a body nested a few hundred thousand levels deep must be
+// refused before it is parsed, not crash the thread that writes the messages back out.
+TEST(JsonMessagesTest, NestingPastTheLimitIsRefusedNotACrash) {
+  for (size_t depth : {kMaxJsonDepth + 1, size_t{300000}}) {
+    auto m = SplitJsonMessages(std::string(depth, '[') + std::string(depth, ']'), false);
+    ASSERT_FALSE(m.ok()) << depth;
+    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(m.status().message().find("deeper than 512 levels"), std::string::npos)
+        << m.status().ToString();
+  }
+  std::string deepest = "{\"a\":" + std::string(kMaxJsonDepth - 1, '[') + std::string(kMaxJsonDepth - 1, ']') + "}";
+  auto m = SplitJsonMessages(deepest, false);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->size(), 1u);
 }
 
 TEST(JsonMessagesTest, JoinsIntoOneArray) {

@@ -211,6 +211,35 @@ TEST_F(ServerLimitsTest, HeadAnswersNeverCarryABody) {
   EXPECT_EQ(c.Request(Get("/healthz")).body, "ok\n");
 }
 
+// Bad input never crashes the server: a JSON body nested 300,000 levels deep (nlohmann::json
+// would overflow the stack writing it back out) is a 400 like any invalid JSON, and the
+// server goes on serving; a body just within the limit is appended and read back.
+TEST_F(ServerLimitsTest, DeeplyNestedJsonIsRefusedNotACrash) {
+  StartServer({});
+  Connection c(port());
+  const std::string json_type = "Content-Type: application/json\r\n";
+  auto put = "PUT /v1/stream/j HTTP/1.1\r\nHost: x\r\n" + json_type + "Content-Length: 0\r\n\r\n";
+  ASSERT_EQ(c.Request(put).status, 201);
+  auto post = [&](const std::string& body) {
+    return c.Request("POST /v1/stream/j HTTP/1.1\r\nHost: x\r\n" + json_type +
+                     "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  };
+  const size_t deep = 300000;
+  auto r = post(std::string(deep, '[') + std::string(deep, ']'));
+  EXPECT_EQ(r.status, 400);
+  ExpectJsonError(r, "invalid_argument");
+  EXPECT_NE(r.body.find("deeper than 512 levels"), std::string::npos) << r.body;
+  r = post("[" + std::string(deep, '{') + "]");  // not even valid: still refused, not parsed
+  EXPECT_EQ(r.status, 400);
+  const std::string within = std::string(512, '[') + std::string(512, ']');
+  EXPECT_EQ(post(within).status, 204);
+  auto read = c.Request(Get("/v1/stream/j?offset=-1"));
+  EXPECT_EQ(read.status, 200);
+  EXPECT_EQ(read.body, "[" + within.substr(1, within.size() - 2) + "]")
+      << "the outer array is flattened one level, the rest is kept";
+  EXPECT_EQ(c.Request(Get("/healthz")).body, "ok\n");
+}
+
 TEST_F(ServerLimitsTest, DashboardCanBeTurnedOff) {
   ServerOptions options;
   options.dashboard = false;

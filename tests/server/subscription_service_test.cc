@@ -374,6 +374,20 @@ class SubscriptionServiceTest : public ::testing::Test {
   WebhookReply reply_{true, 200, "{}", ""};
 };
 
+// A subscription body nested past kMaxJsonDepth is refused like invalid JSON (never parsed and
+// then serialized, which would recurse once per level).
+TEST_F(SubscriptionServiceTest, DeeplyNestedBodiesAreRefusedAsInvalidJson) {
+  Start();
+  HttpRequest request;
+  request.method = "PUT";
+  request.path = "/v1/stream/__ds/subscriptions/deep";
+  request.headers["host"] = "streams.test";
+  request.body = "{\"type\":" + std::string(300000, '[') + std::string(300000, ']') + "}";
+  HttpResponse r = service_->Handle(ParseRoute(request.path, true), request);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("not valid JSON"), std::string::npos) << r.body;
+}
+
 // PROTOCOL.md 7.3: a lease ends after lease_ttl_ms without heartbeat; its token is then fenced
 // and pending work gets a new wake with a higher generation.
 TEST_F(SubscriptionServiceTest, LeaseExpiryFencesTheHolderAndWakesAgain) {
