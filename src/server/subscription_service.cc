@@ -15,6 +15,7 @@
 #include "base/thread_name.h"
 #include "server/http_errors.h"
 #include "server/offset_token.h"
+#include "server/path_glob.h"
 #include "server/webhook_url.h"
 
 namespace runnel::server {
@@ -92,51 +93,6 @@ bool ValidId(std::string_view id) {
 bool ValidPath(std::string_view path) {
   return !path.empty() && path.size() <= kMaxPathBytes && !path.starts_with(kReserved) &&
          path != "__ds";
-}
-
-std::vector<std::string_view> Segments(std::string_view path) {
-  std::vector<std::string_view> out;
-  size_t start = 0;
-  for (;;) {
-    size_t slash = path.find('/', start);
-    out.push_back(path.substr(start, slash - start));
-    if (slash == std::string_view::npos) return out;
-    start = slash + 1;
-  }
-}
-
-// '*' inside a segment matches any run of characters of that segment.
-bool SegmentMatch(std::string_view pattern, std::string_view text) {
-  size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
-  while (t < text.size()) {
-    if (p < pattern.size() && pattern[p] == '*') {
-      star = p++;
-      mark = t;
-    } else if (p < pattern.size() && pattern[p] == text[t]) {
-      ++p;
-      ++t;
-    } else if (star != std::string_view::npos) {
-      p = star + 1;
-      t = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
-}
-
-bool GlobMatch(const std::vector<std::string_view>& pattern, size_t pi,
-               const std::vector<std::string_view>& path, size_t si) {
-  if (pi == pattern.size()) return si == path.size();
-  if (pattern[pi] == "**") {
-    for (size_t k = si; k <= path.size(); ++k) {
-      if (GlobMatch(pattern, pi + 1, path, k)) return true;
-    }
-    return false;
-  }
-  return si < path.size() && SegmentMatch(pattern[pi], path[si]) &&
-         GlobMatch(pattern, pi + 1, path, si + 1);
 }
 
 // The literal part of a pattern before its first wildcard, for listing candidates.
@@ -762,13 +718,13 @@ void SubscriptionService::NoteWrite(const Route& route) {
     std::lock_guard<std::mutex> lock(mu_);
     ScopeState& scope = LoadScope(route.scope);
     const uint64_t now = registry_.clock().NowMs();
-    std::vector<std::string_view> path = Segments(route.name);
+    std::vector<std::string_view> path = PathSegments(route.name);
     for (auto& [id, owned] : scope.subs) {
       Sub& sub = *owned;
       auto link = sub.links.find(route.name);
       if (link == sub.links.end()) {
         if (sub.pattern.empty() || sub.links.size() >= kMaxLinks ||
-            !GlobMatch(Segments(sub.pattern), 0, path, 0)) {
+            !PathGlobMatch(PathSegments(sub.pattern), path)) {
           continue;
         }
         // Linked before this append, so the append itself is pending (6.2).
@@ -907,7 +863,7 @@ HttpResponse SubscriptionService::HandleSubscription(ScopeState& scope, const st
       auto link = sub.links.find(path);
       if (link != sub.links.end() && link->second.explicit_link) {
         const bool still_globbed =
-            !sub.pattern.empty() && GlobMatch(Segments(sub.pattern), 0, Segments(path), 0);
+            !sub.pattern.empty() && PathGlobMatch(sub.pattern, path);
         if (still_globbed) {
           link->second.explicit_link = false;
           link->second.glob = true;
@@ -996,7 +952,7 @@ HttpResponse SubscriptionService::Put(ScopeState& scope, const std::string& id,
   }
   if (!sub->pattern.empty()) {
     // Eager backfill, linked at the current tails so history is not replayed (6.2).
-    auto pattern = Segments(sub->pattern);
+    auto pattern = PathSegments(sub->pattern);
     ListStreamsOptions list;
     list.prefix = LiteralPrefix(sub->pattern);
     list.limit = StreamRegistry::kMaxReadLimit;
@@ -1005,7 +961,7 @@ HttpResponse SubscriptionService::Put(ScopeState& scope, const std::string& id,
       if (!page.ok()) return FromStatus(page.status());
       for (const auto& d : *page) {
         if (!ValidPath(d.name) || sub->links.size() >= kMaxLinks) continue;
-        if (!GlobMatch(pattern, 0, Segments(d.name), 0)) continue;
+        if (!PathGlobMatch(pattern, PathSegments(d.name))) continue;
         auto& link = sub->links[d.name];
         link.glob = true;
         if (!link.explicit_link) link.acked = d.next_offset - 1;
