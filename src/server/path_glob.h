@@ -2,8 +2,9 @@
 // path whose segment "**" matches any number of segments (zero included) and whose '*' inside a
 // segment matches any run of characters of that segment.
 //
-// Matching is linear-time backtracking to the last wildcard only (never a search over every way
-// to split the path), so no pattern can make a match expensive: with a recursive search,
+// Matching backtracks to the last wildcard only (never a search over every way
+// to split the path): at most pattern length x path length steps, so no pattern can make a
+// match expensive; with a recursive search,
 // "**/**/**/.../z" against a deep path took time exponential in the number of "**".
 //
 // Thread-safety: pure functions.
