@@ -28,6 +28,7 @@ struct ServeFlags {
   uint64_t long_poll_timeout_ms = 20000;
   size_t threads = 0;
   size_t max_body_bytes = 64u << 20;
+  size_t max_fork_bytes = 64u << 20;
   size_t max_header_bytes = 16u << 10;
   size_t max_url_bytes = 8u << 10;
   uint64_t idle_timeout_ms = 60000;
@@ -157,6 +158,7 @@ int RunServe(const ServeFlags& flags) {
   options.tls_key_file = flags.tls_key;
   options.tls_handshake_timeout_ms = flags.tls_handshake_timeout_ms;
   options.service.long_poll_timeout_ms = flags.long_poll_timeout_ms;
+  options.service.max_fork_bytes = flags.max_fork_bytes;
   options.dashboard = flags.dashboard;
   options.info = {
       {"version", RUNNEL_VERSION},
@@ -243,6 +245,10 @@ void AddServeCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", flags->max_body_bytes, "Largest request body (else 413)")
       ->envname("RUNNEL_MAX_BODY_BYTES")
+      ->capture_default_str();
+  cmd->add_option("--max-fork-bytes", flags->max_fork_bytes,
+                  "Most record bytes a fork copies from its source (else 413)")
+      ->envname("RUNNEL_MAX_FORK_BYTES")
       ->capture_default_str();
   cmd->add_option("--max-header-bytes", flags->max_header_bytes, "Largest header block (else 431)")
       ->envname("RUNNEL_MAX_HEADER_BYTES")

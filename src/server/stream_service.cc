@@ -805,9 +805,22 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
     meta.fork_name = source_name;
     meta.fork_position = position;
     meta.fork_sub_offset = config.fork_sub_offset;
-    // Copy the inherited records.
+    // Copy the inherited records (bounded: they are one batch in memory until it commits).
     uint64_t from = 1;
     bool first = true;
+    uint64_t copied_bytes = 0;
+    auto too_large = [&](const StoredRecord& rec) {
+      copied_bytes += rec.payload.size() + (rec.key ? rec.key->size() : 0);
+      return copied_bytes > options_.max_fork_bytes;
+    };
+    auto refuse_large = [&] {
+      HttpResponse r = ErrorResponse(Status::ResourceExhausted(
+          "the fork would copy more than " + std::to_string(options_.max_fork_bytes) +
+          " bytes of records from its source (the server's --max-fork-bytes); fork at an "
+          "earlier offset"));
+      r.status = 413;
+      return r;
+    };
     while (from <= position) {
       auto page = registry_.store().Read(sinfo.id, from, StreamRegistry::kMaxReadLimit,
                                          StreamRegistry::kMaxReadBytes);
@@ -815,6 +828,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
       if (page->empty()) break;
       for (StoredRecord& rec : *page) {
         if (rec.offset > position) break;
+        if (too_large(rec)) return finish(refuse_large());
         if (first) {
           first_offset = rec.offset;
           first = false;
@@ -835,6 +849,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
                                             StreamRegistry::kMaxReadBytes);
         if (!extra.ok()) return finish(ErrorResponse(extra.status()));
         for (StoredRecord& rec : *extra) {
+          if (too_large(rec)) return finish(refuse_large());
           inherited.push_back(AppendRecord{std::move(rec.key), std::move(rec.payload)});
         }
       } else {

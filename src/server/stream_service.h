@@ -83,6 +83,10 @@ struct StreamServiceOptions {
   // at most one frame per stream, the whole set dropped when a new frame would pass this.
   // 0 disables sharing (every SSE reader reads and frames on its own).
   size_t sse_shared_frame_bytes = 16u << 20;
+  // The most record bytes (payloads and keys) a fork may copy from its source. A fork copies the
+  // inherited records into the new stream as one atomic batch, held in memory until it commits,
+  // like a request body; a larger fork is refused with 413 before it is created.
+  size_t max_fork_bytes = 64u << 20;
 };
 
 enum class LiveMode { kNone, kLongPoll, kSse };

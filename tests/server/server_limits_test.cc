@@ -240,6 +240,35 @@ TEST_F(ServerLimitsTest, DeeplyNestedJsonIsRefusedNotACrash) {
   EXPECT_EQ(c.Request(Get("/healthz")).body, "ok\n");
 }
 
+// A fork copies its inherited records as one batch held in memory until it commits, so its size
+// is bounded like a request body: past max_fork_bytes the fork is refused with 413 before the
+// new stream exists; a fork at an earlier offset, within the bound, works.
+TEST_F(ServerLimitsTest, ForksCopyingMoreThanTheLimitAreRefusedWith413) {
+  ServerOptions options;
+  options.service.max_fork_bytes = 1000;
+  StartServer(options);
+  Connection c(port());
+  ASSERT_EQ(c.Request(Put("/v1/stream/src")).status, 201);
+  for (int i = 0; i < 5; ++i) {
+    const std::string body(300, static_cast<char>('a' + i));
+    auto r = c.Request("POST /v1/stream/src HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+                       "Content-Length: 300\r\n\r\n" + body);
+    ASSERT_EQ(r.status, 204);
+  }
+  auto big = c.Request(Put("/v1/stream/big", "", "Stream-Forked-From: /v1/stream/src\r\n"));
+  EXPECT_EQ(big.status, 413);
+  ExpectJsonError(big, "resource_exhausted");
+  EXPECT_NE(big.body.find("--max-fork-bytes"), std::string::npos) << big.body;
+  EXPECT_EQ(c.Request(Get("/v1/stream/big?offset=-1")).status, 404) << "no half-made fork";
+  auto small = c.Request(Put("/v1/stream/small", "",
+                             "Stream-Forked-From: /v1/stream/src\r\n"
+                             "Stream-Fork-Offset: 0000000000000000_0000000000000003\r\n"));
+  EXPECT_EQ(small.status, 201) << small.body;
+  auto read = c.Request(Get("/v1/stream/small?offset=-1"));
+  EXPECT_EQ(read.status, 200);
+  EXPECT_EQ(read.body, std::string(300, 'a') + std::string(300, 'b') + std::string(300, 'c'));
+}
+
 TEST_F(ServerLimitsTest, DashboardCanBeTurnedOff) {
   ServerOptions options;
   options.dashboard = false;
