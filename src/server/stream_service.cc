@@ -425,29 +425,35 @@ void StreamService::MetaAppendDone(StreamId id) {
   meta_cv_.notify_all();
 }
 
-Status StreamService::Remove(const StreamInfo& info, const Meta& meta) {
-  if (meta.fork_refs > 0) return SoftDelete(info.id);
-  RUNNEL_RETURN_IF_ERROR(registry_.store().DeleteStream(info.id));
-  {
-    std::lock_guard<std::mutex> lock(access_mu_);
-    last_access_ms_.erase(info.id);
-  }
-  if (!meta.fork_ns || !meta.fork_name) return Status::OK();
-  // Drop this fork's reference on its source; collect a soft-deleted source with no forks left.
-  auto source = registry_.store().GetStream(*meta.fork_ns, *meta.fork_name);
-  if (!source.ok()) return Status::OK();
-  uint64_t refs_left = 0;
-  bool soft_deleted = false;
-  RUNNEL_RETURN_IF_ERROR(UpdateMeta(source->id, [&](Meta* m) {
-    if (m->fork_refs > 0) --m->fork_refs;
-    refs_left = m->fork_refs;
-    soft_deleted = m->soft_deleted;
-  }));
-  if (soft_deleted && refs_left == 0) {
+Status StreamService::Remove(const StreamInfo& first, const Meta& first_meta) {
+  // A loop, not recursion: removing the last fork of a chain of soft-deleted forks collects the
+  // whole chain, however long.
+  StreamInfo info = first;
+  Meta meta = first_meta;
+  for (;;) {
+    if (meta.fork_refs > 0) return SoftDelete(info.id);
+    RUNNEL_RETURN_IF_ERROR(registry_.store().DeleteStream(info.id));
+    {
+      std::lock_guard<std::mutex> lock(access_mu_);
+      last_access_ms_.erase(info.id);
+    }
+    if (!meta.fork_ns || !meta.fork_name) return Status::OK();
+    // Drop this fork's reference on its source; collect a soft-deleted source with no forks left.
+    auto source = registry_.store().GetStream(*meta.fork_ns, *meta.fork_name);
+    if (!source.ok()) return Status::OK();
+    uint64_t refs_left = 0;
+    bool soft_deleted = false;
+    RUNNEL_RETURN_IF_ERROR(UpdateMeta(source->id, [&](Meta* m) {
+      if (m->fork_refs > 0) --m->fork_refs;
+      refs_left = m->fork_refs;
+      soft_deleted = m->soft_deleted;
+    }));
+    if (!soft_deleted || refs_left != 0) return Status::OK();
     auto again = registry_.store().GetStreamById(source->id);
-    if (again.ok()) return Remove(*again, Meta::Parse(again->spec.attributes));
+    if (!again.ok()) return Status::OK();
+    info = *again;
+    meta = Meta::Parse(again->spec.attributes);
   }
-  return Status::OK();
 }
 
 // ---------------------------------------------------------------------------------------------

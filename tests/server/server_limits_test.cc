@@ -269,6 +269,32 @@ TEST_F(ServerLimitsTest, ForksCopyingMoreThanTheLimitAreRefusedWith413) {
   EXPECT_EQ(read.body, std::string(300, 'a') + std::string(300, 'b') + std::string(300, 'c'));
 }
 
+// Deleting the last fork of a chain of soft-deleted forks collects the whole chain (iteratively:
+// a chain may be long): every path is free again afterwards.
+TEST_F(ServerLimitsTest, DeletingTheLastForkCollectsAChainOfSoftDeletedSources) {
+  StartServer({});
+  Connection c(port());
+  const int kChain = 50;
+  ASSERT_EQ(c.Request(Put("/v1/stream/f0", "base")).status, 201);
+  for (int i = 1; i <= kChain; ++i) {
+    auto r = c.Request(Put("/v1/stream/f" + std::to_string(i), "",
+                           "Stream-Forked-From: /v1/stream/f" + std::to_string(i - 1) + "\r\n"));
+    ASSERT_EQ(r.status, 201) << i << r.body;
+  }
+  auto del = [&](int i) {
+    return c.Request("DELETE /v1/stream/f" + std::to_string(i) + " HTTP/1.1\r\nHost: x\r\n\r\n").status;
+  };
+  for (int i = 0; i < kChain; ++i) ASSERT_EQ(del(i), 204) << i;
+  // Soft-deleted sources still hold their paths while a fork needs them.
+  EXPECT_EQ(c.Request(Put("/v1/stream/f0")).status, 409);
+  EXPECT_EQ(c.Request(Get("/v1/stream/f" + std::to_string(kChain) + "?offset=-1")).body, "base");
+  ASSERT_EQ(del(kChain), 204);
+  for (int i = 0; i <= kChain; ++i) {
+    EXPECT_EQ(c.Request(Put("/v1/stream/f" + std::to_string(i))).status, 201)
+        << "f" << i << " was not collected";
+  }
+}
+
 TEST_F(ServerLimitsTest, DashboardCanBeTurnedOff) {
   ServerOptions options;
   options.dashboard = false;
