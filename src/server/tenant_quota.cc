@@ -73,14 +73,24 @@ std::optional<HttpResponse> TenantQuota::Check(const Route& route, const HttpReq
   if (options_.max_bytes > 0 && !request.body.empty()) {
     const uint64_t now = NowMs();
     uint64_t bytes = 0;
+    bool stale = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const Usage& u = usage_[*tenant];
+      stale = !u.known || now - u.computed_ms >= 1000;
+    }
+    // The recount lists the tenant's streams: done outside the lock, so other tenants' appends
+    // never wait for it (two concurrent recounts of one tenant are harmless).
+    std::optional<uint64_t> recount;
+    if (stale) {
+      auto total = RetainedBytes(ns);
+      if (!total.ok()) return StreamService::ErrorResponse(total.status());
+      recount = *total;
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       Usage& u = usage_[*tenant];
-      if (!u.known || now - u.computed_ms >= 1000) {
-        auto total = RetainedBytes(ns);
-        if (!total.ok()) return StreamService::ErrorResponse(total.status());
-        u = {*total, now, true};
-      }
+      if (recount) u = {*recount, now, true};
       bytes = u.bytes;
       // Count this append until the next recomputation (an upper bound: retention may trim).
       if (bytes < options_.max_bytes) u.bytes += request.body.size();
