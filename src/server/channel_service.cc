@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/utf8.h"
 #include "core/token_store.h"
 #include "server/http_errors.h"
 #include "server/sse_format.h"
@@ -36,32 +37,6 @@ std::optional<size_t> ParseCount(std::string_view text) {
   return n;
 }
 
-// Structural UTF-8 check (lead and continuation bytes); what slips past it is still safe, as
-// responses are serialised with invalid sequences replaced.
-bool IsUtf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t extra = 0;
-    if (c < 0x80) {
-      extra = 0;
-    } else if (c >= 0xc2 && c <= 0xdf) {
-      extra = 1;
-    } else if ((c & 0xf0) == 0xe0) {
-      extra = 2;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-      extra = 3;
-    } else {
-      return false;
-    }
-    if (s.size() - i <= extra) return false;
-    for (size_t k = 1; k <= extra; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
-    }
-    i += extra + 1;
-  }
-  return true;
-}
 
 std::string StreamOf(const std::string& id, size_t partition) {
   return id + ":" + std::to_string(partition);
@@ -298,7 +273,7 @@ HttpResponse ChannelService::ReadPartition(const std::string& id, const std::str
     if (e->key) m["key"] = *e->key;
     if (e->idempotency_key) m["idempotency_key"] = *e->idempotency_key;
     // JSON strings must be UTF-8; anything else travels as base64.
-    if (IsUtf8(e->payload)) {
+    if (IsValidUtf8(e->payload)) {
       m["payload"] = e->payload;
     } else {
       m["payload_base64"] = Base64Encode(e->payload);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/json_depth.h"
+#include "base/utf8.h"
 #include "server/access_gate.h"
 #include "server/http_errors.h"
 #include "server/offset_token.h"
@@ -49,7 +50,8 @@ json EventJson(const StreamEvent& event, const std::string& media) {
       return e;
     }
   }
-  if (media.starts_with("text/") || media == "application/json") {
+  // JSON strings hold text only: bytes that are not UTF-8 travel as base64, unchanged.
+  if ((media.starts_with("text/") || media == "application/json") && IsValidUtf8(event.payload)) {
     e["data"] = event.payload;
   } else {
     e["data_base64"] = Base64Encode(event.payload);
@@ -61,6 +63,7 @@ Status ValidateGroup(std::string_view group) {
   if (group.empty() || group.size() > kMaxGroupName) {
     return Status::InvalidArgument("group must be 1-256 bytes");
   }
+  if (!IsValidUtf8(group)) return Status::InvalidArgument("group must be valid UTF-8");
   return Status::OK();
 }
 

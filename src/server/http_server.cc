@@ -29,6 +29,7 @@
 #include <openssl/x509.h>
 
 #include "base/thread_name.h"
+#include "base/utf8.h"
 #include "server/channel_service.h"
 #include "server/dashboard.h"
 #include "server/group_service.h"
@@ -1143,6 +1144,12 @@ class HttpServer::Impl {
           !ParseQuery(target.substr(question + 1), &request.query)) {
         bad = true;
       }
+      // Names (streams, tenants, channels, groups) are text: they reach JSON answers, listings
+      // and subscription state, where bytes that are not UTF-8 would be altered or refused.
+      bool not_utf8 = !bad && !IsValidUtf8(request.path);
+      for (const auto& [key, value] : request.query) {
+        not_utf8 = not_utf8 || !IsValidUtf8(key) || !IsValidUtf8(value);
+      }
       for (const auto& field : req) {
         std::string name(field.name_string());
         for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -1154,11 +1161,13 @@ class HttpServer::Impl {
       metrics_.AddBytesIn(request.body.size());
       bool keep = false;
       in_flight_.fetch_add(1);
-      if (bad) {
-        keep = co_await Write(stream,
-                              StreamService::ErrorResponse(
-                                  Status::InvalidArgument("malformed percent-encoding in URL")),
-                              keep_alive, false, "other", request.method);
+      if (bad || not_utf8) {
+        keep = co_await Write(
+            stream,
+            StreamService::ErrorResponse(Status::InvalidArgument(
+                bad ? "malformed percent-encoding in URL"
+                    : "the URL's path and query must be UTF-8 once percent-decoded")),
+            keep_alive, false, "other", request.method);
       } else {
         keep = co_await Dispatch(stream, std::move(request), keep_alive, sse);
         if (sse->state) co_return;

@@ -9,10 +9,12 @@
 #include <random>
 #include <utility>
 
+#include "base/utf8.h"
 #include "core/attributes.h"
 #include "server/http_errors.h"
 #include "server/json_messages.h"
 #include "server/sse_format.h"
+#include "server/subscription_service.h"
 
 namespace runnel::server {
 
@@ -718,7 +720,9 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
     auto decoded = PercentDecode(*config.fork_from, false);
     // Any scope: the caller's access to the source was checked before this (access_gate.h).
     Route src = ParseRoute(decoded ? *decoded : *config.fork_from, /*allow_tenants=*/true);
-    if (src.kind != Route::Kind::kStream) {
+    // The reserved __ds/ streams (subscription state) are not streams a client can read, so
+    // none can be forked either.
+    if (src.kind != Route::Kind::kStream || SubscriptionService::Matches(src)) {
       return finish(ErrorResponse(Status::NotFound("fork source does not exist")));
     }
     source_scope = src.scope;
@@ -1081,6 +1085,11 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
   std::optional<std::string> stream_seq;
   if (auto seq = request.Header("stream-seq")) {
     stream_seq = std::string(*seq);
+    // Stored in the stream's JSON attributes: it must be text that survives JSON unchanged, or
+    // the comparison below would run against an altered value.
+    if (!IsValidUtf8(*stream_seq)) {
+      return finish(ErrorResponse(Status::InvalidArgument("Stream-Seq must be valid UTF-8")));
+    }
     if (found->meta.stream_seq && *stream_seq <= *found->meta.stream_seq) {
       return finish(ErrorResponse(Status::Conflict(
           "Stream-Seq must increase (last '" + *found->meta.stream_seq + "')", 0, 0)));

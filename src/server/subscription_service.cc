@@ -12,6 +12,7 @@
 #include <set>
 
 #include "base/json_depth.h"
+#include "base/utf8.h"
 #include "base/thread_name.h"
 #include "server/http_errors.h"
 #include "server/offset_token.h"
@@ -92,8 +93,12 @@ bool ValidId(std::string_view id) {
 // A stream path a subscription may link: non-empty, bounded, not reserved.
 bool ValidPath(std::string_view path) {
   return !path.empty() && path.size() <= kMaxPathBytes && !path.starts_with(kReserved) &&
-         path != "__ds";
+         path != "__ds" && IsValidUtf8(path);
 }
+
+// Serializes state and events. Everything in them is UTF-8 already (paths are checked); should
+// anything not be, it is replaced rather than thrown from a writer's callback.
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 // The literal part of a pattern before its first wildcard, for listing candidates.
 std::string LiteralPrefix(std::string_view pattern) {
@@ -286,7 +291,7 @@ Status ParseConfig(const json& body, bool allow_localhost, SubscriptionService::
       return Status::InvalidArgument("a pull-wake subscription needs wake_stream, a stream path");
     }
   }
-  std::string normalized = sub->ConfigJson().dump();
+  std::string normalized = Dump(sub->ConfigJson());
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(normalized.data()), normalized.size(), digest);
   sub->hash = Hex(digest, sizeof(digest));
@@ -412,7 +417,7 @@ SubscriptionService::ScopeState& SubscriptionService::LoadScope(const StreamScop
 
 Status SubscriptionService::Persist(ScopeState& scope, const Sub& sub, bool deleted) {
   json record = deleted ? json{{"id", sub.id}, {"deleted", true}} : sub.StateJson();
-  std::vector<AppendRecord> batch{{std::nullopt, record.dump()}};
+  std::vector<AppendRecord> batch{{std::nullopt, Dump(record)}};
   auto appended = registry_.AppendBatch(scope.scope, kStateStream, batch);
   if (!appended.ok() && appended.status().code() == StatusCode::kNotFound) {
     CreateStreamOptions create;
@@ -426,8 +431,8 @@ Status SubscriptionService::Persist(ScopeState& scope, const Sub& sub, bool dele
   if (scope.state_records > 4 * scope.subs.size() + 256) {
     std::vector<AppendRecord> all;
     for (const auto& [id, live] : scope.subs)
-      all.push_back({std::nullopt, live->StateJson().dump()});
-    if (all.empty()) all.push_back({std::nullopt, record.dump()});
+      all.push_back({std::nullopt, Dump(live->StateJson())});
+    if (all.empty()) all.push_back({std::nullopt, Dump(record)});
     auto rewritten = registry_.AppendBatch(scope.scope, kStateStream, std::move(all));
     if (rewritten.ok()) {
       auto pruned = registry_.Prune(scope.scope, kStateStream, rewritten->first_offset - 1);
@@ -499,7 +504,7 @@ void SubscriptionService::IssueWake(ScopeState& scope, Sub& sub, uint64_t now,
                  {"generation", sub.generation},
                  {"streams", EntriesJson(sub.snapshot)},
                  {"callback_url", root + std::string(kSubsPrefix) + sub.id + "/callback"},
-                 {"callback_token", signer_->MintToken(claims.dump())}};
+                 {"callback_token", signer_->MintToken(Dump(claims))}};
     Job job;
     job.key = scope.scope.Label() + "\n" + sub.id;
     job.wake_id = sub.wake_id;
@@ -522,7 +527,7 @@ void SubscriptionService::IssueWake(ScopeState& scope, Sub& sub, uint64_t now,
                 {"generation", sub.generation},
                 {"ts", now}};
   auto written =
-      registry_.AppendBatch(scope.scope, sub.wake_stream, {{std::nullopt, event.dump()}});
+      registry_.AppendBatch(scope.scope, sub.wake_stream, {{std::nullopt, Dump(event)}});
   if (!written.ok()) {
     spdlog::warn("subscription {}: cannot write a wake event to {}: {}", sub.id, sub.wake_stream,
                  written.status().ToString());
@@ -1021,7 +1026,7 @@ HttpResponse SubscriptionService::Claim(ScopeState& scope, Sub& sub, const HttpR
                  {"g", sub.generation}, {"w", sub.wake_id},         {"e", now + 3600 * 1000}};
   return JsonResponse(200, {{"wake_id", sub.wake_id},
                             {"generation", sub.generation},
-                            {"token", signer_->MintToken(claims.dump())},
+                            {"token", signer_->MintToken(Dump(claims))},
                             {"streams", EntriesJson(sub.snapshot)},
                             {"lease_ttl_ms", sub.lease_ttl_ms}});
 }

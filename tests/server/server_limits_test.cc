@@ -295,6 +295,75 @@ TEST_F(ServerLimitsTest, DeletingTheLastForkCollectsAChainOfSoftDeletedSources) 
   }
 }
 
+// Names and query values are text: a path or query that is not UTF-8 once percent-decoded is a
+// 400 (it would reach JSON answers and subscription state altered, or make the serializer
+// throw); a Stream-Seq that is not UTF-8 is refused rather than stored altered (a repeat would
+// then pass the increasing-seq check and append twice).
+TEST_F(ServerLimitsTest, BytesThatAreNotUtf8InNamesQueriesAndStreamSeqAreRefused) {
+  StartServer({});
+  Connection c(port());
+  for (const char* target : {"/v1/stream/%FF", "/v1/stream/a%C0%AF", "/v1/tenants/t/stream/%ED%A0%80",
+                             "/v1/groups/stream/s?group=%FF", "/v1/streams?prefix=%FE"}) {
+    auto r = c.Request(Put(target));
+    EXPECT_EQ(r.status, 400) << target;
+    ExpectJsonError(r, "invalid_argument");
+    EXPECT_NE(r.body.find("UTF-8"), std::string::npos) << target << ": " << r.body;
+  }
+  ASSERT_EQ(c.Request(Put("/v1/stream/%E2%98%83")).status, 201) << "UTF-8 names are fine";
+  ASSERT_EQ(c.Request(Put("/v1/stream/seq")).status, 201);
+  auto post = [&](const std::string& seq) {
+    return c.Request("POST /v1/stream/seq HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+                     "Stream-Seq: " + seq + "\r\nContent-Length: 1\r\n\r\nA");
+  };
+  auto bad = post("a\xff");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("Stream-Seq must be valid UTF-8"), std::string::npos) << bad.body;
+  EXPECT_EQ(post("a1").status, 204);
+  EXPECT_EQ(post("a1").status, 409);
+  EXPECT_EQ(c.Request(Get("/v1/stream/seq?offset=-1")).body, "A");
+}
+
+// Group reads carry text records as JSON strings only when they are UTF-8; other bytes travel
+// as data_base64, unchanged, instead of being replaced by U+FFFD.
+TEST_F(ServerLimitsTest, GroupReadsCarryTextThatIsNotUtf8AsBase64) {
+  StartServer({});
+  Connection c(port());
+  ASSERT_EQ(c.Request(Put("/v1/stream/t")).status, 201);
+  const std::string bytes("a\xff\xfe" "b", 4);
+  ASSERT_EQ(c.Request("POST /v1/stream/t HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+                      "Content-Length: 4\r\n\r\n" + bytes).status, 204);
+  ASSERT_EQ(c.Request("POST /v1/stream/t HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+                      "Content-Length: 2\r\n\r\nok").status, 204);
+  auto r = c.Request(Get("/v1/groups/stream/t?group=g"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto body = nlohmann::json::parse(r.body);
+  ASSERT_EQ(body["events"].size(), 2u) << r.body;
+  EXPECT_EQ(body["events"][0]["data_base64"], "Yf/+Yg==") << r.body;
+  EXPECT_FALSE(body["events"][0].contains("data"));
+  EXPECT_EQ(body["events"][1]["data"], "ok");
+}
+
+// The reserved __ds/ streams hold subscription state; they cannot be read directly, and so
+// cannot be copied out through a fork either.
+TEST_F(ServerLimitsTest, ReservedSubscriptionStreamsCannotBeForked) {
+  StartServer({});
+  Connection c(port());
+  auto wake = c.Request("PUT /v1/stream/wakes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        "Content-Length: 0\r\n\r\n");
+  ASSERT_EQ(wake.status, 201);
+  const std::string sub = R"({"type":"pull-wake","pattern":"e/*","wake_stream":"wakes"})";
+  auto created = c.Request("PUT /v1/stream/__ds/subscriptions/s1 HTTP/1.1\r\nHost: x\r\n"
+                           "Content-Type: application/json\r\nContent-Length: " +
+                           std::to_string(sub.size()) + "\r\n\r\n" + sub);
+  ASSERT_EQ(created.status, 201) << created.body;
+  for (const char* from : {"/v1/stream/__ds/subscriptions", "/v1/stream/__ds"}) {
+    auto r = c.Request("PUT /v1/stream/copy HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       "Stream-Forked-From: " + std::string(from) + "\r\nContent-Length: 0\r\n\r\n");
+    EXPECT_EQ(r.status, 404) << from << ": " << r.body;
+  }
+  EXPECT_EQ(c.Request(Get("/v1/stream/copy?offset=-1")).status, 404);
+}
+
 TEST_F(ServerLimitsTest, DashboardCanBeTurnedOff) {
   ServerOptions options;
   options.dashboard = false;

@@ -388,6 +388,22 @@ TEST_F(SubscriptionServiceTest, DeeplyNestedBodiesAreRefusedAsInvalidJson) {
   EXPECT_NE(r.body.find("not valid JSON"), std::string::npos) << r.body;
 }
 
+// A stream whose name is not UTF-8 (made through the library; HTTP refuses such names) never
+// breaks the service: a glob subscription skips it when linking existing streams, and an append
+// to it that matches a glob is recorded without the state serializer throwing.
+TEST_F(SubscriptionServiceTest, StreamNamesThatAreNotUtf8NeverBreakTheService) {
+  Start();
+  CreateStream("wake/pool");
+  CreateStream("events/\xff");
+  ASSERT_EQ(Call("PUT", "__ds/subscriptions/p1", PullSub("p1")).status, 201);
+  Append("events/\xff", "{}");
+  CreateStream("events/ok");
+  Append("events/ok", "{}");
+  auto got = Call("GET", "__ds/subscriptions/p1");
+  EXPECT_EQ(got.status, 200) << got.body;
+  EXPECT_NE(got.body.find("events/ok"), std::string::npos) << got.body;
+}
+
 // PROTOCOL.md 7.3: a lease ends after lease_ttl_ms without heartbeat; its token is then fenced
 // and pending work gets a new wake with a higher generation.
 TEST_F(SubscriptionServiceTest, LeaseExpiryFencesTheHolderAndWakesAgain) {

@@ -25,6 +25,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "base/utf8.h"
+
 namespace runnel::channel {
 
 inline constexpr std::string_view kEnvelopeMagic = "LME1";
@@ -36,8 +38,8 @@ inline constexpr size_t kEnvelopeFixedHeaderSize = 4 + 1 + 8;
 // The largest length a u32 prefix can carry.
 inline constexpr uint64_t kMaxFieldLength = 0xFFFFFFFFu;
 
-// True if `s` is well-formed UTF-8.
-bool IsValidUtf8(std::string_view s);
+// True if `s` is well-formed UTF-8 (base/utf8.h).
+using runnel::IsValidUtf8;
 
 }  // namespace runnel::channel
 
