@@ -1058,6 +1058,21 @@ class HttpServer::Impl {
     metrics_.ConnectionClosed();
   }
 
+  // A request Beast could not parse (a bad request line, header or chunk framing): answers 400
+  // with the JSON error body, then the connection closes, as what follows cannot be framed. A
+  // clean close between requests or a message cut off by the peer gets nothing: no one reads it.
+  template <typename Stream>
+  net::awaitable<void> RefuseMalformed(Stream& stream, const boost::system::error_code& ec) {
+    if (ec.category() != http::make_error_code(http::error::bad_target).category() ||
+        ec == http::error::end_of_stream || ec == http::error::partial_message) {
+      co_return;
+    }
+    HttpResponse r = StreamService::ErrorResponse(
+        Status::InvalidArgument("malformed HTTP request: " + ec.message()));
+    co_await Write(stream, std::move(r), false, false, "other", "-");
+    co_await DiscardInput(stream);
+  }
+
   // Serves requests until the connection must close or a request turns into an SSE response,
   // which it leaves in *sse (still counted in flight) for the caller to serve.
   template <typename Stream>
@@ -1086,7 +1101,10 @@ class HttpServer::Impl {
         co_await DiscardInput(stream);
         break;
       }
-      if (ec) break;
+      if (ec) {
+        co_await RefuseMalformed(stream, ec);
+        break;
+      }
       if (parser.get().target().size() > options_.max_url_bytes) {
         HttpResponse r =
             StreamService::ErrorResponse(Status::ResourceExhausted("request URL is too long"));
@@ -1130,7 +1148,10 @@ class HttpServer::Impl {
         co_await DiscardInput(stream);
         break;
       }
-      if (ec) break;
+      if (ec) {
+        co_await RefuseMalformed(stream, ec);
+        break;
+      }
       auto& req = parser.get();
       const bool keep_alive = req.keep_alive() && !stopping_.load();
       HttpRequest request;

@@ -364,6 +364,27 @@ TEST_F(ServerLimitsTest, ReservedSubscriptionStreamsCannotBeForked) {
   EXPECT_EQ(c.Request(Get("/v1/stream/copy?offset=-1")).status, 404);
 }
 
+// A request Beast cannot parse gets a 400 with the JSON error body before the connection closes,
+// never a silent close; the server goes on serving others.
+TEST_F(ServerLimitsTest, MalformedRequestsGetA400BeforeTheConnectionCloses) {
+  StartServer({});
+  for (const std::string& raw : {
+           std::string("GET /healthz HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n"),
+           std::string("POST /v1/stream/s HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n"),
+           std::string("POST /v1/stream/s HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n"
+                       "Content-Length: 2\r\n\r\nab"),
+           std::string("POST /v1/stream/s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                       "\r\nzz\r\nab\r\n0\r\n\r\n")}) {
+    Connection c(port());
+    auto r = c.Request(raw);
+    EXPECT_EQ(r.status, 400) << raw;
+    ExpectJsonError(r, "invalid_argument");
+    EXPECT_NE(r.body.find("malformed HTTP request"), std::string::npos) << r.body;
+  }
+  Connection c(port());
+  EXPECT_EQ(c.Request(Get("/healthz")).body, "ok\n");
+}
+
 TEST_F(ServerLimitsTest, DashboardCanBeTurnedOff) {
   ServerOptions options;
   options.dashboard = false;
