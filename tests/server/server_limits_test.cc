@@ -499,12 +499,15 @@ TEST_F(ServerLimitsTest, MalformedRequestsGet4xxJsonErrors) {
   EXPECT_EQ(method.status, 405);
 }
 
-TEST_F(ServerLimitsTest, GarbageRequestLineClosesTheConnectionWithoutCrashing) {
+TEST_F(ServerLimitsTest, GarbageRequestLineGetsA400AndTheConnectionClosesWithoutCrashing) {
   StartServer({});
   {
     Connection c(port());
     c.Send("\x01\x02 not http at all\r\n\r\n");
-    EXPECT_EQ(c.Receive().status, 0);
+    auto r = c.Receive();
+    EXPECT_EQ(r.status, 400);
+    ExpectJsonError(r, "invalid_argument");
+    EXPECT_EQ(c.Receive().status, 0) << "the connection is closed after the 400";
   }
   Connection again(port());
   EXPECT_EQ(again.Request(Get("/healthz")).status, 200);
