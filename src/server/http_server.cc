@@ -952,18 +952,21 @@ class HttpServer::Impl {
         co_return co_await Write(stream,
                                  StreamService::ErrorResponse(Status::NotFound("no such route")),
                                  keep_alive, method == "HEAD", route.label, method);
-      case Route::Kind::kList:
-        if (method == "GET") {
+      case Route::Kind::kList: {
+        if (method == "GET" || method == "HEAD") {
           const std::function<HttpResponse()> list = [service, rt, rq] {
             return service->HandleList(*rt, *rq);
           };
           HttpResponse r = co_await StoreCall(list);
-          co_return co_await Write(stream, std::move(r), keep_alive, false, route.label, method);
+          co_return co_await Write(stream, std::move(r), keep_alive, method == "HEAD",
+                                   route.label, method);
         }
-        co_return co_await Write(
-            stream,
-            StreamService::ErrorResponse(Status::InvalidArgument("use GET to list streams")),
-            keep_alive, false, route.label, method);
+        HttpResponse r =
+            StreamService::ErrorResponse(Status::InvalidArgument("use GET to list streams"));
+        r.status = 405;
+        r.Set("Allow", "GET, HEAD");
+        co_return co_await Write(stream, std::move(r), keep_alive, false, route.label, method);
+      }
       case Route::Kind::kChannel: {
         const bool head = method == "HEAD";
         HttpResponse r =

@@ -193,6 +193,16 @@ TEST_F(ServerLimitsTest, HeadAnswersNeverCarryABody) {
     EXPECT_EQ(next.status, 200) << "after HEAD " << target;
     EXPECT_EQ(next.body, "ok\n") << "after HEAD " << target;
   }
+  // HEAD mirrors GET on the listing too; other methods there are 405 with Allow.
+  auto list_get = c.Request(Get("/v1/streams"));
+  auto list_head = c.Request("HEAD /v1/streams HTTP/1.1\r\nHost: x\r\n\r\n", true);
+  EXPECT_EQ(list_head.status, 200);
+  EXPECT_NE(list_head.head.find("Content-Length: " + std::to_string(list_get.body.size())),
+            std::string::npos)
+      << list_head.head;
+  auto list_post = c.Request("POST /v1/streams HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+  EXPECT_EQ(list_post.status, 405);
+  EXPECT_NE(list_post.head.find("Allow: GET, HEAD"), std::string::npos) << list_post.head;
   for (const char* target : {"/ui/nothing.js", "/v1/stream/missing"}) {
     auto get = c.Request(Get(target));
     auto head =
