@@ -184,6 +184,19 @@ Status CheckWebhookUrl(std::string_view url, bool allow_localhost) {
     return Status::InvalidArgument("webhook URL targets " + u.host +
                                    ", a private, loopback, link-local or reserved address");
   }
+  // The resolver also reads the legacy numeric IPv4 forms ("127.1", "0x7f.1", "2130706433",
+  // "0177.0.0.1") as addresses: judge them by the address they stand for, here and not only
+  // when a delivery connects.
+  if (struct in_addr legacy; inet_aton(u.host.c_str(), &legacy) == 1) {
+    uint8_t a[4];
+    std::memcpy(a, &legacy.s_addr, 4);  // network byte order: a[0] is the first octet
+    if (!PublicV4(a)) {
+      return Status::InvalidArgument("webhook URL targets " + u.host + " (" +
+                                     std::to_string(a[0]) + "." + std::to_string(a[1]) + "." +
+                                     std::to_string(a[2]) + "." + std::to_string(a[3]) +
+                                     "), a private, loopback, link-local or reserved address");
+    }
+  }
   return Status::OK();
 }
 

@@ -170,6 +170,18 @@ TEST(WebhookUrlTest, RefusesPrivateLoopbackLinkLocalAndPlainHttpTargets) {
   EXPECT_TRUE(CheckWebhookUrl("https://93.184.216.34:8443/x?y=1", false).ok());
 }
 
+// The resolver reads legacy numeric IPv4 forms as addresses, so creation judges them by the
+// address they stand for (delivery re-checks resolved addresses anyway).
+TEST(WebhookUrlTest, LegacyNumericIpv4FormsAreJudgedByTheirAddress) {
+  for (const char* url : {"https://2130706433/", "https://0x7f.1/", "https://127.1/",
+                          "https://0177.0.0.1/", "https://10.1/", "https://0xa9fea9fe/"}) {
+    auto s = CheckWebhookUrl(url, /*allow_localhost=*/false);
+    EXPECT_FALSE(s.ok()) << url;
+    EXPECT_NE(s.message().find("reserved address"), std::string::npos) << s.ToString();
+  }
+  EXPECT_TRUE(CheckWebhookUrl("https://1572395042/", false).ok()) << "93.184.216.34 is public";
+}
+
 TEST(WebhookUrlTest, DevelopmentExceptionCoversOnlyLocalhostAnd127Dot0Dot0) {
   EXPECT_TRUE(CheckWebhookUrl("http://localhost:8080/hook", true).ok());
   EXPECT_TRUE(CheckWebhookUrl("http://127.0.0.1:9/x", true).ok());
