@@ -94,10 +94,13 @@ std::optional<int64_t> ParseRfc3339(std::string_view s) {
       s[13] != ':' || s[16] != ':') {
     return std::nullopt;
   }
-  if (*month < 1 || *month > 12 || *day < 1 || *day > 31 || *hour > 23 || *minute > 59 ||
-      *second > 60) {
+  if (*month < 1 || *month > 12 || *day < 1 || *hour > 23 || *minute > 59 || *second > 60) {
     return std::nullopt;
   }
+  // The days of that month: 2024-02-30 is no date, 2024-02-29 is.
+  const bool leap = (*year % 4 == 0 && *year % 100 != 0) || *year % 400 == 0;
+  constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  if (*day > kDays[*month - 1] + (*month == 2 && leap ? 1 : 0)) return std::nullopt;
   size_t pos = 19;
   int64_t millis = 0;
   if (pos < s.size() && s[pos] == '.') {
@@ -117,7 +120,9 @@ std::optional<int64_t> ParseRfc3339(std::string_view s) {
     ++pos;
   } else if (s[pos] == '+' || s[pos] == '-') {
     auto oh = num(pos + 1, 2), om = num(pos + 4, 2);
-    if (!oh || !om || pos + 3 >= s.size() || s[pos + 3] != ':') return std::nullopt;
+    if (!oh || !om || pos + 3 >= s.size() || s[pos + 3] != ':' || *oh > 23 || *om > 59) {
+      return std::nullopt;
+    }
     offset_minutes = (*oh * 60 + *om) * (s[pos] == '-' ? -1 : 1);
     pos += 6;
   } else {

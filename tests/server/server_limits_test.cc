@@ -395,6 +395,28 @@ TEST_F(ServerLimitsTest, MalformedRequestsGetA400BeforeTheConnectionCloses) {
   EXPECT_EQ(c.Request(Get("/healthz")).body, "ok\n");
 }
 
+// Stream-Expires-At must name a real instant: days past the end of the month and offsets past
+// 23:59 are refused with 400, leap days are dates only in leap years.
+TEST_F(ServerLimitsTest, ExpiresAtMustBeARealDate) {
+  StartServer({});
+  Connection c(port());
+  int n = 0;
+  auto put = [&](const std::string& when) {
+    return c.Request(Put("/v1/stream/e" + std::to_string(n++), "", "Stream-Expires-At: " + when + "\r\n"));
+  };
+  for (const char* bad : {"2124-02-30T00:00:00Z", "2127-02-29T00:00:00Z", "2124-04-31T00:00:00Z",
+                          "2124-01-01T00:00:00+25:00", "2124-01-01T00:00:00+01:60",
+                          "2124-13-01T00:00:00Z"}) {
+    auto r = put(bad);
+    EXPECT_EQ(r.status, 400) << bad;
+    ExpectJsonError(r, "invalid_argument");
+  }
+  for (const char* good : {"2128-02-29T00:00:00Z", "2124-12-31T23:59:59.999-23:59",
+                           "2124-04-30T00:00:00+05:30"}) {
+    EXPECT_EQ(put(good).status, 201) << good;
+  }
+}
+
 TEST_F(ServerLimitsTest, DashboardCanBeTurnedOff) {
   ServerOptions options;
   options.dashboard = false;
