@@ -40,23 +40,24 @@ std::string LowerMediaType(std::string_view content_type) {
   return media;
 }
 
-// One event as JSON: JSON-mode records as JSON values, text as strings, other bytes as base64.
-json EventJson(const StreamEvent& event, const std::string& media) {
-  json e = {{"offset", event.offset}, {"appended_at_ms", event.appended_at_ms}};
-  if (media == "application/json" && JsonDepthWithin(event.payload)) {
-    json parsed = json::parse(event.payload, nullptr, /*allow_exceptions=*/false);
-    if (!parsed.is_discarded()) {
-      e["data"] = std::move(parsed);
-      return e;
-    }
-  }
-  // JSON strings hold text only: bytes that are not UTF-8 travel as base64, unchanged.
-  if ((media.starts_with("text/") || media == "application/json") && IsValidUtf8(event.payload)) {
-    e["data"] = event.payload;
+// One event as JSON text, keys in order: JSON-mode records embedded as stored (the client's own
+// text, json_messages.h: never parsed and serialized again, which would round large integers
+// and sort keys), text as strings, other bytes as base64.
+std::string EventText(const StreamEvent& event, const std::string& media) {
+  std::string out = "{\"appended_at_ms\":" + std::to_string(event.appended_at_ms);
+  if (media == "application/json" && JsonDepthWithin(event.payload) &&
+      json::accept(event.payload)) {
+    out += ",\"data\":";
+    out += event.payload;
+  } else if ((media.starts_with("text/") || media == "application/json") &&
+             IsValidUtf8(event.payload)) {
+    // JSON strings hold text only: bytes that are not UTF-8 travel as base64, unchanged.
+    out += ",\"data\":" + json(event.payload).dump();
   } else {
-    e["data_base64"] = Base64Encode(event.payload);
+    out += ",\"data_base64\":\"" + Base64Encode(event.payload) + "\"";
   }
-  return e;
+  out += ",\"offset\":" + std::to_string(event.offset) + "}";
+  return out;
 }
 
 Status ValidateGroup(std::string_view group) {
@@ -222,16 +223,18 @@ HttpResponse GroupService::HandleRequest(const Principal& who, const HttpRequest
       return live.response;
     }
     const std::string media = LowerMediaType(info->spec.content_type);
-    json list = json::array();
     uint64_t next_ack = *acked;
+    HttpResponse r = JsonResponse(200, json::object());
+    r.body = "{\"events\":[";
     for (const StreamEvent& event : *events) {
-      list.push_back(EventJson(event, media));
+      if (&event != &events->front()) r.body += ',';
+      r.body += EventText(event, media);
       next_ack = event.offset;
     }
-    return JsonResponse(200, {{"group", std::string(*group)},
-                              {"last_acked", *acked},
-                              {"events", std::move(list)},
-                              {"next_ack", next_ack}});
+    r.body += "],\"group\":" + json(std::string(*group)).dump() +
+              ",\"last_acked\":" + std::to_string(*acked) +
+              ",\"next_ack\":" + std::to_string(next_ack) + "}";
+    return r;
   }
   auto groups = registry.ConsumerGroupInfo(route.scope, route.name);
   if (!groups.ok()) return StreamService::ErrorResponse(groups.status());

@@ -14,9 +14,12 @@
 namespace runnel::server {
 
 // Validates `body` as one JSON value. A top-level array is flattened by exactly one level (each
-// element becomes one message); any other value is one message. Messages are returned in
-// compact serialized form. An empty array is kInvalidArgument unless `allow_empty_array` (PUT
-// may create an empty stream with `[]`). Invalid JSON is kInvalidArgument.
+// element becomes one message); any other value is one message. Each message is the client's
+// own text with only the whitespace between tokens removed: numbers keep every digit, objects
+// their key order, strings their escapes (parsing into a JSON library and serializing back would
+// round large integers to doubles and sort keys). An empty array is kInvalidArgument unless
+// `allow_empty_array` (PUT may create an empty stream with `[]`). Invalid JSON, JSON nested past
+// kMaxJsonDepth and numbers outside the range of a double are kInvalidArgument.
 Result<std::vector<std::string>> SplitJsonMessages(std::string_view body, bool allow_empty_array);
 
 // "[m1,m2,...]" from stored messages (each already a serialized JSON value).

@@ -57,6 +57,27 @@ TEST(JsonMessagesTest, NestingPastTheLimitIsRefusedNotACrash) {
   EXPECT_EQ(m->size(), 1u);
 }
 
+// A message is the client's own text minus the whitespace between tokens: numbers keep every
+// digit (no rounding to double), objects their key order, strings their escapes and spaces.
+TEST(JsonMessagesTest, MessagesKeepTheClientsTextExactlyButForWhitespace) {
+  auto m = SplitJsonMessages(
+      "[ 123456789012345678901234567890 , -0, 1E2, 1.0e-400,\n"
+      "  {\"b\": 1, \"a\" : [ \"x, y]\" , \"\\\"q\\\"\" ] },\t\"\\u00e9 \\/ \" ]",
+      false);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(*m, (std::vector<std::string>{"123456789012345678901234567890", "-0", "1E2",
+                                          "1.0e-400", R"({"b":1,"a":["x, y]","\"q\""]})",
+                                          R"("\u00e9 \/ ")"}));
+  auto bom = SplitJsonMessages("\xEF\xBB\xBF{\"k\": 1}", false);
+  ASSERT_TRUE(bom.ok()) << bom.status().ToString();
+  EXPECT_EQ(*bom, std::vector<std::string>{R"({"k":1})"});
+  // What the parser refuses stays refused: trailing text, a lone surrogate, a number past the
+  // range of a double.
+  for (std::string_view bad : {"[1] x", "\"\\ud800\"", "[1e400]"}) {
+    EXPECT_FALSE(SplitJsonMessages(bad, false).ok()) << bad;
+  }
+}
+
 TEST(JsonMessagesTest, JoinsIntoOneArray) {
   EXPECT_EQ(JoinJsonMessages({}), "[]");
   EXPECT_EQ(JoinJsonMessages({"1", R"({"a":2})"}), R"([1,{"a":2}])");

@@ -353,6 +353,31 @@ TEST_F(ServerLimitsTest, GroupReadsCarryTextThatIsNotUtf8AsBase64) {
   EXPECT_EQ(body["events"][1]["data"], "ok");
 }
 
+// JSON-mode records keep the client's text (only whitespace between tokens goes): a stream read
+// and a group read both return every digit of a large integer and the key order as sent.
+TEST_F(ServerLimitsTest, JsonRecordsKeepTheClientsNumbersAndKeyOrder) {
+  StartServer({});
+  Connection c(port());
+  const std::string json_type = "Content-Type: application/json\r\n";
+  ASSERT_EQ(c.Request("PUT /v1/stream/j HTTP/1.1\r\nHost: x\r\n" + json_type +
+                      "Content-Length: 0\r\n\r\n").status, 201);
+  const std::string body = R"([{"id": 12345678901234567890123, "b": 1, "a": 2}, -0, 1E2])";
+  ASSERT_EQ(c.Request("POST /v1/stream/j HTTP/1.1\r\nHost: x\r\n" + json_type + "Content-Length: " +
+                      std::to_string(body.size()) + "\r\n\r\n" + body).status, 204);
+  EXPECT_EQ(c.Request(Get("/v1/stream/j?offset=-1")).body,
+            R"([{"id":12345678901234567890123,"b":1,"a":2},-0,1E2])");
+  auto group = c.Request(Get("/v1/groups/stream/j?group=g"));
+  ASSERT_EQ(group.status, 200);
+  EXPECT_NE(group.body.find(R"("data":{"id":12345678901234567890123,"b":1,"a":2})"),
+            std::string::npos) << group.body;
+  EXPECT_NE(group.body.find(R"("data":-0,)"), std::string::npos) << group.body;
+  auto parsed = nlohmann::json::parse(group.body, nullptr, false);
+  ASSERT_TRUE(parsed.is_object()) << group.body;
+  EXPECT_EQ(parsed["events"].size(), 3u);
+  EXPECT_EQ(parsed["next_ack"], 3);
+  EXPECT_EQ(parsed["group"], "g");
+}
+
 // The reserved __ds/ streams hold subscription state; they cannot be read directly, and so
 // cannot be copied out through a fork either.
 TEST_F(ServerLimitsTest, ReservedSubscriptionStreamsCannotBeForked) {
