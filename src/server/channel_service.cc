@@ -37,7 +37,6 @@ std::optional<size_t> ParseCount(std::string_view text) {
   return n;
 }
 
-
 std::string StreamOf(const std::string& id, size_t partition) {
   return id + ":" + std::to_string(partition);
 }

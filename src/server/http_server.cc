@@ -958,8 +958,8 @@ class HttpServer::Impl {
             return service->HandleList(*rt, *rq);
           };
           HttpResponse r = co_await StoreCall(list);
-          co_return co_await Write(stream, std::move(r), keep_alive, method == "HEAD",
-                                   route.label, method);
+          co_return co_await Write(stream, std::move(r), keep_alive, method == "HEAD", route.label,
+                                   method);
         }
         HttpResponse r =
             StreamService::ErrorResponse(Status::InvalidArgument("use GET to list streams"));

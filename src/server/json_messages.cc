@@ -34,8 +34,7 @@ std::string Compact(std::string_view text) {
 
 }  // namespace
 
-Result<std::vector<std::string>> SplitJsonMessages(std::string_view body,
-                                                   bool allow_empty_array) {
+Result<std::vector<std::string>> SplitJsonMessages(std::string_view body, bool allow_empty_array) {
   if (!JsonDepthWithin(body)) {
     return Status::InvalidArgument("body nests arrays or objects deeper than " +
                                    std::to_string(kMaxJsonDepth) + " levels");

@@ -1162,65 +1162,66 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
     // Only a refusal (or the Stream-Seq bookkeeping, which may wait for a catalog write)
     // calls the store on the way to the answer.
     const bool calls_store = !result.ok() || stream_seq.has_value();
-    DeferStoreWork(home, calls_store, [this, release = std::move(release), done = std::move(done),
-                                 producer, close, stream_seq, id, started, empty, from_cache,
-                                 key = std::move(key), route = std::move(route),
-                                 shared = std::move(shared), result = std::move(result)]() mutable {
-      // Not on the store's thread: an UpdateMeta holds meta_mu_ while it waits for a commit.
-      if (stream_seq) MetaAppendDone(id);
-      if (from_cache && !result.ok() &&
-          (result.status().code() == StatusCode::kNotFound ||
-           result.status().code() == StatusCode::kFailedPrecondition)) {
-        // A definite refusal (nothing was written) of an append validated from a remembered
-        // lookup: the stream was deleted, closed or soft-deleted meanwhile. Run it again
-        // from a fresh lookup, which gives the precise answer.
-        ForgetLookup(key);
-        Append(route, shared, std::move(release), std::move(done), /*use_cache=*/false);
-        return;
-      }
-      HttpResponse r;
-      if (!result.ok() && producer && result.status().code() == StatusCode::kAlreadyExists) {
-        // A store shared by several nodes found this (epoch, seq) committed meanwhile,
-        // through another node: the same duplicate answer as the check before the append.
-        r.status = 204;
-        r.Set("Producer-Epoch", std::to_string(producer->epoch));
-        r.Set("Producer-Seq", std::to_string(producer->seq));
-        if (auto info = registry_.store().GetStreamById(id); info.ok()) {
-          r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
-        }
-      } else if (!result.ok()) {
-        r = ErrorResponse(result.status());
-        if (result.status().code() == StatusCode::kConflict) {
-          // A conditional append lost a race: report the tail it must start at now.
-          if (auto info = registry_.store().GetStreamById(id); info.ok()) {
-            r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
+    DeferStoreWork(
+        home, calls_store,
+        [this, release = std::move(release), done = std::move(done), producer, close, stream_seq,
+         id, started, empty, from_cache, key = std::move(key), route = std::move(route),
+         shared = std::move(shared), result = std::move(result)]() mutable {
+          // Not on the store's thread: an UpdateMeta holds meta_mu_ while it waits for a commit.
+          if (stream_seq) MetaAppendDone(id);
+          if (from_cache && !result.ok() &&
+              (result.status().code() == StatusCode::kNotFound ||
+               result.status().code() == StatusCode::kFailedPrecondition)) {
+            // A definite refusal (nothing was written) of an append validated from a remembered
+            // lookup: the stream was deleted, closed or soft-deleted meanwhile. Run it again
+            // from a fresh lookup, which gives the precise answer.
+            ForgetLookup(key);
+            Append(route, shared, std::move(release), std::move(done), /*use_cache=*/false);
+            return;
           }
-        }
-        if (result.status().code() == StatusCode::kFailedPrecondition) {
-          // Closed by a concurrent request after our check.
-          r.Set("Stream-Closed", "true");
-          if (auto info = registry_.store().GetStreamById(id); info.ok()) {
-            r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
+          HttpResponse r;
+          if (!result.ok() && producer && result.status().code() == StatusCode::kAlreadyExists) {
+            // A store shared by several nodes found this (epoch, seq) committed meanwhile,
+            // through another node: the same duplicate answer as the check before the append.
+            r.status = 204;
+            r.Set("Producer-Epoch", std::to_string(producer->epoch));
+            r.Set("Producer-Seq", std::to_string(producer->seq));
+            if (auto info = registry_.store().GetStreamById(id); info.ok()) {
+              r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
+            }
+          } else if (!result.ok()) {
+            r = ErrorResponse(result.status());
+            if (result.status().code() == StatusCode::kConflict) {
+              // A conditional append lost a race: report the tail it must start at now.
+              if (auto info = registry_.store().GetStreamById(id); info.ok()) {
+                r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
+              }
+            }
+            if (result.status().code() == StatusCode::kFailedPrecondition) {
+              // Closed by a concurrent request after our check.
+              r.Set("Stream-Closed", "true");
+              if (auto info = registry_.store().GetStreamById(id); info.ok()) {
+                r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
+              }
+            }
+          } else {
+            r.status = producer && !empty ? 200 : 204;
+            r.Set("Stream-Next-Offset", FormatOffset(result->next_offset - 1));
+            if (close) r.Set("Stream-Closed", "true");
+            if (producer) {
+              r.Set("Producer-Epoch", std::to_string(producer->epoch));
+              r.Set("Producer-Seq", std::to_string(producer->seq));
+            }
+            if (metrics_) {
+              metrics_->ObserveAppendLatency(
+                  static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                            std::chrono::steady_clock::now() - started)
+                                            .count()));
+            }
           }
-        }
-      } else {
-        r.status = producer && !empty ? 200 : 204;
-        r.Set("Stream-Next-Offset", FormatOffset(result->next_offset - 1));
-        if (close) r.Set("Stream-Closed", "true");
-        if (producer) {
-          r.Set("Producer-Epoch", std::to_string(producer->epoch));
-          r.Set("Producer-Seq", std::to_string(producer->seq));
-        }
-        if (metrics_) {
-          metrics_->ObserveAppendLatency(
-              static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                        std::chrono::steady_clock::now() - started)
-                                        .count()));
-        }
-      }
-      release();
-      done(std::move(r));
-    });
+          release();
+          done(std::move(r));
+        });
   });
 }
 

@@ -12,8 +12,8 @@
 #include <set>
 
 #include "base/json_depth.h"
-#include "base/utf8.h"
 #include "base/thread_name.h"
+#include "base/utf8.h"
 #include "server/http_errors.h"
 #include "server/offset_token.h"
 #include "server/path_glob.h"
@@ -98,7 +98,9 @@ bool ValidPath(std::string_view path) {
 
 // Serializes state and events. Everything in them is UTF-8 already (paths are checked); should
 // anything not be, it is replaced rather than thrown from a writer's callback.
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string Dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 // The literal part of a pattern before its first wildcard, for listing candidates.
 std::string LiteralPrefix(std::string_view pattern) {
@@ -526,8 +528,7 @@ void SubscriptionService::IssueWake(ScopeState& scope, Sub& sub, uint64_t now,
                 {"stream", stream},
                 {"generation", sub.generation},
                 {"ts", now}};
-  auto written =
-      registry_.AppendBatch(scope.scope, sub.wake_stream, {{std::nullopt, Dump(event)}});
+  auto written = registry_.AppendBatch(scope.scope, sub.wake_stream, {{std::nullopt, Dump(event)}});
   if (!written.ok()) {
     spdlog::warn("subscription {}: cannot write a wake event to {}: {}", sub.id, sub.wake_stream,
                  written.status().ToString());
@@ -867,8 +868,7 @@ HttpResponse SubscriptionService::HandleSubscription(ScopeState& scope, const st
       std::string path(tail.substr(1));
       auto link = sub.links.find(path);
       if (link != sub.links.end() && link->second.explicit_link) {
-        const bool still_globbed =
-            !sub.pattern.empty() && PathGlobMatch(sub.pattern, path);
+        const bool still_globbed = !sub.pattern.empty() && PathGlobMatch(sub.pattern, path);
         if (still_globbed) {
           link->second.explicit_link = false;
           link->second.glob = true;

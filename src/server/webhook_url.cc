@@ -191,9 +191,9 @@ Status CheckWebhookUrl(std::string_view url, bool allow_localhost) {
     uint8_t a[4];
     std::memcpy(a, &legacy.s_addr, 4);  // network byte order: a[0] is the first octet
     if (!PublicV4(a)) {
-      return Status::InvalidArgument("webhook URL targets " + u.host + " (" +
-                                     std::to_string(a[0]) + "." + std::to_string(a[1]) + "." +
-                                     std::to_string(a[2]) + "." + std::to_string(a[3]) +
+      return Status::InvalidArgument("webhook URL targets " + u.host + " (" + std::to_string(a[0]) +
+                                     "." + std::to_string(a[1]) + "." + std::to_string(a[2]) + "." +
+                                     std::to_string(a[3]) +
                                      "), a private, loopback, link-local or reserved address");
     }
   }

@@ -374,7 +374,8 @@ TEST_F(LogWindowTest, TornTailInsideAFrameLargerThanTheWindowIsTruncated) {
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   const auto notes = dynamic_cast<log::LogStore&>(**store).RecoveryNotes();
   ASSERT_FALSE(notes.empty());
-  EXPECT_NE(notes[0].find("torn tail at byte " + std::to_string(big)), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("torn tail at byte " + std::to_string(big)), std::string::npos)
+      << notes[0];
   auto info = (*store)->GetStream("global", "s");
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->next_offset, payloads.size()) << "the torn batch is wholly absent";
@@ -407,7 +408,8 @@ TEST_F(LogWindowTest, BytesFarBeyondTheEndOfTheLogAreFoundAndZeroed) {
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->next_offset, payloads.size() + 1) << "every record before the end is kept";
   const std::string after = ReadFile(seg).substr(end);
-  EXPECT_EQ(after.find_first_not_of('\0'), std::string::npos) << "the stray bytes survived the open";
+  EXPECT_EQ(after.find_first_not_of('\0'), std::string::npos)
+      << "the stray bytes survived the open";
 }
 
 TEST_F(LogDamageTest, CheckpointVersionsOneAndTwoAreReadAndOthersRefused) {

@@ -51,7 +51,8 @@ TEST(JsonMessagesTest, NestingPastTheLimitIsRefusedNotACrash) {
     EXPECT_NE(m.status().message().find("deeper than 512 levels"), std::string::npos)
         << m.status().ToString();
   }
-  std::string deepest = "{\"a\":" + std::string(kMaxJsonDepth - 1, '[') + std::string(kMaxJsonDepth - 1, ']') + "}";
+  std::string deepest =
+      "{\"a\":" + std::string(kMaxJsonDepth - 1, '[') + std::string(kMaxJsonDepth - 1, ']') + "}";
   auto m = SplitJsonMessages(deepest, false);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_EQ(m->size(), 1u);
@@ -65,9 +66,8 @@ TEST(JsonMessagesTest, MessagesKeepTheClientsTextExactlyButForWhitespace) {
       "  {\"b\": 1, \"a\" : [ \"x, y]\" , \"\\\"q\\\"\" ] },\t\"\\u00e9 \\/ \" ]",
       false);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
-  EXPECT_EQ(*m, (std::vector<std::string>{"123456789012345678901234567890", "-0", "1E2",
-                                          "1.0e-400", R"({"b":1,"a":["x, y]","\"q\""]})",
-                                          R"("\u00e9 \/ ")"}));
+  EXPECT_EQ(*m, (std::vector<std::string>{"123456789012345678901234567890", "-0", "1E2", "1.0e-400",
+                                          R"({"b":1,"a":["x, y]","\"q\""]})", R"("\u00e9 \/ ")"}));
   auto bom = SplitJsonMessages("\xEF\xBB\xBF{\"k\": 1}", false);
   ASSERT_TRUE(bom.ok()) << bom.status().ToString();
   EXPECT_EQ(*bom, std::vector<std::string>{R"({"k":1})"});

@@ -25,9 +25,9 @@ TEST(OffsetTokenTest, PositionsPastSixteenDigitsUseTheFirstField) {
 }
 
 TEST(OffsetTokenTest, RoundTripsPositions) {
-  for (uint64_t p : std::initializer_list<uint64_t>{0, 1, 7, 1000, 9999999999999999ULL,
-                                                    10000000000000001ULL, 123456789012345678ULL,
-                                                    UINT64_MAX - 1, UINT64_MAX}) {
+  for (uint64_t p :
+       std::initializer_list<uint64_t>{0, 1, 7, 1000, 9999999999999999ULL, 10000000000000001ULL,
+                                       123456789012345678ULL, UINT64_MAX - 1, UINT64_MAX}) {
     auto parsed = ParseOffset(FormatOffset(p));
     ASSERT_TRUE(parsed.ok()) << p;
     EXPECT_EQ(parsed->kind, OffsetQuery::Kind::kPosition);
@@ -41,14 +41,11 @@ TEST(OffsetTokenTest, RecognisesSentinels) {
 }
 
 TEST(OffsetTokenTest, RejectsMalformedTokens) {
-  for (std::string_view bad : {"", "0", "0,1", "0 1", "abc", "-2", "NOW",
-                               "0000000000000000-0000000000000001",
-                               "0000000000000000_000000000000001",
-                               "0000000000000000_00000000000000011",
-                               "000000000000000a_0000000000000001",
-                               "0000000000001845_0000000000000000",
-                               "0000000000001844_6744073709551616",
-                               "9999999999999999_9999999999999999"}) {
+  for (std::string_view bad :
+       {"", "0", "0,1", "0 1", "abc", "-2", "NOW", "0000000000000000-0000000000000001",
+        "0000000000000000_000000000000001", "0000000000000000_00000000000000011",
+        "000000000000000a_0000000000000001", "0000000000001845_0000000000000000",
+        "0000000000001844_6744073709551616", "9999999999999999_9999999999999999"}) {
     auto parsed = ParseOffset(bad);
     ASSERT_FALSE(parsed.ok()) << bad;
     EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);

@@ -82,7 +82,8 @@ TEST(PathGlobTest, AgreesWithTheDefinitionOnRandomPatterns) {
   for (int round = 0; round < 20000; ++round) {
     std::string pattern, path;
     const int np = 1 + static_cast<int>(rng() % 6), ns = 1 + static_cast<int>(rng() % 7);
-    for (int i = 0; i < np; ++i) pattern += (i ? "/" : "") + pick({"**", "*", "a", "b", "a*", "*b", "a*b"});
+    for (int i = 0; i < np; ++i)
+      pattern += (i ? "/" : "") + pick({"**", "*", "a", "b", "a*", "*b", "a*b"});
     for (int i = 0; i < ns; ++i) path += (i ? "/" : "") + pick({"a", "b", "ab", "ba", "aab", ""});
     auto pat = PathSegments(pattern), segs = PathSegments(path);
     std::map<std::pair<size_t, size_t>, bool> memo;

@@ -205,8 +205,7 @@ TEST_F(ServerLimitsTest, HeadAnswersNeverCarryABody) {
   EXPECT_NE(list_post.head.find("Allow: GET, HEAD"), std::string::npos) << list_post.head;
   for (const char* target : {"/ui/nothing.js", "/v1/stream/missing"}) {
     auto get = c.Request(Get(target));
-    auto head =
-        c.Request(std::string("HEAD ") + target + " HTTP/1.1\r\nHost: x\r\n\r\n", true);
+    auto head = c.Request(std::string("HEAD ") + target + " HTTP/1.1\r\nHost: x\r\n\r\n", true);
     EXPECT_EQ(head.status, 404) << target;
     EXPECT_FALSE(get.body.empty()) << target;
     EXPECT_NE(head.head.find("Content-Length: " + std::to_string(get.body.size())),
@@ -261,8 +260,10 @@ TEST_F(ServerLimitsTest, ForksCopyingMoreThanTheLimitAreRefusedWith413) {
   ASSERT_EQ(c.Request(Put("/v1/stream/src")).status, 201);
   for (int i = 0; i < 5; ++i) {
     const std::string body(300, static_cast<char>('a' + i));
-    auto r = c.Request("POST /v1/stream/src HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
-                       "Content-Length: 300\r\n\r\n" + body);
+    auto r = c.Request(
+        "POST /v1/stream/src HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+        "Content-Length: 300\r\n\r\n" +
+        body);
     ASSERT_EQ(r.status, 204);
   }
   auto big = c.Request(Put("/v1/stream/big", "", "Stream-Forked-From: /v1/stream/src\r\n"));
@@ -292,7 +293,8 @@ TEST_F(ServerLimitsTest, DeletingTheLastForkCollectsAChainOfSoftDeletedSources) 
     ASSERT_EQ(r.status, 201) << i << r.body;
   }
   auto del = [&](int i) {
-    return c.Request("DELETE /v1/stream/f" + std::to_string(i) + " HTTP/1.1\r\nHost: x\r\n\r\n").status;
+    return c.Request("DELETE /v1/stream/f" + std::to_string(i) + " HTTP/1.1\r\nHost: x\r\n\r\n")
+        .status;
   };
   for (int i = 0; i < kChain; ++i) ASSERT_EQ(del(i), 204) << i;
   // Soft-deleted sources still hold their paths while a fork needs them.
@@ -312,8 +314,9 @@ TEST_F(ServerLimitsTest, DeletingTheLastForkCollectsAChainOfSoftDeletedSources) 
 TEST_F(ServerLimitsTest, BytesThatAreNotUtf8InNamesQueriesAndStreamSeqAreRefused) {
   StartServer({});
   Connection c(port());
-  for (const char* target : {"/v1/stream/%FF", "/v1/stream/a%C0%AF", "/v1/tenants/t/stream/%ED%A0%80",
-                             "/v1/groups/stream/s?group=%FF", "/v1/streams?prefix=%FE"}) {
+  for (const char* target :
+       {"/v1/stream/%FF", "/v1/stream/a%C0%AF", "/v1/tenants/t/stream/%ED%A0%80",
+        "/v1/groups/stream/s?group=%FF", "/v1/streams?prefix=%FE"}) {
     auto r = c.Request(Put(target));
     EXPECT_EQ(r.status, 400) << target;
     ExpectJsonError(r, "invalid_argument");
@@ -322,8 +325,10 @@ TEST_F(ServerLimitsTest, BytesThatAreNotUtf8InNamesQueriesAndStreamSeqAreRefused
   ASSERT_EQ(c.Request(Put("/v1/stream/%E2%98%83")).status, 201) << "UTF-8 names are fine";
   ASSERT_EQ(c.Request(Put("/v1/stream/seq")).status, 201);
   auto post = [&](const std::string& seq) {
-    return c.Request("POST /v1/stream/seq HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
-                     "Stream-Seq: " + seq + "\r\nContent-Length: 1\r\n\r\nA");
+    return c.Request(
+        "POST /v1/stream/seq HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+        "Stream-Seq: " +
+        seq + "\r\nContent-Length: 1\r\n\r\nA");
   };
   auto bad = post("a\xff");
   EXPECT_EQ(bad.status, 400);
@@ -339,11 +344,19 @@ TEST_F(ServerLimitsTest, GroupReadsCarryTextThatIsNotUtf8AsBase64) {
   StartServer({});
   Connection c(port());
   ASSERT_EQ(c.Request(Put("/v1/stream/t")).status, 201);
-  const std::string bytes("a\xff\xfe" "b", 4);
+  const std::string bytes(
+      "a\xff\xfe"
+      "b",
+      4);
   ASSERT_EQ(c.Request("POST /v1/stream/t HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
-                      "Content-Length: 4\r\n\r\n" + bytes).status, 204);
+                      "Content-Length: 4\r\n\r\n" +
+                      bytes)
+                .status,
+            204);
   ASSERT_EQ(c.Request("POST /v1/stream/t HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
-                      "Content-Length: 2\r\n\r\nok").status, 204);
+                      "Content-Length: 2\r\n\r\nok")
+                .status,
+            204);
   auto r = c.Request(Get("/v1/groups/stream/t?group=g"));
   ASSERT_EQ(r.status, 200) << r.body;
   auto body = nlohmann::json::parse(r.body);
@@ -360,16 +373,21 @@ TEST_F(ServerLimitsTest, JsonRecordsKeepTheClientsNumbersAndKeyOrder) {
   Connection c(port());
   const std::string json_type = "Content-Type: application/json\r\n";
   ASSERT_EQ(c.Request("PUT /v1/stream/j HTTP/1.1\r\nHost: x\r\n" + json_type +
-                      "Content-Length: 0\r\n\r\n").status, 201);
+                      "Content-Length: 0\r\n\r\n")
+                .status,
+            201);
   const std::string body = R"([{"id": 12345678901234567890123, "b": 1, "a": 2}, -0, 1E2])";
-  ASSERT_EQ(c.Request("POST /v1/stream/j HTTP/1.1\r\nHost: x\r\n" + json_type + "Content-Length: " +
-                      std::to_string(body.size()) + "\r\n\r\n" + body).status, 204);
+  ASSERT_EQ(c.Request("POST /v1/stream/j HTTP/1.1\r\nHost: x\r\n" + json_type +
+                      "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body)
+                .status,
+            204);
   EXPECT_EQ(c.Request(Get("/v1/stream/j?offset=-1")).body,
             R"([{"id":12345678901234567890123,"b":1,"a":2},-0,1E2])");
   auto group = c.Request(Get("/v1/groups/stream/j?group=g"));
   ASSERT_EQ(group.status, 200);
   EXPECT_NE(group.body.find(R"("data":{"id":12345678901234567890123,"b":1,"a":2})"),
-            std::string::npos) << group.body;
+            std::string::npos)
+      << group.body;
   EXPECT_NE(group.body.find(R"("data":-0,)"), std::string::npos) << group.body;
   auto parsed = nlohmann::json::parse(group.body, nullptr, false);
   ASSERT_TRUE(parsed.is_object()) << group.body;
@@ -383,17 +401,21 @@ TEST_F(ServerLimitsTest, JsonRecordsKeepTheClientsNumbersAndKeyOrder) {
 TEST_F(ServerLimitsTest, ReservedSubscriptionStreamsCannotBeForked) {
   StartServer({});
   Connection c(port());
-  auto wake = c.Request("PUT /v1/stream/wakes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                        "Content-Length: 0\r\n\r\n");
+  auto wake = c.Request(
+      "PUT /v1/stream/wakes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: 0\r\n\r\n");
   ASSERT_EQ(wake.status, 201);
   const std::string sub = R"({"type":"pull-wake","pattern":"e/*","wake_stream":"wakes"})";
-  auto created = c.Request("PUT /v1/stream/__ds/subscriptions/s1 HTTP/1.1\r\nHost: x\r\n"
-                           "Content-Type: application/json\r\nContent-Length: " +
-                           std::to_string(sub.size()) + "\r\n\r\n" + sub);
+  auto created = c.Request(
+      "PUT /v1/stream/__ds/subscriptions/s1 HTTP/1.1\r\nHost: x\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+      std::to_string(sub.size()) + "\r\n\r\n" + sub);
   ASSERT_EQ(created.status, 201) << created.body;
   for (const char* from : {"/v1/stream/__ds/subscriptions", "/v1/stream/__ds"}) {
-    auto r = c.Request("PUT /v1/stream/copy HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                       "Stream-Forked-From: " + std::string(from) + "\r\nContent-Length: 0\r\n\r\n");
+    auto r = c.Request(
+        "PUT /v1/stream/copy HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Stream-Forked-From: " +
+        std::string(from) + "\r\nContent-Length: 0\r\n\r\n");
     EXPECT_EQ(r.status, 404) << from << ": " << r.body;
   }
   EXPECT_EQ(c.Request(Get("/v1/stream/copy?offset=-1")).status, 404);
@@ -403,13 +425,13 @@ TEST_F(ServerLimitsTest, ReservedSubscriptionStreamsCannotBeForked) {
 // never a silent close; the server goes on serving others.
 TEST_F(ServerLimitsTest, MalformedRequestsGetA400BeforeTheConnectionCloses) {
   StartServer({});
-  for (const std::string& raw : {
-           std::string("GET /healthz HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n"),
-           std::string("POST /v1/stream/s HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n"),
-           std::string("POST /v1/stream/s HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n"
-                       "Content-Length: 2\r\n\r\nab"),
-           std::string("POST /v1/stream/s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
-                       "\r\nzz\r\nab\r\n0\r\n\r\n")}) {
+  for (const std::string& raw :
+       {std::string("GET /healthz HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n"),
+        std::string("POST /v1/stream/s HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n"),
+        std::string("POST /v1/stream/s HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n"
+                    "Content-Length: 2\r\n\r\nab"),
+        std::string("POST /v1/stream/s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                    "\r\nzz\r\nab\r\n0\r\n\r\n")}) {
     Connection c(port());
     auto r = c.Request(raw);
     EXPECT_EQ(r.status, 400) << raw;
@@ -427,17 +449,18 @@ TEST_F(ServerLimitsTest, ExpiresAtMustBeARealDate) {
   Connection c(port());
   int n = 0;
   auto put = [&](const std::string& when) {
-    return c.Request(Put("/v1/stream/e" + std::to_string(n++), "", "Stream-Expires-At: " + when + "\r\n"));
+    return c.Request(
+        Put("/v1/stream/e" + std::to_string(n++), "", "Stream-Expires-At: " + when + "\r\n"));
   };
-  for (const char* bad : {"2124-02-30T00:00:00Z", "2127-02-29T00:00:00Z", "2124-04-31T00:00:00Z",
-                          "2124-01-01T00:00:00+25:00", "2124-01-01T00:00:00+01:60",
-                          "2124-13-01T00:00:00Z"}) {
+  for (const char* bad :
+       {"2124-02-30T00:00:00Z", "2127-02-29T00:00:00Z", "2124-04-31T00:00:00Z",
+        "2124-01-01T00:00:00+25:00", "2124-01-01T00:00:00+01:60", "2124-13-01T00:00:00Z"}) {
     auto r = put(bad);
     EXPECT_EQ(r.status, 400) << bad;
     ExpectJsonError(r, "invalid_argument");
   }
-  for (const char* good : {"2128-02-29T00:00:00Z", "2124-12-31T23:59:59.999-23:59",
-                           "2124-04-30T00:00:00+05:30"}) {
+  for (const char* good :
+       {"2128-02-29T00:00:00Z", "2124-12-31T23:59:59.999-23:59", "2124-04-30T00:00:00+05:30"}) {
     EXPECT_EQ(put(good).status, 201) << good;
   }
 }

@@ -7,7 +7,6 @@
 namespace runnel {
 namespace channel {
 
-
 namespace {
 
 void PutU32(std::string& out, uint32_t v) {

@@ -696,8 +696,7 @@ Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
       continue;
     }
     // A bad frame. At the tail of the last segment it is a torn write: truncate it away.
-    RUNNEL_ASSIGN_OR_RETURN(std::string_view at,
-                            window.View(pos, kFrameHeaderSize + kMinBodySize));
+    RUNNEL_ASSIGN_OR_RETURN(std::string_view at, window.View(pos, kFrameHeaderSize + kMinBodySize));
     const uint32_t len = at.size() >= 8 ? LoadU32(at.data() + 4) : 0;
     std::string who;
     if (at.size() == kFrameHeaderSize + kMinBodySize) {
@@ -707,7 +706,8 @@ Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
     if (c != FrameCheck::kTruncated && len >= kMinBodySize && len <= kMaxBodySize &&
         pos + kFrameHeaderSize + len < size) {
       FrameView next;
-      RUNNEL_ASSIGN_OR_RETURN(FrameCheck after, window.ParseAt(pos + kFrameHeaderSize + len, &next));
+      RUNNEL_ASSIGN_OR_RETURN(FrameCheck after,
+                              window.ParseAt(pos + kFrameHeaderSize + len, &next));
       valid_after = after == FrameCheck::kOk;
     }
     if (last && !valid_after) {
