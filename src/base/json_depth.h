@@ -2,8 +2,9 @@
 //
 // nlohmann::json parses iteratively but serializes (dump) recursively, one stack frame per
 // level: a body of a few hundred thousand '[' parses fine and then overflows the stack of the
-// thread that writes it back out. Every place that parses JSON it did not write itself checks
-// the depth first and treats deeper text as invalid.
+// thread that writes it back out. Every place that builds a value from JSON it did not write
+// itself checks the depth first and treats deeper text as invalid; validation alone
+// (nlohmann::json::accept) does not recurse and needs no check.
 //
 // Thread-safety: pure functions.
 #ifndef RUNNEL_BASE_JSON_DEPTH_H_

@@ -1,5 +1,6 @@
 #include "server/json_messages.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "base/json_depth.h"
@@ -8,26 +9,49 @@ namespace runnel::server {
 
 namespace {
 
-// `text` (valid JSON) without the whitespace between tokens; strings are copied as they are.
-std::string Compact(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
+// One pass over valid JSON text: copies it without the whitespace between tokens, notes where
+// each element of a top-level array ends in the copy (at its comma or the closing bracket), and
+// measures the deepest nesting.
+struct Scanned {
+  std::string compact;
+  std::vector<size_t> element_ends;
+  size_t depth = 0;
+};
+
+Scanned Scan(std::string_view text) {
+  Scanned out;
+  out.compact.reserve(text.size());
+  size_t depth = 0;
   bool in_string = false;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      out.push_back(c);
+      out.compact.push_back(c);
       if (c == '\\' && i + 1 < text.size()) {
-        out.push_back(text[++i]);
+        out.compact.push_back(text[++i]);
       } else if (c == '"') {
         in_string = false;
       }
-    } else if (c == '"') {
-      in_string = true;
-      out.push_back(c);
-    } else if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
-      out.push_back(c);
+      continue;
     }
+    switch (c) {
+      case ' ':
+      case '\t':
+      case '\n':
+      case '\r': continue;
+      case '"': in_string = true; break;
+      case '[':
+      case '{': out.depth = std::max(out.depth, ++depth); break;
+      case ']':
+      case '}':
+        if (depth-- == 1) out.element_ends.push_back(out.compact.size());
+        break;
+      case ',':
+        if (depth == 1) out.element_ends.push_back(out.compact.size());
+        break;
+      default: break;
+    }
+    out.compact.push_back(c);
   }
   return out;
 }
@@ -35,16 +59,19 @@ std::string Compact(std::string_view text) {
 }  // namespace
 
 Result<std::vector<std::string>> SplitJsonMessages(std::string_view body, bool allow_empty_array) {
-  if (!JsonDepthWithin(body)) {
-    return Status::InvalidArgument("body nests arrays or objects deeper than " +
-                                   std::to_string(kMaxJsonDepth) + " levels");
-  }
   // The parser skips a UTF-8 byte order mark; so does the copy.
   if (body.starts_with("\xEF\xBB\xBF")) body.remove_prefix(3);
+  // accept() runs without recursion, so any depth is safe to validate; the depth is then
+  // bounded like all JSON from outside (base/json_depth.h).
   if (!nlohmann::json::accept(body.begin(), body.end())) {
     return Status::InvalidArgument("body is not valid JSON");
   }
-  std::string compact = Compact(body);
+  Scanned scanned = Scan(body);
+  if (scanned.depth > kMaxJsonDepth) {
+    return Status::InvalidArgument("body nests arrays or objects deeper than " +
+                                   std::to_string(kMaxJsonDepth) + " levels");
+  }
+  std::string& compact = scanned.compact;
   std::vector<std::string> messages;
   if (compact.front() != '[') {
     messages.push_back(std::move(compact));
@@ -54,30 +81,13 @@ Result<std::vector<std::string>> SplitJsonMessages(std::string_view body, bool a
     if (!allow_empty_array) return Status::InvalidArgument("an empty JSON array appends nothing");
     return messages;
   }
-  // The elements of the outer array: split at its own commas, outside strings and nested values.
-  size_t depth = 0;
-  bool in_string = false;
+  // One level of flattening: each element of the outer array is one message.
+  messages.reserve(scanned.element_ends.size());
   size_t start = 1;
-  for (size_t i = 1; i + 1 < compact.size(); ++i) {
-    const char c = compact[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      ++depth;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    } else if (c == ',' && depth == 0) {
-      messages.emplace_back(compact, start, i - start);
-      start = i + 1;
-    }
+  for (size_t end : scanned.element_ends) {
+    messages.emplace_back(compact, start, end - start);
+    start = end + 1;
   }
-  messages.emplace_back(compact, start, compact.size() - 1 - start);
   return messages;
 }
 
