@@ -162,6 +162,15 @@ uint64_t TailPosition(const StreamInfo& info) {
   return info.next_offset - 1;
 }
 
+// Where a read at `position` that found no records stands: past every offset retention or a
+// prune removed (the head only moves forward, so nothing retained is skipped, even when records
+// were appended after the read). Without this, a reader from the beginning of a stream emptied
+// by a prune would be told to read from 0 again, forever.
+uint64_t PastTrimmed(const StreamInfo& info, uint64_t position) {
+  const uint64_t first_kept = info.head_offset ? info.head_offset : info.next_offset;
+  return std::max(position, first_kept - 1);
+}
+
 }  // namespace
 
 // Protocol metadata kept under the "ds" key of the stream's attributes.
@@ -1413,6 +1422,7 @@ ReadChunk StreamService::Read(const ReadState& state) {
     chunk.next = rec.offset;
     chunk.records.push_back(std::move(rec.payload));
   }
+  if (chunk.records.empty() && !state.offset_now) chunk.next = PastTrimmed(*info, state.position);
   chunk.up_to_date = chunk.next >= TailPosition(*info);
   chunk.closed = info->closed && chunk.up_to_date;
   return chunk;
@@ -1558,8 +1568,9 @@ SseStep StreamService::ReadSse(const ReadState& state) {
       }
     }
   }
-  // Nothing readable below the tail (retention removed it all): wait here for new records
-  // rather than read the same nothing again at once.
+  // Nothing readable below the tail (retention removed it all): stand past what was removed
+  // and wait here for new records rather than read the same nothing again at once.
+  if (!step.data) step.next = PastTrimmed(*info, state.position);
   step.up_to_date = step.next >= tail || !step.data;
   step.closed = info->closed && step.next >= tail;
   return step;

@@ -516,6 +516,30 @@ TEST_F(GroupHttpTest, PruneWithFastAndSlowGroupsP7) {
   EXPECT_NE(read.body.find("{\"n\":4}"), std::string::npos) << read.body;
 }
 
+// A prune that empties the stream: a reader from the beginning stands at the tail, past the
+// removed offsets (not at 0, which would be read again and again, and later answered 410).
+TEST_F(GroupHttpTest, ReadOfAStreamPrunedEmptyStandsAtTheTailP8) {
+  StartServer(false);
+  Seed("/v1/stream/p8", 3);
+  EXPECT_EQ(Call("POST", "/v1/groups/stream/p8?prune=3")["removed"], 3);
+  const std::string tail = "0000000000000000_0000000000000003";
+  Response read = Send(port(), "GET", "/v1/stream/p8?offset=-1");
+  EXPECT_EQ(read.status, 200);
+  EXPECT_NE(read.head.find("Stream-Next-Offset: " + tail), std::string::npos) << read.head;
+  EXPECT_TRUE(HasHeader(read, "stream-up-to-date")) << read.head;
+  Response again = Send(port(), "GET", "/v1/stream/p8?offset=" + tail);
+  EXPECT_EQ(again.status, 200) << again.body;
+  Response poll = Send(port(), "GET", "/v1/stream/p8?offset=-1&live=long-poll");
+  EXPECT_EQ(poll.status, 204);
+  EXPECT_NE(poll.head.find("Stream-Next-Offset: " + tail), std::string::npos) << poll.head;
+  // SSE: the control event names the tail (the server ends the response after 1 s).
+  Response sse = Send(port(), "GET", "/v1/stream/p8?offset=-1&live=sse");
+  EXPECT_EQ(sse.status, 200);
+  EXPECT_NE(sse.body.find("\"streamNextOffset\":\"" + tail + "\",\"upToDate\":true"),
+            std::string::npos)
+      << sse.body;
+}
+
 }  // namespace
 }  // namespace runnel::server
 
