@@ -10,6 +10,7 @@
 
 #include "cli/client_commands.h"
 #include "cli/http_client.h"
+#include "cli/numbers.h"
 
 namespace runnel::cli {
 namespace {
@@ -18,6 +19,7 @@ using json = nlohmann::json;
 
 struct Args {
   std::string url = "http://127.0.0.1:4437";
+  std::string token;
   std::string cacert;
   bool json_output = false;
   std::string channel;
@@ -32,17 +34,20 @@ struct Args {
 
 void AddCommon(CLI::App* cmd, Args* a) {
   cmd->add_option("--url", a->url, "Server URL")->envname("RUNNEL_URL")->capture_default_str();
+  cmd->add_option("--token", a->token, "Bearer token for the server")->envname("RUNNEL_TOKEN");
   cmd->add_option("--cacert", a->cacert, "PEM certificates to trust for an https:// URL")
       ->envname("RUNNEL_CACERT");
   cmd->add_flag("--json", a->json_output, "Print the server's JSON answer");
   cmd->add_option("channel", a->channel, "Channel id")->required();
 }
 
-// Sends one request; prints and returns an exit code for failures, or -1 on success.
+// Sends one request; prints and returns an exit code for failures, or -1 on success. With
+// --json, a failed answer is printed on stdout as {"ok":false,"status":N,"error":"..."}, like
+// the other client commands.
 int Send(const Args& a, const std::string& what, const std::string& method,
          const std::string& target, const std::vector<std::pair<std::string, std::string>>& h,
          const std::string& body, ClientResponse* out) {
-  auto client = HttpClient::Create(a.url, "", a.cacert);
+  auto client = HttpClient::Create(a.url, a.token, a.cacert);
   if (!client.ok()) {
     std::fprintf(stderr, "runnel channel %s: %s\n", what.c_str(),
                  client.status().ToString().c_str());
@@ -60,9 +65,21 @@ int Send(const Args& a, const std::string& what, const std::string& method,
   if (parsed.is_object() && parsed.contains("error")) {
     message = parsed["error"].value("message", out->body);
   }
-  std::fprintf(stderr, "runnel channel %s failed: HTTP %d: %s\n", what.c_str(), out->status,
-               message.c_str());
+  if (a.json_output) {
+    std::printf("%s\n",
+                json({{"ok", false}, {"status", out->status}, {"error", message}}).dump().c_str());
+  } else {
+    std::fprintf(stderr, "runnel channel %s failed: HTTP %d: %s\n", what.c_str(), out->status,
+                 message.c_str());
+  }
   return ExitCodeForHttp(out->status);
+}
+
+// An empty key would be dropped (publish) or name no key (resolve): refused as a usage error.
+CLI::Validator NonEmpty() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string { return text.empty() ? "must not be empty" : ""; },
+      "TEXT");
 }
 
 std::string Target(const Args& a) { return "/v1/channels/" + UrlEncode(a.channel, false); }
@@ -144,12 +161,13 @@ int Resolve(const Args& a) {
   int rc = Send(a, "resolve", "GET", Target(a) + "/keys/" + UrlEncode(a.idempotency_key, false),
                 {}, "", &r);
   if (rc >= 0) return rc;
+  auto j = json::parse(r.body, nullptr, false);
+  const bool committed = j.is_object() && j.value("state", "") == "committed";
   if (a.json_output) {
     std::printf("%s\n", r.body.c_str());
-    return kExitOk;
+    return committed ? kExitOk : kExitNotFound;  // the same exit code as without --json
   }
-  auto j = json::parse(r.body, nullptr, false);
-  if (j.is_object() && j.value("state", "") == "committed") {
+  if (committed) {
     std::printf("committed %s offset %llu\n", j.value("stream", "").c_str(),
                 static_cast<unsigned long long>(j.value("offset", 0ull)));
     return kExitOk;
@@ -168,6 +186,7 @@ void AddChannelCommand(CLI::App& app) {
     auto* cmd = channel->add_subcommand("create", "Create a channel (idempotent for one count)");
     AddCommon(cmd, a.get());
     cmd->add_option("-p,--partitions", a->partitions, "Partition count (1-1024)")
+        ->check(Unsigned())
         ->capture_default_str();
     cmd->callback([a] { std::exit(Create(*a)); });
   }
@@ -178,23 +197,28 @@ void AddChannelCommand(CLI::App& app) {
     auto* data = cmd->add_option("data", a->data, "Message; read from stdin when absent");
     cmd->add_option("-k,--key", a->key, "Partition key (same key, same partition, in order)");
     cmd->add_option("-i,--idempotency-key", a->idempotency_key,
-                    "Publishing the same key again returns the first position");
+                    "Publishing the same key again returns the first position")
+        ->check(NonEmpty());
     cmd->callback([a, data] { std::exit(Publish(*a, data->count() > 0)); });
   }
   {
     auto a = std::make_shared<Args>();
     auto* cmd = channel->add_subcommand("read", "Read one partition's messages");
     AddCommon(cmd, a.get());
-    cmd->add_option("-p,--partition", a->partition, "Partition")->capture_default_str();
-    cmd->add_option("--from", a->from, "First offset")->capture_default_str();
-    cmd->add_option("-n,--limit", a->limit, "At most this many (1-1000)")->capture_default_str();
+    cmd->add_option("-p,--partition", a->partition, "Partition")
+        ->check(Unsigned())
+        ->capture_default_str();
+    cmd->add_option("--from", a->from, "First offset")->check(Unsigned())->capture_default_str();
+    cmd->add_option("-n,--limit", a->limit, "At most this many (1-1000)")
+        ->check(Unsigned())
+        ->capture_default_str();
     cmd->callback([a] { std::exit(Read(*a)); });
   }
   {
     auto a = std::make_shared<Args>();
     auto* cmd = channel->add_subcommand("resolve", "Where an idempotency key's message landed");
     AddCommon(cmd, a.get());
-    cmd->add_option("key", a->idempotency_key, "Idempotency key")->required();
+    cmd->add_option("key", a->idempotency_key, "Idempotency key")->required()->check(NonEmpty());
     cmd->callback([a] { std::exit(Resolve(*a)); });
   }
 }

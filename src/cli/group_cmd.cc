@@ -7,6 +7,7 @@
 
 #include "cli/client_commands.h"
 #include "cli/http_client.h"
+#include "cli/numbers.h"
 
 namespace runnel::cli {
 
@@ -183,7 +184,7 @@ void AddGroupCommand(CLI::App& app, int* exit_code) {
     auto* cmd = group->add_subcommand("ack", "Acknowledge through OFFSET (monotonic)");
     AddCommon(cmd, a.get());
     cmd->add_option("group", a->group, "Group name")->required();
-    cmd->add_option("offset", a->offset, "Last processed offset")->required();
+    cmd->add_option("offset", a->offset, "Last processed offset")->required()->check(Unsigned());
     cmd->callback([a, exit_code] { *exit_code = Ack(*a); });
   }
   {
@@ -191,7 +192,9 @@ void AddGroupCommand(CLI::App& app, int* exit_code) {
     auto* cmd = group->add_subcommand("next", "Read the events after the group's last ack");
     AddCommon(cmd, a.get());
     cmd->add_option("group", a->group, "Group name")->required();
-    cmd->add_option("--limit", a->limit, "At most this many (1-1000)")->capture_default_str();
+    cmd->add_option("--limit", a->limit, "At most this many (1-1000)")
+        ->check(Unsigned())
+        ->capture_default_str();
     cmd->callback([a, exit_code] { *exit_code = Next(*a); });
   }
   {
@@ -199,7 +202,9 @@ void AddGroupCommand(CLI::App& app, int* exit_code) {
     auto* cmd = group->add_subcommand(
         "prune", "Delete events through THROUGH, never past the slowest group's ack");
     AddCommon(cmd, a.get());
-    cmd->add_option("through", a->offset, "Prune through this offset")->required();
+    cmd->add_option("through", a->offset, "Prune through this offset")
+        ->required()
+        ->check(Unsigned());
     cmd->callback([a, exit_code] { *exit_code = Prune(*a); });
   }
 }

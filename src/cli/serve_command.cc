@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "cli/numbers.h"
 #include "runnel/registry.h"
 #include "server/http_server.h"
 
@@ -239,38 +240,48 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--long-poll-timeout-ms", flags->long_poll_timeout_ms,
                   "How long a long-poll waits for data")
       ->envname("RUNNEL_LONG_POLL_TIMEOUT_MS")
+      ->check(Unsigned())
       ->capture_default_str();
   cmd->add_option("--threads", flags->threads, "io threads (0: one per core)")
       ->envname("RUNNEL_THREADS")
+      ->check(Unsigned())
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", flags->max_body_bytes, "Largest request body (else 413)")
       ->envname("RUNNEL_MAX_BODY_BYTES")
+      ->check(Unsigned())
       ->capture_default_str();
   cmd->add_option("--max-fork-bytes", flags->max_fork_bytes,
                   "Most record bytes a fork copies from its source (else 413)")
       ->envname("RUNNEL_MAX_FORK_BYTES")
+      ->check(Unsigned())
       ->capture_default_str();
   cmd->add_option("--max-header-bytes", flags->max_header_bytes, "Largest header block (else 431)")
       ->envname("RUNNEL_MAX_HEADER_BYTES")
+      ->check(Unsigned())
       ->capture_default_str();
   cmd->add_option("--max-url-bytes", flags->max_url_bytes, "Longest request target (else 414)")
       ->envname("RUNNEL_MAX_URL_BYTES")
+      ->check(Unsigned())
       ->capture_default_str();
   cmd->add_option("--idle-timeout-ms", flags->idle_timeout_ms,
                   "Close a keep-alive connection idle this long")
       ->envname("RUNNEL_IDLE_TIMEOUT_MS")
+      ->check(Unsigned())
       ->capture_default_str();
   cmd->add_option("--request-timeout-ms", flags->request_timeout_ms,
                   "Close a connection that takes longer to send a request body or read a response")
       ->envname("RUNNEL_REQUEST_TIMEOUT_MS")
+      ->check(Unsigned())
       ->capture_default_str();
   cmd->add_option("--max-connections", flags->max_connections,
                   "Connections above this get 503 with Retry-After")
       ->envname("RUNNEL_MAX_CONNECTIONS")
+      ->check(Unsigned())
       ->capture_default_str();
   cmd->add_option("--sse-max-duration-ms", flags->sse_max_duration_ms,
                   "End SSE responses after this long so clients reconnect")
       ->envname("RUNNEL_SSE_MAX_DURATION_MS")
+      ->check(Unsigned())
       ->capture_default_str();
   cmd->add_option("--tokens", flags->tokens, "Bearer token file (default: <data>/tokens)")
       ->envname("RUNNEL_TOKENS");
@@ -282,14 +293,17 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--quota-streams", flags->quota_streams,
                   "Most streams per tenant (0: unlimited; else 429)")
       ->envname("RUNNEL_QUOTA_STREAMS")
+      ->check(Unsigned())
       ->capture_default_str();
   cmd->add_option("--quota-bytes", flags->quota_bytes,
                   "Most retained bytes per tenant (0: unlimited; else 429)")
       ->envname("RUNNEL_QUOTA_BYTES")
+      ->check(Unsigned())
       ->capture_default_str();
   cmd->add_option("--quota-appends-per-sec", flags->quota_appends_per_sec,
                   "Most appends per second per tenant (0: unlimited; else 429)")
       ->envname("RUNNEL_QUOTA_APPENDS_PER_SEC")
+      ->check(Unsigned())
       ->capture_default_str();
   cmd->add_option("--tls-cert", flags->tls_cert,
                   "Serve HTTPS with this PEM certificate chain (needs --tls-key)")
@@ -299,6 +313,7 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--tls-handshake-timeout-ms", flags->tls_handshake_timeout_ms,
                   "Close a TLS connection that has not completed its handshake by then")
       ->envname("RUNNEL_TLS_HANDSHAKE_TIMEOUT_MS")
+      ->check(Unsigned())
       ->capture_default_str();
   cmd->add_option("--webhook-signing-key", flags->webhook_signing_key,
                   "Ed25519 webhook signing key file, created (0600) when missing (default: "

@@ -69,5 +69,17 @@ expect_eq "$(http_code "$RUNNEL_URL/v1/channels/orders")" "401" "no token"
 expect_eq "$(http_code -H "Authorization: Bearer $tenant" "$RUNNEL_URL/v1/channels/orders")" "403" "tenant token"
 expect_eq "$(http_code -H "Authorization: Bearer $tenant" "$RUNNEL_URL/v1/channels/ghost")" "403" "tenant token, unknown channel (Z4)"
 expect_eq "$(http_code -H "Authorization: Bearer $platform" "$RUNNEL_URL/v1/channels/orders")" "200" "platform token"
+# The CLI sends --token / RUNNEL_TOKEN; with --json a refusal is a JSON line on stdout.
+expect_rc 1 "$R" channel read orders -p "$part"
+expect_eq "$("$R" channel read orders -p "$part" --token "$platform" | wc -l | tr -d ' ')" "2" "CLI with --token"
+expect_eq "$(RUNNEL_TOKEN="$platform" "$R" channel resolve orders k1 | cut -d' ' -f1)" "committed" "CLI with RUNNEL_TOKEN"
+set +e; denied="$("$R" channel read orders --json --token "$tenant")"; rc=$?; set -e
+expect_eq "$rc" "4" "tenant token refused"
+expect_eq "$(echo "$denied" | sed -E 's/.*"ok":(false).*"status":([0-9]+).*/\1 \2/')" "false 403" "JSON refusal"
+export RUNNEL_TOKEN="$platform"
+expect_rc 3 "$R" channel resolve orders never-sent --json
+expect_rc 2 "$R" channel publish orders x -i ''
+expect_rc 2 "$R" channel read orders --from -1
+expect_rc 2 "$R" channel create orders -p 0x4
 
 echo "channels e2e: all checks passed"

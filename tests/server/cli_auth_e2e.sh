@@ -63,6 +63,15 @@ expect_eq "$("$R" group next events fast)" '6	{"n":6}' "group next"
 expect_eq "$("$R" group prune events 5)" "removed 2" "prune stops at the slowest group"
 expect_eq "$("$R" group next events slow --limit 2 | cut -f1 | tr '\n' ' ')" "3 4 " "next after prune"
 expect_rc 3 "$R" group ls missing
+# Offsets are decimal and within 64 bits: "-1" would wrap to 2^64-1 (prune everything, ack past
+# every record for good), a value past 2^64-1 would saturate, "0x10" would be hexadecimal.
+expect_rc 2 "$R" group prune events -1
+expect_rc 2 "$R" group ack events fast -1
+expect_rc 2 "$R" group ack events fast 18446744073709551616
+expect_rc 2 "$R" group ack events fast 0x10
+expect_rc 2 "$R" group next events fast --limit -1
+expect_eq "$("$R" group ack events fast 006)" "fast	last_acked=6" "leading zeros are decimal"
+expect_eq "$("$R" group next events slow --limit 2 | cut -f1 | tr '\n' ' ')" "3 4 " "nothing pruned by the refused commands"
 
 # Tenant scope: the platform token may not touch acme's streams, acme may.
 export RUNNEL_TOKEN="$acme"
