@@ -299,11 +299,16 @@ class DurableChannel {
   // The largest partition count a channel may have (the checkpoint format numbers partitions
   // with 32 bits; this keeps per-channel state small).
   static constexpr size_t kMaxPartitionCount = 65536;
+  // The key of the stream attributes (see core/attributes.h) that marks a channel's partition
+  // and checkpoint streams. Their rows are the channel's (envelopes, checkpoints): layers that
+  // expose streams keep other writers, deletes and trims away from streams carrying it.
+  static constexpr std::string_view kAttributeKey = "runnel.channel";
 
   // Opens (creating missing partition streams) and recovers next sequences and the key index
   // from the stored rows (V2, V3). kInvalidArgument "ConfigError" for partition_count 0 (K1)
-  // or above kMaxPartitionCount, an empty channel id, or partitions tagged with another count; read
-  // and decode errors as returned by the store / the decoder.
+  // or above kMaxPartitionCount, an empty channel id, partitions tagged with another count, or
+  // an untagged stream of a partition's name that already holds records (only an empty one is
+  // adopted as the partition); read and decode errors as returned by the store / the decoder.
   static Result<DurableChannel> Open(std::string channel_id, size_t partition_count,
                                      StreamRegistry registry, ChannelOptions options = {});
   // Open with a partition-key function (seed with_partition_key).

@@ -1,5 +1,7 @@
 #include "server/channel_service.h"
 
+#include <algorithm>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "base/utf8.h"
@@ -27,12 +29,16 @@ Status ValidateChannelId(const std::string& id) {
   return Status::OK();
 }
 
-std::optional<size_t> ParseCount(std::string_view text) {
-  if (text.empty() || text.size() > 9) return std::nullopt;
-  size_t n = 0;
+// Decimal digits within [0, max]; nullopt otherwise.
+std::optional<uint64_t> ParseCount(std::string_view text,
+                                   uint64_t max = std::numeric_limits<uint64_t>::max()) {
+  if (text.empty() || text.size() > 20) return std::nullopt;
+  uint64_t n = 0;
   for (char c : text) {
     if (c < '0' || c > '9') return std::nullopt;
-    n = n * 10 + static_cast<size_t>(c - '0');
+    const auto digit = static_cast<uint64_t>(c - '0');
+    if (n > (max - digit) / 10) return std::nullopt;
+    n = n * 10 + digit;
   }
   return n;
 }
@@ -126,22 +132,17 @@ HttpResponse ChannelService::Create(const std::string& id, const HttpRequest& re
   auto text = request.Query("partitions");
   if (!text) text = request.Header("channel-partitions");
   if (!text) return Error(Status::InvalidArgument("give the partition count as ?partitions=N"));
-  auto count = ParseCount(*text);
-  if (!count || *count == 0 || *count > kMaxPartitions) {
+  auto count = ParseCount(*text, kMaxPartitions);
+  if (!count || *count == 0) {
     return Error(Status::InvalidArgument("partitions must be a whole number from 1 to " +
                                          std::to_string(kMaxPartitions)));
   }
-  auto existing = DurableChannel::StoredPartitionCount(registry_, StreamScope::Global(), id);
-  int status = 201;
-  if (existing.ok()) {
-    if (*existing != *count) {
-      return Error(Status::AlreadyExists("channel '" + id + "' exists with " +
-                                         std::to_string(*existing) + " partitions"));
-    }
-    status = 200;
-  } else if (existing.status().code() != StatusCode::kNotFound) {
-    return Error(existing.status());
-  }
+  auto exists_with = [&id](size_t partitions) {
+    return Error(Status::AlreadyExists("channel '" + id + "' exists with " +
+                                       std::to_string(partitions) + " partitions"));
+  };
+  // Decided under the entry's lock, so two creates racing with different counts cannot both
+  // succeed (the second finds the first's channel open here).
   std::shared_ptr<Entry> entry = EntryFor(id);
   std::lock_guard lock(entry->mu);
   {
@@ -150,9 +151,30 @@ HttpResponse ChannelService::Create(const std::string& id, const HttpRequest& re
     auto& slot = channels_[id];
     if (!slot) slot = entry;
   }
-  if (!entry->channel) {
+  int status = 201;
+  if (entry->channel) {
+    if (entry->channel->PartitionCount() != *count) {
+      return exists_with(entry->channel->PartitionCount());
+    }
+    status = 200;
+  } else {
+    auto existing = DurableChannel::StoredPartitionCount(registry_, StreamScope::Global(), id);
+    if (existing.ok()) {
+      if (*existing != *count) return exists_with(*existing);
+      status = 200;
+    } else if (existing.status().code() != StatusCode::kNotFound) {
+      return Error(existing.status());
+    }
     auto opened = DurableChannel::Open(id, *count, registry_, Options());
-    if (!opened.ok()) return Error(opened.status());
+    if (!opened.ok()) {
+      // The count was validated above: a refusal of the arguments here is about what the store
+      // holds (a partition tagged with another count by another node, a stream of a partition's
+      // name that is not one): a conflict with existing state.
+      if (opened.status().code() == StatusCode::kInvalidArgument) {
+        return Error(Status::AlreadyExists(std::string(opened.status().message())));
+      }
+      return Error(opened.status());
+    }
     entry->channel.emplace(std::move(*opened));
   }
   json body = {{"channel", id}, {"partitions", *count}};
@@ -214,8 +236,9 @@ HttpResponse ChannelService::Resolve(const std::string& id, const std::string& k
   auto resolution = ch.ResolveIdempotencyKey(key);
   if (!resolution.ok()) {
     // A failed read never establishes absence (I2): the caller learns only that we cannot tell.
-    HttpResponse r = Error(resolution.status());
-    if (r.status < 500) r.status = 503;
+    HttpResponse r = Error(Status::Unavailable("cannot tell whether key '" + key +
+                                               "' was committed: " +
+                                               resolution.status().ToString()));
     r.Set("Retry-After", "1");
     return r;
   }
@@ -228,13 +251,13 @@ HttpResponse ChannelService::Resolve(const std::string& id, const std::string& k
 
 HttpResponse ChannelService::ReadPartition(const std::string& id, const std::string& partition,
                                            const HttpRequest& request) {
-  auto p = ParseCount(partition);
+  auto p = ParseCount(partition, kMaxPartitions);
   if (!p) return Error(Status::InvalidArgument("partition must be a whole number"));
   uint64_t from = 1;
   if (auto v = request.Query("from")) {
     auto n = ParseCount(*v);
-    if (!n) return Error(Status::InvalidArgument("from must be an offset (1 or more)"));
-    from = *n;
+    if (!n) return Error(Status::InvalidArgument("from must be an offset (a whole number)"));
+    from = std::max<uint64_t>(*n, 1);  // offsets start at 1: 0 reads from the first too
   }
   size_t limit = 100;
   if (auto v = request.Query("limit")) {

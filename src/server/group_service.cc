@@ -5,6 +5,8 @@
 #include <string>
 
 #include "base/utf8.h"
+#include "core/attributes.h"
+#include "runnel/channel.h"
 #include "server/access_gate.h"
 #include "server/http_errors.h"
 #include "server/offset_token.h"
@@ -179,6 +181,10 @@ HttpResponse GroupService::HandleRequest(const Principal& who, const HttpRequest
       return StreamService::ErrorResponse(
           Status::InvalidArgument("prune must be a non-negative integer"));
     }
+    // A channel's partitions are not trimmed from outside: its idempotency index would then
+    // disagree with a scan of what is left (SEMANTICS section 3, item 11).
+    auto owner = attributes::Get(info->spec.attributes, DurableChannel::kAttributeKey);
+    if (owner.ok() && owner->has_value()) return StreamService::ChannelOwned(route.name);
     auto removed = registry.Prune(route.scope, route.name, *through);
     if (!removed.ok()) return StreamService::ErrorResponse(removed.status());
     return JsonResponse(200, {{"removed", *removed}});

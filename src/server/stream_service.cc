@@ -11,6 +11,7 @@
 
 #include "base/utf8.h"
 #include "core/attributes.h"
+#include "runnel/channel.h"
 #include "server/http_errors.h"
 #include "server/json_messages.h"
 #include "server/sse_format.h"
@@ -186,11 +187,17 @@ struct StreamService::Meta {
   uint64_t fork_sub_offset = 0;
   uint64_t fork_refs = 0;
   bool soft_deleted = false;
+  // The stream is a channel's partition or checkpoint (DurableChannel::kAttributeKey): readable
+  // here, written only by the channel.
+  bool channel = false;
 
-  // Reads the protocol's key ("ds") of the stream's attributes (see core/attributes.h); other
-  // layers' keys are not ours to read. Unreadable metadata reads as none.
+  // Reads the protocol's key ("ds") of the stream's attributes (see core/attributes.h); of other
+  // layers' keys, only whether the channel's is present. Unreadable metadata reads as none.
   static Meta Parse(std::string_view attrs) {
     Meta m;
+    if (attrs.empty()) return m;
+    auto owner = attributes::Get(attrs, DurableChannel::kAttributeKey);
+    m.channel = owner.ok() && owner->has_value();
     auto value = attributes::Get(attrs, kAttributeKey);
     if (!value.ok() || !value->has_value()) return m;
     const std::string& text = **value;
@@ -199,7 +206,9 @@ struct StreamService::Meta {
     try {
       ParseFields(j, &m);
     } catch (const json::exception&) {
-      return Meta{};
+      Meta none;
+      none.channel = m.channel;
+      return none;
     }
     return m;
   }
@@ -524,6 +533,13 @@ HttpResponse StreamService::Preflight(const HttpRequest& request) {
   return r;
 }
 
+HttpResponse StreamService::ChannelOwned(std::string_view name) {
+  return ErrorResponse(Status::FailedPrecondition(
+      "stream '" + std::string(name) +
+      "' belongs to a runnel channel: publish through /v1/channels/<id>; its records can be read "
+      "here but not appended to, trimmed or deleted"));
+}
+
 HttpResponse StreamService::ErrorResponse(const Status& status) {
   HttpResponse r;
   r.status = HttpStatusFor(status);
@@ -619,6 +635,8 @@ void StreamService::Delete(const Route& route, Release release, Done done) {
     response = ErrorResponse(found.status());
   } else if (found->meta.soft_deleted) {
     response = Gone();
+  } else if (found->meta.channel) {
+    response = ChannelOwned(route.name);
   } else {
     Status removed = Remove(found->info, found->meta);
     if (removed.ok()) {
@@ -1018,6 +1036,7 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
     }
   }
   if (found->meta.soft_deleted) return finish(Gone());
+  if (found->meta.channel) return finish(ChannelOwned(route.name));
   const StreamInfo& info = found->info;
   Touch(info.id, found->meta);
 
@@ -1253,6 +1272,8 @@ void StreamService::UpdateRetention(const Route& route, const HttpRequest& reque
     response = ErrorResponse(found.status());
   } else if (found->meta.soft_deleted) {
     response = Gone();
+  } else if (found->meta.channel) {
+    response = ChannelOwned(route.name);
   } else if (Status set = registry_.SetRetention(route.scope, route.name, *retention); !set.ok()) {
     response = ErrorResponse(set);
   } else {

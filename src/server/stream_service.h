@@ -193,6 +193,9 @@ class StreamService {
   static HttpResponse Preflight(const HttpRequest& request);
   // An error response with the JSON body from the one Status mapping.
   static HttpResponse ErrorResponse(const Status& status);
+  // 409 failed_precondition for a write, trim or delete of a channel's stream (its partitions
+  // and checkpoint hold the channel's rows; see runnel/channel.h).
+  static HttpResponse ChannelOwned(std::string_view name);
 
  private:
   struct Meta;

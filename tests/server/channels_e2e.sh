@@ -52,6 +52,36 @@ expect_eq "$(http_code "$RUNNEL_URL/v1/channels/orders/partitions/9")" "404" "pa
 expect_eq "$(http_code "$RUNNEL_URL/v1/channels/ghost")" "404" "unknown channel"
 expect_eq "$(http_code -X DELETE "$RUNNEL_URL/v1/channels/orders")" "405" "unsupported method"
 
+# Partitions are readable as streams, but only the channel writes, trims or deletes them: a
+# protocol append would not be an envelope, and a trim would make the key index disagree with a
+# scan of what is left (SEMANTICS section 3, item 11).
+S="$RUNNEL_URL/v1/stream/orders:$part"
+expect_eq "$(http_code "$S?offset=-1")" "200" "partition readable as a stream"
+expect_eq "$(http_code -X POST -H 'Content-Type: application/octet-stream' --data-binary junk "$S")" "409" "protocol append to a partition"
+expect_eq "$(http_code -X DELETE "$S")" "409" "delete of a partition"
+expect_eq "$(http_code -X PATCH -H 'Stream-Retention-Max-Events: 1' "$S")" "409" "retention on a partition"
+expect_eq "$(http_code -X POST "$RUNNEL_URL/v1/groups/stream/orders:$part?prune=10")" "409" "prune of a partition"
+expect_eq "$(http_code -X POST "$RUNNEL_URL/v1/groups/stream/orders:$part?group=g&ack=1")" "200" "groups may ack a partition"
+expect_eq "$("$R" channel read orders -p "$part" | wc -l | tr -d ' ')" "2" "partition untouched"
+# A stream holding records under a partition's name is not adopted (its rows are not envelopes).
+curl -s -o /dev/null -X PUT -H 'Content-Type: text/plain' "$RUNNEL_URL/v1/stream/pre:1"
+curl -s -o /dev/null -X POST -H 'Content-Type: text/plain' --data-binary junk "$RUNNEL_URL/v1/stream/pre:1"
+expect_eq "$(http_code -X PUT "$RUNNEL_URL/v1/channels/pre?partitions=2")" "409" "non-partition stream in the way"
+expect_eq "$(http_code -X PUT "$RUNNEL_URL/v1/channels/pre?partitions=1")" "201" "a count that avoids it"
+# Creates racing with different counts: never both created.
+for i in 1 2 3 4 5 6 7 8; do
+  http_code -X PUT "$RUNNEL_URL/v1/channels/race$i?partitions=2" >"$workdir/race-a" &
+  a=$!
+  http_code -X PUT "$RUNNEL_URL/v1/channels/race$i?partitions=3" >"$workdir/race-b" &
+  wait "$a" $!
+  expect_eq "$(printf '%s\n%s\n' "$(cat "$workdir/race-a")" "$(cat "$workdir/race-b")" | sort | tr '\n' ' ')" \
+    "201 409 " "racing creates $i"
+done
+# Reads: an empty partition's next offset is 1; from takes any 64-bit offset.
+expect_eq "$(curl -s "$RUNNEL_URL/v1/channels/pre/partitions/0?from=0")" '{"messages":[],"next":1}' "empty partition"
+expect_eq "$(http_code "$RUNNEL_URL/v1/channels/pre/partitions/0?from=10000000000")" "200" "large from"
+expect_eq "$(http_code "$RUNNEL_URL/v1/channels/pre/partitions/0?from=18446744073709551616")" "400" "from past 2^64-1"
+
 # Restart: the key index is rebuilt from the partitions, so the duplicate is still recognised.
 stop_server
 start_server

@@ -16,7 +16,7 @@ namespace runnel {
 namespace {
 
 // The partition tag lives under this key of the stream's attributes (see core/attributes.h).
-constexpr std::string_view kAttributeKey = "runnel.channel";
+constexpr std::string_view kAttributeKey = DurableChannel::kAttributeKey;
 
 // The tag's JSON text; keys in sorted order, as a JSON library would print them back.
 std::string PartitionTag(size_t partition_count, size_t partition) {
@@ -237,6 +237,19 @@ Result<DurableChannel> DurableChannel::OpenImpl(
 Status DurableChannel::OpenPartitions() {
   Store& store = registry_->store();
   const std::string ns = scope_.Label();
+  // Refuse before creating anything: an untagged stream holding records (not envelopes) where a
+  // partition belongs. Found only in the loop below, it would leave the partitions before it
+  // created and tagged, half a channel.
+  for (const std::string& key : stream_keys_) {
+    auto info = store.GetStream(ns, key);
+    if (!info.ok()) continue;
+    auto found = attributes::Get(info->spec.attributes, kAttributeKey);
+    if (found.ok() && !found->has_value() &&
+        (info->head_offset != 0 || info->next_offset > info->spec.first_offset)) {
+      return ConfigError("stream " + key +
+                         " exists, holds records and is not a partition of a runnel channel");
+    }
+  }
   for (size_t i = 0; i < stream_keys_.size(); ++i) {
     const std::string tag = PartitionTag(stream_keys_.size(), i);
     auto info = store.GetStream(ns, stream_keys_[i]);
@@ -257,8 +270,13 @@ Status DurableChannel::OpenPartitions() {
                          " exists and is not a partition of a runnel channel");
     }
     if (!found->has_value()) {
-      // An untagged stream of that name is adopted as the partition; other layers' attributes
-      // are kept.
+      // An untagged stream of that name is adopted as the partition when it never held a
+      // record (its rows would not be envelopes; checked again here, it may have gained some
+      // since the pass above); other layers' attributes are kept.
+      if (info->head_offset != 0 || info->next_offset > info->spec.first_offset) {
+        return ConfigError("stream " + stream_keys_[i] +
+                           " exists, holds records and is not a partition of a runnel channel");
+      }
       RUNNEL_ASSIGN_OR_RETURN(std::string tagged,
                               attributes::Set(info->spec.attributes, kAttributeKey, tag));
       RUNNEL_RETURN_IF_ERROR(store.UpdateStream(info->id, info->spec.retention, tagged)
