@@ -14,10 +14,11 @@
 // Flush() always makes everything acknowledged so far durable, in every mode.
 //
 // Crash recovery (at Open): load the newest valid checkpoint, replay the log after it, truncate
-// a torn or corrupt tail (a batch whose bytes were not all written is wholly absent); corruption
-// before the tail is reported by segment file, byte position and stream, and Open refuses with
-// kCorruption unless `salvage` is set, in which case the corrupt bytes are skipped and reported
-// by RecoveryNotes() of the store. Offsets never go backwards across a restart.
+// a torn tail (a write cut short by a crash, with no valid frame after it: a batch whose bytes
+// were not all written is wholly absent); any other damage is reported by segment file, byte
+// position and stream, and Open refuses with kCorruption unless `salvage` is set, in which case
+// the damaged bytes are skipped (replay goes on at the next frame that verifies) and reported by
+// RecoveryNotes() of the store. Offsets never go backwards across a restart.
 //
 // A data directory can be opened by one store at a time: a second Open (in this or another
 // process) fails with kUnavailable while the first is alive.

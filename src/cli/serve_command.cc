@@ -13,6 +13,7 @@
 #include "cli/numbers.h"
 #include "runnel/registry.h"
 #include "server/http_server.h"
+#include "store/log/log_store.h"
 
 namespace runnel::cli {
 
@@ -52,6 +53,8 @@ struct ServeFlags {
   std::string webhook_signing_key;
   bool webhook_allow_localhost = false;
   bool dashboard = true;
+  // Open a log whose written data is damaged, skipping the damaged bytes (reported at start).
+  bool salvage = false;
   // Empty: http:// plus the request's Host header.
   std::string public_url;
 };
@@ -105,13 +108,26 @@ int RunServe(const ServeFlags& flags) {
   registry_options.store = flags.store.empty() ? "log" : flags.store;
   registry_options.durability = flags.durability;
   registry_options.group_commit_wait_us = flags.group_commit_wait_us;
+  registry_options.salvage = flags.salvage;
   // A durable store that cannot open (locked, corrupt, unwritable) is an error, never a silent
   // fallback to memory: serving an empty store would look like data loss.
   auto registry = StreamRegistry::Open(registry_options);
   if (!registry.ok()) {
     std::fprintf(stderr, "runnel serve: cannot open the %s store: %s\n",
                  registry_options.store.c_str(), registry.status().ToString().c_str());
+    if (registry.status().code() == StatusCode::kCorruption && !flags.salvage) {
+      std::fprintf(stderr,
+                   "runnel serve: `runnel check %s` shows the damage; --salvage opens the "
+                   "directory without the damaged bytes (back it up first)\n",
+                   flags.data.c_str());
+    }
     return 1;
+  }
+  // What recovery repaired or skipped (a torn tail, salvaged damage) is said, never silent.
+  if (auto* log_store = dynamic_cast<log::LogStore*>(&registry->store())) {
+    for (const std::string& note : log_store->RecoveryNotes()) {
+      std::fprintf(stderr, "runnel serve: recovery: %s\n", note.c_str());
+    }
   }
 
   server::AccessOptions access_options;
@@ -323,6 +339,10 @@ void AddServeCommand(CLI::App& app) {
                 "Serve the built-in dashboard at / (on by default; it reads the API with the "
                 "token typed into the page)")
       ->envname("RUNNEL_DASHBOARD");
+  cmd->add_flag("--salvage", flags->salvage,
+                "log store: open a data directory whose written data is damaged, skipping the "
+                "damaged bytes (each skip is printed; back the directory up first)")
+      ->envname("RUNNEL_SALVAGE");
   cmd->add_flag("--webhook-allow-localhost", flags->webhook_allow_localhost,
                 "Development only: allow webhook URLs on localhost and 127.0.0.x (http or https)")
       ->envname("RUNNEL_WEBHOOK_ALLOW_LOCALHOST");

@@ -228,12 +228,62 @@ TEST_F(LogDamageTest, CorruptionBeforeTheTailIsReportedByNameAndRefused) {
   ASSERT_TRUE(salvaged.ok()) << salvaged.status().ToString();
   auto info = (*salvaged)->GetStream("global", "s");
   ASSERT_TRUE(info.ok());
-  EXPECT_EQ(info->next_offset, 4u) << "salvage keeps what precedes the corruption";
-  EXPECT_FALSE(dynamic_cast<log::LogStore&>(**salvaged).RecoveryNotes().empty());
+  // Salvage goes on at the next frame that verifies, so the frames after the damage (of every
+  // stream) are kept. A stream holds no gap: the damaged stream resumes after the lost batch
+  // (offset 4), its records before it are dropped with it, and the notes say so.
+  EXPECT_EQ(info->next_offset, 11u) << "salvage keeps the frames after the corruption";
+  const auto notes = dynamic_cast<log::LogStore&>(**salvaged).RecoveryNotes();
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_NE(notes[0].find("salvage skipped bytes " + std::to_string(pos)), std::string::npos)
+      << notes[0];
+  EXPECT_NE(notes[1].find("stream #1 resumes at offset 5"), std::string::npos) << notes[1];
+  auto kept = (*salvaged)->Read(info->id, 1, 100, 1 << 20);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  std::vector<uint64_t> offsets;
+  for (const auto& rec : *kept) offsets.push_back(rec.offset);
+  EXPECT_EQ(offsets, (std::vector<uint64_t>{5, 6, 7, 8, 9, 10}));
   auto r = AppendPayloads(**salvaged, info->id, {"after salvage"});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->first_offset, 4u);
+  EXPECT_EQ(r->first_offset, 11u);
 }
+
+// Damage to written data in the last segment is not a torn tail when intact frames follow it:
+// a flipped bit in a length, or a zeroed header, must not make recovery (or `runnel check`)
+// truncate the acknowledged frames after it.
+class LastSegmentDamageTest : public LogDamageTest {
+ protected:
+  enum class Damage { kLengthBit, kZeroedHeader, kHugeLength };
+  void ExpectRefused(Damage damage) {
+    const std::string seg = Populate(10);
+    const size_t pos = FramePos(seg, 1);  // the first batch
+    std::string data = ReadFile(seg);
+    switch (damage) {
+      case Damage::kLengthBit: data[pos + 4] = static_cast<char>(data[pos + 4] ^ 1); break;
+      case Damage::kZeroedHeader:
+        std::fill(data.begin() + static_cast<std::ptrdiff_t>(pos),
+                  data.begin() + static_cast<std::ptrdiff_t>(pos + log::kFrameHeaderSize), '\0');
+        break;
+      case Damage::kHugeLength:
+        for (size_t i = 4; i < 8; ++i) data[pos + i] = '\xff';
+        break;
+    }
+    WriteFile(seg, data);
+    auto check = log::CheckLogDirectory(env::Env::Posix(), dir_.path());
+    ASSERT_TRUE(check.ok()) << check.status().ToString();
+    EXPECT_FALSE(check->corruption.empty());
+    EXPECT_FALSE(check->torn_tail);
+    auto store = OpenLogStore(SmallLogOptions(dir_.path()));
+    ASSERT_FALSE(store.ok());
+    EXPECT_EQ(store.status().code(), StatusCode::kCorruption) << store.status().ToString();
+    EXPECT_NE(store.status().message().find("at byte " + std::to_string(pos)), std::string::npos)
+        << store.status().ToString();
+    EXPECT_EQ(ReadFile(seg), data) << "a refused open changes nothing";
+  }
+};
+
+TEST_F(LastSegmentDamageTest, AFlippedLengthBitIsRefused) { ExpectRefused(Damage::kLengthBit); }
+TEST_F(LastSegmentDamageTest, AZeroedHeaderIsRefused) { ExpectRefused(Damage::kZeroedHeader); }
+TEST_F(LastSegmentDamageTest, AnImpossibleLengthIsRefused) { ExpectRefused(Damage::kHugeLength); }
 
 TEST_F(LogDamageTest, TornTailIsTruncatedAndTheLogContinues) {
   const std::string seg = Populate(10);
@@ -273,11 +323,14 @@ TEST_F(LogDamageTest, TornTailIsTruncatedAndTheLogContinues) {
 TEST_F(LogDamageTest, BytesBeyondTheEndOfTheLogAreZeroedAtOpen) {
   const std::string seg = Populate(6);
   const size_t third = FramePos(seg, 3);  // the third batch: offset 3
-  std::string data = ReadFile(seg);
-  std::fill(data.begin() + static_cast<std::ptrdiff_t>(third),
-            data.begin() + static_cast<std::ptrdiff_t>(third + log::kFrameHeaderSize), '\0');
-  WriteFile(seg, data);
   const size_t fifth = FramePos(seg, 5);
+  std::string data = ReadFile(seg);
+  // The sector holding the frame's header did not land: zeros from the header to its end.
+  const size_t sector_end = (third / log::kTornSectorSize + 1) * log::kTornSectorSize;
+  ASSERT_GT(fifth, sector_end);
+  std::fill(data.begin() + static_cast<std::ptrdiff_t>(third),
+            data.begin() + static_cast<std::ptrdiff_t>(sector_end), '\0');
+  WriteFile(seg, data);
   ASSERT_NE(data.substr(fifth, 20), std::string(20, '\0')) << "the later batches are on disk";
   {
     auto store = OpenLogStore(SmallLogOptions(dir_.path()));

@@ -125,16 +125,30 @@ Result<CheckReport> CheckLogDirectory(env::Env* env, const std::string& dir) {
     for (;;) {
       FrameView f;
       FrameCheck c = ParseFrame(std::string_view(data).substr(pos), &f);
-      if (c == FrameCheck::kEnd) break;
-      if (c != FrameCheck::kOk) {
-        bool valid_after = false;
-        const uint32_t len = pos + 8 <= data.size() ? LoadU32(data.data() + pos + 4) : 0;
-        if (c != FrameCheck::kTruncated && len >= kMinBodySize && len <= kMaxBodySize &&
-            pos + kFrameHeaderSize + len < data.size()) {
-          FrameView nf;
-          valid_after = ParseFrame(std::string_view(data).substr(pos + kFrameHeaderSize + len),
-                                   &nf) == FrameCheck::kOk;
+      if (c == FrameCheck::kEnd) {
+        // The same rule as recovery (log_store.cc, ReplaySegment): past the end only zeros, or
+        // in the last segment a write that landed in part, whose zeros run to a sector's end.
+        const std::string_view rest = std::string_view(data).substr(pos);
+        if (rest.find_first_not_of('\0') != std::string_view::npos) {
+          if (last && ZeroToSectorEnd(rest, pos)) {
+            report.torn_tail = true;
+            report.lines.push_back(std::string(fname) + ": bytes after the end of the log at byte " +
+                                   std::to_string(pos) +
+                                   " (a write that landed in part); the next open zeroes them");
+          } else {
+            problem = path + " at byte " + std::to_string(pos) +
+                      ": zero frame header followed by written bytes";
+          }
         }
+        break;
+      }
+      if (c != FrameCheck::kOk) {
+        auto view = [&data](uint64_t at, uint64_t n) -> Result<std::string_view> {
+          return std::string_view(data).substr(static_cast<size_t>(at), static_cast<size_t>(n));
+        };
+        RUNNEL_ASSIGN_OR_RETURN(std::optional<uint64_t> next,
+                                ValidFrameAfter(view, pos, data.size()));
+        const bool valid_after = next.has_value();
         const bool before_checkpoint =
             covered && std::make_pair(segs[i], static_cast<uint64_t>(pos)) < *covered;
         if (last && !valid_after && !before_checkpoint) {

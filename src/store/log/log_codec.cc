@@ -168,6 +168,15 @@ FrameCheck ParseFrame(std::string_view in, FrameView* out, bool verify_crc) {
   return FrameCheck::kOk;
 }
 
+bool ZeroToSectorEnd(std::string_view rest, uint64_t pos) {
+  const uint64_t to_end = kTornSectorSize - pos % kTornSectorSize;
+  const std::string_view sector = rest.substr(0, static_cast<size_t>(to_end));
+  for (char c : sector) {
+    if (c != 0) return false;
+  }
+  return true;
+}
+
 std::string_view FrameCheckName(FrameCheck c) {
   switch (c) {
     case FrameCheck::kOk: return "ok";

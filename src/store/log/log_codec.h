@@ -70,6 +70,52 @@ struct FrameView {
 FrameCheck ParseFrame(std::string_view in, FrameView* out, bool verify_crc = true);
 std::string_view FrameCheckName(FrameCheck c);
 
+// --- telling a torn tail from corruption ---
+//
+// A crash cuts the last write short: what follows the cut never reached the file (zeros in a
+// pre-zeroed segment, or the file's end), or, when the device persisted a later sector and not
+// an earlier one, the cut sits at a sector boundary. Corruption of written data (a flipped bit, a
+// zeroed header) leaves the frames written after the damaged one intact. So the damage at `pos`
+// is a torn tail only when no valid frame starts anywhere after it, and a zero frame header with
+// bytes after it only when the rest of its 512-byte sector is zero too.
+inline constexpr uint64_t kTornSectorSize = 512;
+// Most body bytes ValidFrameAfter checksums before it answers "found" without looking further
+// (its scan tries every byte position; only adversarial payloads come near the bound).
+inline constexpr uint64_t kMaxTornScanBytes = 1ull << 30;
+
+// The first position in (pos, size) that holds a frame whose checksum verifies, if any (past the
+// scan's budget, pos + 1: "assume one"). `view(at, n)` returns the file's bytes
+// [at, min(at + n, size)) (shorter only at the file's end); a failed read returns the error.
+template <typename View>
+Result<std::optional<uint64_t>> ValidFrameAfter(View&& view, uint64_t pos, uint64_t size) {
+  uint64_t budget = kMaxTornScanBytes;
+  for (uint64_t p = pos + 1; p + kFrameHeaderSize + kMinBodySize <= size; ++p) {
+    Result<std::string_view> head = view(p, kFrameHeaderSize);
+    if (!head.ok()) return head.status();
+    if (head->size() < kFrameHeaderSize) break;
+    const uint32_t len = static_cast<uint32_t>(static_cast<uint8_t>((*head)[4])) |
+                         static_cast<uint32_t>(static_cast<uint8_t>((*head)[5])) << 8 |
+                         static_cast<uint32_t>(static_cast<uint8_t>((*head)[6])) << 16 |
+                         static_cast<uint32_t>(static_cast<uint8_t>((*head)[7])) << 24;
+    const uint8_t type = static_cast<uint8_t>((*head)[8]);
+    if (len < kMinBodySize || len > kMaxBodySize || p + kFrameHeaderSize + len > size ||
+        type < 1 || type > kMaxFrameType) {
+      continue;
+    }
+    if (len > budget) return std::optional<uint64_t>(pos + 1);
+    budget -= len;
+    Result<std::string_view> whole = view(p, kFrameHeaderSize + len);
+    if (!whole.ok()) return whole.status();
+    FrameView f;
+    if (ParseFrame(*whole, &f) == FrameCheck::kOk) return std::optional<uint64_t>(p);
+  }
+  return std::optional<uint64_t>();
+}
+
+// True when `rest` (the bytes from a zero frame header at `pos` up to at least the end of its
+// 512-byte sector, or to the file's end) is zero through that sector's end.
+bool ZeroToSectorEnd(std::string_view rest, uint64_t pos);
+
 // --- bodies ---
 std::string EncodeCreateStream(StreamId id, const StreamSpec& spec);
 std::string EncodeUpdateStream(StreamId id, const StreamRetention& r, std::string_view attrs);

@@ -668,18 +668,30 @@ Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
     FrameView f;
     RUNNEL_ASSIGN_OR_RETURN(FrameCheck c, window.ParseAt(pos, &f));
     if (c == FrameCheck::kEnd) {
-      // Past the end of the log there must be nothing but zeros. Bytes there are a group write
-      // that landed in part (a later page reached the disk, an earlier one did not): never
-      // acknowledged, and left in place they could parse as frames once new writes end next
-      // to them. Zero them, as for a torn tail.
-      if (last) {
-        RUNNEL_ASSIGN_OR_RETURN(bool zero, window.ZeroFrom(pos));
-        if (!zero) {
-          recovery_notes_.push_back(path + ": bytes after the end of the log at byte " +
-                                    std::to_string(pos) + " (a write that landed in part), zeroed");
+      // Past the end of the log there must be nothing but zeros. In the last segment, bytes
+      // there are a group write that landed in part (a later sector reached the disk, an
+      // earlier one did not, so the zeros run to a sector's end): never acknowledged, and left
+      // in place they could parse as frames once new writes end next to them. Zero them, as for
+      // a torn tail. Anything else (a zeroed header amid written bytes, bytes after the end of
+      // a sealed segment) is damage to written data.
+      RUNNEL_ASSIGN_OR_RETURN(bool zero, window.ZeroFrom(pos));
+      if (!zero) {
+        RUNNEL_ASSIGN_OR_RETURN(std::string_view sector, window.View(pos, kTornSectorSize));
+        if (!last || !ZeroToSectorEnd(sector, pos)) {
+          Status corrupt = Status::Corruption(
+              "segment " + path + " at byte " + std::to_string(pos) +
+              ": zero frame header followed by written bytes; open with salvage to skip them");
+          if (!options_.salvage) return corrupt;
+          recovery_notes_.push_back("salvage dropped the rest of the segment: " +
+                                    corrupt.ToString());
           seg.end = pos;
-          return ScrubTail(seg, pos);
+          if (last) return ScrubTail(seg, pos);
+          return Status::OK();
         }
+        recovery_notes_.push_back(path + ": bytes after the end of the log at byte " +
+                                  std::to_string(pos) + " (a write that landed in part), zeroed");
+        seg.end = pos;
+        return ScrubTail(seg, pos);
       }
       break;
     }
@@ -697,20 +709,16 @@ Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
     }
     // A bad frame. At the tail of the last segment it is a torn write: truncate it away.
     RUNNEL_ASSIGN_OR_RETURN(std::string_view at, window.View(pos, kFrameHeaderSize + kMinBodySize));
-    const uint32_t len = at.size() >= 8 ? LoadU32(at.data() + 4) : 0;
     std::string who;
     if (at.size() == kFrameHeaderSize + kMinBodySize) {
       who = ", stream #" + std::to_string(LoadU64(at.data() + kFrameHeaderSize)) + " (unverified)";
     }
-    bool valid_after = false;
-    if (c != FrameCheck::kTruncated && len >= kMinBodySize && len <= kMaxBodySize &&
-        pos + kFrameHeaderSize + len < size) {
-      FrameView next;
-      RUNNEL_ASSIGN_OR_RETURN(FrameCheck after,
-                              window.ParseAt(pos + kFrameHeaderSize + len, &next));
-      valid_after = after == FrameCheck::kOk;
-    }
-    if (last && !valid_after) {
+    // A torn write leaves no valid frame after it; a damaged frame among written ones does
+    // (log_codec.h, ValidFrameAfter).
+    RUNNEL_ASSIGN_OR_RETURN(
+        std::optional<uint64_t> next,
+        ValidFrameAfter([&](uint64_t a, uint64_t n) { return window.View(a, n); }, pos, size));
+    if (last && !next) {
       recovery_notes_.push_back(path + ": torn tail at byte " + std::to_string(pos) + " (" +
                                 std::string(FrameCheckName(c)) + "), truncated");
       seg.end = pos;
@@ -720,9 +728,15 @@ Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
         Status::Corruption("segment " + path + " at byte " + std::to_string(pos) + ": " +
                            std::string(FrameCheckName(c)) + who + "; open with salvage to skip it");
     if (!options_.salvage) return corrupt;
+    if (next) {
+      // Salvage keeps what is intact: replay goes on at the next frame that verifies.
+      recovery_notes_.push_back("salvage skipped bytes " + std::to_string(pos) + " to " +
+                                std::to_string(*next) + ": " + corrupt.ToString());
+      pos = *next;
+      continue;
+    }
     recovery_notes_.push_back("salvage dropped the rest of the segment: " + corrupt.ToString());
     seg.end = pos;
-    if (last) return ScrubTail(seg, pos);
     return Status::OK();
   }
   seg.end = pos;
@@ -959,6 +973,12 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
                                     " but the stream's next offset is " + std::to_string(s->next));
         }
         if (h.first_offset < s->next) return Status::OK();  // already present
+        // A stream holds no gap: what it kept before the lost frames goes with them, and its
+        // offsets still only grow.
+        recovery_notes_.push_back("salvage: stream #" + std::to_string(id) + " resumes at offset " +
+                                  std::to_string(h.first_offset) + "; offsets " +
+                                  std::to_string(s->head) + " to " +
+                                  std::to_string(h.first_offset - 1) + " are lost");
         DropHead(*s, s->next - s->head);
         s->head = s->next = h.first_offset;
       }

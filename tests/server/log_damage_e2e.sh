@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# End-to-end test of damaged data in the embedded log, through the binary: `runnel serve` is
+# killed (-9) after acknowledged appends, one bit of the first append's frame length is flipped
+# in the segment file (damage to written data with intact frames after it, not a torn tail),
+# then:
+#   - `runnel check` reports corruption (exit 1), not a torn tail;
+#   - `runnel serve` refuses to open (exit 1), naming the byte and pointing at --salvage, and
+#     leaves the file as it was (nothing acknowledged is truncated away);
+#   - `runnel serve --salvage` opens, prints what it skipped, and serves the records written
+#     after the damage.
+# Usage: log_damage_e2e.sh RUNNEL_BINARY
+set -euo pipefail
+
+R="$1"
+source "$(dirname "$0")/e2e_lib.sh"
+
+start_server() {  # start_server [FLAGS...]: serves $workdir/data, sets RUNNEL_URL
+  : >"$workdir/server.log"
+  "$R" serve --listen 127.0.0.1:0 --store log --data "$workdir/data" "$@" \
+    >"$workdir/server.log" 2>&1 &
+  server_pid=$!
+  RUNNEL_URL=""
+  for _ in $(seq 1 100); do
+    RUNNEL_URL="$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$workdir/server.log" | head -n1 || true)"
+    [[ -n "$RUNNEL_URL" ]] && break
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  [[ -n "$RUNNEL_URL" ]] || { cat "$workdir/server.log" >&2; fail "the server did not start"; }
+}
+
+start_server
+curl -sf -o /dev/null -X PUT -H 'Content-Type: text/plain' "$RUNNEL_URL/v1/stream/s"
+for i in $(seq 1 20); do
+  curl -sf -o /dev/null -X POST -H 'Content-Type: text/plain' --data-binary "record-$i" \
+    "$RUNNEL_URL/v1/stream/s"
+done
+kill -9 "$server_pid"
+wait "$server_pid" 2>/dev/null || true
+server_pid=""
+
+seg="$workdir/data/00000000000000000001.log"
+# Segment header (32 bytes), then the create-stream frame: 9-byte header whose length is the
+# little-endian u32 at byte 36. The first append's frame follows; its length starts 4 bytes in.
+create_len=$(od -An -t u4 -j 36 -N 4 "$seg" | tr -d ' ')
+at=$((32 + 9 + create_len + 4))
+byte=$(od -An -t u1 -j "$at" -N 1 "$seg" | tr -d ' ')
+printf "$(printf '\\%03o' $((byte ^ 1)))" | dd of="$seg" bs=1 seek="$at" conv=notrunc status=none
+cp "$seg" "$workdir/damaged.log"
+
+set +e
+check_out="$("$R" check "$workdir/data" 2>&1)"
+check_rc=$?
+set -e
+expect_eq "$check_rc" "1" "check exit code"
+expect_has "$check_out" "CORRUPTION" "check output"
+expect_lacks "$check_out" "torn tail" "check output"
+
+set +e
+"$R" serve --listen 127.0.0.1:0 --store log --data "$workdir/data" >"$workdir/refused.log" 2>&1
+serve_rc=$?
+set -e
+expect_eq "$serve_rc" "1" "serve exit code on damaged data"
+expect_has "$(cat "$workdir/refused.log")" "at byte $((at - 4))" "serve names the damage"
+expect_has "$(cat "$workdir/refused.log")" "--salvage" "serve points at --salvage"
+cmp -s "$seg" "$workdir/damaged.log" || fail "a refused open changed the segment"
+
+start_server --salvage
+expect_has "$(cat "$workdir/server.log")" "recovery: salvage skipped bytes" "salvage notes printed"
+body="$(curl -sf "$RUNNEL_URL/v1/stream/s?offset=-1")"
+expect_eq "${body:0:16}" "record-2record-3" "the damaged record is gone, the next ones are served"
+expect_has "$body" "record-20" "records up to the last are served"
+curl -sf -o /dev/null -X POST -H 'Content-Type: text/plain' --data-binary "after" \
+  "$RUNNEL_URL/v1/stream/s"
+stop_server
+
+echo "log damage e2e: all checks passed"
