@@ -11,6 +11,7 @@
 #include "server/http_errors.h"
 #include "server/offset_token.h"
 #include "server/sse_format.h"
+#include "server/subscription_service.h"
 
 namespace runnel::server {
 
@@ -66,6 +67,12 @@ Status ValidateGroup(std::string_view group) {
     return Status::InvalidArgument("group must be 1-256 bytes");
   }
   if (!IsValidUtf8(group)) return Status::InvalidArgument("group must be valid UTF-8");
+  // Control characters (NUL above all) cut names short in C strings and terminals.
+  for (char c : group) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return Status::InvalidArgument("group must not contain control characters");
+    }
+  }
   return Status::OK();
 }
 
@@ -87,7 +94,8 @@ Route GroupService::StreamRouteOf(std::string_view path) {
   if (!Matches(path)) return Route{};
   std::string stream_path = "/v1/" + std::string(path.substr(kGroupsPrefix.size()));
   Route route = ParseRoute(stream_path, /*allow_tenants=*/true);
-  if (route.kind != Route::Kind::kStream) return Route{};
+  // The reserved __ds streams (subscription state) are not streams a client reads or prunes.
+  if (route.kind != Route::Kind::kStream || SubscriptionService::Matches(route)) return Route{};
   route.label = "groups";
   return route;
 }

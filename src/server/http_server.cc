@@ -888,7 +888,10 @@ class HttpServer::Impl {
     StreamService* service = &service_;
     const Route* rt = &route;
     const HttpRequest* rq = &request;
-    if (quota_) {
+    // Quotas limit a tenant's streams, bytes and appends; the reserved __ds endpoints
+    // (subscriptions) are none of these, and their wake-token routes admit callers without a
+    // tenant token, who must not be able to draw on (or learn about) a tenant's quota.
+    if (quota_ && !SubscriptionService::Matches(route)) {
       TenantQuota* quota = quota_.get();
       const std::function<std::optional<HttpResponse>()> check = [quota, rt, rq] {
         return quota->Check(*rt, *rq);

@@ -777,6 +777,15 @@ HttpResponse SubscriptionService::Handle(const Route& route, const HttpRequest& 
     return Error(400, "BAD_REQUEST",
                  "a subscription id is 1-200 characters of letters, digits and - _ . : ~");
   }
+  if (SelfAuthenticated(route)) {
+    // The wake token is checked before the scope is loaded or the subscription looked up: a
+    // caller without one learns nothing (which ids exist, of which kind) and makes the server
+    // load or remember nothing (any tenant name would otherwise add a scope to memory).
+    const char* kind = route.name.ends_with("/callback") ? "callback" : "claim";
+    if (auto refused = CheckWakeToken(request, route.scope.Label(), id, kind, nullptr)) {
+      return *refused;
+    }
+  }
   std::unique_lock<std::mutex> lock(mu_);
   ScopeState& scope = LoadScope(route.scope);
   HttpResponse r = HandleSubscription(scope, id, route, request);
@@ -1031,8 +1040,11 @@ HttpResponse SubscriptionService::Claim(ScopeState& scope, Sub& sub, const HttpR
                             {"lease_ttl_ms", sub.lease_ttl_ms}});
 }
 
-HttpResponse SubscriptionService::Settle(ScopeState& scope, Sub& sub, const HttpRequest& request,
-                                         bool release, const char* kind) {
+std::optional<HttpResponse> SubscriptionService::CheckWakeToken(const HttpRequest& request,
+                                                                const std::string& scope_label,
+                                                                const std::string& id,
+                                                                const char* kind,
+                                                                json* claims_out) {
   auto auth = request.Header("authorization");
   std::string_view token = auth.value_or("");
   if (!token.starts_with("Bearer ")) {
@@ -1042,10 +1054,21 @@ HttpResponse SubscriptionService::Settle(ScopeState& scope, Sub& sub, const Http
   json claims = claims_text ? ParseBounded(*claims_text) : json();
   const uint64_t now = registry_.clock().NowMs();
   if (!claims.is_object() || claims.value("k", "") != kind ||
-      claims.value("s", "") != scope.scope.Label() || claims.value("i", "") != sub.id ||
+      claims.value("s", "") != scope_label || claims.value("i", "") != id ||
       claims.value("e", uint64_t{0}) <= now) {
     return Error(401, "UNAUTHORIZED", "the token is not valid for this subscription");
   }
+  if (claims_out != nullptr) *claims_out = std::move(claims);
+  return std::nullopt;
+}
+
+HttpResponse SubscriptionService::Settle(ScopeState& scope, Sub& sub, const HttpRequest& request,
+                                         bool release, const char* kind) {
+  json claims;
+  if (auto refused = CheckWakeToken(request, scope.scope.Label(), sub.id, kind, &claims)) {
+    return *refused;
+  }
+  const uint64_t now = registry_.clock().NowMs();
   json body = ParseBounded(request.body);
   if (!body.is_object() || !body.contains("generation") ||
       !body["generation"].is_number_unsigned() || !body.contains("wake_id") ||

@@ -58,6 +58,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -158,6 +160,12 @@ class SubscriptionService {
   HttpResponse Claim(ScopeState& scope, Sub& sub, const HttpRequest& request);
   HttpResponse Settle(ScopeState& scope, Sub& sub, const HttpRequest& request, bool release,
                       const char* kind);
+  // The wake token of `request` (Authorization: Bearer) checked for (scope, subscription id,
+  // kind "claim" or "callback") and expiry: nullopt (and the claims in *claims_out when not
+  // null) when valid, else the 401 to send. Needs no state: callable before a scope is loaded.
+  std::optional<HttpResponse> CheckWakeToken(const HttpRequest& request,
+                                             const std::string& scope_label, const std::string& id,
+                                             const char* kind, nlohmann::json* claims_out);
 
   StreamRegistry registry_;
   SubscriptionOptions options_;

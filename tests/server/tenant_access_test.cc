@@ -462,6 +462,8 @@ TEST_F(GroupHttpTest, AckIsMonotonicC2) {
   EXPECT_EQ(Call("GET", "/v1/groups/stream/c2?group=c2")["last_acked"], 0);
   Call("POST", g + "x", 400);
   Call("POST", "/v1/groups/stream/missing?group=c1&ack=1", 404);
+  Call("POST", "/v1/groups/stream/c2?group=a%00b&ack=1", 400);  // control characters
+  Call("POST", "/v1/groups/stream/c2?group=a%1Bb&ack=1", 400);
 }
 
 TEST_F(GroupHttpTest, ReadNextC5) {
@@ -855,7 +857,11 @@ class QuotaTest : public TenantServerTest {
     options.port = 0;
     options.threads = 2;
     options.quotas = quotas;
-    auto server = HttpServer::Start(StreamRegistry(), options);
+    StreamRegistry registry;
+    auto subscriptions = SubscriptionService::Create(registry, SubscriptionOptions{});
+    ASSERT_TRUE(subscriptions.ok()) << subscriptions.status().ToString();
+    options.subscriptions = std::move(*subscriptions);
+    auto server = HttpServer::Start(registry, options);
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(*server);
     thread_ = std::thread([this] { server_->Run(); });
@@ -922,6 +928,30 @@ TEST_F(QuotaTest, AppendRatePerTenant) {
   EXPECT_EQ(appends("acme", 2), (std::vector<int>{204, 429}));
 }
 
+// The wake-token routes of subscriptions (ack, release, callback) admit callers without a
+// tenant token: they must neither draw on a tenant's quota nor learn its state from a 429.
+TEST_F(QuotaTest, WakeTokenRoutesNeitherUseNorRevealAQuota) {
+  ManualClock clock(1000000);
+  QuotaOptions quotas;
+  quotas.appends_per_sec = 3;
+  quotas.max_bytes = 1000;
+  quotas.clock = &clock;
+  StartWithQuotas(quotas);
+  const std::vector<std::string> ct = {"Content-Type: text/plain"};
+  ASSERT_EQ(Send(port(), "PUT", "/v1/tenants/acme/stream/a", ct).status, 201);
+  for (const char* op : {"ack", "release", "callback"}) {
+    for (int i = 0; i < 4; ++i) {
+      Response r = Send(port(), "POST",
+                        std::string("/v1/tenants/acme/stream/__ds/subscriptions/zz/") + op, ct,
+                        std::string(2000, 'x'));
+      EXPECT_EQ(r.status, 401) << op << " " << r.body;
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(Send(port(), "POST", "/v1/tenants/acme/stream/a", ct, "x").status, 204);
+  }
+}
+
 // The reserved __ds subscription API follows the scope's authorization (Z1-Z4) like the
 // scope's streams; ack, release and callback authenticate with the wake's own token instead.
 TEST_F(TenantServerTest, SubscriptionsAreScopedAndAckUsesTheClaimTokenOnly) {
@@ -962,9 +992,24 @@ TEST_F(TenantServerTest, SubscriptionsAreScopedAndAckUsesTheClaimTokenOnly) {
       {"done", true}};
   // A service token is not a claim token.
   EXPECT_EQ(Send(port(), "POST", sub + "/ack", {Bearer(acme)}, ack.dump()).status, 401);
-  // The claim token is scoped to its subscription and scope.
+  // The claim token is scoped to its subscription and scope. Without a valid token every
+  // answer is the same 401, whether the subscription exists or not and whatever its kind.
   EXPECT_EQ(Send(port(), "POST", "/v1/tenants/globex/stream/__ds/subscriptions/p/ack",
                  {Bearer(claimed["token"].get<std::string>())}, ack.dump())
+                .status,
+            401);
+  EXPECT_EQ(Send(port(), "POST", sub + "/callback", {Bearer(acme)}, ack.dump()).status, 401);
+  EXPECT_EQ(Send(port(), "POST", "/v1/tenants/acme/stream/__ds/subscriptions/nope/ack",
+                 {Bearer(acme)}, ack.dump())
+                .status,
+            401);
+  // Nor do groups reach the reserved state stream.
+  EXPECT_EQ(Send(port(), "GET", "/v1/groups/tenants/acme/stream/__ds/subscriptions?group=g",
+                 {Bearer(acme)})
+                .status,
+            404);
+  EXPECT_EQ(Send(port(), "POST", "/v1/groups/tenants/acme/stream/__ds/subscriptions?prune=100",
+                 {Bearer(acme)})
                 .status,
             404);
   auto acked =
