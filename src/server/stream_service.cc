@@ -1436,6 +1436,9 @@ ReadChunk StreamService::Read(const ReadState& state) {
   auto info = registry_.store().GetStreamById(state.id);
   if (!info.ok() || !records.ok()) {
     chunk.gone = true;
+    if (info.ok() && records.status().code() != StatusCode::kNotFound) {
+      chunk.error = records.status();
+    }
     return chunk;
   }
   if (state.offset_now && state.mode == LiveMode::kNone) records->clear();
@@ -1464,9 +1467,18 @@ std::string ReadBody(const ReadState& state, const ReadChunk& chunk) {
 }
 }  // namespace
 
+namespace {
+
+HttpResponse GoneOrFailed(const ReadChunk& chunk) {
+  if (!chunk.error.ok()) return StreamService::ErrorResponse(chunk.error);
+  return StreamService::ErrorResponse(Status::NotFound("stream was deleted"));
+}
+
+}  // namespace
+
 HttpResponse StreamService::ReadResponse(const ReadState& state, const ReadChunk& chunk) {
   HttpResponse r;
-  if (chunk.gone) return ErrorResponse(Status::NotFound("stream was deleted"));
+  if (chunk.gone) return GoneOrFailed(chunk);
   r.status = 200;
   r.Set("Content-Type", state.content_type);
   r.Set("Stream-Next-Offset", FormatOffset(chunk.next));
@@ -1492,7 +1504,7 @@ HttpResponse StreamService::ReadResponse(const ReadState& state, const ReadChunk
 }
 
 HttpResponse StreamService::LongPollEmptyResponse(const ReadState& state, const ReadChunk& chunk) {
-  if (chunk.gone) return ErrorResponse(Status::NotFound("stream was deleted"));
+  if (chunk.gone) return GoneOrFailed(chunk);
   HttpResponse r;
   r.status = 204;
   r.Set("Stream-Next-Offset", FormatOffset(chunk.next));

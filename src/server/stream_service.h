@@ -109,8 +109,11 @@ struct ReadState {
 
 // One read from a ReadState's position.
 struct ReadChunk {
-  // Set when the stream vanished (deleted or expired) since BeginRead.
+  // Set when the stream vanished (deleted or expired) since BeginRead, or the read failed.
   bool gone = false;
+  // Why, when the read failed for another reason than the stream being gone (a damaged record
+  // reads as `corruption`, a failing disk as `io_error`): the answer carries it.
+  Status error;
   // The records read, each as stored (a JSON message or a slice of bytes).
   std::vector<std::string> records;
   uint64_t start = 0;

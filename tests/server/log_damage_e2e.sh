@@ -74,4 +74,25 @@ curl -sf -o /dev/null -X POST -H 'Content-Type: text/plain' --data-binary "after
   "$RUNNEL_URL/v1/stream/s"
 stop_server
 
+# Damage before the newest checkpoint's replay point: the store opens (replay does not read
+# those bytes), and a read of the damaged record answers 500 `corruption`, not 404.
+rm -rf "$workdir/data"
+start_server
+curl -sf -o /dev/null -X PUT -H 'Content-Type: text/plain' "$RUNNEL_URL/v1/stream/c"
+for i in 1 2 3; do
+  curl -sf -o /dev/null -X POST -H 'Content-Type: text/plain' --data-binary "payload-$i" \
+    "$RUNNEL_URL/v1/stream/c"
+done
+stop_server  # a clean stop: its checkpoint covers every frame
+create_len=$(od -An -t u4 -j 36 -N 4 "$seg" | tr -d ' ')
+at=$((32 + 9 + create_len + 9 + 12))  # inside the first append's body
+byte=$(od -An -t u1 -j "$at" -N 1 "$seg" | tr -d ' ')
+printf "$(printf '\\%03o' $((byte ^ 255)))" | dd of="$seg" bs=1 seek="$at" conv=notrunc status=none
+start_server
+read_body="$(curl -s -w ' %{http_code}' "$RUNNEL_URL/v1/stream/c?offset=-1")"
+expect_has "$read_body" '"code":"corruption"' "a damaged record reads as corruption"
+expect_has "$read_body" " 500" "status of a damaged read"
+expect_eq "$(curl -s -o /dev/null -w '%{http_code}' -I "$RUNNEL_URL/v1/stream/c")" "200" "the stream still exists"
+stop_server
+
 echo "log damage e2e: all checks passed"
