@@ -1,5 +1,6 @@
 // Format tests: the golden segment, CRC32C known answers, and how recovery treats damage.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -245,6 +246,34 @@ TEST_F(LogDamageTest, CorruptionBeforeTheTailIsReportedByNameAndRefused) {
   auto r = AppendPayloads(**salvaged, info->id, {"after salvage"});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->first_offset, 11u);
+}
+
+// A segment cut shorter than data a verified checkpoint recorded as durable lost acknowledged
+// records: the open refuses (it used to pass over the checkpoint and replay from what was left,
+// silently dropping them), and salvage opens without that checkpoint.
+TEST_F(LogDamageTest, ASegmentShorterThanItsCheckpointSaysIsRefused) {
+  {
+    auto store = OpenLogStore(SmallLogOptions(dir_.path()));
+    ASSERT_TRUE(store.ok());
+    auto info = (*store)->CreateStream(Spec("s"));
+    ASSERT_TRUE(info.ok());
+    for (int i = 0; i < 10; ++i) {
+      ASSERT_TRUE(AppendPayloads(**store, info->id, {std::string(100, 'a')}).ok());
+    }
+  }  // the clean close writes a checkpoint covering every frame
+  const std::string seg = dir_.path() + "/00000000000000000001.log";
+  ASSERT_EQ(::truncate(seg.c_str(), 300), 0);
+  auto store = OpenLogStore(SmallLogOptions(dir_.path()));
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(store.status().message().find("shorter than data the checkpoint recorded"),
+            std::string_view::npos)
+      << store.status().ToString();
+  LogStoreOptions o = SmallLogOptions(dir_.path());
+  o.salvage = true;
+  auto salvaged = OpenLogStore(o);
+  ASSERT_TRUE(salvaged.ok()) << salvaged.status().ToString();
+  EXPECT_FALSE(dynamic_cast<log::LogStore&>(**salvaged).RecoveryNotes().empty());
 }
 
 // Damage to written data in the last segment is not a torn tail when intact frames follow it:

@@ -357,11 +357,18 @@ Status LogStore::Recover() {
   bool have_checkpoint = false;
   for (uint64_t seq : ckpts) {
     const std::string path = env::JoinPath(options_.dir, CheckpointName(seq));
-    Status s = LoadCheckpoint(path, &replay_seg, &replay_pos);
+    bool segment_short = false;
+    Status s = LoadCheckpoint(path, &replay_seg, &replay_pos, &segment_short);
     if (s.ok()) {
       have_checkpoint = true;
       checkpoint_seq_ = seq;
       break;
+    }
+    if (segment_short && !options_.salvage) {
+      return Status::Corruption(
+          std::string(s.message()) +
+          ": a segment is shorter than data the checkpoint recorded as durable; open with "
+          "salvage to replay the log without this checkpoint");
     }
     recovery_notes_.push_back("ignored checkpoint: " + s.ToString());
     streams_.clear();
@@ -446,7 +453,7 @@ Status LogStore::Recover() {
 }
 
 Status LogStore::LoadCheckpoint(const std::string& path, uint64_t* replay_segment,
-                                uint64_t* replay_pos) {
+                                uint64_t* replay_pos, bool* segment_short) {
   RUNNEL_ASSIGN_OR_RETURN(auto file, env_->OpenFile(path, false));
   RUNNEL_ASSIGN_OR_RETURN(uint64_t size, file->Size());
   std::string buf(size, '\0');
@@ -490,6 +497,13 @@ Status LogStore::LoadCheckpoint(const std::string& path, uint64_t* replay_segmen
     }
     return last_size.second;
   };
+  if (*replay_segment <= UINT32_MAX) {
+    const uint64_t replay_size = segment_size(static_cast<uint32_t>(*replay_segment));
+    if (replay_size != UINT64_MAX && *replay_pos > replay_size) {
+      *segment_short = true;
+      return bad("replay point past its segment's end");
+    }
+  }
   // Sized once: a checkpoint may hold millions of streams.
   if (nstreams <= r.remaining()) streams_.Reserve(static_cast<size_t>(nstreams));
   for (uint64_t i = 0; i < nstreams; ++i) {
@@ -526,6 +540,7 @@ Status LogStore::LoadCheckpoint(const std::string& path, uint64_t* replay_segmen
         return bad("bad batch entry");
       }
       if (uint64_t{b.pos} + b.len > segment_size(b.segment)) {
+        *segment_short = true;
         return bad("batch entry past its segment's end");
       }
       // Everything a checkpoint indexes was written before its replay point.

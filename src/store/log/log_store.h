@@ -263,7 +263,11 @@ class LogStore final : public Store {
 
   // --- recovery ---
   Status Recover();
-  Status LoadCheckpoint(const std::string& path, uint64_t* replay_segment, uint64_t* replay_pos);
+  // *segment_short is set when the checkpoint verifies but names bytes past the end of a
+  // segment file: the segment lost synced data (the checkpoint is written after its frames are
+  // durable), which is damage, not a checkpoint to pass over.
+  Status LoadCheckpoint(const std::string& path, uint64_t* replay_segment, uint64_t* replay_pos,
+                        bool* segment_short);
   Status ReplaySegment(uint64_t number, uint64_t from, bool last);
   Status ScrubTail(Segment& seg, uint64_t from);
   std::string SegmentPath(uint64_t number) const;
