@@ -79,6 +79,11 @@ void FaultInjectionEnv::SetFaultPathSuffix(std::string suffix) {
   suffix_ = std::move(suffix);
 }
 
+void FaultInjectionEnv::SetExemptPathSuffix(std::string suffix) {
+  std::lock_guard lock(mu_);
+  exempt_ = std::move(suffix);
+}
+
 namespace {
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -103,7 +108,9 @@ Status FaultInjectionEnv::BeforeWrite(const std::string& path, size_t bytes, siz
                                       size_t* allowed) {
   writes_.fetch_add(1);
   std::lock_guard lock(mu_);
-  if (!EndsWith(path, suffix_)) return Status::OK();
+  if (!EndsWith(path, suffix_) || (!exempt_.empty() && EndsWith(path, exempt_))) {
+    return Status::OK();
+  }
   if (no_space_ && fits < bytes) {
     injected_.fetch_add(1);
     *allowed = fits;
@@ -129,7 +136,9 @@ Status FaultInjectionEnv::BeforeSync(const std::string& path) {
     std::this_thread::sleep_for(std::chrono::microseconds(us));
   }
   std::lock_guard lock(mu_);
-  if (!EndsWith(path, suffix_)) return Status::OK();
+  if (!EndsWith(path, suffix_) || (!exempt_.empty() && EndsWith(path, exempt_))) {
+    return Status::OK();
+  }
   if (fail_sync_in_ > 0 && --fail_sync_in_ == 0) {
     injected_.fetch_add(1);
     return Status::IOError("fdatasync '" + path + "': Input/output error (injected)");

@@ -44,6 +44,9 @@ class FaultInjectionEnv final : public Env {
   // Restricts FailWrite, FailSync and SetNoSpace to files whose path ends with `suffix`
   // (empty: every file). ClearFaults keeps it.
   void SetFaultPathSuffix(std::string suffix);
+  // Files whose path ends with `suffix` are never faulted (empty: none exempt). ClearFaults
+  // keeps it.
+  void SetExemptPathSuffix(std::string suffix);
   // Clears every pending fault.
   void ClearFaults();
   uint64_t writes() const { return writes_.load(); }
@@ -79,6 +82,7 @@ class FaultInjectionEnv final : public Env {
   uint64_t fail_sync_in_ = 0;   // GUARDED_BY(mu_)
   bool no_space_ = false;       // GUARDED_BY(mu_)
   std::string suffix_;          // GUARDED_BY(mu_)
+  std::string exempt_;          // GUARDED_BY(mu_)
   uint64_t sync_action_in_ = 0;          // GUARDED_BY(mu_)
   std::function<void()> sync_action_;    // GUARDED_BY(mu_)
   std::atomic<int64_t> sync_delay_us_{0};

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <future>
+#include <chrono>
 #include <thread>
 #include <map>
 #include <mutex>
@@ -503,6 +504,47 @@ TEST_F(LogFaultTest, DiskFullFailsAppendsClearlyAndRecoversWhenSpaceReturns) {
   ASSERT_TRUE(recs.ok());
   ASSERT_EQ(recs->size(), acked.size() + 1);
   EXPECT_EQ(recs->back().payload, "space again");
+}
+
+// On a full disk, deleting what fills the log gives its segments back without a restart: the
+// delete still fits in the active segment (frames carrying records leave its last bytes to the
+// others), and a segment losing its last live record brings the checkpoint that lets it go,
+// without waiting for a checkpoint interval's worth of new log (which a full disk never lets
+// come).
+TEST_F(LogFaultTest, DeletingStreamsOnAFullDiskGivesTheirSegmentsBack) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  auto big = store->CreateStream(Spec("big"));
+  ASSERT_TRUE(big.ok());
+  auto segments = [&] {
+    size_t n = 0;
+    auto names = mem_.ListDir("/data");
+    if (names.ok()) {
+      for (const auto& name : *names) n += name.size() > 4 && name.ends_with(".log") ? 1 : 0;
+    }
+    return n;
+  };
+  for (int i = 0; i < 30; ++i) {
+    ASSERT_TRUE(AppendPayloads(*store, big->id, {std::string(1000, 'b')}).ok());
+  }
+  ASSERT_GE(segments(), 2u);
+  // Full for segments (no room for a new one), with a little left for a checkpoint file.
+  faults_.SetExemptPathSuffix(".ckpt.tmp");
+  faults_.SetNoSpace(true);
+  Status failure;
+  for (int i = 0; i < 40 && failure.ok(); ++i) {
+    auto r = AppendPayloads(*store, big->id, {std::string(1000, 'c')});
+    if (!r.ok()) failure = r.status();
+  }
+  ASSERT_FALSE(failure.ok()) << "the disk is full";
+  const size_t before = segments();
+  ASSERT_TRUE(store->DeleteStream(big->id).ok()) << "a delete fits on a full disk";
+  size_t after = before;
+  for (int i = 0; i < 500 && after >= before; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    after = segments();
+  }
+  EXPECT_LT(after, before) << "the dead segments are deleted without a restart";
 }
 
 }  // namespace

@@ -416,6 +416,7 @@ Status LogStore::Recover() {
                                          replay[i] == replay_seg ? replay_pos : kSegmentHeaderSize,
                                          i + 1 == replay.size()));
   }
+  segment_freed_ = false;  // replay's own head moves free nothing new
   // Live bytes per segment, from the index.
   for (auto& [n, seg] : segments_) seg.live_bytes = 0;
   Status missing;
@@ -904,8 +905,10 @@ void LogStore::DropHead(StreamState& s, uint64_t n) {
     if (batch_end > s.head) break;
     const BatchRef& b = s.batches[s.batch_begin];
     auto it = segments_.find(b.segment);
-    if (it != segments_.end())
+    if (it != segments_.end()) {
       it->second.live_bytes -= std::min<uint64_t>(b.len, it->second.live_bytes);
+      if (it->second.live_bytes == 0 && it->first != active_segment_) segment_freed_ = true;
+    }
     ++s.batch_begin;
   }
   Compact(s);
@@ -1215,10 +1218,28 @@ void LogStore::WriterLoop() {
       Status s = SyncActive();
       (void)s;  // a failure leaves unsynced_ set; the next group or Flush retries and reports
     }
-    if (bytes_since_checkpoint_ >= options_.checkpoint_interval_bytes) {
-      Status s = Clean();
+    const auto now = std::chrono::steady_clock::now();
+    const bool freeing = segment_freed_ && bytes_since_checkpoint_ > 0 &&
+                         now - last_freeing_checkpoint_ >= std::chrono::seconds(10);
+    if ((bytes_since_checkpoint_ >= options_.checkpoint_interval_bytes || freeing) &&
+        now >= checkpoint_retry_at_) {
+      const bool periodic = bytes_since_checkpoint_ >= options_.checkpoint_interval_bytes;
+      if (freeing) last_freeing_checkpoint_ = now;
+      segment_freed_ = false;
+      // The cleaner copies live records forward: not for a checkpoint that only frees space.
+      Status s = periodic ? Clean() : Status::OK();
       if (s.ok()) s = WriteCheckpoint();
-      (void)s;  // on failure the next group retries; recovery just replays more
+      if (s.ok()) {
+        checkpoint_failures_ = 0;
+      } else {
+        // Recovery just replays more meanwhile; nothing acknowledged depends on it.
+        const auto delay = std::chrono::seconds(1u << std::min<uint32_t>(checkpoint_failures_, 6));
+        ++checkpoint_failures_;
+        checkpoint_retry_at_ = now + delay;
+        std::fprintf(stderr, "runnel: WARN log store %s: checkpoint failed (%s); retrying in %llds\n",
+                     options_.dir.c_str(), s.ToString().c_str(),
+                     static_cast<long long>(delay.count()));
+      }
     }
   }
   // Clean shutdown: make everything durable and checkpoint so the next open replays nothing.
@@ -1502,7 +1523,12 @@ Status LogStore::WriteFrames(const std::vector<std::string_view>& pieces, uint64
                              std::string(s.message()));
     }
   }
-  if (total > 0 && active_pos_ + total > active_capacity_ && active_pos_ > kSegmentHeaderSize) {
+  // Frames carrying records leave the last bytes of a segment to the others (deletes,
+  // truncations, cursor commits, checkpoint markers): on a full disk, where no new segment can
+  // be made, a delete still fits, and so does the checkpoint that lets its space go.
+  const uint64_t reserve = records > 0 ? std::min<uint64_t>(4096, options_.segment_size / 16) : 0;
+  if (total > 0 && active_pos_ + total + reserve > active_capacity_ &&
+      active_pos_ > kSegmentHeaderSize) {
     RUNNEL_RETURN_IF_ERROR(SyncActive());
     RUNNEL_RETURN_IF_ERROR(RollSegment(total));
   }
@@ -1691,14 +1717,20 @@ Status LogStore::WriteCheckpoint() {
 
   const std::string final_path = env::JoinPath(options_.dir, CheckpointName(seq));
   const std::string tmp_path = final_path + ".tmp";
-  {
+  Status written = [&]() -> Status {
     RUNNEL_ASSIGN_OR_RETURN(auto file, env_->OpenFile(tmp_path, true));
     RUNNEL_RETURN_IF_ERROR(file->Truncate(0));
     std::string_view parts[] = {header, body};
     RUNNEL_RETURN_IF_ERROR(file->WriteAt(0, parts));
     RUNNEL_RETURN_IF_ERROR(file->Sync());
+    return env_->RenameFile(tmp_path, final_path);
+  }();
+  if (!written.ok()) {
+    // A partial file would hold on to the space a full disk is short of until the next open.
+    Status removed = env_->RemoveFile(tmp_path);
+    (void)removed;
+    return written;
   }
-  RUNNEL_RETURN_IF_ERROR(env_->RenameFile(tmp_path, final_path));
   RUNNEL_RETURN_IF_ERROR(env_->SyncDir(options_.dir));
   checkpoint_seq_ = seq;
   bytes_since_checkpoint_ = 0;

@@ -380,6 +380,15 @@ class LogStore final : public Store {
   size_t last_group_ops_ = 0;
   size_t queued_at_ack_ = 0;  // queue size when the last group's acknowledgements began
   uint64_t bytes_since_checkpoint_ = 0;
+  // Writer thread only. A segment other than the active one lost its last live record
+  // (delete, retention, prune): a checkpoint lets it be deleted without waiting for the
+  // interval's worth of new log, which a full disk would never let come.
+  bool segment_freed_ = false;
+  std::chrono::steady_clock::time_point last_freeing_checkpoint_{};
+  // Writer thread only: a failed periodic checkpoint is retried after a growing delay (1 s,
+  // doubling to 64 s), not after every group, and said once per attempt on stderr.
+  uint32_t checkpoint_failures_ = 0;
+  std::chrono::steady_clock::time_point checkpoint_retry_at_{};
   uint64_t checkpoint_seq_ = 0;
   std::map<std::pair<StreamId, std::string>, uint64_t> pending_cursors_;
   // Creates queued in the current group: their names, and the id the next one gets.
