@@ -2,12 +2,13 @@
 //
 // - max_streams: a PUT that would create a stream in a tenant scope already holding this many
 //   streams is refused (soft-deleted and expired-but-not-yet-collected streams count).
-// - max_bytes: an append (POST with a body) to a tenant scope whose retained bytes are at or
-//   above this is refused. The scope's total is recomputed from the store at most once a
-//   second; in between, admitted request bodies are added to it (an upper bound, since
-//   retention and prune may trim). The append that crosses the limit is admitted.
+// - max_bytes: an append (POST with a body), a create with an initial body or a fork (PUT with
+//   Stream-Forked-From) in a tenant scope whose retained bytes are at or above this is refused.
+//   The scope's total is recomputed from the store at most once a second; in between, admitted
+//   request bodies are added to it (an upper bound, since retention and prune may trim; a
+//   fork's copy counts from the next recount). The write that crosses the limit is admitted.
 // - appends_per_sec: a token bucket per tenant (capacity = one second's worth) over POSTs to its
-//   streams.
+//   streams, creates with a body and forks.
 // 0 means unlimited. The global scope is not limited. Checks run after authorization, so a
 // caller who may not act in a scope never learns anything about it from a 429.
 //

@@ -897,6 +897,13 @@ TEST_F(QuotaTest, StoredBytesPerTenant) {
   Response over = Send(port(), "POST", "/v1/tenants/acme/stream/a", ct, "y");
   EXPECT_EQ(over.status, 429) << over.body;
   EXPECT_TRUE(HasHeader(over, "retry-after"));
+  // Over the limit, data cannot come in through a create with a body or a fork either; an
+  // empty stream can still be created.
+  EXPECT_EQ(Send(port(), "PUT", "/v1/tenants/acme/stream/b", ct, "zz").status, 429);
+  std::vector<std::string> fork = ct;
+  fork.push_back("Stream-Forked-From: /v1/tenants/acme/stream/a");
+  EXPECT_EQ(Send(port(), "PUT", "/v1/tenants/acme/stream/c", fork).status, 429);
+  EXPECT_EQ(Send(port(), "PUT", "/v1/tenants/acme/stream/d", ct).status, 201);
   ASSERT_EQ(Send(port(), "PUT", "/v1/tenants/globex/stream/a", ct).status, 201);
   EXPECT_EQ(Send(port(), "POST", "/v1/tenants/globex/stream/a", ct, "z").status, 204);
 }
