@@ -47,12 +47,29 @@ bool PublicV4(const uint8_t a[4]) {
 
 bool PublicV6(const uint8_t a[16]) {
   static constexpr uint8_t kZero[16] = {};
-  // :: and ::1.
-  if (std::memcmp(a, kZero, 15) == 0 && (a[15] == 0 || a[15] == 1)) return false;
-  // IPv4-mapped ::ffff:a.b.c.d and NAT64 64:ff9b::/96: judge the embedded IPv4 address.
+  // ::/96: ::, ::1 and the deprecated IPv4-compatible ::a.b.c.d, which some stacks still route
+  // to the embedded IPv4 address.
+  if (std::memcmp(a, kZero, 12) == 0) return false;
+  // IPv4-mapped ::ffff:a.b.c.d, IPv4-translated ::ffff:0:a.b.c.d and NAT64 64:ff9b::/96: judge
+  // the embedded IPv4 address.
   static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  static constexpr uint8_t kTranslated[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0};
   static constexpr uint8_t kNat64[12] = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
-  if (std::memcmp(a, kMapped, 12) == 0 || std::memcmp(a, kNat64, 12) == 0) return PublicV4(a + 12);
+  if (std::memcmp(a, kMapped, 12) == 0 || std::memcmp(a, kTranslated, 12) == 0 ||
+      std::memcmp(a, kNat64, 12) == 0) {
+    return PublicV4(a + 12);
+  }
+  // 6to4 2002::/16 carries an IPv4 address in its next 32 bits: judge that one.
+  if (a[0] == 0x20 && a[1] == 0x02) return PublicV4(a + 2);
+  // Local-use NAT64 64:ff9b:1::/48 (RFC 8215) reaches the local network's IPv4 addresses.
+  if (a[0] == 0 && a[1] == 0x64 && a[2] == 0xff && a[3] == 0x9b && a[4] == 0 && a[5] == 1) {
+    return false;
+  }
+  if (a[0] == 0) return false;  // the rest of 0000::/8, reserved (its usable forms are above)
+  if (a[0] == 0x01 && a[1] == 0 && std::memcmp(a + 2, kZero, 6) == 0) return false;  // 100::/64
+  // 2001::/23 IETF protocol assignments (Teredo 2001::/32 hides an IPv4 address, and more).
+  if (a[0] == 0x20 && a[1] == 0x01 && (a[2] & 0xfe) == 0) return false;
+  if (a[0] == 0x3f && a[1] == 0xff && (a[2] & 0xf0) == 0) return false;  // 3fff::/20 docs
   if ((a[0] & 0xfe) == 0xfc) return false;                  // fc00::/7 unique local
   if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80) return false;  // fe80::/10 link-local
   if (a[0] == 0xfe && (a[1] & 0xc0) == 0xc0) return false;  // fec0::/10 site-local

@@ -154,6 +154,16 @@ TEST(WebhookUrlTest, RefusesPrivateLoopbackLinkLocalAndPlainHttpTargets) {
                           "https://[fe80::1]/",
                           "https://[fd00::1]/",
                           "https://[::ffff:10.0.0.1]/",
+                          "https://[::127.0.0.1]/",            // IPv4-compatible
+                          "https://[::ffff:0:127.0.0.1]/",     // IPv4-translated
+                          "https://[64:ff9b::10.0.0.1]/",      // NAT64 of a private address
+                          "https://[64:ff9b:1::7f00:1]/",      // local-use NAT64
+                          "https://[2002:7f00:1::]/",          // 6to4 of 127.0.0.1
+                          "https://[2002:c0a8:101::1]/",       // 6to4 of 192.168.1.1
+                          "https://[100::1]/",                 // discard-only
+                          "https://[2001::1]/",                // Teredo
+                          "https://[2001:db8::1]/",            // documentation
+                          "https://[3fff::1]/",                // documentation
                           "https://0.0.0.0/",
                           "https://100.64.0.1/",
                           "http://example.com/hook",
@@ -168,6 +178,9 @@ TEST(WebhookUrlTest, RefusesPrivateLoopbackLinkLocalAndPlainHttpTargets) {
   }
   EXPECT_TRUE(CheckWebhookUrl("https://example.com/hook", false).ok());
   EXPECT_TRUE(CheckWebhookUrl("https://93.184.216.34:8443/x?y=1", false).ok());
+  EXPECT_TRUE(CheckWebhookUrl("https://[2606:4700::1111]/", false).ok());
+  EXPECT_TRUE(CheckWebhookUrl("https://[2002:5db8:d822::1]/", false).ok()) << "6to4 of a public";
+  EXPECT_TRUE(CheckWebhookUrl("https://[64:ff9b::5db8:d822]/", false).ok()) << "NAT64 of a public";
 }
 
 // The resolver reads legacy numeric IPv4 forms as addresses, so creation judges them by the
