@@ -220,7 +220,12 @@ class StreamRegistry {
 
   // --- Lifecycle extensions ---
 
+  // Wakes the stream's waiting readers at once (they re-read and find it gone).
   Status DeleteStream(const StreamScope& scope, std::string_view name);
+  // Hints every subscriber of the stream, as an append would: for a layer that changed the
+  // stream through store() directly (deleted it, say), so waiting readers notice now rather
+  // than at their timeout.
+  void WakeReaders(StreamId id);
   Status SetRetention(const StreamScope& scope, std::string_view name,
                       const StreamRetention& retention);
   Status Flush();

@@ -50,6 +50,8 @@ class RegistryCore {
     if (ids_.size() >= kMaxCachedIds) ids_.clear();  // bounded: start over rather than grow
     ids_[key] = id;
   }
+  void WakeReaders(StreamId id) { hub_.Notify(id); }
+
   void ForgetId(const std::string& key) {
     std::lock_guard lock(cache_mu_);
     ids_.erase(key);
@@ -456,8 +458,11 @@ Status StreamRegistry::DeleteStream(const StreamScope& scope, std::string_view n
   RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, core_->Lookup(scope, name));
   Status deleted = core_->store().DeleteStream(info.id);
   if (core_->id_cache_enabled()) core_->ForgetId(internal::RegistryCore::CacheKey(scope, name));
+  if (deleted.ok()) core_->WakeReaders(info.id);
   return deleted;
 }
+
+void StreamRegistry::WakeReaders(StreamId id) { core_->WakeReaders(id); }
 
 Status StreamRegistry::SetRetention(const StreamScope& scope, std::string_view name,
                                     const StreamRetention& retention) {

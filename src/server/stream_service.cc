@@ -458,6 +458,7 @@ Status StreamService::Remove(const StreamInfo& first, const Meta& first_meta) {
   for (;;) {
     if (meta.fork_refs > 0) return SoftDelete(info.id);
     RUNNEL_RETURN_IF_ERROR(registry_.store().DeleteStream(info.id));
+    registry_.WakeReaders(info.id);  // live readers end now, not at their timeout
     {
       std::lock_guard<std::mutex> lock(access_mu_);
       last_access_ms_.erase(info.id);

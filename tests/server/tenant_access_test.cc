@@ -104,12 +104,12 @@ class TenantServerTest : public ::testing::Test {
   }
 
   // auth: true = an AccessGate over the token file (re-read on every request).
-  void StartServer(bool auth) {
+  void StartServer(bool auth, uint64_t long_poll_timeout_ms = 200) {
     ServerOptions options;
     options.host = "127.0.0.1";
     options.port = 0;
     options.threads = 2;
-    options.service.long_poll_timeout_ms = 200;
+    options.service.long_poll_timeout_ms = long_poll_timeout_ms;
     options.sse_max_duration_ms = 1000;
     if (auth) {
       AccessOptions access;
@@ -516,6 +516,34 @@ TEST_F(GroupHttpTest, PruneWithFastAndSlowGroupsP7) {
   EXPECT_EQ(read.status, 200);
   EXPECT_EQ(read.body.find("{\"n\":3}"), std::string::npos) << read.body;
   EXPECT_NE(read.body.find("{\"n\":4}"), std::string::npos) << read.body;
+}
+
+// Deleting a stream ends the long-polls waiting on it at once (they answer 404), not at their
+// timeout: the delete wakes the stream's readers like an append.
+TEST_F(GroupHttpTest, DeleteEndsWaitingReadersAtOnce) {
+  StartServer(false, /*long_poll_timeout_ms=*/20000);
+  Seed("/v1/stream/gone", 1);
+  std::vector<std::thread> readers;
+  std::vector<int> statuses(2, 0);
+  std::vector<double> seconds(2, 0);
+  // The group's long-poll waits once the group has acked the tail.
+  Call("POST", "/v1/groups/stream/gone?group=g&ack=1");
+  const std::vector<std::string> waits = {"/v1/stream/gone?offset=now&live=long-poll",
+                                          "/v1/groups/stream/gone?group=g&live=long-poll"};
+  for (size_t i = 0; i < waits.size(); ++i) {
+    readers.emplace_back([&, i] {
+      const auto start = std::chrono::steady_clock::now();
+      statuses[i] = Send(port(), "GET", waits[i]).status;
+      seconds[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(Send(port(), "DELETE", "/v1/stream/gone").status, 204);
+  for (auto& t : readers) t.join();
+  for (size_t i = 0; i < waits.size(); ++i) {
+    EXPECT_EQ(statuses[i], 404) << waits[i];
+    EXPECT_LT(seconds[i], 10.0) << waits[i] << " waited for its timeout";
+  }
 }
 
 // A prune that empties the stream: a reader from the beginning stands at the tail, past the
