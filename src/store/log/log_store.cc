@@ -1613,11 +1613,20 @@ Status LogStore::RollSegment(uint64_t min_capacity) {
       (void)removed;  // fall back to creating the segment here
     }
   }
+  // After a failure (a full disk, say), appends that need a new segment fail fast with the
+  // same error for a second, instead of each writing zeros until the disk refuses again.
+  const auto now = std::chrono::steady_clock::now();
+  if (!roll_failure_.ok() && now - roll_failed_at_ < std::chrono::seconds(1)) {
+    return roll_failure_;
+  }
   auto fail = [&](Status s) {
     Status removed = env_->RemoveFile(path);
     (void)removed;
+    roll_failure_ = s;
+    roll_failed_at_ = now;
     return s;
   };
+  roll_failure_ = Status::OK();
   RUNNEL_ASSIGN_OR_RETURN(auto file, env_->OpenFile(path, true));
   std::shared_ptr<env::File> shared(std::move(file));
   Status s = shared->WriteAt(0, EncodeSegmentHeader(number));

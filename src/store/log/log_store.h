@@ -388,6 +388,9 @@ class LogStore final : public Store {
   // Writer thread only: a failed periodic checkpoint is retried after a growing delay (1 s,
   // doubling to 64 s), not after every group, and said once per attempt on stderr.
   uint32_t checkpoint_failures_ = 0;
+  // Writer thread only: the last failure to make a new segment, and when (RollSegment).
+  Status roll_failure_;
+  std::chrono::steady_clock::time_point roll_failed_at_{};
   std::chrono::steady_clock::time_point checkpoint_retry_at_{};
   uint64_t checkpoint_seq_ = 0;
   std::map<std::pair<StreamId, std::string>, uint64_t> pending_cursors_;
