@@ -8,20 +8,7 @@ set -euo pipefail
 R="$1"
 source "$(dirname "$0")/e2e_lib.sh"
 
-start_server() {
-  : >"$workdir/server.log"
-  "$R" serve --listen 127.0.0.1:0 --store log --data "$workdir/data" \
-    >"$workdir/server.log" 2>&1 &
-  server_pid=$!
-  RUNNEL_URL=""
-  for _ in $(seq 1 100); do
-    RUNNEL_URL="$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$workdir/server.log" | head -n1 || true)"
-    [[ -n "$RUNNEL_URL" ]] && break
-    sleep 0.1
-  done
-  [[ -n "$RUNNEL_URL" ]] || { cat "$workdir/server.log" >&2; exit 1; }
-  export RUNNEL_URL
-}
+start_server() { serve_on_free_port --store log --data "$workdir/data"; }
 
 expect_rc() {
   local want="$1"; shift

@@ -21,18 +21,7 @@ mkdir -p "$data"
 # Open without tokens: refuses a non-loopback address unless --auth none.
 expect_rc 2 "$R" serve --listen 0.0.0.0:0 --store memory --data "$data"
 
-start_server() {
-  "$R" serve --listen 127.0.0.1:0 --store memory --data "$data" >"$workdir/server.log" 2>&1 &
-  server_pid=$!
-  RUNNEL_URL=""
-  for _ in $(seq 1 100); do
-    RUNNEL_URL="$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$workdir/server.log" | head -n1 || true)"
-    [[ -n "$RUNNEL_URL" ]] && break
-    sleep 0.1
-  done
-  [[ -n "$RUNNEL_URL" ]] || { cat "$workdir/server.log" >&2; exit 1; }
-  export RUNNEL_URL
-}
+start_server() { serve_on_free_port --store memory --data "$data"; }
 
 start_server
 grep -q 'auth: none (open)' "$workdir/server.log" || fail "open start-up line: $(cat "$workdir/server.log")"

@@ -14,19 +14,8 @@ set -euo pipefail
 R="$1"
 source "$(dirname "$0")/e2e_lib.sh"
 
-start_server() {  # start_server [FLAGS...]: serves $workdir/data, sets RUNNEL_URL
-  : >"$workdir/server.log"
-  "$R" serve --listen 127.0.0.1:0 --store log --data "$workdir/data" "$@" \
-    >"$workdir/server.log" 2>&1 &
-  server_pid=$!
-  RUNNEL_URL=""
-  for _ in $(seq 1 100); do
-    RUNNEL_URL="$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$workdir/server.log" | head -n1 || true)"
-    [[ -n "$RUNNEL_URL" ]] && break
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  [[ -n "$RUNNEL_URL" ]] || { cat "$workdir/server.log" >&2; fail "the server did not start"; }
+start_server() {  # start_server [FLAGS...]: serves $workdir/data
+  serve_on_free_port --store log --data "$workdir/data" "$@"
 }
 
 start_server

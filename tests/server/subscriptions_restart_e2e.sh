@@ -13,16 +13,8 @@ field() { grep -o "\"$1\":[^,}]*" | head -n1 | sed -e "s/^\"$1\"://" -e 's/"//g'
 data="$workdir/data"
 
 start_server() {
-  "$R" serve --listen 127.0.0.1:0 --store log --data "$data" --durability none \
-    >"$workdir/server.log" 2>&1 &
-  server_pid=$!
-  url=""
-  for _ in $(seq 1 100); do
-    url="$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$workdir/server.log" | head -n1 || true)"
-    [[ -n "$url" ]] && break
-    sleep 0.1
-  done
-  [[ -n "$url" ]] || { cat "$workdir/server.log" >&2; exit 1; }
+  serve_on_free_port --store log --data "$data" --durability none
+  url="$RUNNEL_URL"
 }
 call() {  # call METHOD PATH [BODY] [TOKEN] -> prints "<status> <body>"
   local args=(-s -w ' %{http_code}' -X "$1" -H 'Content-Type: application/json')
