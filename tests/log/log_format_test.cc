@@ -130,6 +130,33 @@ TEST(LogFormatTest, AppendBatchCarriesAttributesWhenGiven) {
   EXPECT_FALSE(log::DecodeAppendBatch(std::string_view(body).substr(0, 60), &h, nullptr, nullptr));
 }
 
+// ValidFrameAfter finds the first frame that verifies after a damaged position wherever it is:
+// right after garbage, after zero runs of every length (it skips zero runs in strides), and far
+// past one stride; and finds none in zeros or garbage alone.
+TEST(LogFormatTest, ValidFrameAfterFindsTheNextFrameAcrossZeroRuns) {
+  std::string frame;
+  log::AppendFrame(&frame, FrameType::kCheckpointMarker, log::EncodeCheckpointMarker(7));
+  auto find = [](const std::string& bytes) {
+    auto view = [&bytes](uint64_t at, uint64_t n) -> Result<std::string_view> {
+      return std::string_view(bytes).substr(static_cast<size_t>(at), static_cast<size_t>(n));
+    };
+    auto found = log::ValidFrameAfter(view, 0, bytes.size());
+    EXPECT_TRUE(found.ok());
+    return found.ok() ? *found : std::optional<uint64_t>();
+  };
+  for (size_t zeros : {size_t{0}, size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{7},
+                       size_t{8}, size_t{9}, size_t{100}, size_t{65535}, size_t{65536},
+                       size_t{65537}, size_t{200000}}) {
+    const std::string garbage = "\x01garbage-bytes\xff";
+    std::string bytes = garbage + std::string(zeros, '\0') + frame + std::string(50, '\0');
+    EXPECT_EQ(find(bytes), std::optional<uint64_t>(garbage.size() + zeros)) << zeros;
+  }
+  EXPECT_EQ(find(std::string(1, '\x01') + std::string(300000, '\0')), std::nullopt);
+  std::string noise(5000, '\0');
+  for (size_t i = 0; i < noise.size(); ++i) noise[i] = static_cast<char>((i * 131 + 7) % 251);
+  EXPECT_EQ(find(noise), std::nullopt);
+}
+
 TEST(LogFormatTest, GoldenSegmentIsByteIdenticalAndDecodes) {
   const std::string built = BuildGoldenSegment();
   const std::string described = DescribeSegment(built);

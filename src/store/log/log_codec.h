@@ -98,6 +98,18 @@ Result<std::optional<uint64_t>> ValidFrameAfter(View&& view, uint64_t pos, uint6
                          static_cast<uint32_t>(static_cast<uint8_t>((*head)[6])) << 16 |
                          static_cast<uint32_t>(static_cast<uint8_t>((*head)[7])) << 24;
     const uint8_t type = static_cast<uint8_t>((*head)[8]);
+    if (len == 0) {
+      // A zero run (the pre-zeroed rest of a segment, mostly): a frame's length is never zero,
+      // so no frame starts before 7 bytes ahead of the run's next non-zero byte. Skip to there.
+      constexpr uint64_t kStride = 64u << 10;
+      Result<std::string_view> run = view(p + 4, kStride);
+      if (!run.ok()) return run.status();
+      size_t k = 0;
+      while (k < run->size() && (*run)[k] == 0) ++k;
+      if (k == run->size() && run->size() < kStride) break;  // zeros to the end of the file
+      if (k >= 4) p += k - 4;  // the next candidate, p + k - 3, comes from the loop's ++p
+      continue;
+    }
     if (len < kMinBodySize || len > kMaxBodySize || p + kFrameHeaderSize + len > size ||
         type < 1 || type > kMaxFrameType) {
       continue;
