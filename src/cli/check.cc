@@ -34,7 +34,9 @@ void AddCheckCommand(CLI::App& app, int* exit_code) {
             "result: corrupt (the store still opens, see the recovery lines above; reads of "
             "damaged records fail)\n");
       } else {
-        std::printf("result: corrupt (`runnel serve` refuses to open it; `runnel serve --salvage` opens it without the damaged bytes)\n");
+        std::printf(
+            "result: corrupt (`runnel serve` refuses to open it; `runnel serve --salvage` opens it "
+            "without the damaged bytes)\n");
       }
       *exit_code = 1;
       return;

@@ -462,7 +462,9 @@ Status StreamRegistry::DeleteStream(const StreamScope& scope, std::string_view n
   return deleted;
 }
 
-void StreamRegistry::WakeReaders(StreamId id) { core_->WakeReaders(id); }
+void StreamRegistry::WakeReaders(StreamId id) {
+  core_->WakeReaders(id);
+}
 
 Status StreamRegistry::SetRetention(const StreamScope& scope, std::string_view name,
                                     const StreamRetention& retention) {

@@ -236,9 +236,8 @@ HttpResponse ChannelService::Resolve(const std::string& id, const std::string& k
   auto resolution = ch.ResolveIdempotencyKey(key);
   if (!resolution.ok()) {
     // A failed read never establishes absence (I2): the caller learns only that we cannot tell.
-    HttpResponse r = Error(Status::Unavailable("cannot tell whether key '" + key +
-                                               "' was committed: " +
-                                               resolution.status().ToString()));
+    HttpResponse r = Error(Status::Unavailable(
+        "cannot tell whether key '" + key + "' was committed: " + resolution.status().ToString()));
     r.Set("Retry-After", "1");
     return r;
   }

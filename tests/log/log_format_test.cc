@@ -144,9 +144,9 @@ TEST(LogFormatTest, ValidFrameAfterFindsTheNextFrameAcrossZeroRuns) {
     EXPECT_TRUE(found.ok());
     return found.ok() ? *found : std::optional<uint64_t>();
   };
-  for (size_t zeros : {size_t{0}, size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{7},
-                       size_t{8}, size_t{9}, size_t{100}, size_t{65535}, size_t{65536},
-                       size_t{65537}, size_t{200000}}) {
+  for (size_t zeros :
+       {size_t{0}, size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{7}, size_t{8}, size_t{9},
+        size_t{100}, size_t{65535}, size_t{65536}, size_t{65537}, size_t{200000}}) {
     const std::string garbage = "\x01garbage-bytes\xff";
     std::string bytes = garbage + std::string(zeros, '\0') + frame + std::string(50, '\0');
     EXPECT_EQ(find(bytes), std::optional<uint64_t>(garbage.size() + zeros)) << zeros;
@@ -337,9 +337,15 @@ class LastSegmentDamageTest : public LogDamageTest {
   }
 };
 
-TEST_F(LastSegmentDamageTest, AFlippedLengthBitIsRefused) { ExpectRefused(Damage::kLengthBit); }
-TEST_F(LastSegmentDamageTest, AZeroedHeaderIsRefused) { ExpectRefused(Damage::kZeroedHeader); }
-TEST_F(LastSegmentDamageTest, AnImpossibleLengthIsRefused) { ExpectRefused(Damage::kHugeLength); }
+TEST_F(LastSegmentDamageTest, AFlippedLengthBitIsRefused) {
+  ExpectRefused(Damage::kLengthBit);
+}
+TEST_F(LastSegmentDamageTest, AZeroedHeaderIsRefused) {
+  ExpectRefused(Damage::kZeroedHeader);
+}
+TEST_F(LastSegmentDamageTest, AnImpossibleLengthIsRefused) {
+  ExpectRefused(Damage::kHugeLength);
+}
 
 TEST_F(LogDamageTest, TornTailIsTruncatedAndTheLogContinues) {
   const std::string seg = Populate(10);

@@ -154,16 +154,16 @@ TEST(WebhookUrlTest, RefusesPrivateLoopbackLinkLocalAndPlainHttpTargets) {
                           "https://[fe80::1]/",
                           "https://[fd00::1]/",
                           "https://[::ffff:10.0.0.1]/",
-                          "https://[::127.0.0.1]/",            // IPv4-compatible
-                          "https://[::ffff:0:127.0.0.1]/",     // IPv4-translated
-                          "https://[64:ff9b::10.0.0.1]/",      // NAT64 of a private address
-                          "https://[64:ff9b:1::7f00:1]/",      // local-use NAT64
-                          "https://[2002:7f00:1::]/",          // 6to4 of 127.0.0.1
-                          "https://[2002:c0a8:101::1]/",       // 6to4 of 192.168.1.1
-                          "https://[100::1]/",                 // discard-only
-                          "https://[2001::1]/",                // Teredo
-                          "https://[2001:db8::1]/",            // documentation
-                          "https://[3fff::1]/",                // documentation
+                          "https://[::127.0.0.1]/",         // IPv4-compatible
+                          "https://[::ffff:0:127.0.0.1]/",  // IPv4-translated
+                          "https://[64:ff9b::10.0.0.1]/",   // NAT64 of a private address
+                          "https://[64:ff9b:1::7f00:1]/",   // local-use NAT64
+                          "https://[2002:7f00:1::]/",       // 6to4 of 127.0.0.1
+                          "https://[2002:c0a8:101::1]/",    // 6to4 of 192.168.1.1
+                          "https://[100::1]/",              // discard-only
+                          "https://[2001::1]/",             // Teredo
+                          "https://[2001:db8::1]/",         // documentation
+                          "https://[3fff::1]/",             // documentation
                           "https://0.0.0.0/",
                           "https://100.64.0.1/",
                           "http://example.com/hook",

@@ -976,9 +976,9 @@ TEST_F(QuotaTest, WakeTokenRoutesNeitherUseNorRevealAQuota) {
   ASSERT_EQ(Send(port(), "PUT", "/v1/tenants/acme/stream/a", ct).status, 201);
   for (const char* op : {"ack", "release", "callback"}) {
     for (int i = 0; i < 4; ++i) {
-      Response r = Send(port(), "POST",
-                        std::string("/v1/tenants/acme/stream/__ds/subscriptions/zz/") + op, ct,
-                        std::string(2000, 'x'));
+      Response r =
+          Send(port(), "POST", std::string("/v1/tenants/acme/stream/__ds/subscriptions/zz/") + op,
+               ct, std::string(2000, 'x'));
       EXPECT_EQ(r.status, 401) << op << " " << r.body;
     }
   }

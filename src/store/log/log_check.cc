@@ -132,9 +132,9 @@ Result<CheckReport> CheckLogDirectory(env::Env* env, const std::string& dir) {
         if (rest.find_first_not_of('\0') != std::string_view::npos) {
           if (last && ZeroToSectorEnd(rest, pos)) {
             report.torn_tail = true;
-            report.lines.push_back(std::string(fname) + ": bytes after the end of the log at byte " +
-                                   std::to_string(pos) +
-                                   " (a write that landed in part); the next open zeroes them");
+            report.lines.push_back(
+                std::string(fname) + ": bytes after the end of the log at byte " +
+                std::to_string(pos) + " (a write that landed in part); the next open zeroes them");
           } else {
             problem = path + " at byte " + std::to_string(pos) +
                       ": zero frame header followed by written bytes";

@@ -110,8 +110,8 @@ Result<std::optional<uint64_t>> ValidFrameAfter(View&& view, uint64_t pos, uint6
       if (k >= 4) p += k - 4;  // the next candidate, p + k - 3, comes from the loop's ++p
       continue;
     }
-    if (len < kMinBodySize || len > kMaxBodySize || p + kFrameHeaderSize + len > size ||
-        type < 1 || type > kMaxFrameType) {
+    if (len < kMinBodySize || len > kMaxBodySize || p + kFrameHeaderSize + len > size || type < 1 ||
+        type > kMaxFrameType) {
       continue;
     }
     if (len > budget) return std::optional<uint64_t>(pos + 1);

@@ -1236,9 +1236,9 @@ void LogStore::WriterLoop() {
         const auto delay = std::chrono::seconds(1u << std::min<uint32_t>(checkpoint_failures_, 6));
         ++checkpoint_failures_;
         checkpoint_retry_at_ = now + delay;
-        std::fprintf(stderr, "runnel: WARN log store %s: checkpoint failed (%s); retrying in %llds\n",
-                     options_.dir.c_str(), s.ToString().c_str(),
-                     static_cast<long long>(delay.count()));
+        std::fprintf(
+            stderr, "runnel: WARN log store %s: checkpoint failed (%s); retrying in %llds\n",
+            options_.dir.c_str(), s.ToString().c_str(), static_cast<long long>(delay.count()));
       }
     }
   }
