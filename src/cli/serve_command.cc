@@ -36,6 +36,7 @@ struct ServeFlags {
   uint64_t idle_timeout_ms = 60000;
   uint64_t request_timeout_ms = 30000;
   size_t max_connections = 10000;
+  size_t max_groups_per_stream = server::GroupService::kDefaultMaxGroupsPerStream;
   uint64_t sse_max_duration_ms = 60000;
   // Empty: <data>/tokens.
   std::string tokens;
@@ -169,6 +170,7 @@ int RunServe(const ServeFlags& flags) {
   options.idle_timeout_ms = flags.idle_timeout_ms;
   options.request_timeout_ms = flags.request_timeout_ms;
   options.max_connections = flags.max_connections;
+  options.max_groups_per_stream = flags.max_groups_per_stream;
   options.sse_max_duration_ms = flags.sse_max_duration_ms;
   options.handle_signals = true;
   options.tls_cert_file = flags.tls_cert;
@@ -292,6 +294,11 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--max-connections", flags->max_connections,
                   "Connections above this get 503 with Retry-After")
       ->envname("RUNNEL_MAX_CONNECTIONS")
+      ->check(Unsigned())
+      ->capture_default_str();
+  cmd->add_option("--max-groups-per-stream", flags->max_groups_per_stream,
+                  "Most consumer groups per stream (a new group's ack past it gets 429)")
+      ->envname("RUNNEL_MAX_GROUPS_PER_STREAM")
       ->check(Unsigned())
       ->capture_default_str();
   cmd->add_option("--sse-max-duration-ms", flags->sse_max_duration_ms,

@@ -100,8 +100,11 @@ Route GroupService::StreamRouteOf(std::string_view path) {
   return route;
 }
 
-GroupService::GroupService(StreamService* streams, size_t worker_threads)
-    : streams_(streams), workers_(worker_threads, "group") {}
+GroupService::GroupService(StreamService* streams, size_t worker_threads,
+                           size_t max_groups_per_stream)
+    : streams_(streams),
+      max_groups_per_stream_(max_groups_per_stream),
+      workers_(worker_threads, "group") {}
 
 void GroupService::Handle(Principal who, HttpRequest request, Done done) {
   workers_.Post([this, who = std::move(who), request = std::move(request), done = std::move(done)] {
@@ -177,6 +180,21 @@ HttpResponse GroupService::HandleRequest(const Principal& who, const HttpRequest
     if (!offset) {
       return StreamService::ErrorResponse(
           Status::InvalidArgument("ack must be a non-negative integer or an offset token"));
+    }
+    // A new group (or one still at 0) is counted against the stream's limit first; the list
+    // is read only then, never for the acks of a group that has moved.
+    auto current = registry.GetOffset(route.scope, route.name, *group);
+    if (!current.ok()) return StreamService::ErrorResponse(current.status());
+    if (*current == 0) {
+      auto groups = registry.ConsumerGroupInfo(route.scope, route.name);
+      if (!groups.ok()) return StreamService::ErrorResponse(groups.status());
+      const bool known = std::any_of(groups->begin(), groups->end(),
+                                     [&](const ConsumerGroupStatus& g) { return g.group == *group; });
+      if (!known && groups->size() >= max_groups_per_stream_) {
+        return StreamService::ErrorResponse(Status::ResourceExhausted(
+            "stream '" + route.name + "' has reached its limit of " +
+            std::to_string(max_groups_per_stream_) + " consumer groups"));
+      }
     }
     // SaveOffset is Ack with the stored value returned (C2, C4).
     auto stored = registry.SaveOffset(route.scope, route.name, *group, *offset);

@@ -63,8 +63,14 @@ class GroupService {
  public:
   using Done = std::function<void(GroupAnswer)>;
 
+  // The default of the most consumer groups one stream may have: an ack that would add one
+  // more answers 429 resource_exhausted (each group is kept, and listed, for the life of the
+  // stream).
+  static constexpr size_t kDefaultMaxGroupsPerStream = 10000;
+
   // `streams` is not owned and must outlive this. `worker_threads` (at least one) run Handle.
-  GroupService(StreamService* streams, size_t worker_threads);
+  GroupService(StreamService* streams, size_t worker_threads,
+               size_t max_groups_per_stream = kDefaultMaxGroupsPerStream);
   GroupService(const GroupService&) = delete;
   GroupService& operator=(const GroupService&) = delete;
 
@@ -87,6 +93,7 @@ class GroupService {
                          uint64_t acked);
 
   StreamService* const streams_;
+  const size_t max_groups_per_stream_;
   // Last member: destroyed first, so queued requests finish while the rest is alive.
   WorkerPool workers_;
 };

@@ -231,7 +231,7 @@ class HttpServer::Impl {
                  WithExecutors(options.service, iocs_[0].get(), &catalog_workers_, offload_),
                  &metrics_),
         channels_(service_.registry(), options.channel_threads),
-        groups_(&service_, options.group_threads),
+        groups_(&service_, options.group_threads, options.max_groups_per_stream),
         catalog_workers_(options.catalog_threads, "store") {
     if (options.quotas.any()) {
       quota_ = std::make_unique<TenantQuota>(options.quotas, service_.registry());

@@ -37,6 +37,7 @@
 #include "runnel/registry.h"
 #include "runnel/status.h"
 #include "server/access_gate.h"
+#include "server/group_service.h"
 #include "server/stream_service.h"
 #include "server/subscription_service.h"
 #include "server/tenant_quota.h"
@@ -55,6 +56,8 @@ struct ServerOptions {
   uint64_t idle_timeout_ms = 60000;
   uint64_t request_timeout_ms = 30000;
   size_t max_connections = 10000;
+  // Most consumer groups per stream (GroupService); past it a new group's ack gets 429.
+  size_t max_groups_per_stream = GroupService::kDefaultMaxGroupsPerStream;
   // SSE responses end after this long so clients reconnect (PROTOCOL.md 10.2).
   uint64_t sse_max_duration_ms = 60000;
   // Stop gracefully on SIGINT and SIGTERM while Run() is active.

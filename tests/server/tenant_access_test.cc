@@ -104,11 +104,13 @@ class TenantServerTest : public ::testing::Test {
   }
 
   // auth: true = an AccessGate over the token file (re-read on every request).
-  void StartServer(bool auth, uint64_t long_poll_timeout_ms = 200) {
+  void StartServer(bool auth, uint64_t long_poll_timeout_ms = 200,
+                   size_t max_groups_per_stream = GroupService::kDefaultMaxGroupsPerStream) {
     ServerOptions options;
     options.host = "127.0.0.1";
     options.port = 0;
     options.threads = 2;
+    options.max_groups_per_stream = max_groups_per_stream;
     options.service.long_poll_timeout_ms = long_poll_timeout_ms;
     options.sse_max_duration_ms = 1000;
     if (auth) {
@@ -516,6 +518,22 @@ TEST_F(GroupHttpTest, PruneWithFastAndSlowGroupsP7) {
   EXPECT_EQ(read.status, 200);
   EXPECT_EQ(read.body.find("{\"n\":3}"), std::string::npos) << read.body;
   EXPECT_NE(read.body.find("{\"n\":4}"), std::string::npos) << read.body;
+}
+
+// Consumer groups per stream are bounded: the ack that would add one more is refused with 429;
+// acks of existing groups, and groups of other streams, go on.
+TEST_F(GroupHttpTest, GroupsPerStreamAreBounded) {
+  StartServer(false, 200, /*max_groups_per_stream=*/2);
+  Seed("/v1/stream/many", 3);
+  Seed("/v1/stream/other", 1);
+  Call("POST", "/v1/groups/stream/many?group=a&ack=0");
+  Call("POST", "/v1/groups/stream/many?group=b&ack=1");
+  json refused = Call("POST", "/v1/groups/stream/many?group=c&ack=1", 429);
+  EXPECT_EQ(refused["error"]["code"], "resource_exhausted");
+  EXPECT_EQ(Call("POST", "/v1/groups/stream/many?group=a&ack=2")["last_acked"], 2);
+  EXPECT_EQ(Call("POST", "/v1/groups/stream/many?group=b&ack=3")["last_acked"], 3);
+  Call("POST", "/v1/groups/stream/other?group=c&ack=1");
+  EXPECT_EQ(Call("GET", "/v1/groups/stream/many")["groups"].size(), 2u);
 }
 
 // Deleting a stream ends the long-polls waiting on it at once (they answer 404), not at their
