@@ -61,6 +61,13 @@ expect_eq "${body:0:16}" "record-2record-3" "the damaged record is gone, the nex
 expect_has "$body" "record-20" "records up to the last are served"
 curl -sf -o /dev/null -X POST -H 'Content-Type: text/plain' --data-binary "after" \
   "$RUNNEL_URL/v1/stream/s"
+# The salvaging open checkpointed past the damage: after a kill -9, a plain open works.
+kill -9 "$server_pid"
+wait "$server_pid" 2>/dev/null || true
+start_server
+body="$(curl -sf "$RUNNEL_URL/v1/stream/s?offset=-1")"
+expect_eq "${body:0:16}" "record-2record-3" "after salvage and kill -9, a plain open serves"
+expect_has "$body" "record-20after" "the append after salvage survived"
 stop_server
 
 # Damage before the newest checkpoint's replay point: the store opens (replay does not read

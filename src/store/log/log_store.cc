@@ -226,6 +226,14 @@ Result<std::unique_ptr<LogStore>> LogStore::Open(const LogStoreOptions& options)
   RUNNEL_RETURN_IF_ERROR(store->env_->CreateDir(options.dir));
   RUNNEL_ASSIGN_OR_RETURN(store->lock_, store->env_->LockFile(env::JoinPath(options.dir, "LOCK")));
   RUNNEL_RETURN_IF_ERROR(store->Recover());
+  if (store->salvaged_) {
+    // Move replay past what salvage skipped, so the next open (without salvage) does not meet
+    // the same damage again. Failing that, salvage is needed again until a checkpoint lands.
+    Status s = store->WriteCheckpoint();
+    if (!s.ok()) {
+      store->recovery_notes_.push_back("checkpoint after salvage not written: " + s.ToString());
+    }
+  }
   store->last_sync_ = std::chrono::steady_clock::now();
   store->reserved_next_id_ = store->next_stream_id_;
   store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
@@ -335,6 +343,11 @@ void LogStore::PreparerLoop() {
 // ------------------------------------------------------------------------------------------
 // Recovery
 
+void LogStore::SalvageNote(std::string note) {
+  salvaged_ = true;
+  recovery_notes_.push_back(std::move(note));
+}
+
 Status LogStore::Recover() {
   RUNNEL_ASSIGN_OR_RETURN(auto names, env_->ListDir(options_.dir));
   std::vector<uint64_t> segs, ckpts;
@@ -364,11 +377,14 @@ Status LogStore::Recover() {
       checkpoint_seq_ = seq;
       break;
     }
-    if (segment_short && !options_.salvage) {
-      return Status::Corruption(
-          std::string(s.message()) +
-          ": a segment is shorter than data the checkpoint recorded as durable; open with "
-          "salvage to replay the log without this checkpoint");
+    if (segment_short) {
+      if (!options_.salvage) {
+        return Status::Corruption(
+            std::string(s.message()) +
+            ": a segment is shorter than data the checkpoint recorded as durable; open with "
+            "salvage to replay the log without this checkpoint");
+      }
+      salvaged_ = true;
     }
     recovery_notes_.push_back("ignored checkpoint: " + s.ToString());
     streams_.clear();
@@ -698,7 +714,7 @@ Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
               "segment " + path + " at byte " + std::to_string(pos) +
               ": zero frame header followed by written bytes; open with salvage to skip them");
           if (!options_.salvage) return corrupt;
-          recovery_notes_.push_back("salvage dropped the rest of the segment: " +
+          SalvageNote("salvage dropped the rest of the segment: " +
                                     corrupt.ToString());
           seg.end = pos;
           if (last) return ScrubTail(seg, pos);
@@ -718,7 +734,7 @@ Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
         s = Status::Corruption(path + " at byte " + std::to_string(pos) + ": " +
                                std::string(s.message()));
         if (!options_.salvage) return s;
-        recovery_notes_.push_back("salvage skipped a frame: " + s.ToString());
+        SalvageNote("salvage skipped a frame: " + s.ToString());
       }
       pos += f.size;
       continue;
@@ -746,12 +762,12 @@ Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
     if (!options_.salvage) return corrupt;
     if (next) {
       // Salvage keeps what is intact: replay goes on at the next frame that verifies.
-      recovery_notes_.push_back("salvage skipped bytes " + std::to_string(pos) + " to " +
+      SalvageNote("salvage skipped bytes " + std::to_string(pos) + " to " +
                                 std::to_string(*next) + ": " + corrupt.ToString());
       pos = *next;
       continue;
     }
-    recovery_notes_.push_back("salvage dropped the rest of the segment: " + corrupt.ToString());
+    SalvageNote("salvage dropped the rest of the segment: " + corrupt.ToString());
     seg.end = pos;
     return Status::OK();
   }
@@ -993,7 +1009,7 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
         if (h.first_offset < s->next) return Status::OK();  // already present
         // A stream holds no gap: what it kept before the lost frames goes with them, and its
         // offsets still only grow.
-        recovery_notes_.push_back("salvage: stream #" + std::to_string(id) + " resumes at offset " +
+        SalvageNote("salvage: stream #" + std::to_string(id) + " resumes at offset " +
                                   std::to_string(h.first_offset) + "; offsets " +
                                   std::to_string(s->head) + " to " +
                                   std::to_string(h.first_offset - 1) + " are lost");

@@ -266,6 +266,8 @@ class LogStore final : public Store {
   // *segment_short is set when the checkpoint verifies but names bytes past the end of a
   // segment file: the segment lost synced data (the checkpoint is written after its frames are
   // durable), which is damage, not a checkpoint to pass over.
+  // Records a recovery note about damage salvage skipped, and that it did.
+  void SalvageNote(std::string note);
   Status LoadCheckpoint(const std::string& path, uint64_t* replay_segment, uint64_t* replay_pos,
                         bool* segment_short);
   Status ReplaySegment(uint64_t number, uint64_t from, bool last);
@@ -388,6 +390,8 @@ class LogStore final : public Store {
   // Writer thread only: a failed periodic checkpoint is retried after a growing delay (1 s,
   // doubling to 64 s), not after every group, and said once per attempt on stderr.
   uint32_t checkpoint_failures_ = 0;
+  // Set during recovery when salvage skipped damage (SalvageNote): Open then checkpoints at once.
+  bool salvaged_ = false;
   // Writer thread only: the last failure to make a new segment, and when (RollSegment).
   Status roll_failure_;
   std::chrono::steady_clock::time_point roll_failed_at_{};
