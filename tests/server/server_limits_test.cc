@@ -107,10 +107,22 @@ class ServerLimitsTest : public ::testing::Test {
   }
   uint16_t port() const { return server_->port(); }
 
+  // A request with a body: `extra` is more header lines, each ending in \r\n.
+  static std::string WithBody(const std::string& method, const std::string& path,
+                              const std::string& body, const std::string& extra,
+                              const std::string& content_type) {
+    return method + " " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: " + content_type +
+           "\r\n" + extra + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  }
   static std::string Put(const std::string& path, const std::string& body = "",
-                         const std::string& extra = "") {
-    return "PUT " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n" + extra +
-           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+                         const std::string& extra = "",
+                         const std::string& content_type = "text/plain") {
+    return WithBody("PUT", path, body, extra, content_type);
+  }
+  static std::string Post(const std::string& path, const std::string& body,
+                          const std::string& extra = "",
+                          const std::string& content_type = "text/plain") {
+    return WithBody("POST", path, body, extra, content_type);
   }
   static std::string Get(const std::string& target, const std::string& extra = "") {
     return "GET " + target + " HTTP/1.1\r\nHost: x\r\n" + extra + "\r\n";
@@ -226,12 +238,9 @@ TEST_F(ServerLimitsTest, HeadAnswersNeverCarryABody) {
 TEST_F(ServerLimitsTest, DeeplyNestedJsonIsRefusedNotACrash) {
   StartServer({});
   Connection c(port());
-  const std::string json_type = "Content-Type: application/json\r\n";
-  auto put = "PUT /v1/stream/j HTTP/1.1\r\nHost: x\r\n" + json_type + "Content-Length: 0\r\n\r\n";
-  ASSERT_EQ(c.Request(put).status, 201);
+  ASSERT_EQ(c.Request(Put("/v1/stream/j", "", "", "application/json")).status, 201);
   auto post = [&](const std::string& body) {
-    return c.Request("POST /v1/stream/j HTTP/1.1\r\nHost: x\r\n" + json_type +
-                     "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+    return c.Request(Post("/v1/stream/j", body, "", "application/json"));
   };
   const size_t deep = 300000;
   auto r = post(std::string(deep, '[') + std::string(deep, ']'));
@@ -260,10 +269,7 @@ TEST_F(ServerLimitsTest, ForksCopyingMoreThanTheLimitAreRefusedWith413) {
   ASSERT_EQ(c.Request(Put("/v1/stream/src")).status, 201);
   for (int i = 0; i < 5; ++i) {
     const std::string body(300, static_cast<char>('a' + i));
-    auto r = c.Request(
-        "POST /v1/stream/src HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
-        "Content-Length: 300\r\n\r\n" +
-        body);
+    auto r = c.Request(Post("/v1/stream/src", body));
     ASSERT_EQ(r.status, 204);
   }
   auto big = c.Request(Put("/v1/stream/big", "", "Stream-Forked-From: /v1/stream/src\r\n"));
@@ -325,10 +331,7 @@ TEST_F(ServerLimitsTest, BytesThatAreNotUtf8InNamesQueriesAndStreamSeqAreRefused
   ASSERT_EQ(c.Request(Put("/v1/stream/%E2%98%83")).status, 201) << "UTF-8 names are fine";
   ASSERT_EQ(c.Request(Put("/v1/stream/seq")).status, 201);
   auto post = [&](const std::string& seq) {
-    return c.Request(
-        "POST /v1/stream/seq HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
-        "Stream-Seq: " +
-        seq + "\r\nContent-Length: 1\r\n\r\nA");
+    return c.Request(Post("/v1/stream/seq", "A", "Stream-Seq: " + seq + "\r\n"));
   };
   auto bad = post("a\xff");
   EXPECT_EQ(bad.status, 400);
@@ -348,15 +351,8 @@ TEST_F(ServerLimitsTest, GroupReadsCarryTextThatIsNotUtf8AsBase64) {
       "a\xff\xfe"
       "b",
       4);
-  ASSERT_EQ(c.Request("POST /v1/stream/t HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
-                      "Content-Length: 4\r\n\r\n" +
-                      bytes)
-                .status,
-            204);
-  ASSERT_EQ(c.Request("POST /v1/stream/t HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
-                      "Content-Length: 2\r\n\r\nok")
-                .status,
-            204);
+  ASSERT_EQ(c.Request(Post("/v1/stream/t", bytes)).status, 204);
+  ASSERT_EQ(c.Request(Post("/v1/stream/t", "ok")).status, 204);
   auto r = c.Request(Get("/v1/groups/stream/t?group=g"));
   ASSERT_EQ(r.status, 200) << r.body;
   auto body = nlohmann::json::parse(r.body);
@@ -371,16 +367,9 @@ TEST_F(ServerLimitsTest, GroupReadsCarryTextThatIsNotUtf8AsBase64) {
 TEST_F(ServerLimitsTest, JsonRecordsKeepTheClientsNumbersAndKeyOrder) {
   StartServer({});
   Connection c(port());
-  const std::string json_type = "Content-Type: application/json\r\n";
-  ASSERT_EQ(c.Request("PUT /v1/stream/j HTTP/1.1\r\nHost: x\r\n" + json_type +
-                      "Content-Length: 0\r\n\r\n")
-                .status,
-            201);
+  ASSERT_EQ(c.Request(Put("/v1/stream/j", "", "", "application/json")).status, 201);
   const std::string body = R"([{"id": 12345678901234567890123, "b": 1, "a": 2}, -0, 1E2])";
-  ASSERT_EQ(c.Request("POST /v1/stream/j HTTP/1.1\r\nHost: x\r\n" + json_type +
-                      "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body)
-                .status,
-            204);
+  ASSERT_EQ(c.Request(Post("/v1/stream/j", body, "", "application/json")).status, 204);
   EXPECT_EQ(c.Request(Get("/v1/stream/j?offset=-1")).body,
             R"([{"id":12345678901234567890123,"b":1,"a":2},-0,1E2])");
   auto group = c.Request(Get("/v1/groups/stream/j?group=g"));
@@ -597,10 +586,7 @@ TEST_F(ServerLimitsTest, CatchUpReadReturnsAppendedBytes) {
   StartServer({});
   Connection c(port());
   ASSERT_EQ(c.Request(Put("/v1/stream/data", "hello")).status, 201);
-  ASSERT_EQ(c.Request("POST /v1/stream/data HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
-                      "Content-Length: 6\r\n\r\n world")
-                .status,
-            204);
+  ASSERT_EQ(c.Request(Post("/v1/stream/data", " world")).status, 204);
   auto r = c.Request(Get("/v1/stream/data"));
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.body, "hello world");
@@ -708,10 +694,7 @@ TEST_F(ServerLimitsTest, LongPollThatGetsRecordsKeepsItsConnectionUsable) {
   Connection poller(port());
   ASSERT_TRUE(poller.Send(Get("/v1/stream/poll?offset=now&live=long-poll")));
   ASSERT_TRUE(WaitForLiveReaders(port(), 1));
-  const std::string append =
-      "POST /v1/stream/poll HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
-      "Content-Length: 5\r\n\r\nhello";
-  ASSERT_EQ(setup.Request(append).status, 204);
+  ASSERT_EQ(setup.Request(Post("/v1/stream/poll", "hello")).status, 204);
   Connection::Response r = poller.Receive();
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(r.body, "hello");
