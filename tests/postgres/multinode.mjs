@@ -15,10 +15,14 @@
 // appends); an append whose outcome the client never learned is present at most once; every
 // node returns the same sequence; the long-poll reader saw exactly that sequence. Every wait is
 // bounded; the whole run takes well under 60 s.
-import { spawn, execFileSync } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import {
+  OK, check, checks, log, position, readAll as readStream, request, sleep, startServe, stopServe,
+  keyOf, verifyAcknowledged,
+} from "../support/e2e.mjs";
 
 const [binary, mode] = process.argv.slice(2);
 const pgUrl = process.env.RUNNEL_TEST_PG_URL;
@@ -30,72 +34,25 @@ const REQUEST_TIMEOUT_MS = 10000;
 const LONG_POLL_MS = 1500;
 const work = mkdtempSync(join(tmpdir(), "runnel-multinode-"));
 const nodes = [];
-let failures = 0;
-
-function check(cond, what) {
-  if (!cond) {
-    failures++;
-    console.error(`FAIL: ${what}`);
-  }
-  return cond;
-}
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const log = (...a) => console.log(`[${(performance.now() / 1000).toFixed(1)}s]`, ...a);
 
 // ---- nodes --------------------------------------------------------------------------------
 
 async function startNode(i) {
-  const proc = spawn(
-    binary,
-    ["serve", "--listen", "127.0.0.1:0", "--store", pgUrl, "--data", join(work, `data-${i}`),
-     "--long-poll-timeout-ms", String(LONG_POLL_MS)],
-    { stdio: ["ignore", "pipe", "pipe"] },
-  );
-  let out = "";
-  proc.stdout.on("data", (d) => (out += d));
-  proc.stderr.on("data", (d) => (out += d));
-  const exited = new Promise((r) => proc.on("exit", r));
-  for (let t = 0; t < 300; t++) {
-    const m = out.match(/http:\/\/127\.0\.0\.1:\d+/);
-    if (m) {
-      nodes[i] = { proc, url: m[0], exited };
-      return nodes[i];
-    }
-    if (proc.exitCode !== null) break;
-    await sleep(50);
-  }
-  proc.kill("SIGKILL");
-  throw new Error(`node ${i} did not start:\n${out}`);
+  nodes[i] = await startServe(binary, ["--store", pgUrl, "--data", join(work, `data-${i}`),
+                                       "--long-poll-timeout-ms", String(LONG_POLL_MS)],
+                              { what: `node ${i}` });
+  return nodes[i];
 }
 
 async function stopAll() {
-  for (const n of nodes) {
-    if (n && n.proc.exitCode === null && n.proc.signalCode === null) {
-      n.proc.kill("SIGTERM");
-      await Promise.race([n.exited, sleep(5000)]);
-      if (n.proc.exitCode === null && n.proc.signalCode === null) n.proc.kill("SIGKILL");
-    }
-  }
+  for (const n of nodes) await stopServe(n);
 }
 
 // ---- HTTP -----------------------------------------------------------------------------------
 
-// One request; network failures and timeouts come back as { status: 0, error }.
-async function http(node, method, path, { headers = {}, body, timeout = REQUEST_TIMEOUT_MS } = {}) {
-  const started = performance.now();
-  try {
-    const res = await fetch(nodes[node].url + path, {
-      method, headers, body, signal: AbortSignal.timeout(timeout),
-    });
-    const text = await res.text();
-    return { status: res.status, headers: res.headers, text, ms: performance.now() - started };
-  } catch (e) {
-    return { status: 0, error: String(e.cause?.code ?? e.name ?? e), ms: performance.now() - started };
-  }
-}
-
-const position = (token) => (token ? Number(token.split("_")[1]) : NaN);
-const token = (pos) => `${"0".repeat(16)}_${String(pos).padStart(16, "0")}`;
+// One request through `node`; network failures and timeouts come back as { status: 0, error }.
+const http = (node, method, path, { headers = {}, body, timeout = REQUEST_TIMEOUT_MS } = {}) =>
+  request(nodes[node].url, method, path, { headers, body, timeout });
 
 async function createStream(name) {
   const r = await http(0, "PUT", `/v1/stream/${name}`, { headers: { "Content-Type": "application/json" } });
@@ -103,18 +60,8 @@ async function createStream(name) {
 }
 
 // Catch-up reads from the beginning through `node`: every message, in order.
-async function readAll(node, name) {
-  const out = [];
-  let at = "-1";
-  for (let page = 0; page < 10000; page++) {
-    const r = await http(node, "GET", `/v1/stream/${name}?offset=${at}`);
-    if (r.status !== 200) throw new Error(`read ${name} via node ${node}: ${r.status} ${r.text ?? r.error}`);
-    out.push(...JSON.parse(r.text));
-    at = r.headers.get("stream-next-offset");
-    if (r.headers.get("stream-up-to-date") === "true") return out;
-  }
-  throw new Error("read did not reach the tail");
-}
+const readAll = (node, name) =>
+  readStream((path) => http(node, "GET", path), name, `${name} via node ${node}`);
 
 // A long-poll reader through `node` that collects every message until stopped.
 function tail(node, name) {
@@ -143,8 +90,6 @@ function tail(node, name) {
 
 // ---- verification ----------------------------------------------------------------------------
 
-const keyOf = (m) => (m.p !== undefined ? `${m.p}#${m.seq}` : `${m.w}#${m.n}`);
-
 async function verify(name, acked, unknown, reader, nodeCount) {
   const views = [];
   for (let i = 0; i < nodeCount; i++) views.push(await readAll(i, name));
@@ -153,23 +98,7 @@ async function verify(name, acked, unknown, reader, nodeCount) {
     check(JSON.stringify(views[i]) === canon, `${name}: node ${i} returns a different sequence than node 0`);
   }
   const msgs = views[0];
-  const where = new Map();
-  msgs.forEach((m, idx) => {
-    const k = keyOf(m);
-    check(!where.has(k), `${name}: ${k} is present twice (positions ${where.get(k) + 1} and ${idx + 1})`);
-    where.set(k, idx);
-  });
-  let checkedPositions = 0;
-  for (const a of acked) {
-    const idx = where.get(a.key);
-    if (!check(idx !== undefined, `${name}: acknowledged ${a.key} is missing`)) continue;
-    if (a.pos !== undefined) {
-      checkedPositions++;
-      check(idx + 1 === a.pos, `${name}: ${a.key} acknowledged at ${a.pos} but found at ${idx + 1}`);
-    }
-  }
-  const sent = new Set([...acked.map((a) => a.key), ...unknown]);
-  for (const k of where.keys()) check(sent.has(k), `${name}: ${k} was never sent`);
+  const { where, checkedPositions } = verifyAcknowledged(name, msgs, acked, unknown);
   if (reader) {
     check(JSON.stringify(reader.seen) === canon,
           `${name}: the long-poll reader saw ${reader.seen.length} messages, the stream has ${msgs.length} (or another order)`);
@@ -180,8 +109,6 @@ async function verify(name, acked, unknown, reader, nodeCount) {
 }
 
 // ---- writers ---------------------------------------------------------------------------------
-
-const OK = (s) => s === 200 || s === 204;
 
 // Plain appends, each through the next node in turn; never retried (a lost reply is "unknown").
 async function plainWriter(w, index, name, nodeCount, until, acked, unknown, pauseMs) {
@@ -380,13 +307,13 @@ try {
   else await dbRestart();
 } catch (e) {
   console.error("FAIL:", e.stack ?? e);
-  failures++;
+  checks.failures++;
 } finally {
   await stopAll();
   rmSync(work, { recursive: true, force: true });
 }
-if (failures > 0) {
-  console.error(`${failures} check(s) failed`);
+if (checks.failures > 0) {
+  console.error(`${checks.failures} check(s) failed`);
   status = 1;
 } else {
   log(`${mode}: all checks passed`);

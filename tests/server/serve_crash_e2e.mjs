@@ -15,10 +15,13 @@
 //   a gap; each producer's records are in seq order;
 // - the catalog: an acknowledged create survives, an acknowledged delete stays deleted;
 // - consumer groups (C2/C4): a group's stored offset is never below an acknowledged ack.
-import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import {
+  OK, check, checks, log, position, readAll as readStream, request, sleep, startServe, stopServe,
+  verifyAcknowledged,
+} from "../support/e2e.mjs";
 
 const [binary] = process.argv.slice(2);
 if (!binary) {
@@ -35,40 +38,15 @@ const work = mkdtempSync(join(tmpdir(), "runnel-serve-crash-"));
 const dataDir = join(work, "data");
 let server = null; // { proc, url, exited } while one is up
 let stopping = false;
-let failures = 0;
-
-function check(cond, what) {
-  if (!cond) {
-    failures++;
-    console.error(`FAIL: ${what}`);
-  }
-  return cond;
-}
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const log = (...a) => console.log(`[${(performance.now() / 1000).toFixed(1)}s]`, ...a);
 
 // ---- the server ------------------------------------------------------------------------------
 
 async function startServer() {
   const started = performance.now();
-  const proc = spawn(binary, ["serve", "--listen", "127.0.0.1:0", "--store", "log", "--data", dataDir,
-                              "--durability", "fsync", "--long-poll-timeout-ms", "500"],
-                     { stdio: ["ignore", "pipe", "pipe"] });
-  let out = "";
-  proc.stdout.on("data", (d) => (out += d));
-  proc.stderr.on("data", (d) => (out += d));
-  const exited = new Promise((r) => proc.on("exit", r));
-  for (let t = 0; t < 600; t++) {
-    const m = out.match(/http:\/\/127\.0\.0\.1:\d+/);
-    if (m) {
-      server = { proc, url: m[0], exited };
-      return performance.now() - started;
-    }
-    if (proc.exitCode !== null) break;
-    await sleep(25);
-  }
-  proc.kill("SIGKILL");
-  throw new Error(`the server did not start on ${dataDir}:\n${out}`);
+  server = await startServe(binary, ["--store", "log", "--data", dataDir, "--durability", "fsync",
+                                     "--long-poll-timeout-ms", "500"],
+                            { attempts: 600, stepMs: 25, what: `the server on ${dataDir}` });
+  return performance.now() - started;
 }
 
 async function killServer() {
@@ -87,34 +65,13 @@ async function killServer() {
 async function http(method, path, { headers = {}, body } = {}) {
   const s = server;
   if (!s) return { status: -1, error: "down" };
-  try {
-    const res = await fetch(s.url + path, { method, headers, body, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
-    return { status: res.status, headers: res.headers, text: await res.text() };
-  } catch (e) {
-    const error = String(e.cause?.code ?? e.name ?? e);
-    return { status: error === "ECONNREFUSED" ? -1 : 0, error };
-  }
+  const r = await request(s.url, method, path, { headers, body, timeout: REQUEST_TIMEOUT_MS });
+  if (r.error === "ECONNREFUSED") r.status = -1;
+  return r;
 }
 
-const OK = (s) => s === 200 || s === 204;
-const position = (token) => {
-  const [high, low] = (token ?? "").split("_");
-  return low === undefined ? NaN : Number(high) * 1e16 + Number(low);
-};
 const JSON_TYPE = { "Content-Type": "application/json" };
-
-async function readAll(name) {
-  const out = [];
-  let at = "-1";
-  for (let page = 0; page < 100000; page++) {
-    const r = await http("GET", `/v1/stream/${name}?offset=${at}`);
-    if (r.status !== 200) throw new Error(`read ${name}: ${r.status} ${r.text ?? r.error}`);
-    out.push(...JSON.parse(r.text));
-    at = r.headers.get("stream-next-offset");
-    if (r.headers.get("stream-up-to-date") === "true") return out;
-  }
-  throw new Error("read did not reach the tail");
-}
+const readAll = (name) => readStream((path) => http("GET", path), name);
 
 // ---- clients ---------------------------------------------------------------------------------
 
@@ -227,26 +184,9 @@ async function groupAcker(name, acked, group) {
 
 // ---- verification ----------------------------------------------------------------------------
 
-const keyOf = (m) => (m.p !== undefined ? `${m.p}#${m.seq}` : `${m.w}#${m.n}`);
-
 async function verifyStream(name, acked, unknown) {
   const msgs = await readAll(name);
-  const where = new Map();
-  msgs.forEach((m, idx) => {
-    const k = keyOf(m);
-    check(!where.has(k), `${name}: ${k} is present twice (positions ${where.get(k) + 1} and ${idx + 1})`);
-    where.set(k, idx);
-  });
-  const ackedKeys = new Set();
-  for (const a of acked) {
-    ackedKeys.add(a.key);
-    const idx = where.get(a.key);
-    if (!check(idx !== undefined, `${name}: acknowledged ${a.key} is missing`)) continue;
-    if (a.pos !== undefined) check(idx + 1 === a.pos, `${name}: ${a.key} acknowledged at ${a.pos} but found at ${idx + 1}`);
-  }
-  for (const k of where.keys()) {
-    check(ackedKeys.has(k) || unknown.has(k), `${name}: ${k} is present but was never sent or was settled as absent`);
-  }
+  const { where } = verifyAcknowledged(name, msgs, acked, unknown);
   // Each producer's records appear in seq order with no seq missing below its last acknowledged.
   const seqs = new Map();
   for (const m of msgs) {
@@ -332,18 +272,14 @@ try {
   await run();
 } catch (e) {
   console.error("FAIL:", e.stack ?? e);
-  failures++;
+  checks.failures++;
 } finally {
   stopping = true;
-  if (server) {
-    server.proc.kill("SIGTERM");
-    await Promise.race([server.exited, sleep(5000)]);
-    if (server.proc.exitCode === null && server.proc.signalCode === null) server.proc.kill("SIGKILL");
-  }
+  await stopServe(server);
   rmSync(work, { recursive: true, force: true });
 }
-if (failures > 0) {
-  console.error(`${failures} check(s) failed`);
+if (checks.failures > 0) {
+  console.error(`${checks.failures} check(s) failed`);
   process.exit(1);
 }
 log(`all checks passed over ${KILLS} kills`);
