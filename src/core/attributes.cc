@@ -22,12 +22,23 @@ Result<json> ParseObject(std::string_view attributes) {
 }  // namespace
 
 Result<std::optional<std::string>> Get(std::string_view attributes, std::string_view key) {
+  RUNNEL_ASSIGN_OR_RETURN(auto values, GetEach(attributes, {key}));
+  return std::move(values.front());
+}
+
+Result<std::vector<std::optional<std::string>>> GetEach(
+    std::string_view attributes, std::initializer_list<std::string_view> keys) {
+  std::vector<std::optional<std::string>> values(keys.size());
   // Most streams have no attributes; every request reads them.
-  if (attributes.empty()) return std::optional<std::string>();
+  if (attributes.empty()) return values;
   RUNNEL_ASSIGN_OR_RETURN(json j, ParseObject(attributes));
-  auto it = j.find(std::string(key));
-  if (it == j.end()) return std::optional<std::string>();
-  return std::optional<std::string>(it->dump());
+  size_t i = 0;
+  for (std::string_view key : keys) {
+    auto it = j.find(std::string(key));
+    if (it != j.end()) values[i] = it->dump();
+    ++i;
+  }
+  return values;
 }
 
 Result<std::string> Set(std::string_view attributes, std::string_view key,

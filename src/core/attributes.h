@@ -6,9 +6,11 @@
 #ifndef RUNNEL_CORE_ATTRIBUTES_H_
 #define RUNNEL_CORE_ATTRIBUTES_H_
 
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "runnel/status.h"
 
@@ -17,6 +19,10 @@ namespace runnel::attributes {
 // The JSON text of `key`'s value, or nullopt when the key is absent. kCorruption when the
 // attributes are neither empty nor a JSON object.
 Result<std::optional<std::string>> Get(std::string_view attributes, std::string_view key);
+
+// Get of several keys with one parse of the attributes: one entry per key, in order.
+Result<std::vector<std::optional<std::string>>> GetEach(
+    std::string_view attributes, std::initializer_list<std::string_view> keys);
 
 // The attributes with `key` set to `json_value` (JSON text), or removed when json_value is
 // nullopt; empty (not "{}") when no key is left. kCorruption as for Get; kInvalidArgument when

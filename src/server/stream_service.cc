@@ -195,12 +195,11 @@ struct StreamService::Meta {
   // layers' keys, only whether the channel's is present. Unreadable metadata reads as none.
   static Meta Parse(std::string_view attrs) {
     Meta m;
-    if (attrs.empty()) return m;
-    auto owner = attributes::Get(attrs, DurableChannel::kAttributeKey);
-    m.channel = owner.ok() && owner->has_value();
-    auto value = attributes::Get(attrs, kAttributeKey);
-    if (!value.ok() || !value->has_value()) return m;
-    const std::string& text = **value;
+    auto values = attributes::GetEach(attrs, {DurableChannel::kAttributeKey, kAttributeKey});
+    if (!values.ok()) return m;
+    m.channel = (*values)[0].has_value();
+    if (!(*values)[1]) return m;
+    const std::string& text = *(*values)[1];
     json j = json::parse(text.begin(), text.end(), nullptr, false);
     if (!j.is_object()) return m;
     try {

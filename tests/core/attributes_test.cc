@@ -35,6 +35,21 @@ TEST(AttributesTest, RemovingTheLastKeyLeavesEmptyAttributes) {
   EXPECT_EQ(*c, "");
 }
 
+TEST(AttributesTest, GetEachReadsSeveralKeysInOrder) {
+  auto both = attributes::GetEach(R"({"ds":{"ttl_s":60},"runnel.channel":1})",
+                                  {"runnel.channel", "missing", "ds"});
+  ASSERT_TRUE(both.ok());
+  ASSERT_EQ(both->size(), 3u);
+  EXPECT_EQ((*both)[0], std::optional<std::string>("1"));
+  EXPECT_FALSE((*both)[1].has_value());
+  EXPECT_EQ((*both)[2], std::optional<std::string>(R"({"ttl_s":60})"));
+  auto none = attributes::GetEach("", {"a", "b"});
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->size(), 2u);
+  EXPECT_FALSE((*none)[0].has_value() || (*none)[1].has_value());
+  EXPECT_EQ(attributes::GetEach("[1]", {"a"}).status().code(), StatusCode::kCorruption);
+}
+
 TEST(AttributesTest, NonObjectsAndBadValuesAreRefused) {
   EXPECT_EQ(attributes::Get("not json", "k").status().code(), StatusCode::kCorruption);
   EXPECT_EQ(attributes::Get("[1,2]", "k").status().code(), StatusCode::kCorruption);
