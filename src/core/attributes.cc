@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "base/json_depth.h"
+#include "base/json_bounded.h"
 
 namespace runnel::attributes {
 namespace {
@@ -45,9 +45,7 @@ Result<std::string> Set(std::string_view attributes, std::string_view key,
                         const std::optional<std::string>& json_value) {
   RUNNEL_ASSIGN_OR_RETURN(json j, ParseObject(attributes));
   if (json_value) {
-    json value = JsonDepthWithin(*json_value)
-                     ? json::parse(*json_value, nullptr, /*allow_exceptions=*/false)
-                     : json(json::value_t::discarded);
+    json value = ParseJsonBounded(*json_value);
     if (value.is_discarded()) {
       return Status::InvalidArgument("attribute '" + std::string(key) + "' is not valid JSON");
     }

@@ -1465,9 +1465,6 @@ std::string ReadBody(const ReadState& state, const ReadChunk& chunk) {
   for (const auto& r : chunk.records) body += r;
   return body;
 }
-}  // namespace
-
-namespace {
 
 HttpResponse GoneOrFailed(const ReadChunk& chunk) {
   if (!chunk.error.ok()) return StreamService::ErrorResponse(chunk.error);

@@ -11,7 +11,7 @@
 #include <random>
 #include <set>
 
-#include "base/json_depth.h"
+#include "base/json_bounded.h"
 #include "base/thread_name.h"
 #include "base/utf8.h"
 #include "server/http_errors.h"
@@ -24,13 +24,6 @@ namespace runnel::server {
 namespace {
 
 using json = nlohmann::json;
-
-// Parses JSON from a request, a webhook's reply or a stored record; deeper than kMaxJsonDepth
-// or invalid reads as discarded.
-json ParseBounded(std::string_view text) {
-  if (!JsonDepthWithin(text)) return json(json::value_t::discarded);
-  return json::parse(text, nullptr, /*allow_exceptions=*/false);
-}
 
 constexpr std::string_view kReserved = "__ds/";
 constexpr std::string_view kSubsPrefix = "__ds/subscriptions/";
@@ -373,7 +366,7 @@ SubscriptionService::ScopeState& SubscriptionService::LoadScope(const StreamScop
     for (const auto& event : *page) {
       from = event.offset + 1;
       ++state->state_records;
-      json record = ParseBounded(event.payload);
+      json record = ParseJsonBounded(event.payload);
       if (record.is_discarded() || !record.is_object() || !record.contains("id")) {
         spdlog::warn("subscriptions ({}): skipping unreadable record {}", label, event.offset);
         continue;
@@ -645,7 +638,7 @@ void SubscriptionService::OnReply(const Job& job, const WebhookReply& reply) {
       const bool was_failed = sub.failed || sub.attempts != 0;
       sub.failed = false;
       sub.attempts = 0;
-      json answer = ParseBounded(reply.body);
+      json answer = ParseJsonBounded(reply.body);
       if (answer.is_object() && answer.value("done", false) == true) {
         // Synchronous completion: ack the wake's snapshot and release the lease (7.1).
         for (const auto& e : sub.snapshot) {
@@ -847,7 +840,7 @@ HttpResponse SubscriptionService::HandleSubscription(ScopeState& scope, const st
   if (rest.starts_with("/streams")) {
     std::string_view tail = rest.substr(std::string_view("/streams").size());
     if (tail.empty() && method == "POST") {
-      json body = ParseBounded(request.body);
+      json body = ParseJsonBounded(request.body);
       if (!body.is_object() || !body.contains("streams") || !body["streams"].is_array()) {
         return Error(400, "BAD_REQUEST", "the body must be {\"streams\": [paths]}");
       }
@@ -917,7 +910,7 @@ HttpResponse SubscriptionService::HandleSubscription(ScopeState& scope, const st
 
 HttpResponse SubscriptionService::Put(ScopeState& scope, const std::string& id,
                                       const HttpRequest& request) {
-  json body = ParseBounded(request.body);
+  json body = ParseJsonBounded(request.body);
   if (body.is_discarded()) return Error(400, "BAD_REQUEST", "the body is not valid JSON");
   auto sub = std::make_unique<Sub>();
   bool url_rejected = false;
@@ -1001,7 +994,7 @@ HttpResponse SubscriptionService::Put(ScopeState& scope, const std::string& id,
 
 HttpResponse SubscriptionService::Claim(ScopeState& scope, Sub& sub, const HttpRequest& request) {
   if (sub.webhook()) return Error(400, "BAD_REQUEST", "claim is for pull-wake subscriptions");
-  json body = request.body.empty() ? json::object() : ParseBounded(request.body);
+  json body = request.body.empty() ? json::object() : ParseJsonBounded(request.body);
   if (!body.is_object()) return Error(400, "BAD_REQUEST", "the body must be a JSON object");
   std::string worker = "anonymous";
   if (body.contains("worker")) {
@@ -1051,7 +1044,7 @@ std::optional<HttpResponse> SubscriptionService::CheckWakeToken(const HttpReques
     return Error(401, "UNAUTHORIZED", "send the wake's token as Authorization: Bearer <token>");
   }
   auto claims_text = signer_->VerifyToken(token.substr(7));
-  json claims = claims_text ? ParseBounded(*claims_text) : json();
+  json claims = claims_text ? ParseJsonBounded(*claims_text) : json();
   const uint64_t now = registry_.clock().NowMs();
   if (!claims.is_object() || claims.value("k", "") != kind ||
       claims.value("s", "") != scope_label || claims.value("i", "") != id ||
@@ -1069,7 +1062,7 @@ HttpResponse SubscriptionService::Settle(ScopeState& scope, Sub& sub, const Http
     return *refused;
   }
   const uint64_t now = registry_.clock().NowMs();
-  json body = ParseBounded(request.body);
+  json body = ParseJsonBounded(request.body);
   if (!body.is_object() || !body.contains("generation") ||
       !body["generation"].is_number_unsigned() || !body.contains("wake_id") ||
       !body["wake_id"].is_string()) {

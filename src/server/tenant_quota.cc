@@ -71,10 +71,10 @@ std::optional<HttpResponse> TenantQuota::Check(const Route& route, const HttpReq
   // Data enters a tenant's streams through appends, and also through a create with an initial
   // body or a fork (which copies its source's records): all three meet the bytes and rate limits.
   const bool fork = request.method == "PUT" && request.Header("stream-forked-from").has_value();
-  const bool put_data = request.method == "PUT" && (!request.body.empty() || fork);
-  if (request.method != "POST" && !put_data) return std::nullopt;
+  const bool adds_data = !request.body.empty() || fork;
+  if (request.method != "POST" && !(request.method == "PUT" && adds_data)) return std::nullopt;
 
-  if (options_.max_bytes > 0 && (!request.body.empty() || fork)) {
+  if (options_.max_bytes > 0 && adds_data) {
     const uint64_t now = NowMs();
     uint64_t bytes = 0;
     bool stale = false;
