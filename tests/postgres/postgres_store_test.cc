@@ -733,5 +733,37 @@ TEST_F(PostgresTest, ConnectionLostAfterCommitIsUnknownAndTheSlotSettlesCommitte
   EXPECT_EQ(store->GetStreamById(id)->event_count, 1u);
 }
 
+// An append is acknowledged only once its commit record is in the flushed WAL (read from the
+// WAL itself with pg_walinspect), whatever else the server does with its flushes.
+TEST_F(PostgresTest, AnAcknowledgedAppendsCommitRecordIsFlushed) {
+  SideConn side;
+  ASSERT_TRUE(side.ok());
+  side.Query("CREATE EXTENSION IF NOT EXISTS pg_walinspect");
+  auto store = OpenNode();
+  ASSERT_NE(store, nullptr);
+  const StreamId id = MustCreate(*store, "s");
+  for (int i = 1; i <= 3; ++i) {
+    const auto before = side.Query("SELECT pg_current_wal_insert_lsn()");
+    ASSERT_TRUE(before.has_value());
+    auto appended = AppendOne(*store, id, "r" + std::to_string(i));
+    ASSERT_TRUE(appended.ok()) << appended.status().ToString();
+    const auto flushed = side.Query("SELECT pg_current_wal_flush_lsn()");
+    ASSERT_TRUE(flushed.has_value());
+    const auto xid = side.Query(
+        "SELECT xmin FROM \"" + schema_ + "\".events WHERE stream_id = " + std::to_string(id) +
+        " AND off = " + std::to_string(static_cast<int64_t>(appended->first_offset - kSignBit)));
+    ASSERT_TRUE(xid.has_value());
+    ASSERT_EQ(side.Query("SELECT '" + *flushed + "'::pg_lsn >= '" + *before + "'::pg_lsn"), "t")
+        << "append " << i << " acknowledged while the WAL was flushed only up to before it";
+    EXPECT_EQ(
+        side.Query("SELECT count(*) FROM pg_get_wal_records_info('" + *before + "', '" + *flushed +
+                   "') WHERE resource_manager = 'Transaction' AND "
+                   "record_type = 'COMMIT' AND xid = '" +
+                   *xid + "'::xid"),
+        "1")
+        << "append " << i << " (xid " << *xid << ") acknowledged before its commit was flushed";
+  }
+}
+
 }  // namespace
 }  // namespace runnel::testing
