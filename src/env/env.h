@@ -69,6 +69,12 @@ class Env {
   // Opens `path` for reading and writing; creates an empty file when `create` is set and it
   // does not exist (the creation is durable after SyncDir of its directory).
   virtual Result<std::unique_ptr<File>> OpenFile(const std::string& path, bool create) = 0;
+  // Opens an existing `path` for reading only (writes through it fail), so that files on a
+  // read-only mount or without write permission can be read. Envs whose files are always
+  // writable may keep this default.
+  virtual Result<std::unique_ptr<File>> OpenFileForRead(const std::string& path) {
+    return OpenFile(path, false);
+  }
   virtual Status RemoveFile(const std::string& path) = 0;
   // Atomically replaces `to` with `from`.
   virtual Status RenameFile(const std::string& from, const std::string& to) = 0;

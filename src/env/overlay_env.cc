@@ -79,7 +79,7 @@ class OverlayEnv::OverlayFile final : public File {
 OverlayEnv::OverlayEnv(Env* base) : base_(base) {}
 
 Status OverlayEnv::CopyUp(const std::string& path) {
-  RUNNEL_ASSIGN_OR_RETURN(auto from, base_->OpenFile(path, false));
+  RUNNEL_ASSIGN_OR_RETURN(auto from, base_->OpenFileForRead(path));
   RUNNEL_ASSIGN_OR_RETURN(uint64_t size, from->Size());
   std::string bytes(size, '\0');
   RUNNEL_ASSIGN_OR_RETURN(size_t got, from->ReadAt(0, bytes.size(), bytes.data()));
@@ -97,7 +97,7 @@ Result<std::unique_ptr<File>> OverlayEnv::OpenFile(const std::string& raw_path, 
   std::lock_guard lock(mu_);
   if (InMemory(path)) return std::unique_ptr<File>(new OverlayFile(this, path, nullptr));
   if (!hidden_.count(path)) {
-    auto file = base_->OpenFile(path, false);
+    auto file = base_->OpenFileForRead(path);
     if (file.ok()) return std::unique_ptr<File>(new OverlayFile(this, path, std::move(*file)));
     if (file.status().code() != StatusCode::kNotFound || !create) return file.status();
   } else if (!create) {

@@ -112,6 +112,12 @@ class PosixEnv final : public Env {
     return std::unique_ptr<File>(std::make_unique<PosixFile>(path, fd));
   }
 
+  Result<std::unique_ptr<File>> OpenFileForRead(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return PosixError("open", path, errno);
+    return std::unique_ptr<File>(std::make_unique<PosixFile>(path, fd));
+  }
+
   Status RemoveFile(const std::string& path) override {
     if (::unlink(path.c_str()) != 0) return PosixError("remove", path, errno);
     return Status::OK();

@@ -631,6 +631,61 @@ TEST_F(LogDamageTest, CheckReportsHealthyTornAndCorruptDirectories) {
             StatusCode::kNotFound);
 }
 
+// The real file system as a read-only mount shows it: every open for writing, lock, creation,
+// rename and removal fails with EROFS's error; reads work.
+class ReadOnlyEnv final : public env::Env {
+ public:
+  Result<std::unique_ptr<env::File>> OpenFile(const std::string& path, bool) override {
+    return Refused("open", path);
+  }
+  Result<std::unique_ptr<env::File>> OpenFileForRead(const std::string& path) override {
+    return env::Env::Posix()->OpenFileForRead(path);
+  }
+  Status RemoveFile(const std::string& path) override { return Refused("remove", path); }
+  Status RenameFile(const std::string& from, const std::string&) override {
+    return Refused("rename", from);
+  }
+  Status CreateDir(const std::string& path) override { return Refused("mkdir", path); }
+  Status SyncDir(const std::string&) override { return Status::OK(); }
+  Result<std::vector<std::string>> ListDir(const std::string& dir) override {
+    return env::Env::Posix()->ListDir(dir);
+  }
+  bool FileExists(const std::string& path) override {
+    return env::Env::Posix()->FileExists(path);
+  }
+  Result<uint64_t> FileSize(const std::string& path) override {
+    return env::Env::Posix()->FileSize(path);
+  }
+  Result<std::unique_ptr<env::FileLock>> LockFile(const std::string& path) override {
+    return Refused("open lock file", path);
+  }
+
+ private:
+  static Status Refused(std::string_view what, const std::string& path) {
+    return Status::IOError(std::string(what) + " '" + path + "': Read-only file system");
+  }
+};
+
+// `runnel check` on a backup or a read-only mount: it reads, never writes, and needs no lock
+// it cannot take (no server can be writing there either).
+TEST_F(LogDamageTest, CheckReadsADirectoryItCannotWrite) {
+  const std::string seg = Populate(10);
+  ReadOnlyEnv read_only;
+  auto report = log::CheckLogDirectory(&read_only, dir_.path());
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->corruption.empty());
+  EXPECT_TRUE(report->open.ok()) << report->open.ToString();
+  EXPECT_EQ(report->records, 10u);
+  ASSERT_FALSE(report->lines.empty());
+  EXPECT_NE(report->lines[0].find("without the data directory's lock"), std::string::npos)
+      << report->lines[0];
+  // Damage is still found.
+  Poke(seg, FramePos(seg, 3) + 30, 'Q');
+  auto corrupt = log::CheckLogDirectory(&read_only, dir_.path());
+  ASSERT_TRUE(corrupt.ok()) << corrupt.status().ToString();
+  EXPECT_EQ(corrupt->corruption.size(), 1u);
+}
+
 // Check runs recovery itself (over a copy-on-write view): a frame with a valid checksum that
 // recovery refuses is reported with recovery's reason, and a torn tail that recovery would
 // truncate is left exactly as it is on disk.

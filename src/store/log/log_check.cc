@@ -27,7 +27,7 @@ bool ParseNumber(std::string_view digits, uint64_t* out) {
 }
 
 Result<std::string> ReadWhole(env::Env* env, const std::string& path) {
-  RUNNEL_ASSIGN_OR_RETURN(auto file, env->OpenFile(path, false));
+  RUNNEL_ASSIGN_OR_RETURN(auto file, env->OpenFileForRead(path));
   RUNNEL_ASSIGN_OR_RETURN(uint64_t size, file->Size());
   std::string buf(size, '\0');
   RUNNEL_ASSIGN_OR_RETURN(size_t got, file->ReadAt(0, size, buf.data()));
@@ -53,10 +53,17 @@ std::string_view TypeName(FrameType t) {
 
 Result<CheckReport> CheckLogDirectory(env::Env* env, const std::string& dir) {
   if (!env->FileExists(dir)) return Status::NotFound("data directory '" + dir + "' does not exist");
-  RUNNEL_ASSIGN_OR_RETURN(auto lock, env->LockFile(env::JoinPath(dir, "LOCK")));
+  CheckReport report;
+  auto lock = env->LockFile(env::JoinPath(dir, "LOCK"));
+  if (!lock.ok()) {
+    // Held by a running server: refuse. Not writable (a read-only mount, a backup owned by
+    // someone else): a server could not be writing there either, so read it without the lock.
+    if (lock.status().code() == StatusCode::kUnavailable) return lock.status();
+    report.lines.push_back("note: checking without the data directory's lock (" +
+                           std::string(lock.status().message()) + ")");
+  }
   RUNNEL_ASSIGN_OR_RETURN(auto names, env->ListDir(dir));
   std::sort(names.begin(), names.end());
-  CheckReport report;
   std::vector<uint64_t> segs;
   // The replay point (segment, byte) of the newest checkpoint: everything before it was whole
   // when that checkpoint was written, so damage there is never a torn tail.
