@@ -91,16 +91,20 @@ class PosixFile final : public File {
   int fd_;
 };
 
+// Holds flock()s on the lock file and on the directory that contains it.
 class PosixLock final : public FileLock {
  public:
-  explicit PosixLock(int fd) : fd_(fd) {}
+  PosixLock(int fd, int dir_fd) : fd_(fd), dir_fd_(dir_fd) {}
   ~PosixLock() override {
+    ::flock(dir_fd_, LOCK_UN);
+    ::close(dir_fd_);
     ::flock(fd_, LOCK_UN);
     ::close(fd_);
   }
 
  private:
   int fd_;
+  int dir_fd_;
 };
 
 class PosixEnv final : public Env {
@@ -176,7 +180,28 @@ class PosixEnv final : public Env {
       }
       return PosixError("lock", path, err);
     }
-    return std::unique_ptr<FileLock>(std::make_unique<PosixLock>(fd));
+    // The directory itself is locked too: a lock file removed while its holder runs (by hand,
+    // or by a cleanup script) would otherwise let a second opener create a new one and lock it.
+    const size_t slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+    int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0) {
+      int err = errno;
+      ::close(fd);
+      return PosixError("open directory", dir, err);
+    }
+    if (::flock(dir_fd, LOCK_EX | LOCK_NB) != 0) {
+      int err = errno;
+      ::close(dir_fd);
+      ::close(fd);
+      if (err == EWOULDBLOCK) {
+        return Status::Unavailable("data directory '" + dir +
+                                   "' is in use: another process or store has it locked (its "
+                                   "lock file '" + path + "' may have been removed)");
+      }
+      return PosixError("lock", dir, err);
+    }
+    return std::unique_ptr<FileLock>(std::make_unique<PosixLock>(fd, dir_fd));
   }
 };
 

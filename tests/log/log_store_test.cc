@@ -247,6 +247,20 @@ TEST_F(LogStoreTest, SecondOpenOfTheSameDirectoryIsRefused) {
   EXPECT_NE(second.status().message().find("in use"), std::string_view::npos);
 }
 
+// The directory is locked as well as its LOCK file: removing the file under a running store
+// does not let a second one in.
+TEST_F(LogStoreTest, SecondOpenIsRefusedEvenWithTheLockFileRemoved) {
+  auto first = Open();
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(env::Env::Posix()->RemoveFile(dir_.path() + "/LOCK").ok());
+  auto second = Open();
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kUnavailable) << second.status().ToString();
+  EXPECT_NE(second.status().message().find("in use"), std::string_view::npos);
+  first->reset();
+  EXPECT_TRUE(Open().ok()) << "the lock goes with its holder";
+}
+
 // Operators tell the store's threads apart in top -H / ps -L by name.
 TEST_F(LogStoreTest, WriterThreadIsNamed) {
   auto count_named = [] {
