@@ -250,7 +250,9 @@ HttpResponse ChannelService::Resolve(const std::string& id, const std::string& k
 
 HttpResponse ChannelService::ReadPartition(const std::string& id, const std::string& partition,
                                            const HttpRequest& request) {
-  auto p = ParseCount(partition, kMaxPartitions);
+  // Any index is well-formed; one past the channel's partitions is answered below with how
+  // many it has.
+  auto p = ParseCount(partition);
   if (!p) return Error(Status::InvalidArgument("partition must be a whole number"));
   uint64_t from = 1;
   if (auto v = request.Query("from")) {

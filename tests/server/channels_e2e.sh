@@ -36,6 +36,10 @@ expect_rc 3 "$R" channel resolve orders never-sent
 expect_eq "$(curl -s "$RUNNEL_URL/v1/channels/orders/keys/never-sent")" '{"state":"absent"}' "absent over HTTP"
 expect_eq "$(http_code "$RUNNEL_URL/v1/stream/orders:$part?offset=-1")" "200" "partition is a stream"
 expect_eq "$(http_code "$RUNNEL_URL/v1/channels/orders/partitions/9")" "404" "partition out of range"
+# Beyond the largest partition count too: the answer says how many partitions there are.
+expect_eq "$(curl -s "$RUNNEL_URL/v1/channels/orders/partitions/5000" | grep -o 'has [0-9]* partitions')" \
+  "has 4 partitions" "partition past the largest count"
+expect_eq "$(http_code "$RUNNEL_URL/v1/channels/orders/partitions/x")" "400" "partition not a number"
 expect_eq "$(http_code "$RUNNEL_URL/v1/channels/ghost")" "404" "unknown channel"
 expect_eq "$(http_code -X DELETE "$RUNNEL_URL/v1/channels/orders")" "405" "unsupported method"
 
