@@ -20,7 +20,6 @@
 #include <boost/beast/ssl.hpp>
 #include <chrono>
 #include <filesystem>
-#include <list>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -588,7 +587,12 @@ class HttpServer::Impl {
     }
     auto waker = std::make_shared<Waker>(ex, queue);
     std::lock_guard<std::mutex> lock(live_mu_);
-    live_.remove_if([](const std::weak_ptr<Waker>& w) { return w.expired(); });
+    // Ended readers are swept once the list has doubled since the last sweep: amortized O(1)
+    // per reader (a sweep on every new reader made each long-poll cost O(live readers)).
+    if (live_.size() >= 2 * live_after_sweep_ + 64) {
+      std::erase_if(live_, [](const std::weak_ptr<Waker>& w) { return w.expired(); });
+      live_after_sweep_ = live_.size();
+    }
     live_.push_back(waker);
     if (stopping_.load()) waker->stopped = true;
     return waker;
@@ -1228,7 +1232,8 @@ class HttpServer::Impl {
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> in_flight_{0};
   std::mutex live_mu_;
-  std::list<std::weak_ptr<Waker>> live_;
+  std::vector<std::weak_ptr<Waker>> live_;  // GUARDED_BY(live_mu_)
+  size_t live_after_sweep_ = 0;              // GUARDED_BY(live_mu_)
 };
 
 Result<std::unique_ptr<HttpServer>> HttpServer::Start(StreamRegistry registry,
