@@ -895,10 +895,13 @@ class HttpServer::Impl {
     // Quotas limit a tenant's streams, bytes and appends; the reserved __ds endpoints
     // (subscriptions) are none of these, and their wake-token routes admit callers without a
     // tenant token, who must not be able to draw on (or learn about) a tenant's quota.
+    // An admitted create keeps its place under the stream limit until this request is done.
+    TenantQuota::CreateHold create_hold;
     if (quota_ && !SubscriptionService::Matches(route)) {
       TenantQuota* quota = quota_.get();
-      const std::function<std::optional<HttpResponse>()> check = [quota, rt, rq] {
-        return quota->Check(*rt, *rq);
+      TenantQuota::CreateHold* hold = &create_hold;
+      const std::function<std::optional<HttpResponse>()> check = [quota, rt, rq, hold] {
+        return quota->Check(*rt, *rq, hold);
       };
       if (auto limited = co_await StoreCall(check)) {
         co_return co_await Write(stream, std::move(*limited), keep_alive, method == "HEAD",

@@ -52,7 +52,8 @@ Result<uint64_t> TenantQuota::RetainedBytes(const std::string& ns) {
   }
 }
 
-std::optional<HttpResponse> TenantQuota::Check(const Route& route, const HttpRequest& request) {
+std::optional<HttpResponse> TenantQuota::Check(const Route& route, const HttpRequest& request,
+                                               CreateHold* hold) {
   if (!options_.any() || route.kind != Route::Kind::kStream) return std::nullopt;
   const auto& tenant = route.scope.tenant();
   if (!tenant) return std::nullopt;
@@ -60,13 +61,27 @@ std::optional<HttpResponse> TenantQuota::Check(const Route& route, const HttpReq
 
   if (request.method == "PUT" && options_.max_streams > 0 &&
       !registry_.store().GetStream(ns, route.name).ok()) {
+    // Reserve first, then count: a create admitted meanwhile is either among the stored
+    // streams or still reserved (a reservation ends only after its create), so two creates can
+    // never both see room for one.
+    uint64_t reserved = 0;
+    CreateHold reservation;
+    if (hold != nullptr) {
+      std::lock_guard<std::mutex> lock(mu_);
+      reserved = creating_[*tenant]++;
+      reservation = CreateHold(nullptr, [this, t = *tenant](void*) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (--creating_[t] == 0) creating_.erase(t);
+      });
+    }
     auto count = CountStreams(ns, options_.max_streams);
     if (!count.ok()) return StreamService::ErrorResponse(count.status());
-    if (*count >= options_.max_streams) {
+    if (*count + reserved >= options_.max_streams) {
       return TooMany("tenant '" + *tenant + "' has reached its limit of " +
                          std::to_string(options_.max_streams) + " streams",
                      60);
     }
+    if (hold != nullptr) *hold = std::move(reservation);
   }
   // Data enters a tenant's streams through appends, and also through a create with an initial
   // body or a fork (which copies its source's records): all three meet the bytes and rate limits.

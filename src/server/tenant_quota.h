@@ -12,8 +12,10 @@
 // 0 means unlimited. The global scope is not limited. Checks run after authorization, so a
 // caller who may not act in a scope never learns anything about it from a 429.
 //
-// Creates racing each other in one tenant may each pass the stream check before either lands,
-// so the stream limit can be exceeded by the number of concurrent creates.
+// Concurrent creates in one tenant cannot overshoot the stream limit: an admitted create holds
+// a reservation (CreateHold) until its request is finished, and every other create counts the
+// reservations it finds alongside the stored streams. Reservations are per process: creates
+// racing through different nodes that share a database each count only what is stored.
 //
 // Thread-safety: Check may be called from any thread concurrently.
 #ifndef RUNNEL_SERVER_TENANT_QUOTA_H_
@@ -21,6 +23,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -46,8 +49,13 @@ class TenantQuota {
   TenantQuota(QuotaOptions options, StreamRegistry registry)
       : options_(options), registry_(std::move(registry)) {}
 
-  // nullopt: within quota. Otherwise the 429 response to send.
-  std::optional<HttpResponse> Check(const Route& route, const HttpRequest& request);
+  // Keeps a create's place under the stream limit until it is destroyed (after the create).
+  using CreateHold = std::shared_ptr<void>;
+  // nullopt: within quota. Otherwise the 429 response to send. For a PUT that may create a
+  // stream in a limited scope, `hold` (when given) receives a reservation that the caller keeps
+  // until the create has finished, whatever its outcome; without `hold` nothing is reserved.
+  std::optional<HttpResponse> Check(const Route& route, const HttpRequest& request,
+                                    CreateHold* hold = nullptr);
 
  private:
   struct Bucket {
@@ -69,6 +77,7 @@ class TenantQuota {
   std::mutex mu_;
   std::map<std::string, Bucket> buckets_;  // GUARDED_BY(mu_), by tenant
   std::map<std::string, Usage> usage_;     // GUARDED_BY(mu_), by tenant
+  std::map<std::string, uint64_t> creating_;  // GUARDED_BY(mu_): reservations, by tenant
 };
 
 }  // namespace runnel::server

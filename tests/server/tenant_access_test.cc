@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -23,6 +24,7 @@
 #include "runnel/store.h"
 #include "server/group_service.h"
 #include "server/http_server.h"
+#include "server/tenant_quota.h"
 #include "support/forwarding_store.h"
 #include "support/loopback_socket.h"
 
@@ -930,6 +932,43 @@ TEST_F(QuotaTest, StreamLimitPerTenant) {
   EXPECT_EQ(Send(port(), "PUT", "/v1/stream/c", ct).status, 201);
   EXPECT_EQ(Send(port(), "PUT", "/v1/stream/d", ct).status, 201);
   EXPECT_EQ(Send(port(), "PUT", "/v1/stream/e", ct).status, 201);
+}
+
+// Creates racing in one tenant cannot overshoot the stream limit: every create is checked here
+// before any of them lands (the worst interleaving of a race), and only as many as the limit
+// has room for are admitted; each holds its place until its request is done.
+TEST(TenantQuotaCheck, RacingCreatesStayWithinTheStreamLimit) {
+  StreamRegistry registry;
+  QuotaOptions options;
+  options.max_streams = 5;
+  TenantQuota quota(options, registry);
+  const StreamScope acme = StreamScope::Tenant("acme");
+  auto check = [&](const std::string& name, TenantQuota::CreateHold* hold) {
+    HttpRequest put;
+    put.method = "PUT";
+    put.path = "/v1/tenants/acme/stream/" + name;
+    return !quota.Check(ParseRoute(put.path, /*allow_tenants=*/true), put, hold).has_value();
+  };
+  constexpr int kCreates = 20;
+  std::vector<TenantQuota::CreateHold> holds(kCreates);
+  std::vector<int> admitted;
+  for (int i = 0; i < kCreates; ++i) {
+    if (check("s" + std::to_string(i), &holds[i])) admitted.push_back(i);
+  }
+  EXPECT_EQ(admitted.size(), 5u);
+  // The admitted creates land and finish; the refused ones left no reservation behind.
+  for (int i = 0; i < kCreates; ++i) {
+    if (std::find(admitted.begin(), admitted.end(), i) != admitted.end()) {
+      ASSERT_TRUE(registry.CreateStream(acme, "s" + std::to_string(i), StreamRetention{}).ok());
+    }
+    holds[i].reset();
+  }
+  TenantQuota::CreateHold hold;
+  EXPECT_FALSE(check("late", &hold)) << "five stored streams fill the limit";
+  ASSERT_TRUE(registry.DeleteStream(acme, "s" + std::to_string(admitted[0])).ok());
+  EXPECT_TRUE(check("late", &hold)) << "a deleted stream makes room for exactly one";
+  TenantQuota::CreateHold second;
+  EXPECT_FALSE(check("later", &second)) << "the first create still holds that room";
 }
 
 TEST_F(QuotaTest, StoredBytesPerTenant) {
