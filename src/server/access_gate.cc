@@ -73,7 +73,13 @@ void AccessGate::MaybeReload() {
   }
   file_id_ = id;
   tokens_ = std::shared_ptr<const TokenStore>(std::move(*store));
+  generation_.fetch_add(1);
   spdlog::info("token file {} reloaded ({} tokens)", options_.tokens_path, tokens_->List().size());
+}
+
+uint64_t AccessGate::Refresh() {
+  MaybeReload();
+  return generation_.load();
 }
 
 std::shared_ptr<const TokenStore> AccessGate::Current() {

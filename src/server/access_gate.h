@@ -75,6 +75,11 @@ class AccessGate {
   // The response for an authentication or authorization failure.
   static HttpResponse Denied(const Status& status);
 
+  // Re-reads the token file if it changed (at most once per reload_interval_ms), and returns
+  // how many times the token set has been replaced since Open: a change means a response
+  // admitted earlier may no longer be.
+  uint64_t Refresh();
+
  private:
   explicit AccessGate(const AccessOptions& options);
   void MaybeReload();
@@ -93,6 +98,7 @@ class AccessGate {
   FileId file_id_;              // GUARDED_BY(mu_)
   uint64_t last_check_ms_ = 0;  // GUARDED_BY(mu_)
   std::atomic<bool> had_tokens_{false};
+  std::atomic<uint64_t> generation_{0};
 };
 
 }  // namespace runnel::server

@@ -122,6 +122,8 @@ struct Waker {
   bool stopped = false;         // connection thread only
   bool hung_up = false;         // connection thread only: the reader closed its connection
   bool watching = false;        // connection thread only: a hang-up watch is pending
+  bool sse = false;             // connection thread only: an SSE reader whose access is rechecked
+  bool recheck = false;         // connection thread only: its caller's token must be rechecked
 };
 
 // Watches a live reader's socket while its response waits for records: a reader that closes
@@ -296,6 +298,7 @@ class HttpServer::Impl {
   void Run() {
     net::io_context& first = *iocs_[0];
     net::co_spawn(first, Accept(), net::detached);
+    if (options_.access) net::co_spawn(first, WatchAccess(), net::detached);
     std::optional<net::signal_set> signals;
     if (options_.handle_signals) {
       signals.emplace(first, SIGINT, SIGTERM);
@@ -339,6 +342,47 @@ class HttpServer::Impl {
   }
 
  private:
+  // Live SSE responses recheck their caller's token whenever the token file changes (a token
+  // revoked) and every kAccessRecheckEvery in any case (a token expired): a response admitted
+  // earlier ends once its token would no longer be admitted.
+  static constexpr auto kAccessRecheckEvery = std::chrono::seconds(30);
+  net::awaitable<void> WatchAccess() {
+    net::steady_timer timer(*iocs_[0]);
+    uint64_t seen = options_.access->Refresh();
+    auto last_round = std::chrono::steady_clock::now();
+    while (!stopping_.load()) {
+      timer.expires_after(std::chrono::seconds(1));
+      boost::system::error_code ec;
+      co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));
+      if (stopping_.load()) co_return;
+      const uint64_t generation = options_.access->Refresh();
+      const auto now = std::chrono::steady_clock::now();
+      if (generation == seen && now - last_round < kAccessRecheckEvery) continue;
+      seen = generation;
+      last_round = now;
+      std::lock_guard<std::mutex> lock(live_mu_);
+      for (auto& weak : live_) {
+        if (auto waker = weak.lock()) {
+          net::post(waker->timer.get_executor(), [waker] {
+            if (!waker->sse) return;
+            waker->recheck = true;
+            waker->timer.cancel();
+          });
+        }
+      }
+    }
+  }
+
+  // Whether a GET of `path` with this Authorization header would still be admitted.
+  bool StillAdmitted(const std::string& path, const std::optional<std::string>& authorization) {
+    HttpRequest request;
+    request.method = "GET";
+    request.path = path;
+    if (authorization) request.headers["authorization"] = *authorization;
+    Principal who = Principal::Platform(/*cross_tenant=*/true);
+    return !options_.access->Admit(request, ParseRoute(path, /*allow_tenants=*/true), &who);
+  }
+
   net::awaitable<void> Drain() {
     net::steady_timer timer(*iocs_[0]);
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -658,16 +702,17 @@ class HttpServer::Impl {
     return false;
   }
 
-  // Waits until a hint, shutdown or `deadline`. Returns false on deadline or shutdown.
+  // Waits until a hint, an access recheck, shutdown or `deadline`. Returns false on deadline or
+  // shutdown; a recheck is left set for the caller.
   static net::awaitable<bool> WaitForHint(Waker& waker,
                                           std::chrono::steady_clock::time_point deadline) {
-    while (!waker.hinted && !waker.stopped && !waker.hung_up) {
+    while (!waker.hinted && !waker.stopped && !waker.hung_up && !waker.recheck) {
       if (std::chrono::steady_clock::now() >= deadline) co_return false;
       waker.timer.expires_at(deadline);
       boost::system::error_code ec;
       co_await waker.timer.async_wait(net::redirect_error(net::use_awaitable, ec));
     }
-    bool hinted = waker.hinted && !waker.stopped && !waker.hung_up;
+    bool hinted = (waker.hinted || waker.recheck) && !waker.stopped && !waker.hung_up;
     waker.hinted = false;
     co_return hinted;
   }
@@ -794,11 +839,13 @@ class HttpServer::Impl {
   // Streams SSE until the stream closes, the reader leaves, the session's time is up or the
   // server stops. Always ends the connection.
   template <typename Stream>
-  net::awaitable<void> Sse(Stream& stream, ReadState state, std::string_view label) {
+  net::awaitable<void> Sse(Stream& stream, ReadState state, std::string_view label,
+                           std::string path, std::optional<std::string> authorization) {
     boost::system::error_code ec;
     if (!co_await WriteSseHead(stream, state)) co_return;
     metrics_.CountRequest(label, "GET", 200);
     auto waker = NewWaker(stream.get_executor());
+    waker->sse = options_.access != nullptr;
     StreamService* service = &service_;
     const ReadState* at = &state;
     Result<Subscription> subscription = Status::Unavailable("not subscribed");
@@ -852,6 +899,10 @@ class HttpServer::Impl {
       const bool hinted = co_await WaitForHint(*waker, deadline);
       waker->parked = nullptr;
       if (!hinted) break;
+      if (waker->recheck) {
+        waker->recheck = false;
+        if (!StillAdmitted(path, authorization)) break;
+      }
     }
     StopWatchingHangUp(Tcp(stream).socket(), *waker);
     metrics_.LiveReaderEnded();
@@ -866,6 +917,9 @@ class HttpServer::Impl {
   struct PendingSse {
     std::optional<ReadState> state;
     std::string_view label;
+    // What the request was admitted with, for rechecks while it runs.
+    std::string path;
+    std::optional<std::string> authorization;
   };
 
   // Handles one request. Returns false when the connection must close; an SSE request is
@@ -927,6 +981,8 @@ class HttpServer::Impl {
       if (answer.live->mode == LiveMode::kSse) {
         sse->state = std::move(*answer.live);
         sse->label = "groups";
+        sse->path = shared->path;
+        if (auto a = shared->Header("authorization")) sse->authorization = std::string(*a);
         co_return false;
       }
       co_return co_await GroupLongPoll(stream, std::move(principal), std::move(shared),
@@ -1023,6 +1079,8 @@ class HttpServer::Impl {
         case LiveMode::kSse:
           sse->state = std::move(*state);
           sse->label = "stream";
+          sse->path = request.path;
+          if (auto a = request.Header("authorization")) sse->authorization = std::string(*a);
           co_return false;
       }
     }
@@ -1064,7 +1122,8 @@ class HttpServer::Impl {
     if (sse.state) {
       // The request loop's frame, parser and read buffer are gone by now: a live SSE reader
       // keeps only this small frame and the response's own.
-      co_await Sse(stream, std::move(*sse.state), sse.label);
+      co_await Sse(stream, std::move(*sse.state), sse.label, std::move(sse.path),
+                   std::move(sse.authorization));
       in_flight_.fetch_sub(1);
     }
     co_await ShutdownSend(stream);

@@ -107,14 +107,15 @@ class TenantServerTest : public ::testing::Test {
 
   // auth: true = an AccessGate over the token file (re-read on every request).
   void StartServer(bool auth, uint64_t long_poll_timeout_ms = 200,
-                   size_t max_groups_per_stream = GroupService::kDefaultMaxGroupsPerStream) {
+                   size_t max_groups_per_stream = GroupService::kDefaultMaxGroupsPerStream,
+                   uint64_t sse_max_duration_ms = 1000) {
     ServerOptions options;
     options.host = "127.0.0.1";
     options.port = 0;
     options.threads = 2;
     options.max_groups_per_stream = max_groups_per_stream;
     options.service.long_poll_timeout_ms = long_poll_timeout_ms;
-    options.sse_max_duration_ms = 1000;
+    options.sse_max_duration_ms = sse_max_duration_ms;
     if (auth) {
       AccessOptions access;
       access.tokens_path = tokens_path_;
@@ -400,6 +401,76 @@ TEST_F(TenantServerTest, OpenWithoutTokensAndTokenFileReloaded) {
   EXPECT_EQ(Send(port(), "GET", "/v1/tenants/acme/stream/s?offset=-1", {Bearer(acme)}).status, 403);
   std::filesystem::remove(tokens_path_);
   EXPECT_EQ(Send(port(), "GET", "/v1/tenants/acme/stream/s?offset=-1").status, 401);
+}
+
+// A live SSE response ends once its token is revoked (the token file is watched while it runs),
+// not when its --sse-max-duration-ms is up; one whose token stays valid runs on.
+TEST_F(TenantServerTest, RevokingATokenEndsItsLiveSseResponses) {
+  const std::string revoked = NewToken("acme", false);
+  const std::string kept = NewToken(std::nullopt, true);
+  StartServer(true, 200, GroupService::kDefaultMaxGroupsPerStream, /*sse_max_duration_ms=*/60000);
+  ASSERT_EQ(Send(port(), "PUT", "/v1/tenants/acme/stream/s",
+                 {Bearer(revoked), "Content-Type: text/plain"})
+                .status,
+            201);
+  // Opens an SSE response with `token`; returns its socket once the head has arrived.
+  auto open_sse = [&](const std::string& token) {
+    int fd = testing::ConnectLoopback(port(), 20);
+    EXPECT_GE(fd, 0);
+    EXPECT_TRUE(testing::SendAll(fd,
+                                 "GET /v1/tenants/acme/stream/s?offset=now&live=sse HTTP/1.1\r\n"
+                                 "Host: x\r\n" +
+                                     Bearer(token) + "\r\n\r\n"));
+    std::string head;
+    char buf[4096];
+    while (head.find("\r\n\r\n") == std::string::npos) {
+      const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      head.append(buf, static_cast<size_t>(n));
+    }
+    EXPECT_EQ(head.rfind("HTTP/1.1 200", 0), 0u) << head;
+    return fd;
+  };
+  // Reads until the server ends the response (the last chunk, then the close), or `seconds`.
+  auto ended_within = [](int fd, int seconds) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    std::string seen;
+    char buf[4096];
+    while (std::chrono::steady_clock::now() < deadline) {
+      const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n == 0) return true;
+      if (n < 0) return false;  // the receive timeout: still open
+      seen.append(buf, static_cast<size_t>(n));
+    }
+    return false;
+  };
+  const int doomed = open_sse(revoked);
+  const int alive = open_sse(kept);
+  {
+    auto store = TokenStore::Open(tokens_path_);
+    ASSERT_TRUE(store.ok());
+    for (const auto& token : (*store)->List()) {
+      if (token.grant.tenant == std::optional<std::string>("acme")) {
+        ASSERT_TRUE((*store)->Revoke(token.id).ok());
+      }
+    }
+  }
+  EXPECT_TRUE(ended_within(doomed, 10)) << "the revoked token's SSE response is still open";
+  ::close(doomed);
+  // The other reader is still served: an append reaches it.
+  ASSERT_EQ(Send(port(), "POST", "/v1/tenants/acme/stream/s",
+                 {Bearer(kept), "Content-Type: text/plain"}, "after")
+                .status,
+            204);
+  std::string got;
+  char buf[4096];
+  while (got.find("after") == std::string::npos) {
+    const ssize_t n = ::recv(alive, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  EXPECT_NE(got.find("after"), std::string::npos) << got;
+  ::close(alive);
 }
 
 TEST_F(TenantServerTest, TenantListingShowsOnlyThatTenant) {
