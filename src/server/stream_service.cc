@@ -347,6 +347,9 @@ void StreamService::Touch(StreamId id, const Meta& meta) {
 }
 
 bool StreamService::Expired(const StreamInfo& info, const Meta& meta) {
+  // A channel's partition or checkpoint lives as long as its channel: a TTL or expiry the
+  // stream had before a channel adopted it never deletes the channel's messages.
+  if (meta.channel) return false;
   uint64_t now = NowMs();
   if (meta.expires_at_ms && static_cast<int64_t>(now) >= *meta.expires_at_ms) return true;
   if (meta.ttl_s) {

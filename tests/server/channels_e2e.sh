@@ -60,6 +60,15 @@ curl -s -o /dev/null -X PUT -H 'Content-Type: text/plain' "$RUNNEL_URL/v1/stream
 curl -s -o /dev/null -X POST -H 'Content-Type: text/plain' --data-binary junk "$RUNNEL_URL/v1/stream/pre:1"
 expect_eq "$(http_code -X PUT "$RUNNEL_URL/v1/channels/pre?partitions=2")" "409" "non-partition stream in the way"
 expect_eq "$(http_code -X PUT "$RUNNEL_URL/v1/channels/pre?partitions=1")" "201" "a count that avoids it"
+# An empty stream with a TTL is adopted as a partition; the channel's messages outlive the TTL.
+expect_eq "$(http_code -X PUT -H 'Content-Type: text/plain' -H 'Stream-TTL: 1' "$RUNNEL_URL/v1/stream/ttl:1")" \
+  "201" "empty stream with a TTL"
+expect_eq "$(http_code -X PUT "$RUNNEL_URL/v1/channels/ttl?partitions=2")" "201" "adopts it"
+for k in a b c d e f; do "$R" channel publish ttl "m-$k" -k "$k" >/dev/null; done
+sleep 2.5  # past the TTL and its one-second grace
+expect_eq "$(http_code "$RUNNEL_URL/v1/stream/ttl:1?offset=-1")" "200" "partition outlives the TTL"
+expect_eq "$({ "$R" channel read ttl -p 0; "$R" channel read ttl -p 1; } | cut -f3 | sort | tr '\n' ' ')" \
+  "m-a m-b m-c m-d m-e m-f " "messages outlive the TTL"
 # Creates racing with different counts: never both created.
 for i in 1 2 3 4 5 6 7 8; do
   http_code -X PUT "$RUNNEL_URL/v1/channels/race$i?partitions=2" >"$workdir/race-a" &
