@@ -60,6 +60,12 @@ curl -s -o /dev/null -X PUT -H 'Content-Type: text/plain' "$RUNNEL_URL/v1/stream
 curl -s -o /dev/null -X POST -H 'Content-Type: text/plain' --data-binary junk "$RUNNEL_URL/v1/stream/pre:1"
 expect_eq "$(http_code -X PUT "$RUNNEL_URL/v1/channels/pre?partitions=2")" "409" "non-partition stream in the way"
 expect_eq "$(http_code -X PUT "$RUNNEL_URL/v1/channels/pre?partitions=1")" "201" "a count that avoids it"
+# An empty stream with retention caps is not adopted: a partition keeps every message.
+expect_eq "$(http_code -X PUT -H 'Content-Type: text/plain' -H 'Stream-Retention-Max-Events: 2' \
+  "$RUNNEL_URL/v1/stream/capped:1")" "201" "empty stream with retention caps"
+expect_eq "$(curl -s -o /dev/null -w '%{http_code}' -X PUT "$RUNNEL_URL/v1/channels/capped?partitions=2")" \
+  "409" "capped stream not adopted"
+expect_eq "$(http_code "$RUNNEL_URL/v1/stream/capped:0?offset=-1")" "404" "nothing created for it"
 # An empty stream with a TTL is adopted as a partition; the channel's messages outlive the TTL.
 expect_eq "$(http_code -X PUT -H 'Content-Type: text/plain' -H 'Stream-TTL: 1' "$RUNNEL_URL/v1/stream/ttl:1")" \
   "201" "empty stream with a TTL"

@@ -47,6 +47,18 @@ Status ConfigError(std::string_view what) {
   return Status::InvalidArgument("ConfigError: " + std::string(what));
 }
 
+bool HasRetentionCaps(const StreamRetention& r) {
+  return r.max_events || r.max_age_ms || r.max_bytes;
+}
+
+// A partition keeps every message (idempotency keys are resolved from its records): a stream
+// whose retention caps would drop some is not adopted as one.
+Status CappedStream(const std::string& key) {
+  return ConfigError("stream " + key +
+                     " exists with retention caps and is not a partition of a runnel channel "
+                     "(a partition keeps every message)");
+}
+
 std::string Where(std::string_view stream_key, uint64_t sequence) {
   return "stream " + std::string(stream_key) + " sequence " + std::to_string(sequence) +
          " (offset " + std::to_string(sequence + 1) + ")";
@@ -244,11 +256,12 @@ Status DurableChannel::OpenPartitions() {
     auto info = store.GetStream(ns, key);
     if (!info.ok()) continue;
     auto found = attributes::Get(info->spec.attributes, kAttributeKey);
-    if (found.ok() && !found->has_value() &&
-        (info->head_offset != 0 || info->next_offset > info->spec.first_offset)) {
+    if (!found.ok() || found->has_value()) continue;
+    if (info->head_offset != 0 || info->next_offset > info->spec.first_offset) {
       return ConfigError("stream " + key +
                          " exists, holds records and is not a partition of a runnel channel");
     }
+    if (HasRetentionCaps(info->spec.retention)) return CappedStream(key);
   }
   for (size_t i = 0; i < stream_keys_.size(); ++i) {
     const std::string tag = PartitionTag(stream_keys_.size(), i);
@@ -277,6 +290,7 @@ Status DurableChannel::OpenPartitions() {
         return ConfigError("stream " + stream_keys_[i] +
                            " exists, holds records and is not a partition of a runnel channel");
       }
+      if (HasRetentionCaps(info->spec.retention)) return CappedStream(stream_keys_[i]);
       RUNNEL_ASSIGN_OR_RETURN(std::string tagged,
                               attributes::Set(info->spec.attributes, kAttributeKey, tag));
       RUNNEL_RETURN_IF_ERROR(store.UpdateStream(info->id, info->spec.retention, tagged)
