@@ -12,9 +12,13 @@
 namespace runnel {
 
 // The value of `text`, or a discarded value when it is not valid JSON or nests deeper than
-// kMaxJsonDepth (a value that deep would overflow the stack once serialized).
+// kMaxJsonDepth (a value that deep would overflow the stack once serialized). A NUL byte is never
+// valid JSON (inside a string it must be escaped); the parser would take one for the end of the
+// input and accept whatever precedes it.
 inline nlohmann::json ParseJsonBounded(std::string_view text) {
-  if (!JsonDepthWithin(text)) return nlohmann::json(nlohmann::json::value_t::discarded);
+  if (text.find('\0') != std::string_view::npos || !JsonDepthWithin(text)) {
+    return nlohmann::json(nlohmann::json::value_t::discarded);
+  }
   return nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
 }
 

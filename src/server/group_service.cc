@@ -48,7 +48,8 @@ std::string LowerMediaType(std::string_view content_type) {
 std::string EventText(const StreamEvent& event, const std::string& media) {
   std::string out = "{\"appended_at_ms\":" + std::to_string(event.appended_at_ms);
   // accept() validates without building a value or recursing, so depth needs no check here.
-  if (media == "application/json" && json::accept(event.payload)) {
+  if (media == "application/json" && event.payload.find('\0') == std::string::npos &&
+      json::accept(event.payload)) {
     out += ",\"data\":";
     out += event.payload;
   } else if ((media.starts_with("text/") || media == "application/json") &&

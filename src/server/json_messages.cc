@@ -63,7 +63,11 @@ Result<std::vector<std::string>> SplitJsonMessages(std::string_view body, bool a
   if (body.starts_with("\xEF\xBB\xBF")) body.remove_prefix(3);
   // accept() runs without recursion, so any depth is safe to validate; the depth is then
   // bounded like all JSON from outside (base/json_depth.h).
-  if (!nlohmann::json::accept(body.begin(), body.end())) {
+  // A NUL byte is never valid JSON (a string must escape it), but the parser takes one for the
+  // end of the input: `{"a":1}\0` would be accepted and stored with the NUL, and every later
+  // read of the stream would be invalid JSON.
+  if (body.find('\0') != std::string_view::npos ||
+      !nlohmann::json::accept(body.begin(), body.end())) {
     return Status::InvalidArgument("body is not valid JSON");
   }
   Scanned scanned = Scan(body);

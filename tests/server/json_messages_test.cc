@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "base/json_bounded.h"
 #include "base/json_depth.h"
 
 namespace runnel::server {
@@ -39,6 +40,20 @@ TEST(JsonMessagesTest, InvalidJsonIsRejected) {
     ASSERT_FALSE(m.ok()) << bad;
     EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
   }
+}
+
+// The parser takes a NUL byte for the end of its input; a NUL is never valid JSON, so a body with
+// one anywhere is refused (stored, it would make every read of the stream invalid JSON).
+TEST(JsonMessagesTest, ANulByteAnywhereIsRejected) {
+  using namespace std::string_view_literals;
+  for (std::string_view bad : {"{\"b\":2}\0"sv, "1\0"sv, "\"a\"\0\0\0"sv, "1 \0 "sv,
+                               "[1,2]\0"sv, "\0{}"sv, "{\"a\":\"x\0y\"}"sv}) {
+    auto m = SplitJsonMessages(bad, false);
+    ASSERT_FALSE(m.ok()) << "a body of " << bad.size() << " bytes";
+    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+  }
+  EXPECT_TRUE(ParseJsonBounded("{\"a\":1}\0"sv).is_discarded());
+  EXPECT_FALSE(ParseJsonBounded("{\"a\":1}"sv).is_discarded());
 }
 
 // nlohmann::json serializes recursively: a body nested a few hundred thousand levels deep must be
