@@ -11,6 +11,8 @@
 #include <cctype>
 #include <cstring>
 
+#include "server/http_types.h"
+
 namespace runnel::cli {
 
 namespace {
@@ -277,18 +279,7 @@ Result<ClientResponse> HttpClient::Send(
 }
 
 std::string UrlEncode(const std::string& text, bool keep_slash) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : text) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    }
-  }
-  return out;
+  return server::PercentEncode(text, keep_slash);
 }
 
 }  // namespace runnel::cli

@@ -91,6 +91,24 @@ Route ParseRoute(std::string_view path, bool allow_tenants) {
   return route;
 }
 
+std::string PercentEncode(std::string_view text, bool keep_slash) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(text.size());
+  for (unsigned char c : text) {
+    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                       c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/');
+    if (plain) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
 std::optional<std::string> PercentDecode(std::string_view text, bool plus_is_space) {
   auto hex = [](char c) -> int {
     if (c >= '0' && c <= '9') return c - '0';

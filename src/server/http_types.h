@@ -73,6 +73,9 @@ Route ParseRoute(std::string_view path, bool allow_tenants = false);
 // Decodes %XX escapes (and '+' as space when `plus_is_space`). Returns nullopt on a malformed
 // escape.
 std::optional<std::string> PercentDecode(std::string_view text, bool plus_is_space);
+// Percent-encodes every byte but letters, digits and "-._~" (and '/' when `keep_slash`): a
+// stream name for a URL path ('/' kept) or a query value ('/' encoded).
+std::string PercentEncode(std::string_view text, bool keep_slash);
 
 // Splits "a=1&b=2" into decoded pairs (first occurrence wins). Returns false on a bad escape.
 bool ParseQuery(std::string_view query, std::map<std::string, std::string>* out);

@@ -147,9 +147,18 @@ bool IsBase64ContentType(std::string_view content_type) {
 }
 
 // The absolute URL of the request, for Location headers.
+// The created stream's absolute URL: the Host header when it is a plain host[:port] (or an
+// IPv6 literal), else "localhost"; the path percent-encoded, as the decoded name may hold any
+// byte ('?', '#', '%', spaces, even NUL), none of which may reach a header raw.
 std::string LocationOf(const HttpRequest& request) {
   auto host = request.Header("host");
-  return "http://" + std::string(host ? *host : "localhost") + request.path;
+  const bool plain_host =
+      host && !host->empty() && std::all_of(host->begin(), host->end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '.' || c == '-' || c == ':' || c == '[' || c == ']';
+      });
+  return "http://" + std::string(plain_host ? *host : "localhost") +
+         PercentEncode(request.path, /*keep_slash=*/true);
 }
 
 HttpResponse Gone() {

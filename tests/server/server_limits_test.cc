@@ -664,6 +664,41 @@ TEST_F(ServerLimitsTest, PipelinedChunkedAndSplitBodiesAreReadWhole) {
   EXPECT_EQ(r.body, "abcdefghijklmn");
 }
 
+// Location on a 201 is an absolute URL whatever the name holds: the path percent-encoded (a
+// decoded '?', '#', '%', space or NUL never reaches the header raw), the host taken from Host
+// only when that is a plain host[:port].
+TEST_F(ServerLimitsTest, LocationIsAValidUrlForAnyName) {
+  StartServer(ServerOptions{});
+  Connection c(port());
+  auto location = [](const Connection::Response& r) {
+    const size_t at = r.head.find("Location: ");
+    if (at == std::string::npos) return std::string("(none)");
+    return r.head.substr(at + 10, r.head.find("\r\n", at) - at - 10);
+  };
+  const std::pair<std::string, std::string> cases[] = {
+      {"/v1/stream/q%3Fx", "http://x/v1/stream/q%3Fx"},
+      {"/v1/stream/h%23x", "http://x/v1/stream/h%23x"},
+      {"/v1/stream/pct%25x", "http://x/v1/stream/pct%25x"},
+      {"/v1/stream/sp%20x/a%00b", "http://x/v1/stream/sp%20x/a%00b"},
+      {"/v1/stream/caf%C3%A9", "http://x/v1/stream/caf%C3%A9"},
+  };
+  for (const auto& [target, want] : cases) {
+    Connection::Response r = c.Request(Put(target));
+    ASSERT_EQ(r.status, 201) << target;
+    EXPECT_EQ(location(r), want) << target;
+  }
+  Connection::Response odd = c.Request(
+      "PUT /v1/stream/h HTTP/1.1\r\nHost: evil.example/x?\r\nContent-Type: text/plain\r\n"
+      "Content-Length: 0\r\n\r\n");
+  ASSERT_EQ(odd.status, 201);
+  EXPECT_EQ(location(odd), "http://localhost/v1/stream/h");
+  Connection::Response v6 = c.Request(
+      "PUT /v1/stream/v6 HTTP/1.1\r\nHost: [::1]:4437\r\nContent-Type: text/plain\r\n"
+      "Content-Length: 0\r\n\r\n");
+  ASSERT_EQ(v6.status, 201);
+  EXPECT_EQ(location(v6), "http://[::1]:4437/v1/stream/v6");
+}
+
 // A live reader that closes its connection is released at once, not at the end of its wait
 // (ten minutes here) or at the next append.
 TEST_F(ServerLimitsTest, LiveReadersThatHangUpAreReleasedAtOnce) {
