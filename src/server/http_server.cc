@@ -126,6 +126,17 @@ struct Waker {
   bool recheck = false;         // connection thread only: its caller's token must be rechecked
 };
 
+// Whether a Transfer-Encoding list item (surrounding blanks allowed) is "chunked".
+bool IsChunked(std::string_view coding) {
+  while (!coding.empty() && (coding.front() == ' ' || coding.front() == '\t')) {
+    coding.remove_prefix(1);
+  }
+  while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t')) {
+    coding.remove_suffix(1);
+  }
+  return beast::iequals(beast::string_view(coding.data(), coding.size()), "chunked");
+}
+
 // Watches a live reader's socket while its response waits for records: a reader that closes
 // its connection is noticed at once (its Waker wakes with hung_up set), not at the next write
 // or the end of the wait. Nothing is consumed from the socket: a readable socket is peeked,
@@ -1181,6 +1192,23 @@ class HttpServer::Impl {
         HttpResponse r =
             StreamService::ErrorResponse(Status::ResourceExhausted("request URL is too long"));
         r.status = 414;
+        co_await Write(stream, std::move(r), false, false, "other", "-");
+        co_await DiscardInput(stream);
+        break;
+      }
+      // Only the chunked transfer coding is understood. A body in another coding (gzip, ...)
+      // would be stored undecoded: 501. Without chunked last, the body cannot be framed at all
+      // (RFC 9112 6.3): 400. Either way the connection closes.
+      if (const auto field = parser.get()[http::field::transfer_encoding];
+          !field.empty() && !IsChunked({field.data(), field.size()})) {
+        const std::string_view te(field.data(), field.size());
+        const bool framed = IsChunked(te.substr(te.rfind(',') + 1));
+        HttpResponse r = StreamService::ErrorResponse(
+            Status::InvalidArgument(framed ? "transfer coding '" + std::string(te) +
+                                                 "' is not supported; send the body "
+                                                 "chunked only"
+                                           : "Transfer-Encoding must end with chunked"));
+        r.status = framed ? 501 : 400;
         co_await Write(stream, std::move(r), false, false, "other", "-");
         co_await DiscardInput(stream);
         break;

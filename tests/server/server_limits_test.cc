@@ -699,6 +699,38 @@ TEST_F(ServerLimitsTest, LocationIsAValidUrlForAnyName) {
   EXPECT_EQ(location(v6), "http://[::1]:4437/v1/stream/v6");
 }
 
+// Only the chunked transfer coding is understood: a body in another coding would be stored
+// undecoded (501), one whose last coding is not chunked cannot be framed (400); both close the
+// connection and append nothing. "Chunked" in any case, with blanks, is fine.
+TEST_F(ServerLimitsTest, TransferCodingsOtherThanChunkedAreRefused) {
+  StartServer(ServerOptions{});
+  Connection setup(port());
+  ASSERT_EQ(setup.Request(Put("/v1/stream/t")).status, 201);
+  auto post = [](const std::string& te, const std::string& framing) {
+    return "POST /v1/stream/t HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+           "Transfer-Encoding: " +
+           te + "\r\n" + framing;
+  };
+  {
+    Connection c(port());
+    Connection::Response r = c.Request(post("gzip, chunked", "\r\n3\r\nabc\r\n0\r\n\r\n"));
+    EXPECT_EQ(r.status, 501) << r.head;
+    ExpectJsonError(r, "invalid_argument");
+  }
+  {
+    Connection c(port());
+    Connection::Response r = c.Request(post("identity", "Content-Length: 3\r\n\r\nxyz"));
+    EXPECT_EQ(r.status, 400) << r.head;
+  }
+  {
+    Connection c(port());
+    EXPECT_EQ(c.Request(post(" Chunked ", "\r\n2\r\nok\r\n0\r\n\r\n")).status, 204);
+  }
+  Connection::Response read = setup.Request(Get("/v1/stream/t?offset=-1"));
+  EXPECT_EQ(read.status, 200);
+  EXPECT_EQ(read.body, "ok");
+}
+
 // A live reader that closes its connection is released at once, not at the end of its wait
 // (ten minutes here) or at the next append.
 TEST_F(ServerLimitsTest, LiveReadersThatHangUpAreReleasedAtOnce) {
