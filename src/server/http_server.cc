@@ -999,6 +999,14 @@ class HttpServer::Impl {
       co_return co_await GroupLongPoll(stream, std::move(principal), std::move(shared),
                                        std::move(*answer.live), keep_alive);
     }
+    if ((route.kind == Route::Kind::kHealth || route.kind == Route::Kind::kMetrics) &&
+        method != "GET" && method != "HEAD") {
+      HttpResponse r = StreamService::ErrorResponse(
+          Status::InvalidArgument("use GET on /" + std::string(route.label)));
+      r.status = 405;
+      r.Set("Allow", "GET, HEAD");
+      co_return co_await Write(stream, std::move(r), keep_alive, false, route.label, method);
+    }
     switch (route.kind) {
       case Route::Kind::kHealth: {
         HttpResponse r;

@@ -731,6 +731,21 @@ TEST_F(ServerLimitsTest, TransferCodingsOtherThanChunkedAreRefused) {
   EXPECT_EQ(read.body, "ok");
 }
 
+// /healthz and /metrics answer GET and HEAD; other methods get 405 with Allow.
+TEST_F(ServerLimitsTest, HealthAndMetricsAnswerOnlyGetAndHead) {
+  StartServer(ServerOptions{});
+  Connection c(port());
+  for (const std::string path : {"/healthz", "/metrics"}) {
+    EXPECT_EQ(c.Request(Get(path)).status, 200) << path;
+    for (const std::string method : {"POST", "PUT", "DELETE", "PATCH"}) {
+      Connection::Response r = c.Request(WithBody(method, path, "x", "", "text/plain"));
+      EXPECT_EQ(r.status, 405) << method << " " << path;
+      EXPECT_NE(r.head.find("Allow: GET, HEAD"), std::string::npos) << r.head;
+      ExpectJsonError(r, "invalid_argument");
+    }
+  }
+}
+
 // A live reader that closes its connection is released at once, not at the end of its wait
 // (ten minutes here) or at the next append.
 TEST_F(ServerLimitsTest, LiveReadersThatHangUpAreReleasedAtOnce) {
