@@ -4,6 +4,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -31,6 +32,13 @@ struct Common {
   bool json_output = false;
 };
 
+constexpr char kArgEscape = '\x01';
+
+// Undoes ParseableArgs' escape.
+void Unescape(std::string* s) {
+  if (!s->empty() && s->front() == kArgEscape) s->erase(0, 1);
+}
+
 void AddCommon(CLI::App* cmd, Common* common) {
   cmd->add_option("--url", common->url, "Server URL")->envname("RUNNEL_URL")->capture_default_str();
   cmd->add_option("--token", common->token, "Bearer token for the server")->envname("RUNNEL_TOKEN");
@@ -55,6 +63,15 @@ int Fail(const std::string& what, const ClientResponse& r, bool json_output) {
   auto body = json::parse(r.body, nullptr, false);
   if (body.is_object() && body.contains("error")) {
     message = body["error"].value("message", r.body);
+  }
+  if (message.empty()) {
+    // A HEAD answer has no body to explain it.
+    switch (r.status) {
+      case 401: message = "this server needs a token (--token or RUNNEL_TOKEN)"; break;
+      case 403: message = "the token may not access this stream"; break;
+      case 404: message = "the stream does not exist"; break;
+      default: break;
+    }
   }
   if (json_output) {
     std::printf("%s\n", json({{"ok", false}, {"status", r.status}, {"error", message}}).dump().c_str());
@@ -98,14 +115,14 @@ int Create(const Common& c, const std::string& name, const std::string& content_
 }
 
 std::string StreamContentType(const Common& c, const HttpClient& client, const std::string& name,
-                              int* exit_code, bool json_output) {
+                              const std::string& what, int* exit_code, bool json_output) {
   auto r = client.Send("HEAD", StreamTarget(c, name), {});
   if (!r.ok()) {
     *exit_code = FailStatus(r.status());
     return {};
   }
   if (r->status != 200) {
-    *exit_code = Fail("describe", *r, json_output);
+    *exit_code = Fail(what, *r, json_output);
     return {};
   }
   return r->Header("content-type");
@@ -117,13 +134,18 @@ int Append(const Common& c, const std::string& name, const std::vector<std::stri
   if (!client.ok()) return FailStatus(client.status());
   if (content_type.empty()) {
     int code = kExitOk;
-    content_type = StreamContentType(c, *client, name, &code, c.json_output);
+    content_type = StreamContentType(c, *client, name, "append", &code, c.json_output);
     if (code != kExitOk) return code;
   }
   std::vector<std::string> bodies = data;
   if (bodies.empty()) {
     std::string input;
     if (!file.empty() && file != "-") {
+      std::error_code ec;
+      if (std::filesystem::is_directory(file, ec)) {
+        std::fprintf(stderr, "runnel: cannot read %s: it is a directory\n", file.c_str());
+        return kExitUsage;
+      }
       std::ifstream in(file, std::ios::binary);
       if (!in) {
         std::fprintf(stderr, "runnel: cannot read %s\n", file.c_str());
@@ -341,13 +363,23 @@ void AddClientCommands(CLI::App& app) {
         "append", "Append to a stream: each DATA argument, or stdin / --file as one message");
     AddCommon(cmd, &a->common);
     cmd->add_option("name", a->name, "Stream name")->required();
-    cmd->add_option("data", a->data, "Messages to append (one append each)");
+    // Sent byte for byte: see ParseableArgs for the escaping that keeps CLI11 from splitting.
+    cmd->add_option("data", a->data, "Messages to append (one append each), sent byte for byte");
     cmd->add_option("-f,--file", a->file, "Read the message from a file ('-' for stdin)");
     cmd->add_flag("--lines", a->lines, "Append each non-empty input line as its own message");
     cmd->add_option("-t,--content-type", a->content_type,
                     "Content type (default: the stream's own)");
     cmd->add_flag("--close", a->close, "Close the stream with the last append");
     cmd->callback([a] {
+      for (std::string* s : {&a->name, &a->file, &a->content_type, &a->common.url, &a->common.token,
+                             &a->common.cacert, &a->common.tenant}) {
+        Unescape(s);
+      }
+      for (std::string& d : a->data) Unescape(&d);
+      if (!a->data.empty() && !a->file.empty()) {
+        std::fprintf(stderr, "runnel: give DATA arguments or --file, not both\n");
+        std::exit(kExitUsage);
+      }
       std::exit(Append(a->common, a->name, a->data, a->file, a->lines, a->content_type, a->close));
     });
   }
@@ -410,6 +442,20 @@ void AddClientCommands(CLI::App& app) {
     cmd->add_option("name", a->name, "Stream name")->required();
     cmd->callback([a] { std::exit(Remove(a->common, a->name)); });
   }
+}
+
+std::vector<std::string> ParseableArgs(int argc, char** argv) {
+  const bool append = argc > 1 && std::string_view(argv[1]) == "append";
+  std::vector<std::string> args;
+  for (int i = argc - 1; i >= 1; --i) {
+    std::string arg = argv[i];
+    const bool bracketed = arg.size() >= 2 && arg.front() == '[' && arg.back() == ']';
+    if (append && i > 1 && (bracketed || (!arg.empty() && arg.front() == kArgEscape))) {
+      arg.insert(arg.begin(), kArgEscape);
+    }
+    args.push_back(std::move(arg));
+  }
+  return args;
 }
 
 }  // namespace runnel::cli

@@ -10,6 +10,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+#include <vector>
+
 namespace runnel::cli {
 
 inline constexpr int kExitOk = 0;
@@ -24,6 +27,13 @@ int ExitCodeForHttp(int status);
 
 // Registers the client subcommands on `app`.
 void AddClientCommands(CLI::App& app);
+
+// The command line as CLI11's parse(std::vector) takes it (last argument first). CLI11 reads an
+// argument in brackets given to a list option ("[a,b]") as several values and drops the
+// brackets; `append` sends each DATA argument byte for byte, so for `append` every argument that
+// CLI11 would split, or that starts with the escape byte, gets one escape byte in front, which
+// the command removes again from what it parsed.
+std::vector<std::string> ParseableArgs(int argc, char** argv);
 
 }  // namespace runnel::cli
 

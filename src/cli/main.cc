@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   runnel::cli::AddGroupCommand(app, &exit_code);
   runnel::cli::AddBenchCommand(app, &exit_code);
   try {
-    app.parse(argc, argv);
+    app.name(argc > 0 ? argv[0] : "runnel");
+    app.parse(runnel::cli::ParseableArgs(argc, argv));
   } catch (const CLI::ParseError& e) {
     // CLI11 reports a usage error by throwing; app.exit prints it (or the help, which is a
     // success). Every usage error exits 2, the documented code, not CLI11's own numbers.

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -182,6 +183,10 @@ Result<std::vector<StoredToken>> ParseTokenFile(std::string_view text, std::stri
 }
 
 Status TokenStore::Load() {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path_, ec)) {
+    return Status::IOError("cannot read token file '" + path_ + "': it is a directory");
+  }
   std::ifstream in(path_, std::ios::binary);
   if (!in) {
     if (errno == ENOENT) return Status::OK();

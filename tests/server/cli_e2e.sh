@@ -41,6 +41,19 @@ offset="$("$R" describe notes --json | sed 's/.*"next_offset":"\([^"]*\)".*/\1/'
 "$R" append notes ' more' >/dev/null
 expect_eq "$("$R" read notes --offset "$offset")" " more" "read from a saved offset"
 
+# DATA arguments go out byte for byte, brackets and commas included (one message each).
+"$R" create raw -t text/plain >/dev/null
+"$R" append raw '[hello world]' '[a,b]' $'\x01[x]' >/dev/null
+expect_eq "$("$R" read raw | od -An -c | tr -s ' ')" \
+  "$(printf '[hello world][a,b]\x01[x]' | od -An -c | tr -s ' ')" "bracketed DATA kept whole"
+expect_eq "$("$R" describe raw --json | sed 's/.*"next_offset":"[0-9]*_0*\([0-9]*\)".*/\1/')" "3" \
+  "three DATA arguments, three messages"
+expect_rc 2 "$R" append raw more -f "$workdir/input.txt"
+expect_rc 2 "$R" append raw -f "$workdir"
+expect_eq "$("$R" append missing x 2>&1 >/dev/null)" \
+  "runnel: append failed: HTTP 404: the stream does not exist" "append to a missing stream"
+"$R" rm raw >/dev/null
+
 expect_eq "$("$R" ls | cut -f1 | tr '\n' ' ')" "events notes " "ls"
 expect_eq "$("$R" ls no | cut -f1 | tr '\n' ' ')" "notes " "ls with prefix"
 
