@@ -181,7 +181,10 @@ void AddGroupCommand(CLI::App& app, int* exit_code) {
   }
   {
     auto a = std::make_shared<GroupArgs>();
-    auto* cmd = group->add_subcommand("ack", "Acknowledge through OFFSET (monotonic)");
+    auto* cmd = group->add_subcommand(
+        "ack",
+        "Acknowledge through OFFSET (monotonic; an offset past the tail is accepted and skips "
+        "ahead: the group then waits for records beyond it)");
     AddCommon(cmd, a.get());
     cmd->add_option("group", a->group, "Group name")->required();
     cmd->add_option("offset", a->offset, "Last processed offset")->required()->check(Unsigned());

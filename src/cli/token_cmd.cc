@@ -78,9 +78,10 @@ void AddTokenCommand(CLI::App& app, int* exit_code) {
   create->add_flag("--platform", opts->platform, "Act as the platform (global scope) instead");
   create->add_flag("--cross-tenant", opts->cross_tenant,
                    "Grant the stream:cross-tenant capability (every scope)");
-  create->add_option("--expires", opts->expires, "Lifetime such as 30d, 12h, 15m, 45s");
+  CLI::Option* expires =
+      create->add_option("--expires", opts->expires, "Lifetime such as 30d, 12h, 15m, 45s");
   create->add_option("--note", opts->note, "Free text shown by `token ls`");
-  create->callback([opts, exit_code] {
+  create->callback([opts, exit_code, expires] {
     if (opts->platform == !opts->tenant.empty()) {
       std::fprintf(stderr, "runnel token create: give exactly one of --tenant ID or --platform\n");
       *exit_code = 2;
@@ -90,10 +91,14 @@ void AddTokenCommand(CLI::App& app, int* exit_code) {
     if (!opts->tenant.empty()) grant.tenant = opts->tenant;
     grant.cross_tenant = opts->cross_tenant;
     grant.note = opts->note;
-    if (!opts->expires.empty()) {
+    if (expires->count() > 0) {
+      // Given empty or as zero, it would make a token that never expires or one already
+      // expired: neither is what was asked for.
       auto ms = ParseDuration(opts->expires);
-      if (!ms) {
-        std::fprintf(stderr, "runnel token create: --expires wants e.g. 30d, 12h, 15m or 45s\n");
+      if (!ms || *ms == 0) {
+        std::fprintf(stderr,
+                     "runnel token create: --expires wants a lifetime of at least 1s, e.g. 30d, "
+                     "12h, 15m or 45s\n");
         *exit_code = 2;
         return;
       }

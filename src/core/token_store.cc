@@ -115,6 +115,8 @@ Status ValidateTenantId(std::string_view tenant) {
   if (tenant.empty() || tenant.size() > 128) {
     return Status::InvalidArgument("tenant id must be 1 to 128 characters");
   }
+  // The token file writes "-" for "no tenant" (a platform token).
+  if (tenant == "-") return Status::InvalidArgument("tenant id '-' is reserved");
   for (char c : tenant) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     c == '.' || c == '_' || c == '-';

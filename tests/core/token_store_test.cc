@@ -133,6 +133,9 @@ TEST(TenantIdTest, Validation) {
   EXPECT_TRUE(ValidateTenantId("acme-01.eu_west").ok());
   EXPECT_FALSE(ValidateTenantId("a/b").ok());
   EXPECT_FALSE(ValidateTenantId(std::string(129, 'a')).ok());
+  // The token file's word for "no tenant": as an id it would have made a platform token.
+  EXPECT_FALSE(ValidateTenantId("-").ok());
+  EXPECT_TRUE(ValidateTenantId("-a").ok());
 }
 
 }  // namespace
