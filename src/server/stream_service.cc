@@ -582,6 +582,13 @@ std::string StreamService::NextCursor(const std::optional<std::string>& client_c
 // Writes
 
 void StreamService::HandleWrite(const Route& route, HttpRequest request, Done done) {
+  // Any other value would read as "not closed": a client that meant to close would be told its
+  // append succeeded and the stream stay open.
+  if (auto closed = request.Header("stream-closed");
+      closed && !EqualsIgnoreCase(*closed, "true") && !EqualsIgnoreCase(*closed, "false")) {
+    done(ErrorResponse(Status::InvalidArgument("Stream-Closed must be true or false")));
+    return;
+  }
   auto shared = std::make_shared<const HttpRequest>(std::move(request));
   std::string key = LaneKey(route.scope, route.name);
   if (shared->method == "POST") {

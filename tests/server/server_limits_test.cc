@@ -746,6 +746,25 @@ TEST_F(ServerLimitsTest, HealthAndMetricsAnswerOnlyGetAndHead) {
   }
 }
 
+// Stream-Closed is true or false (any case); another value is refused, not read as "open".
+TEST_F(ServerLimitsTest, StreamClosedMustBeTrueOrFalse) {
+  StartServer(ServerOptions{});
+  Connection c(port());
+  ASSERT_EQ(c.Request(Put("/v1/stream/c")).status, 201);
+  for (const std::string value : {"yes", "1", "", "truee"}) {
+    Connection::Response r =
+        c.Request(Post("/v1/stream/c", "x", "Stream-Closed: " + value + "\r\n"));
+    EXPECT_EQ(r.status, 400) << "'" << value << "'";
+    ExpectJsonError(r, "invalid_argument");
+  }
+  EXPECT_EQ(c.Request(Put("/v1/stream/d", "", "Stream-Closed: yes\r\n")).status, 400);
+  EXPECT_EQ(c.Request(Post("/v1/stream/c", "a", "Stream-Closed: False\r\n")).status, 204);
+  EXPECT_EQ(c.Request(Post("/v1/stream/c", "b", "Stream-Closed: TRUE\r\n")).status, 204);
+  Connection::Response read = c.Request(Get("/v1/stream/c?offset=-1"));
+  EXPECT_EQ(read.body, "ab");
+  EXPECT_NE(read.head.find("Stream-Closed: true"), std::string::npos) << read.head;
+}
+
 // A live reader that closes its connection is released at once, not at the end of its wait
 // (ten minutes here) or at the next append.
 TEST_F(ServerLimitsTest, LiveReadersThatHangUpAreReleasedAtOnce) {
