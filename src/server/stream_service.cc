@@ -38,6 +38,26 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   return true;
 }
 
+// If-None-Match (RFC 9110 13.1.2): "*", or a comma-separated list of entity tags compared
+// weakly (a W/ prefix on either side is ignored).
+bool NoneMatchHits(std::string_view header, std::string_view etag) {
+  auto trim = [](std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+  };
+  auto opaque = [](std::string_view tag) { return tag.starts_with("W/") ? tag.substr(2) : tag; };
+  if (trim(header) == "*") return true;
+  // Our tags hold no commas, so a list splits on them.
+  while (!header.empty()) {
+    const size_t comma = header.find(',');
+    if (opaque(trim(header.substr(0, comma))) == opaque(etag)) return true;
+    if (comma == std::string_view::npos) break;
+    header.remove_prefix(comma + 1);
+  }
+  return false;
+}
+
 bool IsTrue(std::optional<std::string_view> value) {
   return value && EqualsIgnoreCase(*value, "true");
 }
@@ -1510,7 +1530,7 @@ HttpResponse StreamService::ReadResponse(const ReadState& state, const ReadChunk
                        std::to_string(chunk.next) + (chunk.closed ? ":c" : "") + "\"";
     r.Set("ETag", etag);
     r.Set("Cache-Control", "public, max-age=60, stale-while-revalidate=300");
-    if (state.if_none_match && *state.if_none_match == etag) {
+    if (state.if_none_match && NoneMatchHits(*state.if_none_match, etag)) {
       r.status = 304;
       return r;
     }

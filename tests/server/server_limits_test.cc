@@ -765,6 +765,24 @@ TEST_F(ServerLimitsTest, StreamClosedMustBeTrueOrFalse) {
   EXPECT_NE(read.head.find("Stream-Closed: true"), std::string::npos) << read.head;
 }
 
+// If-None-Match matches weakly, in a list, and "*" (RFC 9110 13.1.2).
+TEST_F(ServerLimitsTest, IfNoneMatchTakesListsWeakTagsAndStar) {
+  StartServer(ServerOptions{});
+  Connection c(port());
+  ASSERT_EQ(c.Request(Put("/v1/stream/e", "abc")).status, 201);
+  Connection::Response first = c.Request(Get("/v1/stream/e?offset=-1"));
+  const size_t at = first.head.find("ETag: ");
+  ASSERT_NE(at, std::string::npos) << first.head;
+  const std::string etag = first.head.substr(at + 6, first.head.find("\r\n", at) - at - 6);
+  for (const std::string& value :
+       std::vector<std::string>{etag, "W/" + etag, "\"other\", " + etag, "*", " " + etag + " "}) {
+    EXPECT_EQ(c.Request(Get("/v1/stream/e?offset=-1", "If-None-Match: " + value + "\r\n")).status,
+              304)
+        << value;
+  }
+  EXPECT_EQ(c.Request(Get("/v1/stream/e?offset=-1", "If-None-Match: \"other\"\r\n")).status, 200);
+}
+
 // A live reader that closes its connection is released at once, not at the end of its wait
 // (ten minutes here) or at the next append.
 TEST_F(ServerLimitsTest, LiveReadersThatHangUpAreReleasedAtOnce) {
