@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "base/utf8.h"
 #include "cli/http_client.h"
+#include "server/sse_format.h"
 
 namespace runnel::cli {
 
@@ -207,6 +209,7 @@ int Read(const Common& c, const std::string& name, std::string offset, bool foll
   auto client = HttpClient::Create(c.url, c.token, c.cacert);
   if (!client.ok()) return FailStatus(client.status());
   std::string cursor;
+  bool printed = false;  // with --json: whether a line went out
   for (;;) {
     std::string target = StreamTarget(c, name) + "?offset=" + UrlEncode(offset, false);
     if (follow) target += "&live=long-poll";
@@ -218,22 +221,28 @@ int Read(const Common& c, const std::string& name, std::string offset, bool foll
     bool closed = r->Header("stream-closed") == "true";
     bool up_to_date = r->Header("stream-up-to-date") == "true";
     cursor = r->Header("stream-cursor");
-    if (c.json_output) {
-      if (r->status == 200 && (!r->body.empty() && r->body != "[]")) {
-        json line = {{"offset", offset}, {"next_offset", next}};
-        auto parsed = r->Header("content-type").find("json") != std::string::npos
-                          ? json::parse(r->body, nullptr, false)
-                          : json();
-        if (!parsed.is_discarded() && !parsed.is_null()) {
-          line["messages"] = parsed;
-        } else {
-          line["data"] = r->body;
-        }
-        std::printf("%s\n", line.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+    const bool json_stream = r->Header("content-type").find("json") != std::string::npos;
+    // Nothing read at all (an empty stream, or at the tail): one line still says where the
+    // stream stands.
+    const bool last_chance = !printed && (closed || (!follow && up_to_date));
+    if (c.json_output &&
+        ((r->status == 200 && !r->body.empty() && r->body != "[]") || last_chance)) {
+      json line = {{"offset", offset}, {"next_offset", next.empty() ? offset : next}};
+      auto parsed = json_stream && r->status == 200 ? json::parse(r->body, nullptr, false) : json();
+      if (!parsed.is_discarded() && !parsed.is_null()) {
+        line["messages"] = parsed;
+      } else if (json_stream && r->body.empty()) {
+        line["messages"] = json::array();
+      } else if (IsValidUtf8(r->body)) {
+        line["data"] = r->status == 200 ? r->body : std::string();
+      } else {
+        // JSON strings hold text only: bytes that are not UTF-8 travel as base64.
+        line["data_base64"] = server::Base64Encode(r->body);
       }
-    } else if (r->status == 200) {
-      bool json_stream = r->Header("content-type").find("application/json") != std::string::npos;
-      if (json_stream) {
+      std::printf("%s\n", line.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+      printed = true;
+    } else if (!c.json_output && r->status == 200) {
+      if (r->Header("content-type").find("application/json") != std::string::npos) {
         auto parsed = json::parse(r->body, nullptr, false);
         if (parsed.is_array()) {
           for (const auto& m : parsed) std::printf("%s\n", m.dump().c_str());

@@ -54,6 +54,19 @@ expect_eq "$("$R" append missing x 2>&1 >/dev/null)" \
   "runnel: append failed: HTTP 404: the stream does not exist" "append to a missing stream"
 "$R" rm raw >/dev/null
 
+# read --json: bytes that are not UTF-8 come back as base64, exactly; an empty stream still
+# gives one line that says where it stands.
+"$R" create bin -t application/octet-stream >/dev/null
+printf '\xff\x00A\x80' > "$workdir/bin.in"
+"$R" append bin -f "$workdir/bin.in" >/dev/null
+"$R" read bin --json | sed 's/.*"data_base64":"\([^"]*\)".*/\1/' | base64 -d > "$workdir/bin.out"
+cmp -s "$workdir/bin.in" "$workdir/bin.out" || fail "read --json of binary data"
+"$R" create empty >/dev/null
+expect_eq "$("$R" read empty --json)" \
+  '{"data":"","next_offset":"0000000000000000_0000000000000000","offset":"-1"}' "read --json, empty"
+"$R" rm bin >/dev/null
+"$R" rm empty >/dev/null
+
 expect_eq "$("$R" ls | cut -f1 | tr '\n' ' ')" "events notes " "ls"
 expect_eq "$("$R" ls no | cut -f1 | tr '\n' ' ')" "notes " "ls with prefix"
 
