@@ -60,7 +60,9 @@ std::string StreamTarget(const Common& c, const std::string& name) {
 }
 
 // Prints the error of a failed response and returns its exit code.
-int Fail(const std::string& what, const ClientResponse& r, bool json_output) {
+// `extra` adds fields to the --json error object.
+int Fail(const std::string& what, const ClientResponse& r, bool json_output,
+         const json& extra = json::object()) {
   std::string message = r.body;
   auto body = json::parse(r.body, nullptr, false);
   if (body.is_object() && body.contains("error")) {
@@ -76,7 +78,9 @@ int Fail(const std::string& what, const ClientResponse& r, bool json_output) {
     }
   }
   if (json_output) {
-    std::printf("%s\n", json({{"ok", false}, {"status", r.status}, {"error", message}}).dump().c_str());
+    json out = {{"ok", false}, {"status", r.status}, {"error", message}};
+    out.update(extra);
+    std::printf("%s\n", out.dump().c_str());
   } else {
     std::fprintf(stderr, "runnel: %s failed: HTTP %d%s%s\n", what.c_str(), r.status,
                  message.empty() ? "" : ": ", message.c_str());
@@ -180,8 +184,21 @@ int Append(const Common& c, const std::string& name, const std::vector<std::stri
     if (close && last) headers.emplace_back("Stream-Closed", "true");
     std::string body = i < bodies.size() ? bodies[i] : std::string();
     auto r = client->Send("POST", StreamTarget(c, name), headers, body);
-    if (!r.ok()) return FailStatus(r.status());
-    if (r->status != 200 && r->status != 204) return Fail("append", *r, c.json_output);
+    // Messages before this one are in the stream: a failure says how many.
+    const std::string done_before =
+        i == 0 ? std::string() : " (" + std::to_string(i) + " appended before it)";
+    if (!r.ok()) {
+      if (i > 0)
+        std::fprintf(stderr, "runnel: message %zu of %zu%s\n", i + 1, bodies.size(),
+                     done_before.c_str());
+      return FailStatus(r.status());
+    }
+    if (r->status != 200 && r->status != 204) {
+      return Fail(i == 0 ? std::string("append")
+                         : "append of message " + std::to_string(i + 1) + " of " +
+                               std::to_string(bodies.size()) + done_before,
+                  *r, c.json_output, {{"appended", i}});
+    }
     next_offset = r->Header("stream-next-offset");
     bytes += body.size();
     if (progress && (i % 100 == 0 || last)) {

@@ -241,12 +241,15 @@ Result<ClientResponse> HttpClient::Send(
   }
   request += "\r\n";
   request += body;
-  if (!conn.WriteAll(request)) return Status::Unavailable("connection lost while sending");
+  // A server that refuses a request early (413 for a body over its limit) answers and closes
+  // while the body is still going out: its answer is read even when sending failed.
+  const bool sent = conn.WriteAll(request);
 
   Reader reader(&conn);
   ClientResponse response;
   std::string line;
   if (!reader.ReadLine(&line) || line.size() < 12 || line.rfind("HTTP/1.", 0) != 0) {
+    if (!sent) return Status::Unavailable("connection lost while sending");
     return Status::Unavailable("no valid HTTP response from " + base_url_);
   }
   response.status = std::atoi(line.c_str() + 9);

@@ -7,7 +7,7 @@ set -euo pipefail
 R="$1"
 source "$(dirname "$0")/e2e_lib.sh"
 
-"$R" serve --listen 127.0.0.1:0 --store memory --long-poll-timeout-ms 200 \
+"$R" serve --listen 127.0.0.1:0 --store memory --long-poll-timeout-ms 200 --max-body-bytes 1048576 \
   >"$workdir/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 1 100); do
@@ -66,6 +66,22 @@ expect_eq "$("$R" read empty --json)" \
   '{"data":"","next_offset":"0000000000000000_0000000000000000","offset":"-1"}' "read --json, empty"
 "$R" rm bin >/dev/null
 "$R" rm empty >/dev/null
+
+# A failure part-way through several DATA arguments says how many went in.
+"$R" create parts -t application/json >/dev/null
+expect_eq "$("$R" append parts 1 bad 3 2>&1 >/dev/null)" \
+  "runnel: append of message 2 of 3 (1 appended before it) failed: HTTP 400: body is not valid JSON" \
+  "partial append"
+expect_eq "$("$R" append parts 1 bad --json | sed 's/.*"appended":\([0-9]*\).*/\1/')" "1" \
+  "partial append --json"
+"$R" rm parts >/dev/null
+
+# A body over the server's limit: its 413 is reported, not a lost connection.
+head -c 4000000 /dev/zero > "$workdir/big"
+"$R" create big >/dev/null
+expect_eq "$("$R" append big -f "$workdir/big" 2>&1 >/dev/null | cut -c1-36)" \
+  "runnel: append failed: HTTP 413: req" "body over the limit"
+"$R" rm big >/dev/null
 
 expect_eq "$("$R" ls | cut -f1 | tr '\n' ' ')" "events notes " "ls"
 expect_eq "$("$R" ls no | cut -f1 | tr '\n' ' ')" "notes " "ls with prefix"
