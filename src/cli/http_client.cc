@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "server/http_types.h"
@@ -108,6 +110,17 @@ class Conn {
   SSL* ssl_ = nullptr;
 };
 
+// How long one read or write on a connection may wait: 120 s (well above the server's default
+// long-poll of 20 s), or RUNNEL_CLIENT_TIMEOUT_MS.
+int IoTimeoutMs() {
+  static const int ms = [] {
+    const char* env = std::getenv("RUNNEL_CLIENT_TIMEOUT_MS");
+    const long v = env != nullptr ? std::strtol(env, nullptr, 10) : 0;
+    return v > 0 && v <= 86'400'000 ? static_cast<int>(v) : 120'000;
+  }();
+  return ms;
+}
+
 Result<int> Connect(const std::string& host, uint16_t port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -129,6 +142,9 @@ Result<int> Connect(const std::string& host, uint16_t port) {
     return Status::Unavailable("cannot connect to " + host + ":" + service + ": " +
                                std::strerror(errno));
   }
+  const timeval tv{IoTimeoutMs() / 1000, (IoTimeoutMs() % 1000) * 1000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   return fd;
 }
 
@@ -248,7 +264,13 @@ Result<ClientResponse> HttpClient::Send(
   Reader reader(&conn);
   ClientResponse response;
   std::string line;
+  errno = 0;
   if (!reader.ReadLine(&line) || line.size() < 12 || line.rfind("HTTP/1.", 0) != 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      return Status::Unavailable("no answer from " + base_url_ + " within " +
+                                 std::to_string(IoTimeoutMs()) +
+                                 " ms (RUNNEL_CLIENT_TIMEOUT_MS sets this)");
+    }
     if (!sent) return Status::Unavailable("connection lost while sending");
     return Status::Unavailable("no valid HTTP response from " + base_url_);
   }

@@ -14,6 +14,11 @@
 int main(int argc, char** argv) {
   CLI::App app{"runnel: a durable event-stream engine"};
   app.require_subcommand(1);
+  app.footer(
+      "Client exit codes: 0 ok; 1 failure (also a missing token, HTTP 401); 2 usage, or a request "
+      "the server refused as malformed or too large (400, 413, 414, 431); 3 not found (404, 410); "
+      "4 conflict or forbidden (409, 403); 5 server unreachable, unavailable (503) or silent for "
+      "RUNNEL_CLIENT_TIMEOUT_MS (default 120000).");
   int exit_code = 0;
   auto* version = app.add_subcommand("version", "Print the version and exit");
   version->callback([] { std::printf("runnel %s\n", RUNNEL_VERSION); });

@@ -67,6 +67,21 @@ expect_eq "$("$R" read empty --json)" \
 "$R" rm bin >/dev/null
 "$R" rm empty >/dev/null
 
+# A server that accepts but never answers: the client gives up (RUNNEL_CLIENT_TIMEOUT_MS).
+node -e 'const s = require("net").createServer(() => {});
+  s.listen(0, "127.0.0.1", () => console.log(s.address().port)); setTimeout(() => process.exit(0), 20000)' \
+  >"$workdir/silent.port" &
+silent_pid=$!
+for _ in $(seq 1 50); do [[ -s "$workdir/silent.port" ]] && break; sleep 0.1; done
+set +e
+RUNNEL_CLIENT_TIMEOUT_MS=500 timeout 10 "$R" ls --url "http://127.0.0.1:$(cat "$workdir/silent.port")" \
+  2>"$workdir/silent.err" >/dev/null
+silent_rc=$?
+set -e
+kill "$silent_pid" 2>/dev/null || true
+expect_eq "$silent_rc" "5" "a silent server: exit code"
+grep -q "no answer from .* within 500 ms" "$workdir/silent.err" || fail "a silent server: $(cat "$workdir/silent.err")"
+
 # A failure part-way through several DATA arguments says how many went in.
 "$R" create parts -t application/json >/dev/null
 expect_eq "$("$R" append parts 1 bad 3 2>&1 >/dev/null)" \
