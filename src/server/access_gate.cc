@@ -18,17 +18,6 @@ uint64_t SteadyMs() {
                                    .count());
 }
 
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 AccessGate::AccessGate(const AccessOptions& options)
@@ -114,9 +103,7 @@ Result<Principal> AccessGate::Authenticate(const HttpRequest& request) {
       (*header)[kScheme.size()] != ' ') {
     return Status::Unauthenticated("this server requires an Authorization: Bearer token");
   }
-  std::string_view bearer = header->substr(kScheme.size() + 1);
-  while (!bearer.empty() && bearer.front() == ' ') bearer.remove_prefix(1);
-  while (!bearer.empty() && bearer.back() == ' ') bearer.remove_suffix(1);
+  const std::string_view bearer = TrimBlanks(header->substr(kScheme.size() + 1));
   auto tokens = Current();
   if (!tokens) return Status::PermissionDenied("unknown token");
   return tokens->Authenticate(bearer);

@@ -128,13 +128,7 @@ struct Waker {
 
 // Whether a Transfer-Encoding list item (surrounding blanks allowed) is "chunked".
 bool IsChunked(std::string_view coding) {
-  while (!coding.empty() && (coding.front() == ' ' || coding.front() == '\t')) {
-    coding.remove_prefix(1);
-  }
-  while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t')) {
-    coding.remove_suffix(1);
-  }
-  return beast::iequals(beast::string_view(coding.data(), coding.size()), "chunked");
+  return EqualsIgnoreCase(TrimBlanks(coding), "chunked");
 }
 
 // Watches a live reader's socket while its response waits for records: a reader that closes

@@ -1,5 +1,7 @@
 #include "server/http_types.h"
 
+#include <cctype>
+
 namespace runnel::server {
 
 std::optional<std::string_view> HttpRequest::Header(std::string_view name) const {
@@ -89,6 +91,23 @@ Route ParseRoute(std::string_view path, bool allow_tenants) {
     route.name = std::string(rest.substr(kTenantStream.size()));
   }
   return route;
+}
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string_view TrimBlanks(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
 }
 
 std::string PercentEncode(std::string_view text, bool keep_slash) {

@@ -73,6 +73,11 @@ Route ParseRoute(std::string_view path, bool allow_tenants = false);
 // Decodes %XX escapes (and '+' as space when `plus_is_space`). Returns nullopt on a malformed
 // escape.
 std::optional<std::string> PercentDecode(std::string_view text, bool plus_is_space);
+// ASCII case-insensitive equality (header values such as "true" or "chunked").
+bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+// `s` without leading and trailing spaces and tabs (HTTP's optional whitespace).
+std::string_view TrimBlanks(std::string_view s);
+
 // Percent-encodes every byte but letters, digits and "-._~" (and '/' when `keep_slash`): a
 // stream name for a URL path ('/' kept) or a query value ('/' encoded).
 std::string PercentEncode(std::string_view text, bool keep_slash);

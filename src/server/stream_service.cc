@@ -27,31 +27,15 @@ constexpr uint64_t kMaxSafeInteger = (1ULL << 53) - 1;
 constexpr uint64_t kCursorEpochMs = 1728432000000ULL;  // 2024-10-09T00:00:00Z
 constexpr uint64_t kCursorIntervalMs = 20000;
 
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // If-None-Match (RFC 9110 13.1.2): "*", or a comma-separated list of entity tags compared
 // weakly (a W/ prefix on either side is ignored).
 bool NoneMatchHits(std::string_view header, std::string_view etag) {
-  auto trim = [](std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-    return s;
-  };
   auto opaque = [](std::string_view tag) { return tag.starts_with("W/") ? tag.substr(2) : tag; };
-  if (trim(header) == "*") return true;
+  if (TrimBlanks(header) == "*") return true;
   // Our tags hold no commas, so a list splits on them.
   while (!header.empty()) {
     const size_t comma = header.find(',');
-    if (opaque(trim(header.substr(0, comma))) == opaque(etag)) return true;
+    if (opaque(TrimBlanks(header.substr(0, comma))) == opaque(etag)) return true;
     if (comma == std::string_view::npos) break;
     header.remove_prefix(comma + 1);
   }
@@ -166,7 +150,6 @@ bool IsBase64ContentType(std::string_view content_type) {
   return !(normalized.starts_with("text/") || normalized == "application/json");
 }
 
-// The absolute URL of the request, for Location headers.
 // The created stream's absolute URL: the Host header when it is a plain host[:port] (or an
 // IPv6 literal), else "localhost"; the path percent-encoded, as the decoded name may hold any
 // byte ('?', '#', '%', spaces, even NUL), none of which may reach a header raw.

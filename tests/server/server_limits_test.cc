@@ -132,6 +132,14 @@ class ServerLimitsTest : public ::testing::Test {
   std::thread thread_;
 };
 
+// The value of header `name` (as the server spells it) in a response head; "(none)" if absent.
+std::string HeaderOf(const Connection::Response& r, const std::string& name) {
+  const size_t at = r.head.find(name + ": ");
+  if (at == std::string::npos) return "(none)";
+  const size_t from = at + name.size() + 2;
+  return r.head.substr(from, r.head.find("\r\n", from) - from);
+}
+
 void ExpectJsonError(const Connection::Response& r, std::string_view code) {
   auto body = nlohmann::json::parse(r.body, nullptr, false);
   ASSERT_TRUE(body.is_object()) << r.body;
@@ -670,11 +678,6 @@ TEST_F(ServerLimitsTest, PipelinedChunkedAndSplitBodiesAreReadWhole) {
 TEST_F(ServerLimitsTest, LocationIsAValidUrlForAnyName) {
   StartServer(ServerOptions{});
   Connection c(port());
-  auto location = [](const Connection::Response& r) {
-    const size_t at = r.head.find("Location: ");
-    if (at == std::string::npos) return std::string("(none)");
-    return r.head.substr(at + 10, r.head.find("\r\n", at) - at - 10);
-  };
   const std::pair<std::string, std::string> cases[] = {
       {"/v1/stream/q%3Fx", "http://x/v1/stream/q%3Fx"},
       {"/v1/stream/h%23x", "http://x/v1/stream/h%23x"},
@@ -685,18 +688,18 @@ TEST_F(ServerLimitsTest, LocationIsAValidUrlForAnyName) {
   for (const auto& [target, want] : cases) {
     Connection::Response r = c.Request(Put(target));
     ASSERT_EQ(r.status, 201) << target;
-    EXPECT_EQ(location(r), want) << target;
+    EXPECT_EQ(HeaderOf(r, "Location"), want) << target;
   }
   Connection::Response odd = c.Request(
       "PUT /v1/stream/h HTTP/1.1\r\nHost: evil.example/x?\r\nContent-Type: text/plain\r\n"
       "Content-Length: 0\r\n\r\n");
   ASSERT_EQ(odd.status, 201);
-  EXPECT_EQ(location(odd), "http://localhost/v1/stream/h");
+  EXPECT_EQ(HeaderOf(odd, "Location"), "http://localhost/v1/stream/h");
   Connection::Response v6 = c.Request(
       "PUT /v1/stream/v6 HTTP/1.1\r\nHost: [::1]:4437\r\nContent-Type: text/plain\r\n"
       "Content-Length: 0\r\n\r\n");
   ASSERT_EQ(v6.status, 201);
-  EXPECT_EQ(location(v6), "http://[::1]:4437/v1/stream/v6");
+  EXPECT_EQ(HeaderOf(v6, "Location"), "http://[::1]:4437/v1/stream/v6");
 }
 
 // Only the chunked transfer coding is understood: a body in another coding would be stored
@@ -771,9 +774,8 @@ TEST_F(ServerLimitsTest, IfNoneMatchTakesListsWeakTagsAndStar) {
   Connection c(port());
   ASSERT_EQ(c.Request(Put("/v1/stream/e", "abc")).status, 201);
   Connection::Response first = c.Request(Get("/v1/stream/e?offset=-1"));
-  const size_t at = first.head.find("ETag: ");
-  ASSERT_NE(at, std::string::npos) << first.head;
-  const std::string etag = first.head.substr(at + 6, first.head.find("\r\n", at) - at - 6);
+  const std::string etag = HeaderOf(first, "ETag");
+  ASSERT_NE(etag, "(none)") << first.head;
   for (const std::string& value :
        std::vector<std::string>{etag, "W/" + etag, "\"other\", " + etag, "*", " " + etag + " "}) {
     EXPECT_EQ(c.Request(Get("/v1/stream/e?offset=-1", "If-None-Match: " + value + "\r\n")).status,

@@ -413,6 +413,17 @@ TEST_F(TenantServerTest, RevokingATokenEndsItsLiveSseResponses) {
                  {Bearer(revoked), "Content-Type: text/plain"})
                 .status,
             201);
+  // Reads from `fd` until what arrived holds `needle` (or the connection ends or times out).
+  auto read_until = [](int fd, std::string_view needle) {
+    std::string got;
+    char buf[4096];
+    while (got.find(needle) == std::string::npos) {
+      const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    return got;
+  };
   // Opens an SSE response with `token`; returns its socket once the head has arrived.
   auto open_sse = [&](const std::string& token) {
     int fd = testing::ConnectLoopback(port(), 20);
@@ -421,26 +432,18 @@ TEST_F(TenantServerTest, RevokingATokenEndsItsLiveSseResponses) {
                                  "GET /v1/tenants/acme/stream/s?offset=now&live=sse HTTP/1.1\r\n"
                                  "Host: x\r\n" +
                                      Bearer(token) + "\r\n\r\n"));
-    std::string head;
-    char buf[4096];
-    while (head.find("\r\n\r\n") == std::string::npos) {
-      const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-      if (n <= 0) break;
-      head.append(buf, static_cast<size_t>(n));
-    }
+    const std::string head = read_until(fd, "\r\n\r\n");
     EXPECT_EQ(head.rfind("HTTP/1.1 200", 0), 0u) << head;
     return fd;
   };
   // Reads until the server ends the response (the last chunk, then the close), or `seconds`.
   auto ended_within = [](int fd, int seconds) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-    std::string seen;
     char buf[4096];
     while (std::chrono::steady_clock::now() < deadline) {
       const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
       if (n == 0) return true;
       if (n < 0) return false;  // the receive timeout: still open
-      seen.append(buf, static_cast<size_t>(n));
     }
     return false;
   };
@@ -462,13 +465,7 @@ TEST_F(TenantServerTest, RevokingATokenEndsItsLiveSseResponses) {
                  {Bearer(kept), "Content-Type: text/plain"}, "after")
                 .status,
             204);
-  std::string got;
-  char buf[4096];
-  while (got.find("after") == std::string::npos) {
-    const ssize_t n = ::recv(alive, buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    got.append(buf, static_cast<size_t>(n));
-  }
+  const std::string got = read_until(alive, "after");
   EXPECT_NE(got.find("after"), std::string::npos) << got;
   ::close(alive);
 }
