@@ -47,16 +47,21 @@ Status ConfigError(std::string_view what) {
   return Status::InvalidArgument("ConfigError: " + std::string(what));
 }
 
-bool HasRetentionCaps(const StreamRetention& r) {
-  return r.max_events || r.max_age_ms || r.max_bytes;
-}
-
-// A partition keeps every message (idempotency keys are resolved from its records): a stream
-// whose retention caps would drop some is not adopted as one.
-Status CappedStream(const std::string& key) {
-  return ConfigError("stream " + key +
-                     " exists with retention caps and is not a partition of a runnel channel "
-                     "(a partition keeps every message)");
+// Whether an untagged stream may be adopted as partition `key`: only if it never held a record
+// (its rows would not be envelopes) and has no retention caps (a partition keeps every message;
+// idempotency keys are resolved from its records).
+Status CheckAdoptable(const StreamInfo& info, const std::string& key) {
+  if (info.head_offset != 0 || info.next_offset > info.spec.first_offset) {
+    return ConfigError("stream " + key +
+                       " exists, holds records and is not a partition of a runnel channel");
+  }
+  const StreamRetention& r = info.spec.retention;
+  if (r.max_events || r.max_age_ms || r.max_bytes) {
+    return ConfigError("stream " + key +
+                       " exists with retention caps and is not a partition of a runnel channel "
+                       "(a partition keeps every message)");
+  }
+  return Status::OK();
 }
 
 std::string Where(std::string_view stream_key, uint64_t sequence) {
@@ -257,11 +262,7 @@ Status DurableChannel::OpenPartitions() {
     if (!info.ok()) continue;
     auto found = attributes::Get(info->spec.attributes, kAttributeKey);
     if (!found.ok() || found->has_value()) continue;
-    if (info->head_offset != 0 || info->next_offset > info->spec.first_offset) {
-      return ConfigError("stream " + key +
-                         " exists, holds records and is not a partition of a runnel channel");
-    }
-    if (HasRetentionCaps(info->spec.retention)) return CappedStream(key);
+    RUNNEL_RETURN_IF_ERROR(CheckAdoptable(*info, key));
   }
   for (size_t i = 0; i < stream_keys_.size(); ++i) {
     const std::string tag = PartitionTag(stream_keys_.size(), i);
@@ -283,14 +284,9 @@ Status DurableChannel::OpenPartitions() {
                          " exists and is not a partition of a runnel channel");
     }
     if (!found->has_value()) {
-      // An untagged stream of that name is adopted as the partition when it never held a
-      // record (its rows would not be envelopes; checked again here, it may have gained some
-      // since the pass above); other layers' attributes are kept.
-      if (info->head_offset != 0 || info->next_offset > info->spec.first_offset) {
-        return ConfigError("stream " + stream_keys_[i] +
-                           " exists, holds records and is not a partition of a runnel channel");
-      }
-      if (HasRetentionCaps(info->spec.retention)) return CappedStream(stream_keys_[i]);
+      // An untagged stream of that name is adopted as the partition (checked again here: it may
+      // have changed since the pass above); other layers' attributes are kept.
+      RUNNEL_RETURN_IF_ERROR(CheckAdoptable(*info, stream_keys_[i]));
       RUNNEL_ASSIGN_OR_RETURN(std::string tagged,
                               attributes::Set(info->spec.attributes, kAttributeKey, tag));
       RUNNEL_RETURN_IF_ERROR(store.UpdateStream(info->id, info->spec.retention, tagged)
