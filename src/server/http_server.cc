@@ -1259,6 +1259,15 @@ class HttpServer::Impl {
       HttpRequest request;
       request.method = std::string(req.method_string());
       std::string_view target(req.target().data(), req.target().size());
+      // RFC 9112 3.2: an HTTP/1.1 request carries exactly one Host; a server must accept the
+      // absolute form of a target ("http://host/path") and then use its authority as the host.
+      std::string_view authority;
+      const std::optional<std::string> origin_form = OriginFormOf(target, &authority);
+      const bool absolute_form = origin_form.has_value();
+      if (absolute_form) target = *origin_form;
+      size_t hosts = 0;
+      for (const auto& field : req) hosts += field.name() == http::field::host ? 1 : 0;
+      const bool bad_host = hosts > 1 || (hosts == 0 && req.version() >= 11 && !absolute_form);
       size_t question = target.find('?');
       auto path = PercentDecode(target.substr(0, question), false);
       bool bad = !path;
@@ -1280,11 +1289,18 @@ class HttpServer::Impl {
         auto [it, inserted] = request.headers.emplace(name, value);
         if (!inserted) it->second += ", " + value;
       }
+      if (absolute_form) request.headers["host"] = std::string(authority);
       request.body = std::move(req.body());
       metrics_.AddBytesIn(request.body.size());
       bool keep = false;
       in_flight_.fetch_add(1);
-      if (bad || not_utf8) {
+      if (bad_host) {  // answered, then the connection closes
+        co_await Write(stream,
+                       StreamService::ErrorResponse(Status::InvalidArgument(
+                           hosts == 0 ? "an HTTP/1.1 request needs a Host header"
+                                      : "a request may carry only one Host header")),
+                       false, false, "other", request.method);
+      } else if (bad || not_utf8) {
         keep = co_await Write(
             stream,
             StreamService::ErrorResponse(Status::InvalidArgument(

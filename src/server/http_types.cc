@@ -1,5 +1,6 @@
 #include "server/http_types.h"
 
+#include <algorithm>
 #include <cctype>
 
 namespace runnel::server {
@@ -126,6 +127,24 @@ std::string PercentEncode(std::string_view text, bool keep_slash) {
     }
   }
   return out;
+}
+
+std::optional<std::string> OriginFormOf(std::string_view target, std::string_view* authority) {
+  size_t scheme = 0;
+  for (std::string_view prefix : {"http://", "https://"}) {
+    if (target.size() >= prefix.size() &&
+        EqualsIgnoreCase(target.substr(0, prefix.size()), prefix)) {
+      scheme = prefix.size();
+    }
+  }
+  if (scheme == 0) return std::nullopt;
+  const std::string_view rest = target.substr(scheme);
+  const size_t end = std::min(rest.find('/'), rest.find('?'));
+  *authority = rest.substr(0, end);
+  if (end == std::string_view::npos) return "/";
+  std::string origin(rest.substr(end));
+  if (origin[0] == '?') origin.insert(0, 1, '/');
+  return origin;
 }
 
 std::optional<std::string> PercentDecode(std::string_view text, bool plus_is_space) {

@@ -82,6 +82,11 @@ std::string_view TrimBlanks(std::string_view s);
 // stream name for a URL path ('/' kept) or a query value ('/' encoded).
 std::string PercentEncode(std::string_view text, bool keep_slash);
 
+// The origin form of an absolute-form request target (RFC 9112 3.2.2): for
+// "http://host:port/path?q" sets *authority to "host:port" and returns "/path?q" ("/" stands
+// for an empty path). Any other target (origin form, "*", no http or https scheme) gives nullopt.
+std::optional<std::string> OriginFormOf(std::string_view target, std::string_view* authority);
+
 // Splits "a=1&b=2" into decoded pairs (first occurrence wins). Returns false on a bad escape.
 bool ParseQuery(std::string_view query, std::map<std::string, std::string>* out);
 

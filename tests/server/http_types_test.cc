@@ -62,6 +62,20 @@ TEST(ParseQueryTest, FirstOccurrenceWins) {
 namespace runnel::server {
 namespace {
 
+TEST(OriginFormTest, AbsoluteTargetsGiveTheirPathAndAuthority) {
+  std::string_view authority;
+  EXPECT_EQ(OriginFormOf("http://h:4437/v1/stream/a?offset=-1", &authority),
+            "/v1/stream/a?offset=-1");
+  EXPECT_EQ(authority, "h:4437");
+  EXPECT_EQ(OriginFormOf("HTTPS://example.org", &authority), "/");
+  EXPECT_EQ(authority, "example.org");
+  EXPECT_EQ(OriginFormOf("http://h?x=1", &authority), "/?x=1");
+  EXPECT_EQ(authority, "h");
+  EXPECT_EQ(OriginFormOf("/v1/stream/http://x", &authority), std::nullopt);
+  EXPECT_EQ(OriginFormOf("ftp://h/x", &authority), std::nullopt);
+  EXPECT_EQ(OriginFormOf("*", &authority), std::nullopt);
+}
+
 TEST(ChannelRouteTest, ChannelPathsKeysAndPartitions) {
   Route c = ParseRoute("/v1/channels/orders");
   EXPECT_EQ(c.kind, Route::Kind::kChannel);

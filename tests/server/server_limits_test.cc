@@ -702,6 +702,40 @@ TEST_F(ServerLimitsTest, LocationIsAValidUrlForAnyName) {
   EXPECT_EQ(HeaderOf(v6, "Location"), "http://[::1]:4437/v1/stream/v6");
 }
 
+// RFC 9112 3.2: an HTTP/1.1 request without Host, or any request with two, is refused (400,
+// connection closed) before it touches a stream; HTTP/1.0 may omit Host. An absolute-form
+// target ("http://host/path") is accepted, and its authority stands in for Host.
+TEST_F(ServerLimitsTest, HostIsRequiredOnceAndAbsoluteTargetsAreAccepted) {
+  StartServer(ServerOptions{});
+  Connection setup(port());
+  ASSERT_EQ(setup.Request(Put("/v1/stream/h")).status, 201);
+  const std::string append_no_host =
+      "POST /v1/stream/h HTTP/1.1\r\nContent-Type: text/plain\r\nContent-Length: 1\r\n\r\nx";
+  const std::string append_two_hosts =
+      "POST /v1/stream/h HTTP/1.1\r\nHost: a\r\nHost: b\r\nContent-Type: text/plain\r\n"
+      "Content-Length: 1\r\n\r\ny";
+  for (const std::string& request : {append_no_host, append_two_hosts}) {
+    Connection c(port());
+    Connection::Response r = c.Request(request);
+    EXPECT_EQ(r.status, 400) << request;
+    ExpectJsonError(r, "invalid_argument");
+    EXPECT_EQ(c.Receive().status, 0);  // the next read sees the server close the connection
+    EXPECT_TRUE(c.PeerClosed()) << request;
+  }
+  EXPECT_EQ(setup.Request(Get("/v1/stream/h?offset=-1")).body, "");
+
+  Connection c(port());
+  EXPECT_EQ(c.Request("GET /healthz HTTP/1.0\r\n\r\n").status, 200);
+  Connection absolute(port());
+  Connection::Response created = absolute.Request(
+      "PUT http://node.example:4437/v1/stream/abs HTTP/1.1\r\nHost: ignored\r\n"
+      "Content-Type: text/plain\r\nContent-Length: 0\r\n\r\n");
+  ASSERT_EQ(created.status, 201) << created.head;
+  EXPECT_EQ(HeaderOf(created, "Location"), "http://node.example:4437/v1/stream/abs");
+  EXPECT_EQ(absolute.Request(Post("http://node.example/v1/stream/abs", "z")).status, 204);
+  EXPECT_EQ(setup.Request(Get("/v1/stream/abs?offset=-1")).body, "z");
+}
+
 // Only the chunked transfer coding is understood: a body in another coding would be stored
 // undecoded (501), one whose last coding is not chunked cannot be framed (400); both close the
 // connection and append nothing. "Chunked" in any case, with blanks, is fine.
