@@ -111,7 +111,9 @@ Result<std::shared_ptr<ChannelService::Entry>> ChannelService::Find(const std::s
   if (!entry->channel) {
     auto count = DurableChannel::StoredPartitionCount(registry_, StreamScope::Global(), id);
     if (!count.ok()) {
-      if (count.status().code() == StatusCode::kNotFound) {
+      // kInvalidArgument: `<id>:0` is a plain stream, not a partition: no channel either.
+      if (count.status().code() == StatusCode::kNotFound ||
+          count.status().code() == StatusCode::kInvalidArgument) {
         // Forget the empty entry, so requests for made-up ids cannot grow the map. (Lock order:
         // an entry's mutex, then mu_; nothing takes them the other way round.)
         std::lock_guard map_lock(mu_);
@@ -162,7 +164,9 @@ HttpResponse ChannelService::Create(const std::string& id, const HttpRequest& re
     if (existing.ok()) {
       if (*existing != *count) return exists_with(*existing);
       status = 200;
-    } else if (existing.status().code() != StatusCode::kNotFound) {
+    } else if (existing.status().code() != StatusCode::kNotFound &&
+               existing.status().code() != StatusCode::kInvalidArgument) {
+      // kInvalidArgument: `<id>:0` is a plain stream; Open adopts it if it is empty, or refuses.
       return Error(existing.status());
     }
     auto opened = DurableChannel::Open(id, *count, registry_, Options());
@@ -271,7 +275,8 @@ HttpResponse ChannelService::ReadPartition(const std::string& id, const std::str
   }
   auto count = DurableChannel::StoredPartitionCount(registry_, StreamScope::Global(), id);
   if (!count.ok()) {
-    if (count.status().code() == StatusCode::kNotFound) {
+    if (count.status().code() == StatusCode::kNotFound ||
+        count.status().code() == StatusCode::kInvalidArgument) {
       return Error(Status::NotFound("channel '" + id + "' does not exist"));
     }
     return Error(count.status());

@@ -173,7 +173,14 @@ HttpResponse GroupService::HandleRequest(const Principal& who, const HttpRequest
   }
 
   auto info = streams_->LookupLive(route.scope, route.name);
-  if (!info.ok()) return StreamService::ErrorResponse(info.status());
+  if (!info.ok()) {
+    // P9: pruning a stream that does not exist removes nothing; it is not an error.
+    if (post && !group && info.status().code() == StatusCode::kNotFound &&
+        ParseUint(*request.Query("prune"))) {
+      return JsonResponse(200, {{"removed", 0}});
+    }
+    return StreamService::ErrorResponse(info.status());
+  }
   const uint64_t tail = info->next_offset - 1;
 
   if (post && group) {

@@ -98,7 +98,10 @@ TEST_P(ChannelCheckpointTest, V3_RecordedEvery256AppendsAndAtACleanStop) {
     EXPECT_FALSE(ch->OpenedFromCheckpoint());
     PublishRange(*ch, 0, 255);
     EXPECT_EQ(ch->CheckpointCount(), 0u);
-    EXPECT_FALSE(registry().Exists(StreamScope::Global(), kCheckpointStream));
+    // The companion stream exists from the open on (so its name cannot be taken), still empty.
+    auto companion = registry().Describe(StreamScope::Global(), kCheckpointStream);
+    ASSERT_TRUE(companion.has_value());
+    EXPECT_EQ(companion->event_count, 0u);
     PublishRange(*ch, 255, 256);
     EXPECT_EQ(ch->CheckpointCount(), 1u);
     PublishRange(*ch, 256, 300);
@@ -331,14 +334,33 @@ TEST_P(ChannelCheckpointTest, V3_CorruptRecordIsRefusedThenAFullWalk) {
   ExpectIndexAgreesWithScan(*ch, {"req-42", "req-299", "req-300"});
 }
 
+// A stream of the companion's name that holds records of its own refuses the channel before
+// anything is created; an empty one is adopted and tagged, as an empty partition stream is.
 TEST_P(ChannelCheckpointTest, V3_ACompanionStreamOfAnotherKindIsRefused) {
   ASSERT_TRUE(registry()
                   .CreateStream(StreamScope::Global(), kCheckpointStream, CreateStreamOptions{})
+                  .ok());
+  ASSERT_TRUE(registry()
+                  .Append(StreamScope::Global(), kCheckpointStream, std::nullopt, "not mine", 1)
                   .ok());
   auto ch = OpenOrders();
   ASSERT_FALSE(ch.ok());
   EXPECT_EQ(ch.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(ch.status().message().find("ConfigError"), std::string_view::npos);
+  EXPECT_FALSE(registry().Exists(StreamScope::Global(), "orders:0"));
+
+  ASSERT_TRUE(registry().DeleteStream(StreamScope::Global(), kCheckpointStream).ok());
+  ASSERT_TRUE(registry()
+                  .CreateStream(StreamScope::Global(), kCheckpointStream, CreateStreamOptions{})
+                  .ok());
+  {
+    auto adopted = OpenOrders();
+    ASSERT_TRUE(adopted.ok()) << adopted.status().ToString();
+    PublishRange(*adopted, 0, 10);
+  }  // the clean stop records into the adopted stream
+  auto reopened = OpenOrders();
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_TRUE(reopened->OpenedFromCheckpoint());
 }
 
 TEST_P(ChannelCheckpointTest, V3_TwoInstancesRecordingInTurnKeepOneValidChain) {

@@ -88,10 +88,26 @@ done
 expect_eq "$(curl -s "$RUNNEL_URL/v1/channels/pre/partitions/0?from=0")" '{"messages":[],"next":1}' "empty partition"
 expect_eq "$(http_code "$RUNNEL_URL/v1/channels/pre/partitions/0?from=10000000000")" "200" "large from"
 expect_eq "$(http_code "$RUNNEL_URL/v1/channels/pre/partitions/0?from=18446744073709551616")" "400" "from past 2^64-1"
+# A plain stream named like partition 0 is treated as partitions 1.. are: adopted when empty,
+# a conflict (409, not a bad request) when it holds records; no channel exists there meanwhile.
+curl -s -o /dev/null -X PUT -H 'Content-Type: text/plain' "$RUNNEL_URL/v1/stream/zero:0"
+expect_eq "$(http_code -X PUT "$RUNNEL_URL/v1/channels/zero?partitions=2")" "201" "empty partition 0 adopted"
+curl -s -o /dev/null -X PUT -H 'Content-Type: text/plain' "$RUNNEL_URL/v1/stream/full:0"
+curl -s -o /dev/null -X POST -H 'Content-Type: text/plain' --data-binary junk "$RUNNEL_URL/v1/stream/full:0"
+expect_eq "$(http_code "$RUNNEL_URL/v1/channels/full")" "404" "a plain stream is no channel"
+expect_eq "$(http_code -X PUT "$RUNNEL_URL/v1/channels/full?partitions=1")" "409" "partition 0 holding records"
+# The head-checkpoint stream exists from the channel's creation, owned by it: its name cannot be
+# taken before the first checkpoint, which would refuse the channel after a restart.
+expect_eq "$(http_code -X PUT "$RUNNEL_URL/v1/channels/early?partitions=1")" "201" "channel without checkpoints yet"
+"$R" channel publish early 'm' -i e1 >/dev/null
+expect_eq "$(http_code -X POST -H 'Content-Type:' --data-binary junk "$RUNNEL_URL/v1/stream/early:checkpoint")" \
+  "409" "checkpoint stream owned from the start"
+expect_eq "$(http_code -X DELETE "$RUNNEL_URL/v1/stream/early:checkpoint")" "409" "checkpoint stream not deletable"
 
 # Restart: the key index is rebuilt from the partitions, so the duplicate is still recognised.
 stop_server
 start_server
+expect_eq "$("$R" channel publish early 'm' -i e1 | grep -c duplicate)" "1" "channel with an early checkpoint stream reopens"
 expect_eq "$("$R" channel publish orders 'order one' -k cust-7 -i k1)" "$again" "duplicate after restart (I4)"
 expect_eq "$("$R" channel read orders -p "$part" | wc -l | tr -d ' ')" "2" "no row added by the duplicate"
 next="$(curl -s "$RUNNEL_URL/v1/channels/orders" | sed 's/.*"next_offsets":\[\([^]]*\)\].*/\1/')"

@@ -57,6 +57,7 @@ expect_eq "$("$R" group next events fast)" '6	{"n":6}' "group next"
 expect_eq "$("$R" group prune events 5)" "removed 2" "prune stops at the slowest group"
 expect_eq "$("$R" group next events slow --limit 2 | cut -f1 | tr '\n' ' ')" "3 4 " "next after prune"
 expect_rc 3 "$R" group ls missing
+expect_eq "$("$R" group prune missing 5)" "removed 0" "prune of an unknown stream removes nothing (P9)"
 # Offsets are decimal and within 64 bits: "-1" would wrap to 2^64-1 (prune everything, ack past
 # every record for good), a value past 2^64-1 would saturate, "0x10" would be hexadecimal.
 expect_rc 2 "$R" group prune events -1

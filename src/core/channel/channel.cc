@@ -50,19 +50,21 @@ Status ConfigError(std::string_view what) {
 // Whether an untagged stream may be adopted as partition `key`: only if it never held a record
 // (its rows would not be envelopes) and has no retention caps (a partition keeps every message;
 // idempotency keys are resolved from its records).
-Status CheckAdoptable(const StreamInfo& info, const std::string& key) {
+// `what` names the role: "a partition of a runnel channel" or "a channel head checkpoint".
+Status CheckAdoptable(const StreamInfo& info, const std::string& key, std::string_view what) {
   if (info.head_offset != 0 || info.next_offset > info.spec.first_offset) {
-    return ConfigError("stream " + key +
-                       " exists, holds records and is not a partition of a runnel channel");
+    return ConfigError("stream " + key + " exists, holds records and is not " + std::string(what));
   }
   const StreamRetention& r = info.spec.retention;
   if (r.max_events || r.max_age_ms || r.max_bytes) {
-    return ConfigError("stream " + key +
-                       " exists with retention caps and is not a partition of a runnel channel "
-                       "(a partition keeps every message)");
+    return ConfigError("stream " + key + " exists with retention caps and is not " +
+                       std::string(what) + " (a channel keeps every record)");
   }
   return Status::OK();
 }
+
+constexpr std::string_view kPartitionRole = "a partition of a runnel channel";
+constexpr std::string_view kCheckpointRole = "a channel head checkpoint";
 
 std::string Where(std::string_view stream_key, uint64_t sequence) {
   return "stream " + std::string(stream_key) + " sequence " + std::to_string(sequence) +
@@ -262,7 +264,13 @@ Status DurableChannel::OpenPartitions() {
     if (!info.ok()) continue;
     auto found = attributes::Get(info->spec.attributes, kAttributeKey);
     if (!found.ok() || found->has_value()) continue;
-    RUNNEL_RETURN_IF_ERROR(CheckAdoptable(*info, key));
+    RUNNEL_RETURN_IF_ERROR(CheckAdoptable(*info, key, kPartitionRole));
+  }
+  if (auto info = store.GetStream(ns, checkpoint_key_); info.ok()) {
+    auto found = attributes::Get(info->spec.attributes, kAttributeKey);
+    if (found.ok() && !found->has_value()) {
+      RUNNEL_RETURN_IF_ERROR(CheckAdoptable(*info, checkpoint_key_, kCheckpointRole));
+    }
   }
   for (size_t i = 0; i < stream_keys_.size(); ++i) {
     const std::string tag = PartitionTag(stream_keys_.size(), i);
@@ -286,7 +294,7 @@ Status DurableChannel::OpenPartitions() {
     if (!found->has_value()) {
       // An untagged stream of that name is adopted as the partition (checked again here: it may
       // have changed since the pass above); other layers' attributes are kept.
-      RUNNEL_RETURN_IF_ERROR(CheckAdoptable(*info, stream_keys_[i]));
+      RUNNEL_RETURN_IF_ERROR(CheckAdoptable(*info, stream_keys_[i], kPartitionRole));
       RUNNEL_ASSIGN_OR_RETURN(std::string tagged,
                               attributes::Set(info->spec.attributes, kAttributeKey, tag));
       RUNNEL_RETURN_IF_ERROR(store.UpdateStream(info->id, info->spec.retention, tagged)
@@ -297,13 +305,39 @@ Status DurableChannel::OpenPartitions() {
     }
     stream_ids_[i] = info->id;
   }
+  // The companion stream exists from the start, tagged, so that no one else can take its name
+  // before the first record (a stream of that name not tagged as one refuses the channel).
+  // An empty untagged one is adopted, as partitions are.
+  {
+    const std::string tag = CheckpointTag(stream_keys_.size());
+    auto info = store.GetStream(ns, checkpoint_key_);
+    if (!info.ok() && info.status().code() == StatusCode::kNotFound) {
+      CreateStreamOptions create;
+      RUNNEL_ASSIGN_OR_RETURN(create.attributes, attributes::Set("", kAttributeKey, tag));
+      Status created = registry_->CreateStream(scope_, checkpoint_key_, create);
+      if (!created.ok() && created.code() != StatusCode::kAlreadyExists) {
+        return created.Annotate("StoreError: creating " + checkpoint_key_);
+      }
+      info = store.GetStream(ns, checkpoint_key_);
+    }
+    if (!info.ok()) return info.status().Annotate("StoreError: opening " + checkpoint_key_);
+    auto found = attributes::Get(info->spec.attributes, kAttributeKey);
+    if (found.ok() && !found->has_value()) {
+      RUNNEL_RETURN_IF_ERROR(CheckAdoptable(*info, checkpoint_key_, kCheckpointRole));
+      RUNNEL_ASSIGN_OR_RETURN(std::string tagged,
+                              attributes::Set(info->spec.attributes, kAttributeKey, tag));
+      RUNNEL_RETURN_IF_ERROR(store.UpdateStream(info->id, info->spec.retention, tagged)
+                                 .Annotate("StoreError: tagging " + checkpoint_key_));
+    }
+  }
   RUNNEL_ASSIGN_OR_RETURN(opened_from_checkpoint_, LoadCheckpoint());
   for (size_t i = 0; i < stream_keys_.size(); ++i) RUNNEL_RETURN_IF_ERROR(CatchUp(i));
   if (!opened_from_checkpoint_) {
     bool found_rows = false;
     for (uint64_t s : scanned_) found_rows = found_rows || s > 0;
-    // Missing or refused: the full walk is done, record it as a new base (V3).
-    if (found_rows || checkpoint_id_) {
+    // Missing or refused: the full walk is done, record it as a new base (V3). (An empty
+    // companion stream and empty partitions need no record.)
+    if (found_rows || checkpoint_next_ > 1) {
       if (Status s = RecordCheckpoint(); !s.ok()) {
         Warn("head checkpoint after the full walk not recorded: " + s.ToString());
       }
