@@ -1053,7 +1053,11 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
     auto fresh = Lookup(route.scope, route.name);
     if (!fresh.ok()) return finish(ErrorResponse(fresh.status()));
     found = std::make_shared<const Found>(std::move(*fresh));
-    if (!key.empty() && !found->meta.soft_deleted && !found->info.closed) {
+    // A stream that never held a record may still become a channel's partition (adoption
+    // tags it): it is looked up afresh until its first record makes that impossible.
+    const bool ever_written =
+        found->info.head_offset != 0 || found->info.next_offset > found->info.spec.first_offset;
+    if (!key.empty() && !found->meta.soft_deleted && !found->info.closed && ever_written) {
       RememberLookup(key, found);
     }
   }

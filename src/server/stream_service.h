@@ -286,13 +286,15 @@ class StreamService {
 
   // Plain appends validate against a lookup remembered here by lane key, so the hot path costs
   // no catalog read (on a shared database, a round trip per append). Only live, open streams
-  // are remembered, and what a plain append uses of the entry either never changes for a stream
-  // id (content type, TTL, Expires-At) or is checked again by the store inside the append (the
-  // id still exists, the stream is open; a soft delete also closes the stream in the store). So
-  // a stale entry can only cause a refusal, never a wrong acceptance; any refusal decided from
-  // an entry, by the service or the store, drops it and the append runs again from a fresh
-  // lookup. Writes through the lane (create, delete, retention, close, Stream-Seq, producers)
-  // drop their stream's entry. Bounded by options_.append_cache_streams (cleared when full).
+  // that have held a record are remembered (an empty one may still be adopted as a channel
+  // partition, which changes its owner), and what a plain append uses of the entry either never
+  // changes for such a stream id (content type, TTL, Expires-At, no channel owner) or is
+  // checked again by the store inside the append (the id still exists, the stream is open; a
+  // soft delete also closes the stream in the store). So a stale entry can only cause a
+  // refusal, never a wrong acceptance; any refusal decided from an entry, by the service or the
+  // store, drops it and the append runs again from a fresh lookup. Writes through the lane (create,
+  // delete, retention, close, Stream-Seq, producers) drop their stream's entry. Bounded by
+  // options_.append_cache_streams (cleared when full).
   std::mutex cache_mu_;
   std::unordered_map<std::string, std::shared_ptr<const Found>> append_cache_;  // GUARDED_BY
 };

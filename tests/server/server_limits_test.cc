@@ -702,6 +702,22 @@ TEST_F(ServerLimitsTest, LocationIsAValidUrlForAnyName) {
   EXPECT_EQ(HeaderOf(v6, "Location"), "http://[::1]:4437/v1/stream/v6");
 }
 
+// A plain append's remembered lookup must not outlive a channel adopting the (empty) stream as
+// a partition: the next append is refused (409) instead of writing a row that is not an
+// envelope into the channel (which then failed every read and publish with a corruption error).
+TEST_F(ServerLimitsTest, AStreamAdoptedByAChannelRefusesPlainAppendsAtOnce) {
+  StartServer(ServerOptions{});
+  Connection c(port());
+  ASSERT_EQ(c.Request(Put("/v1/stream/ad:1", "", "", "application/octet-stream")).status, 201);
+  // Refused for its empty body, after the stream was looked up.
+  EXPECT_EQ(c.Request(Post("/v1/stream/ad:1", "", "", "application/octet-stream")).status, 400);
+  ASSERT_EQ(c.Request(Put("/v1/channels/ad?partitions=2")).status, 201);
+  EXPECT_EQ(c.Request(Post("/v1/stream/ad:1", "junk", "", "application/octet-stream")).status, 409);
+  Connection::Response part = c.Request(Get("/v1/channels/ad/partitions/1"));
+  EXPECT_EQ(part.status, 200) << part.body;
+  EXPECT_EQ(part.body, R"({"messages":[],"next":1})");
+}
+
 // RFC 9112 3.2: an HTTP/1.1 request without Host, or any request with two, is refused (400,
 // connection closed) before it touches a stream; HTTP/1.0 may omit Host. An absolute-form
 // target ("http://host/path") is accepted, and its authority stands in for Host.
