@@ -98,6 +98,10 @@ struct AppendRequest {
   // When set, replaces the stream's attributes atomically with the records (the layer above
   // keeps per-append protocol state there, such as the last Stream-Seq).
   std::optional<std::string> attributes;
+  // When set, the append is refused with kConflict (nothing written) unless the stream's
+  // attributes are exactly these when it commits: the compare half of the layer above's
+  // read-modify-write of `attributes`, which processes sharing a store would otherwise race.
+  std::optional<std::string> expected_attributes;
 };
 
 struct AppendResult {

@@ -443,17 +443,24 @@ Status StreamService::SoftDelete(StreamId id) {
   return registry_.store().UpdateStream(id, info.spec.retention, attrs);
 }
 
-Result<std::string> StreamService::BeginMetaAppend(StreamId id, const std::string& seq) {
+Result<StreamService::MetaAppend> StreamService::BeginMetaAppend(StreamId id,
+                                                                 const std::string& seq) {
   std::unique_lock<std::mutex> lock(meta_mu_);
   // Stream-Seq appends run in the stream's lane, so none of them is in flight here; an
-  // UpdateMeta holds meta_mu_ for its whole write, so none of those is either.
+  // UpdateMeta holds meta_mu_ for its whole write, so none of those is either. (Writes through
+  // other nodes are caught by the store: the append expects the attributes read here.)
   RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
   Meta meta = Meta::Parse(info.spec.attributes);
+  if (meta.stream_seq && seq <= *meta.stream_seq) {
+    return Status::Conflict("Stream-Seq must increase (last '" + *meta.stream_seq + "')", 0, 0);
+  }
   meta.stream_seq = seq;
+  MetaAppend out;
   RUNNEL_ASSIGN_OR_RETURN(
-      std::string attrs, attributes::Set(info.spec.attributes, Meta::kAttributeKey, meta.Stored()));
+      out.attributes, attributes::Set(info.spec.attributes, Meta::kAttributeKey, meta.Stored()));
+  out.read = std::move(info.spec.attributes);
   meta_in_flight_.insert(id);
-  return attrs;
+  return out;
 }
 
 void StreamService::MetaAppendDone(StreamId id) {
@@ -996,7 +1003,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
 }
 
 void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest> shared,
-                           Release release, Done done, bool use_cache) {
+                           Release release, Done done, bool use_cache, bool retry_race) {
   const HttpRequest& request = *shared;
   std::string key;
   std::shared_ptr<const Found> found;
@@ -1191,11 +1198,13 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
   options.close = close;
   const bool empty = records.empty();
   StreamId id = info.id;
+  std::optional<std::string> expected_attributes;
   if (stream_seq) {
     // The last Stream-Seq commits with the records, so a crash cannot separate them.
-    auto attrs = BeginMetaAppend(id, *stream_seq);
-    if (!attrs.ok()) return finish(ErrorResponse(attrs.status()));
-    options.attributes = std::move(*attrs);
+    auto meta_append = BeginMetaAppend(id, *stream_seq);
+    if (!meta_append.ok()) return finish(ErrorResponse(meta_append.status()));
+    options.attributes = std::move(meta_append->attributes);
+    expected_attributes = std::move(meta_append->read);
   }
   if (expected_position && !empty) options.expected_offset = *expected_position + 1;
   auto started = std::chrono::steady_clock::now();
@@ -1208,11 +1217,12 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
   append.expected_offset = options.expected_offset;
   append.producer = options.producer;
   append.attributes = std::move(options.attributes);
+  append.expected_attributes = std::move(expected_attributes);
   append.close = options.close;
   registry_.store().Append(std::move(append), [this, home = Home(), release = std::move(release),
                                                done = std::move(done), producer, close, stream_seq,
-                                               id, started, empty, from_cache, key, route,
-                                               shared](Result<AppendResult> result) mutable {
+                                               id, started, empty, from_cache, key, route, shared,
+                                               retry_race](Result<AppendResult> result) mutable {
     // Only a refusal (or the Stream-Seq bookkeeping, which may wait for a catalog write)
     // calls the store on the way to the answer.
     const bool calls_store = !result.ok() || stream_seq.has_value();
@@ -1220,9 +1230,17 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
         home, calls_store,
         [this, release = std::move(release), done = std::move(done), producer, close, stream_seq,
          id, started, empty, from_cache, key = std::move(key), route = std::move(route),
-         shared = std::move(shared), result = std::move(result)]() mutable {
+         shared = std::move(shared), result = std::move(result), retry_race]() mutable {
           // Not on the store's thread: an UpdateMeta holds meta_mu_ while it waits for a commit.
           if (stream_seq) MetaAppendDone(id);
+          if (stream_seq && retry_race && !result.ok() &&
+              result.status().code() == StatusCode::kConflict) {
+            // Nothing was written: the attributes (or the tail) changed through another node
+            // after they were read. Decide again from what is stored now.
+            Append(route, shared, std::move(release), std::move(done), /*use_cache=*/false,
+                   /*retry_race=*/false);
+            return;
+          }
           if (from_cache && !result.ok() &&
               (result.status().code() == StatusCode::kNotFound ||
                result.status().code() == StatusCode::kFailedPrecondition)) {

@@ -227,16 +227,22 @@ class StreamService {
   Status Remove(const StreamInfo& info, const Meta& meta);
   Status UpdateMeta(StreamId id, const std::function<void(Meta*)>& change);
   // The attributes of stream `id` with the last Stream-Seq set to `seq`, computed from the
-  // stored ones; marks the stream's metadata in flight (see meta_in_flight_) until
-  // MetaAppendDone(id).
-  Result<std::string> BeginMetaAppend(StreamId id, const std::string& seq);
+  // stored ones (kConflict when those already hold a Stream-Seq >= `seq`); marks the stream's
+  // metadata in flight (see meta_in_flight_) until MetaAppendDone(id).
+  struct MetaAppend {
+    std::string attributes;  // to store with the records
+    std::string read;        // as read: the append's expected_attributes
+  };
+  Result<MetaAppend> BeginMetaAppend(StreamId id, const std::string& seq);
   void MetaAppendDone(StreamId id);
 
   void Create(const Route& route, const HttpRequest& request, Release release, Done done);
   // `use_cache`: a plain append (no Stream-Seq, producer, close or expected offset) may be
-  // validated against append_cache_.
+  // validated against append_cache_. `retry_race`: a Stream-Seq append that the store refused
+  // because the stream's attributes changed after they were read (a write through another node
+  // sharing the store) runs once more from a fresh lookup, which decides it again.
   void Append(const Route& route, std::shared_ptr<const HttpRequest> request, Release release,
-              Done done, bool use_cache);
+              Done done, bool use_cache, bool retry_race = true);
   // Runs `fn` on blocking_executor when it `calls_store` and store calls are offloaded, else
   // through `home` (see Home).
   void DeferStoreWork(const Executor& home, bool calls_store, std::function<void()> fn);

@@ -5,11 +5,13 @@
 // does to a stream (delete, re-create, close, soft delete) the other's cache does not see.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "runnel/registry.h"
 #include "runnel/store.h"
@@ -33,10 +35,18 @@ class CountingStore : public testing::ForwardingStore {
     std::lock_guard lock(mu_);
     return lookups_;
   }
+  // Runs once, at the next append, before the store sees it: another node's write landing
+  // between this node's read and its append.
+  void BeforeNextAppend(std::function<void()> fn) { before_append_ = std::move(fn); }
+  void Append(AppendRequest request, AppendCallback done) override {
+    if (auto fn = std::exchange(before_append_, nullptr)) fn();
+    ForwardingStore::Append(std::move(request), std::move(done));
+  }
 
  private:
   std::mutex mu_;
   int lookups_ = 0;  // GUARDED_BY(mu_)
+  std::function<void()> before_append_;  // test thread only
 };
 
 class AppendCacheTest : public ::testing::Test {
@@ -158,6 +168,26 @@ TEST_F(AppendCacheTest, ConditionalAndLaneAppendsDoNotUseTheCache) {
                 .status,
             204);
   EXPECT_EQ(store_->lookups(), before + 2);
+  EXPECT_EQ(EventCount("s"), 3u);
+}
+
+// Stream-Seq is a read-modify-write of the stream's attributes. Two nodes that both read the
+// last Stream-Seq before either appends must not both accept the same next one (PROTOCOL 5.2):
+// the append expects the attributes it read, the store refuses it when another node's append
+// changed them, and the request is decided again from what is stored: 409.
+TEST_F(AppendCacheTest, TheSameStreamSeqThroughTwoNodesIsAcceptedOnce) {
+  ASSERT_EQ(Write(*node_a_, "PUT", "/v1/stream/s", "").status, 201);
+  ASSERT_EQ(Write(*node_a_, "POST", "/v1/stream/s", "a", {{"stream-seq", "1"}}).status, 204);
+  int node_b_status = 0;
+  store_->BeforeNextAppend([&] {
+    node_b_status = Write(*node_b_, "POST", "/v1/stream/s", "B", {{"stream-seq", "2"}}).status;
+  });
+  const HttpResponse node_a = Write(*node_a_, "POST", "/v1/stream/s", "A", {{"stream-seq", "2"}});
+  EXPECT_EQ(node_b_status, 204);
+  EXPECT_EQ(node_a.status, 409) << node_a.body;
+  EXPECT_EQ(EventCount("s"), 2u);
+  // A later Stream-Seq still goes through either node.
+  EXPECT_EQ(Write(*node_a_, "POST", "/v1/stream/s", "c", {{"stream-seq", "3"}}).status, 204);
   EXPECT_EQ(EventCount("s"), 3u);
 }
 

@@ -2,6 +2,7 @@
 // Instantiated per store; see tests/support/store_harness.h.
 #include <algorithm>
 #include <atomic>
+#include <future>
 #include <limits>
 #include <set>
 #include <thread>
@@ -539,6 +540,46 @@ TEST_P(PersistentStoreTest, NextOffsetSurvivesWhenTheStreamWasEmptied) {  // V4,
   EXPECT_EQ(info->event_count, 0u);
   EXPECT_EQ(info->next_offset, 8u);
   EXPECT_EQ(Append(info->id, {"y"})->first_offset, 8u);
+}
+
+// expected_attributes is the compare half of the layer above's read-modify-write of the
+// attributes (the last Stream-Seq): an append that read them before another writer changed
+// them is refused with kConflict and writes nothing, also when the change is an earlier append
+// of the same commit group.
+TEST_P(StoreContractTest, ExpectedAttributesMakeAnAppendACompareAndSet) {
+  StreamInfo s = Create("s");
+  auto conditional = [&](std::string expected, std::string next, std::string payload) {
+    AppendRequest req;
+    req.stream = s.id;
+    req.now_ms = 1;
+    req.records = {AppendRecord{std::nullopt, std::move(payload)}};
+    req.expected_attributes = std::move(expected);
+    req.attributes = std::move(next);
+    return req;
+  };
+  ASSERT_TRUE(AppendSync(*store_, conditional("", "seq=1", "a")).ok());
+  auto stale = AppendSync(*store_, conditional("", "seq=2", "b"));
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.status().code(), StatusCode::kConflict);
+  auto info = store_->GetStreamById(s.id);
+  EXPECT_EQ(info->spec.attributes, "seq=1");
+  EXPECT_EQ(info->next_offset, 2u);
+  ASSERT_TRUE(AppendSync(*store_, conditional("seq=1", "seq=2", "c")).ok());
+
+  // Two conditional appends that read the same attributes, queued together: one wins.
+  std::promise<Result<AppendResult>> first, second;
+  store_->Append(conditional("seq=2", "seq=3", "d"),
+                 [&](Result<AppendResult> r) { first.set_value(std::move(r)); });
+  store_->Append(conditional("seq=2", "seq=3", "e"),
+                 [&](Result<AppendResult> r) { second.set_value(std::move(r)); });
+  const Result<AppendResult> r1 = first.get_future().get();
+  const Result<AppendResult> r2 = second.get_future().get();
+  EXPECT_NE(r1.ok(), r2.ok());
+  const Result<AppendResult>& lost = r1.ok() ? r2 : r1;
+  EXPECT_EQ(lost.status().code(), StatusCode::kConflict);
+  info = store_->GetStreamById(s.id);
+  EXPECT_EQ(info->spec.attributes, "seq=3");
+  EXPECT_EQ(info->next_offset, 4u);
 }
 
 TEST_P(PersistentStoreTest, AttributesWrittenWithABatchSurviveAReopen) {

@@ -14,6 +14,7 @@
 #include "store/log/crc32c.h"
 #include "store/log/log_codec.h"
 #include "store/retention.h"
+#include "store/store_status.h"
 
 namespace runnel {
 
@@ -1309,6 +1310,14 @@ void LogStore::EncodeOp(Op& op) {
                                            std::to_string(s->reserved_next),
                                        *req.expected_offset, s->reserved_next));
       }
+      if (req.expected_attributes) {
+        // An append earlier in this group may have set them (not applied before the write).
+        auto pending = pending_attributes_.find(req.stream);
+        const std::string& current =
+            pending != pending_attributes_.end() ? pending->second : s->view().attributes;
+        if (*req.expected_attributes != current)
+          return refuse(store::AttributesChanged(s->name.str()));
+      }
       const uint64_t n = req.records.size();
       if (n > std::numeric_limits<uint64_t>::max() - s->reserved_next) {
         return refuse(
@@ -1333,6 +1342,7 @@ void LogStore::EncodeOp(Op& op) {
       s->reserved_next += n;
       op.append_result.next_offset = s->reserved_next;
       if (req.close) s->reserved_closed = true;
+      if (req.attributes) pending_attributes_[req.stream] = *req.attributes;
       return;
     }
     case OpKind::kCursor: {
@@ -1464,6 +1474,7 @@ void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_s
   if (group_buf_.capacity() > kKeptGroupBufferBytes) group_buf_.shrink_to_fit();
   pending_cursors_.clear();
   pending_names_.clear();
+  pending_attributes_.clear();
   reserved_next_id_ = next_stream_id_;
   if (options_.durability.mode == LogDurability::kFsync && options_.group_commit_wait_us > 0) {
     std::lock_guard lock(queue_mu_);  // only WaitForFullerGroup reads it

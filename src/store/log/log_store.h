@@ -400,6 +400,8 @@ class LogStore final : public Store {
   std::map<std::pair<StreamId, std::string>, uint64_t> pending_cursors_;
   // Creates queued in the current group: their names, and the id the next one gets.
   std::set<std::pair<std::string, std::string>> pending_names_;
+  // Attributes set by appends queued in the current group, for expected_attributes.
+  std::unordered_map<StreamId, std::string> pending_attributes_;
   StreamId reserved_next_id_ = 1;
 
   std::mutex queue_mu_;

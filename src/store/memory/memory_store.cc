@@ -5,6 +5,7 @@
 #include <string>
 
 #include "store/retention.h"
+#include "store/store_status.h"
 
 namespace runnel {
 
@@ -195,6 +196,10 @@ void MemoryStore::Append(AppendRequest request, AppendCallback done) {
           Status::Conflict("expected offset " + std::to_string(*request.expected_offset) +
                                " but the stream's next offset is " + std::to_string(s->next_offset),
                            *request.expected_offset, s->next_offset);
+      return;
+    }
+    if (request.expected_attributes && *request.expected_attributes != s->spec.attributes) {
+      refused = AttributesChanged(s->spec.name);
       return;
     }
     const uint64_t n = request.records.size();

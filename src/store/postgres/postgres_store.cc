@@ -16,6 +16,7 @@
 #include "store/group_wait.h"
 #include "store/postgres/pg_schema.h"
 #include "store/retention.h"
+#include "store/store_status.h"
 
 namespace runnel {
 
@@ -112,6 +113,8 @@ struct GroupStream {
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> fetched;
   // New attributes from the group's last append that set them (AppendRequest::attributes).
   std::optional<std::string> attributes;
+  // The attributes read under the row lock (locking path only).
+  std::string stored_attributes;
   bool touched = false;
 };
 
@@ -636,11 +639,12 @@ void PostgresStore::CommitGroup(std::unique_ptr<pg::Conn>& conn, std::vector<Pen
   std::vector<size_t> all(group.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;
   // Producer appends always take the locking path: their (epoch, seq) is checked against the
-  // stored state under the stream's row lock.
+  // stored state under the stream's row lock; so do appends with expected attributes.
   const auto now = std::chrono::steady_clock::now();
   const bool all_cached = std::all_of(group.begin(), group.end(), [&](const Pending& p) {
     auto c = cache.find(p.request.stream);
-    return c != cache.end() && now >= c->second.optimistic_after && !p.request.producer;
+    return c != cache.end() && now >= c->second.optimistic_after && !p.request.producer &&
+           !p.request.expected_attributes;
   });
   bool stale = false;
   if (all_cached) {
@@ -763,7 +767,8 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
     opening[0].sql = "BEGIN";
     opening[1].sql =
         "SELECT id, next_offset, head_offset, retained_bytes, closed, deleted, max_events, "
-        "max_age_ms, max_bytes FROM streams WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE";
+        "max_age_ms, max_bytes, attributes FROM streams WHERE id = ANY($1) ORDER BY id "
+        "FOR NO KEY UPDATE";
     opening[1].params.Int8Array(ids);
     std::vector<int64_t> pk_stream;
     std::vector<std::optional<std::string_view>> pk_id;
@@ -805,6 +810,7 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
       s.retention.max_events = opt(6);
       s.retention.max_age_ms = opt(7);
       s.retention.max_bytes = opt(8);
+      s.stored_attributes = std::string(locked->Bytes(r, 9));
       streams.emplace(static_cast<StreamId>(locked->Int8(r, 0)), std::move(s));
     }
     if (opened.size() > 2) {
@@ -834,6 +840,11 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
     if (s.closed) {
       outcomes[i].emplace(
           Status::FailedPrecondition("stream #" + std::to_string(req.stream) + " is closed"));
+      continue;
+    }
+    if (req.expected_attributes &&
+        (optimistic || *req.expected_attributes != s.attributes.value_or(s.stored_attributes))) {
+      outcomes[i].emplace(AttributesChanged("#" + std::to_string(req.stream)));
       continue;
     }
     if (req.expected_offset && *req.expected_offset != s.next) {
