@@ -184,9 +184,13 @@ class Store {
   virtual Result<std::vector<StreamInfo>> ListStreams(std::string_view ns,
                                                       std::string_view start_after,
                                                       size_t limit) = 0;
-  // Replaces retention and attributes. Retention takes effect at the next append.
+  // Replaces retention and attributes. Retention takes effect at the next append. When
+  // `expected_attributes` is set, nothing changes and the answer is kConflict unless the
+  // stream's attributes are exactly those (the compare-and-set of a read-modify-write that
+  // processes sharing a store would otherwise race).
   virtual Status UpdateStream(StreamId id, const StreamRetention& retention,
-                              std::string_view attributes) = 0;
+                              std::string_view attributes,
+                              std::optional<std::string_view> expected_attributes) = 0;
   // Removes the stream, its records, cursors and producer state. Its name can be created again
   // as a new stream.
   virtual Status DeleteStream(StreamId id) = 0;

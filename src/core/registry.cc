@@ -107,6 +107,10 @@ class RegistryCore {
 
 namespace {
 
+// How often a read-modify-write of a stream's attributes is tried when other writers of a
+// shared store keep changing them in between.
+constexpr int kMaxMetaAttempts = 8;
+
 StreamDescriptor ToDescriptor(const StreamScope& scope, const StreamInfo& info) {
   StreamDescriptor d;
   d.scope = scope;
@@ -469,8 +473,15 @@ void StreamRegistry::WakeReaders(StreamId id) {
 Status StreamRegistry::SetRetention(const StreamScope& scope, std::string_view name,
                                     const StreamRetention& retention) {
   RUNNEL_RETURN_IF_ERROR(store::ValidateRetention(retention));
-  RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, core_->Lookup(scope, name));
-  return core_->store().UpdateStream(info.id, retention, info.spec.attributes);
+  // The attributes are written back as read, on the condition that they are still those: a
+  // change made meanwhile by another writer of a shared store (a Stream-Seq append) is not
+  // undone, and the update is tried again over it.
+  for (int attempt = 1;; ++attempt) {
+    RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, core_->Lookup(scope, name));
+    Status s =
+        core_->store().UpdateStream(info.id, retention, info.spec.attributes, info.spec.attributes);
+    if (s.code() != StatusCode::kConflict || attempt == kMaxMetaAttempts) return s;
+  }
 }
 
 Status StreamRegistry::Flush() { return core_->store().Flush(); }

@@ -24,6 +24,9 @@ namespace {
 using json = nlohmann::json;
 
 constexpr uint64_t kMaxSafeInteger = (1ULL << 53) - 1;
+// How often a read-modify-write of a stream's attributes is tried when other nodes sharing the
+// store keep changing them in between.
+constexpr int kMaxMetaAttempts = 8;
 constexpr uint64_t kCursorEpochMs = 1728432000000ULL;  // 2024-10-09T00:00:00Z
 constexpr uint64_t kCursorIntervalMs = 20000;
 
@@ -406,41 +409,51 @@ Result<StreamInfo> StreamService::LookupLive(const StreamScope& scope, std::stri
 Status StreamService::UpdateMeta(StreamId id, const std::function<void(Meta*)>& change) {
   std::unique_lock<std::mutex> lock(meta_mu_);
   meta_cv_.wait(lock, [&] { return meta_in_flight_.count(id) == 0; });
-  RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
-  Meta meta = Meta::Parse(info.spec.attributes);
-  change(&meta);
-  RUNNEL_ASSIGN_OR_RETURN(
-      std::string attrs, attributes::Set(info.spec.attributes, Meta::kAttributeKey, meta.Stored()));
-  return registry_.store().UpdateStream(id, info.spec.retention, attrs);
+  // A compare-and-set of the attributes: another node sharing the store may change them
+  // between the read and the write (a fork's reference count, a Stream-Seq); then read again.
+  for (int attempt = 1;; ++attempt) {
+    RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
+    Meta meta = Meta::Parse(info.spec.attributes);
+    change(&meta);
+    RUNNEL_ASSIGN_OR_RETURN(std::string attrs, attributes::Set(info.spec.attributes,
+                                                               Meta::kAttributeKey, meta.Stored()));
+    Status s = registry_.store().UpdateStream(id, info.spec.retention, attrs, info.spec.attributes);
+    if (s.code() != StatusCode::kConflict || attempt == kMaxMetaAttempts) return s;
+  }
 }
 
 Status StreamService::SoftDelete(StreamId id) {
   std::unique_lock<std::mutex> lock(meta_mu_);
   meta_cv_.wait(lock, [&] { return meta_in_flight_.count(id) == 0; });
-  RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
-  Meta meta = Meta::Parse(info.spec.attributes);
-  meta.soft_deleted = true;
-  RUNNEL_ASSIGN_OR_RETURN(
-      std::string attrs, attributes::Set(info.spec.attributes, Meta::kAttributeKey, meta.Stored()));
-  if (!info.closed) {
-    // Closing in the same commit makes the store refuse every later append, including one a
-    // node validated from a remembered lookup (append_cache_).
-    AppendRequest request;
-    request.stream = id;
-    request.now_ms = registry_.clock().NowMs();
-    request.close = true;
-    request.attributes = attrs;
-    std::promise<Result<AppendResult>> promise;
-    auto future = promise.get_future();
-    registry_.store().Append(std::move(request), [&promise](Result<AppendResult> r) {
-      promise.set_value(std::move(r));
-    });
-    Result<AppendResult> closed = future.get();
-    if (closed.ok()) return Status::OK();
-    // Closed by someone else meanwhile: the store already refuses appends; set the mark alone.
-    if (closed.status().code() != StatusCode::kFailedPrecondition) return closed.status();
+  for (int attempt = 1;; ++attempt) {  // a compare-and-set, as in UpdateMeta
+    RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
+    Meta meta = Meta::Parse(info.spec.attributes);
+    meta.soft_deleted = true;
+    RUNNEL_ASSIGN_OR_RETURN(std::string attrs, attributes::Set(info.spec.attributes,
+                                                               Meta::kAttributeKey, meta.Stored()));
+    Status s;
+    if (!info.closed) {
+      // Closing in the same commit makes the store refuse every later append, including one a
+      // node validated from a remembered lookup (append_cache_).
+      AppendRequest request;
+      request.stream = id;
+      request.now_ms = registry_.clock().NowMs();
+      request.close = true;
+      request.attributes = attrs;
+      request.expected_attributes = info.spec.attributes;
+      std::promise<Result<AppendResult>> promise;
+      auto future = promise.get_future();
+      registry_.store().Append(std::move(request), [&promise](Result<AppendResult> r) {
+        promise.set_value(std::move(r));
+      });
+      s = future.get().status();
+    }
+    // Closed (by someone else meanwhile): the store already refuses appends; set the mark alone.
+    if (info.closed || s.code() == StatusCode::kFailedPrecondition) {
+      s = registry_.store().UpdateStream(id, info.spec.retention, attrs, info.spec.attributes);
+    }
+    if (s.code() != StatusCode::kConflict || attempt == kMaxMetaAttempts) return s;
   }
-  return registry_.store().UpdateStream(id, info.spec.retention, attrs);
 }
 
 Result<StreamService::MetaAppend> StreamService::BeginMetaAppend(StreamId id,

@@ -108,10 +108,10 @@ class FaultyStore final : public Store {
     ++calls_;
     return inner_->ListStreams(ns, start_after, limit);
   }
-  Status UpdateStream(StreamId id, const StreamRetention& retention,
-                      std::string_view attributes) override {
+  Status UpdateStream(StreamId id, const StreamRetention& retention, std::string_view attributes,
+                      std::optional<std::string_view> expected_attributes) override {
     ++calls_;
-    return inner_->UpdateStream(id, retention, attributes);
+    return inner_->UpdateStream(id, retention, attributes, expected_attributes);
   }
   Status DeleteStream(StreamId id) override {
     ++calls_;

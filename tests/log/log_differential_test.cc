@@ -157,7 +157,8 @@ TEST_P(LogDifferentialTest, LogStoreMatchesTheMemoryStore) {
       StreamRetention r;
       if (pick(2) == 0) r.max_events = 1 + pick(8);
       if (pick(3) == 0) r.max_bytes = 1 + pick(100);
-      ASSERT_EQ(mem->UpdateStream(id, r, "upd").code(), log->UpdateStream(id, r, "upd").code());
+      ASSERT_EQ(mem->UpdateStream(id, r, "upd", std::nullopt).code(),
+                log->UpdateStream(id, r, "upd", std::nullopt).code());
     } else if (dice < 93) {
       ASSERT_EQ(mem->DeleteStream(id).code(), log->DeleteStream(id).code());
     } else {

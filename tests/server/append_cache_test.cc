@@ -42,11 +42,25 @@ class CountingStore : public testing::ForwardingStore {
     if (auto fn = std::exchange(before_append_, nullptr)) fn();
     ForwardingStore::Append(std::move(request), std::move(done));
   }
+  // Runs once, before the next catalog update of stream `id`.
+  void BeforeNextUpdate(StreamId id, std::function<void()> fn) {
+    update_target_ = id;
+    before_update_ = std::move(fn);
+  }
+  Status UpdateStream(StreamId id, const StreamRetention& retention, std::string_view attributes,
+                      std::optional<std::string_view> expected_attributes) override {
+    if (id == update_target_) {
+      if (auto fn = std::exchange(before_update_, nullptr)) fn();
+    }
+    return ForwardingStore::UpdateStream(id, retention, attributes, expected_attributes);
+  }
 
  private:
   std::mutex mu_;
   int lookups_ = 0;  // GUARDED_BY(mu_)
   std::function<void()> before_append_;  // test thread only
+  StreamId update_target_ = 0;
+  std::function<void()> before_update_;
 };
 
 class AppendCacheTest : public ::testing::Test {
@@ -189,6 +203,28 @@ TEST_F(AppendCacheTest, TheSameStreamSeqThroughTwoNodesIsAcceptedOnce) {
   // A later Stream-Seq still goes through either node.
   EXPECT_EQ(Write(*node_a_, "POST", "/v1/stream/s", "c", {{"stream-seq", "3"}}).status, 204);
   EXPECT_EQ(EventCount("s"), 3u);
+}
+
+// A fork's reference count on its source is a read-modify-write of the source's attributes.
+// Two forks created through two nodes at once must both count, or deleting the source and
+// then one fork would delete the source's data under the other (PROTOCOL 4.2, soft delete).
+TEST_F(AppendCacheTest, ForksCreatedThroughTwoNodesAtOnceBothCount) {
+  ASSERT_EQ(Write(*node_a_, "PUT", "/v1/stream/src", "x").status, 201);
+  auto source = store_->GetStream("global", "src");
+  ASSERT_TRUE(source.ok());
+  const std::map<std::string, std::string> fork_of_src = {{"stream-forked-from", "/v1/stream/src"}};
+  int node_b_status = 0;
+  store_->BeforeNextUpdate(source->id, [&] {
+    node_b_status = Write(*node_b_, "PUT", "/v1/stream/f2", "", fork_of_src).status;
+  });
+  ASSERT_EQ(Write(*node_a_, "PUT", "/v1/stream/f1", "", fork_of_src).status, 201);
+  ASSERT_EQ(node_b_status, 201);
+  EXPECT_EQ(Write(*node_a_, "DELETE", "/v1/stream/src", "").status, 204);
+  EXPECT_EQ(Write(*node_a_, "DELETE", "/v1/stream/f1", "").status, 204);
+  // f2 still references the source: soft-deleted (410 to direct operations), not gone.
+  EXPECT_EQ(Write(*node_b_, "POST", "/v1/stream/src", "y").status, 410);
+  EXPECT_EQ(Write(*node_b_, "DELETE", "/v1/stream/f2", "").status, 204);
+  EXPECT_EQ(Write(*node_b_, "POST", "/v1/stream/src", "y").status, 404);
 }
 
 }  // namespace

@@ -21,13 +21,13 @@ namespace {
 // A memory store that records every append request and catalog update.
 class RecordingStore : public testing::ForwardingStore {
  public:
-  Status UpdateStream(StreamId id, const StreamRetention& retention,
-                      std::string_view attributes) override {
+  Status UpdateStream(StreamId id, const StreamRetention& retention, std::string_view attributes,
+                      std::optional<std::string_view> expected_attributes) override {
     {
       std::lock_guard lock(mu_);
       ++updates_;
     }
-    return ForwardingStore::UpdateStream(id, retention, attributes);
+    return ForwardingStore::UpdateStream(id, retention, attributes, expected_attributes);
   }
   void Append(AppendRequest request, AppendCallback done) override {
     {

@@ -392,7 +392,9 @@ TEST_P(StoreContractTest, UpdateStreamChangesRetentionAtNextAppendAndAttributes)
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->spec.content_type, "application/json");
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(Append(s->id, {"x"}).ok());
-  ASSERT_TRUE(store_->UpdateStream(s->id, StreamRetention{2, std::nullopt, std::nullopt}, "attr-v2")
+  ASSERT_TRUE(store_
+                  ->UpdateStream(s->id, StreamRetention{2, std::nullopt, std::nullopt}, "attr-v2",
+                                 std::nullopt)
                   .ok());
   EXPECT_EQ(store_->GetStreamById(s->id)->event_count, 5u);  // P4: nothing until an append
   ASSERT_TRUE(Append(s->id, {"y"}).ok());
@@ -400,9 +402,10 @@ TEST_P(StoreContractTest, UpdateStreamChangesRetentionAtNextAppendAndAttributes)
   EXPECT_EQ(info->event_count, 2u);
   EXPECT_EQ(info->spec.attributes, "attr-v2");
   EXPECT_EQ(info->spec.content_type, "application/json");
-  EXPECT_EQ(store_->UpdateStream(s->id, StreamRetention{0, std::nullopt, std::nullopt}, "")
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      store_->UpdateStream(s->id, StreamRetention{0, std::nullopt, std::nullopt}, "", std::nullopt)
+          .code(),
+      StatusCode::kInvalidArgument);
 }
 
 TEST_P(StoreContractTest, DeletedStreamIsGoneAndItsNameIsFree) {
@@ -582,6 +585,23 @@ TEST_P(StoreContractTest, ExpectedAttributesMakeAnAppendACompareAndSet) {
   EXPECT_EQ(info->next_offset, 4u);
 }
 
+// UpdateStream's expected_attributes: a compare-and-set of the attributes.
+TEST_P(StoreContractTest, ExpectedAttributesMakeAnUpdateACompareAndSet) {
+  StreamInfo s = Create("s");
+  const StreamRetention none;
+  ASSERT_TRUE(store_->UpdateStream(s.id, none, "v1", std::nullopt).ok());
+  EXPECT_EQ(
+      store_->UpdateStream(s.id, StreamRetention{3, std::nullopt, std::nullopt}, "v2", "v0").code(),
+      StatusCode::kConflict);
+  auto info = store_->GetStreamById(s.id);
+  EXPECT_EQ(info->spec.attributes, "v1");
+  EXPECT_FALSE(info->spec.retention.max_events.has_value());
+  ASSERT_TRUE(store_->UpdateStream(s.id, none, "v2", "v1").ok());
+  EXPECT_EQ(store_->GetStreamById(s.id)->spec.attributes, "v2");
+  ASSERT_TRUE(store_->DeleteStream(s.id).ok());
+  EXPECT_EQ(store_->UpdateStream(s.id, none, "v3", "v2").code(), StatusCode::kNotFound);
+}
+
 TEST_P(PersistentStoreTest, AttributesWrittenWithABatchSurviveAReopen) {
   StreamInfo s = Create("s");
   for (int i = 1; i <= 3; ++i) {
@@ -609,7 +629,9 @@ TEST_P(PersistentStoreTest, DeletesClosesAndRetentionChangesSurviveAReopen) {
   close.close = true;
   ASSERT_TRUE(AppendSync(*store_, std::move(close)).ok());
   StreamInfo kept = Create("kept");
-  ASSERT_TRUE(store_->UpdateStream(kept.id, StreamRetention{1, std::nullopt, std::nullopt}, "v2")
+  ASSERT_TRUE(store_
+                  ->UpdateStream(kept.id, StreamRetention{1, std::nullopt, std::nullopt}, "v2",
+                                 std::nullopt)
                   .ok());
   ASSERT_TRUE(store_->Flush().ok());
   Reopen();

@@ -32,9 +32,9 @@ class ForwardingStore : public Store {
                                               size_t limit) override {
     return inner_->ListStreams(ns, start_after, limit);
   }
-  Status UpdateStream(StreamId id, const StreamRetention& retention,
-                      std::string_view attributes) override {
-    return inner_->UpdateStream(id, retention, attributes);
+  Status UpdateStream(StreamId id, const StreamRetention& retention, std::string_view attributes,
+                      std::optional<std::string_view> expected_attributes) override {
+    return inner_->UpdateStream(id, retention, attributes, expected_attributes);
   }
   Status DeleteStream(StreamId id) override { return inner_->DeleteStream(id); }
   void Append(AppendRequest request, AppendCallback done) override {

@@ -297,8 +297,9 @@ Status DurableChannel::OpenPartitions() {
       RUNNEL_RETURN_IF_ERROR(CheckAdoptable(*info, stream_keys_[i], kPartitionRole));
       RUNNEL_ASSIGN_OR_RETURN(std::string tagged,
                               attributes::Set(info->spec.attributes, kAttributeKey, tag));
-      RUNNEL_RETURN_IF_ERROR(store.UpdateStream(info->id, info->spec.retention, tagged)
-                                 .Annotate("StoreError: tagging " + stream_keys_[i]));
+      RUNNEL_RETURN_IF_ERROR(
+          store.UpdateStream(info->id, info->spec.retention, tagged, info->spec.attributes)
+              .Annotate("StoreError: tagging " + stream_keys_[i]));
     } else if (**found != tag) {
       return ConfigError("stream " + stream_keys_[i] + " is tagged " + **found + ", not " + tag +
                          ": the channel was created with another partition count");
@@ -326,8 +327,9 @@ Status DurableChannel::OpenPartitions() {
       RUNNEL_RETURN_IF_ERROR(CheckAdoptable(*info, checkpoint_key_, kCheckpointRole));
       RUNNEL_ASSIGN_OR_RETURN(std::string tagged,
                               attributes::Set(info->spec.attributes, kAttributeKey, tag));
-      RUNNEL_RETURN_IF_ERROR(store.UpdateStream(info->id, info->spec.retention, tagged)
-                                 .Annotate("StoreError: tagging " + checkpoint_key_));
+      RUNNEL_RETURN_IF_ERROR(
+          store.UpdateStream(info->id, info->spec.retention, tagged, info->spec.attributes)
+              .Annotate("StoreError: tagging " + checkpoint_key_));
     }
   }
   RUNNEL_ASSIGN_OR_RETURN(opened_from_checkpoint_, LoadCheckpoint());

@@ -115,7 +115,7 @@ bool AllZero(std::string_view bytes) {
 struct LogStore::Op {
   OpKind kind = OpKind::kAppend;
   // Inputs.
-  AppendRequest append;
+  AppendRequest append;  // kUpdate: only its expected_attributes
   AppendCallback append_done;
   StreamSpec spec;
   StreamId stream = 0;
@@ -1377,7 +1377,12 @@ void LogStore::EncodeOp(Op& op) {
       return;
     }
     case OpKind::kUpdate: {
-      if (FindLocked(op.stream) == nullptr) return refuse(StreamNotFound(op.stream));
+      StreamState* s = FindLocked(op.stream);
+      if (s == nullptr) return refuse(StreamNotFound(op.stream));
+      // Committed alone: every earlier write of the stream is applied (view()).
+      if (op.append.expected_attributes && *op.append.expected_attributes != s->view().attributes) {
+        return refuse(store::AttributesChanged(s->name.str()));
+      }
       AppendFrame(&group_buf_, FrameType::kUpdateStream,
                   EncodeUpdateStream(op.stream, op.retention, op.attributes));
       return;
@@ -1946,13 +1951,15 @@ Result<std::vector<StreamInfo>> LogStore::ListStreams(std::string_view ns,
 }
 
 Status LogStore::UpdateStream(StreamId id, const StreamRetention& retention,
-                              std::string_view attributes) {
+                              std::string_view attributes,
+                              std::optional<std::string_view> expected_attributes) {
   RUNNEL_RETURN_IF_ERROR(store::ValidateRetention(retention));
   auto op = std::make_shared<Op>();
   op->kind = OpKind::kUpdate;
   op->stream = id;
   op->retention = retention;
   op->attributes = std::string(attributes);
+  if (expected_attributes) op->append.expected_attributes = std::string(*expected_attributes);
   return Submit(op);
 }
 

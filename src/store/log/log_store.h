@@ -61,8 +61,8 @@ class LogStore final : public Store {
   Result<StreamInfo> GetStreamById(StreamId id) override;
   Result<std::vector<StreamInfo>> ListStreams(std::string_view ns, std::string_view start_after,
                                               size_t limit) override;
-  Status UpdateStream(StreamId id, const StreamRetention& retention,
-                      std::string_view attributes) override;
+  Status UpdateStream(StreamId id, const StreamRetention& retention, std::string_view attributes,
+                      std::optional<std::string_view> expected_attributes) override;
   Status DeleteStream(StreamId id) override;
   void Append(AppendRequest request, AppendCallback done) override;
   Result<std::vector<StoredRecord>> Read(StreamId id, uint64_t from, size_t limit,

@@ -132,12 +132,16 @@ Result<std::vector<StreamInfo>> MemoryStore::ListStreams(std::string_view ns,
 }
 
 Status MemoryStore::UpdateStream(StreamId id, const StreamRetention& retention,
-                                 std::string_view attributes) {
+                                 std::string_view attributes,
+                                 std::optional<std::string_view> expected_attributes) {
   RUNNEL_RETURN_IF_ERROR(ValidateRetention(retention));
   auto s = Find(id);
   if (!s) return StreamNotFound(id);
   std::lock_guard lock(s->mu);
   if (s->deleted) return StreamNotFound(id);
+  if (expected_attributes && *expected_attributes != s->spec.attributes) {
+    return AttributesChanged(s->spec.name);
+  }
   s->spec.retention = retention;
   s->spec.attributes = std::string(attributes);
   return Status::OK();

@@ -302,7 +302,8 @@ Result<std::vector<StreamInfo>> PostgresStore::ListStreams(std::string_view ns,
 }
 
 Status PostgresStore::UpdateStream(StreamId id, const StreamRetention& retention,
-                                   std::string_view attributes) {
+                                   std::string_view attributes,
+                                   std::optional<std::string_view> expected_attributes) {
   RUNNEL_RETURN_IF_ERROR(ValidateRetention(retention));
   RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
   Params p;
@@ -311,12 +312,24 @@ Status PostgresStore::UpdateStream(StreamId id, const StreamRetention& retention
   OptInt8(p, retention.max_age_ms);
   OptInt8(p, retention.max_bytes);
   p.Bytes(attributes);
+  if (expected_attributes) {
+    p.Bytes(*expected_attributes);
+  } else {
+    p.Null(17);  // bytea
+  }
   RUNNEL_ASSIGN_OR_RETURN(
       Rows rows, conn->Exec("UPDATE streams SET max_events = $2, max_age_ms = $3, max_bytes = $4, "
-                            "attributes = $5 WHERE id = $1 AND NOT deleted",
+                            "attributes = $5 WHERE id = $1 AND NOT deleted AND "
+                            "($6::bytea IS NULL OR attributes = $6)",
                             p));
-  if (rows.Affected() == 0) return StreamNotFound(id);
-  return Status::OK();
+  if (rows.Affected() > 0) return Status::OK();
+  if (expected_attributes) {
+    RUNNEL_ASSIGN_OR_RETURN(Rows live,
+                            conn->Exec("SELECT 1 FROM streams WHERE id = $1 AND NOT deleted",
+                                       Params().Int8(BitsToDb(id))));
+    if (live.size() > 0) return AttributesChanged("#" + std::to_string(id));
+  }
+  return StreamNotFound(id);
 }
 
 Status PostgresStore::DeleteStream(StreamId id) {
