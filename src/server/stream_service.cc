@@ -27,6 +27,9 @@ constexpr uint64_t kMaxSafeInteger = (1ULL << 53) - 1;
 // How often a read-modify-write of a stream's attributes is tried when other nodes sharing the
 // store keep changing them in between.
 constexpr int kMaxMetaAttempts = 8;
+// A stream still being created this long after its creation began was left so by a stopped
+// node (StreamService::Meta::creating).
+constexpr uint64_t kStaleCreationMs = 10'000;
 constexpr uint64_t kCursorEpochMs = 1728432000000ULL;  // 2024-10-09T00:00:00Z
 constexpr uint64_t kCursorIntervalMs = 20000;
 
@@ -202,6 +205,9 @@ struct StreamService::Meta {
   uint64_t fork_sub_offset = 0;
   uint64_t fork_refs = 0;
   bool soft_deleted = false;
+  // Created, its initial records (body, fork inheritance) or close not yet committed: it does
+  // not exist yet for any request but its creator's (see Lookup). Cleared by that commit.
+  bool creating = false;
   // The stream is a channel's partition or checkpoint (DurableChannel::kAttributeKey): readable
   // here, written only by the channel.
   bool channel = false;
@@ -239,6 +245,7 @@ struct StreamService::Meta {
     m.fork_sub_offset = j.value("fork_sub_offset", uint64_t{0});
     m.fork_refs = j.value("fork_refs", uint64_t{0});
     m.soft_deleted = j.value("soft_deleted", false);
+    m.creating = j.value("creating", false);
   }
 
   std::string Serialize() const {
@@ -253,6 +260,7 @@ struct StreamService::Meta {
     if (fork_sub_offset) j["fork_sub_offset"] = fork_sub_offset;
     if (fork_refs) j["fork_refs"] = fork_refs;
     if (soft_deleted) j["soft_deleted"] = true;
+    if (creating) j["creating"] = true;
     return j.dump(-1, ' ', false, json::error_handler_t::replace);
   }
 
@@ -390,6 +398,17 @@ Result<StreamService::Found> StreamService::Lookup(const StreamScope& scope,
   }
   Meta meta = Meta::Parse(info->spec.attributes);
   Found found{std::move(*info), std::move(meta)};
+  if (found.meta.creating) {
+    // Another request is committing this stream's initial records: no one else may see it (an
+    // append would land before them). One still unfinished after kStaleCreationMs was
+    // interrupted (its node stopped): it is removed, and the name is free again.
+    const uint64_t now = registry_.clock().NowMs();
+    if (now >= found.info.spec.created_at_ms + kStaleCreationMs) {
+      Status removed = Remove(found.info, found.meta);
+      (void)removed;
+    }
+    return Status::NotFound("stream '" + std::string(name) + "' does not exist (yet)");
+  }
   if (!found.meta.soft_deleted && Expired(found.info, found.meta)) {
     Status removed = Remove(found.info, found.meta);
     (void)removed;
@@ -960,12 +979,23 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
     initial.push_back(AppendRecord{std::nullopt, request.body});
   }
 
+  // With initial records or a close, the stream is created marked `creating` (invisible to
+  // other requests), and the commit of those records clears the mark: nothing can be appended
+  // before them, even through another node.
+  const bool initial_commit = !inherited.empty() || !initial.empty() || config.closed;
+  auto final_attrs = attributes::Set("", Meta::kAttributeKey, meta.Stored());
+  if (!final_attrs.ok()) return finish(ErrorResponse(final_attrs.status()));
   CreateStreamOptions options;
   options.content_type = content_type;
   options.retention = config.retention;
-  auto attrs = attributes::Set("", Meta::kAttributeKey, meta.Stored());
-  if (!attrs.ok()) return finish(ErrorResponse(attrs.status()));
-  options.attributes = std::move(*attrs);
+  options.attributes = *final_attrs;
+  if (initial_commit) {
+    Meta creating = meta;
+    creating.creating = true;
+    auto attrs = attributes::Set("", Meta::kAttributeKey, creating.Stored());
+    if (!attrs.ok()) return finish(ErrorResponse(attrs.status()));
+    options.attributes = std::move(*attrs);
+  }
   options.first_offset = first_offset;
   Status created = registry_.CreateStream(route.scope, route.name, options);
   if (!created.ok()) return finish(ErrorResponse(created));
@@ -990,13 +1020,17 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
     r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
     return finish(std::move(r));
   }
-  AppendOptions append_options;
-  append_options.close = close;
+  AppendRequest append;
+  append.stream = info->id;  // the stream just created, not one re-created since under its name
+  append.records = std::move(batch);
+  append.now_ms = registry_.clock().NowMs();
+  append.close = close;
+  append.attributes = std::move(*final_attrs);
+  append.expected_attributes = std::move(options.attributes);
   std::string path = LocationOf(request);
-  registry_.AppendBatchAsync(
-      route.scope, route.name, std::move(batch), append_options,
-      [this, release = std::move(release), done = std::move(done), content_type, close,
-       path](Result<AppendResult> result) mutable {
+  registry_.store().Append(
+      std::move(append), [this, release = std::move(release), done = std::move(done), content_type,
+                          close, path](Result<AppendResult> result) mutable {
         Defer([release = std::move(release), done = std::move(done), content_type, close, path,
                result = std::move(result)]() mutable {
           HttpResponse r;

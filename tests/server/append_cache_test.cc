@@ -13,6 +13,7 @@
 #include <string>
 #include <utility>
 
+#include "core/attributes.h"
 #include "runnel/registry.h"
 #include "runnel/store.h"
 #include "server/stream_service.h"
@@ -225,6 +226,43 @@ TEST_F(AppendCacheTest, ForksCreatedThroughTwoNodesAtOnceBothCount) {
   EXPECT_EQ(Write(*node_b_, "POST", "/v1/stream/src", "y").status, 410);
   EXPECT_EQ(Write(*node_b_, "DELETE", "/v1/stream/f2", "").status, 204);
   EXPECT_EQ(Write(*node_b_, "POST", "/v1/stream/src", "y").status, 404);
+}
+
+// A create with a body commits the stream and its first records in two steps. In between the
+// stream exists in the store but not for other requests (404), so nothing can be appended
+// before its initial records, through this node or another (PROTOCOL 5.1: with Stream-Closed
+// the body is the stream's complete content).
+TEST_F(AppendCacheTest, NothingLandsBeforeACreatesInitialRecords) {
+  int node_b_append = 0;
+  int node_b_create = 0;
+  store_->BeforeNextAppend([&] {
+    node_b_append = Write(*node_b_, "POST", "/v1/stream/s", "intruder").status;
+    node_b_create = Write(*node_b_, "PUT", "/v1/stream/s", "").status;
+  });
+  const HttpResponse created =
+      Write(*node_a_, "PUT", "/v1/stream/s", "initial", {{"stream-closed", "true"}});
+  EXPECT_EQ(created.status, 201) << created.body;
+  EXPECT_EQ(node_b_append, 404);
+  EXPECT_EQ(node_b_create, 409);  // a create of that name meanwhile is refused, not merged
+  EXPECT_EQ(EventCount("s"), 1u);
+  EXPECT_EQ(Write(*node_b_, "POST", "/v1/stream/s", "late").status, 409);  // closed
+}
+
+// A stream left half-created by a stopped node (still marked after kStaleCreationMs) is
+// removed by the next request for its name, which then finds the name free.
+TEST_F(AppendCacheTest, AnInterruptedCreateFreesTheNameLater) {
+  StreamSpec spec;
+  spec.ns = "global";
+  spec.name = "s";
+  spec.content_type = "text/plain";
+  spec.created_at_ms = 1;  // long ago
+  auto attrs = attributes::Set("", "ds", R"({"creating":true})");
+  ASSERT_TRUE(attrs.ok());
+  spec.attributes = *attrs;
+  ASSERT_TRUE(store_->CreateStream(spec).ok());
+  EXPECT_EQ(Write(*node_a_, "POST", "/v1/stream/s", "x").status, 404);
+  EXPECT_EQ(Write(*node_a_, "PUT", "/v1/stream/s", "fresh").status, 201);
+  EXPECT_EQ(EventCount("s"), 1u);
 }
 
 }  // namespace
