@@ -540,6 +540,40 @@ TEST_F(PostgresTest, N1_SafetyPollWakesAWatchedStreamWhoseNotificationWasLost) {
   store->SetTailListener(nullptr);
 }
 
+// A delete through another node sends no notification: the safety-net poll wakes the readers of
+// a watched stream that is gone, so they end (404) within a poll period, not at their timeout.
+TEST_F(PostgresTest, SafetyPollWakesTheReadersOfAStreamDeletedElsewhere) {
+  PostgresStoreOptions o = PgOptions(schema_);
+  o.safety_poll = std::chrono::milliseconds(200);
+  auto reader_node = OpenNode(o);
+  auto writer_node = OpenNode(o);
+  ASSERT_TRUE(reader_node && writer_node);
+  const StreamId watched = MustCreate(*writer_node, "doomed");
+  std::mutex mu;
+  std::condition_variable cv;
+  bool woken_after_delete = false;
+  bool deleted = false;
+  reader_node->SetTailListener([&](StreamId s, uint64_t) {
+    std::lock_guard lock(mu);
+    if (s == watched && deleted) woken_after_delete = true;
+    cv.notify_all();
+  });
+  reader_node->SetWatchedStreams([watched] { return std::vector<StreamId>{watched}; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the first poll's wake is over
+  {
+    std::lock_guard lock(mu);
+    deleted = true;
+  }
+  ASSERT_TRUE(writer_node->DeleteStream(watched).ok());
+  std::unique_lock lock(mu);
+  // Bounded wait (many poll periods), not a performance assertion.
+  cv.wait_for(lock, std::chrono::seconds(10), [&] { return woken_after_delete; });
+  EXPECT_TRUE(woken_after_delete);
+  lock.unlock();
+  reader_node->SetWatchedStreams(nullptr);
+  reader_node->SetTailListener(nullptr);
+}
+
 // Sessions the server closed while they sat idle in the pool (a database restart terminates
 // them all) are replaced before use: the next calls succeed instead of failing once per stale
 // connection.

@@ -1316,6 +1316,11 @@ void PostgresStore::SafetyPoll(pg::Conn& conn, std::map<StreamId, uint64_t>& las
     // between its reader's last read and now. Spurious wake-ups are harmless (readers re-read).
     if (it == last_seen.end() || it->second != next) CallListener(id, next);
   }
+  // A watched stream that is gone was deleted (through another node: a delete sends no
+  // notification): its readers re-read, find it missing and end now, not at their timeout.
+  for (StreamId id : ids) {
+    if (now.count(id) == 0) CallListener(id, 0);
+  }
   last_seen = std::move(now);
 }
 
