@@ -722,8 +722,9 @@ void SubscriptionService::NoteWrite(const Route& route) {
       Sub& sub = *owned;
       auto link = sub.links.find(route.name);
       if (link == sub.links.end()) {
+        // Never its own wake stream: each wake would then leave pending work for the next.
         if (sub.pattern.empty() || sub.links.size() >= kMaxLinks ||
-            !PathGlobMatch(PathSegments(sub.pattern), path)) {
+            route.name == sub.wake_stream || !PathGlobMatch(PathSegments(sub.pattern), path)) {
           continue;
         }
         // Linked before this append, so the append itself is pending (6.2).
@@ -870,7 +871,8 @@ HttpResponse SubscriptionService::HandleSubscription(ScopeState& scope, const st
       std::string path(tail.substr(1));
       auto link = sub.links.find(path);
       if (link != sub.links.end() && link->second.explicit_link) {
-        const bool still_globbed = !sub.pattern.empty() && PathGlobMatch(sub.pattern, path);
+        const bool still_globbed =
+            !sub.pattern.empty() && path != sub.wake_stream && PathGlobMatch(sub.pattern, path);
         if (still_globbed) {
           link->second.explicit_link = false;
           link->second.glob = true;
@@ -968,7 +970,7 @@ HttpResponse SubscriptionService::Put(ScopeState& scope, const std::string& id,
       if (!page.ok()) return FromStatus(page.status());
       for (const auto& d : *page) {
         if (!ValidPath(d.name) || sub->links.size() >= kMaxLinks) continue;
-        if (!PathGlobMatch(pattern, PathSegments(d.name))) continue;
+        if (d.name == sub->wake_stream || !PathGlobMatch(pattern, PathSegments(d.name))) continue;
         auto& link = sub->links[d.name];
         link.glob = true;
         if (!link.explicit_link) link.acked = d.next_offset - 1;

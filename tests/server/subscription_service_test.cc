@@ -429,6 +429,25 @@ TEST_F(SubscriptionServiceTest, StreamNamesThatAreNotUtf8NeverBreakTheService) {
   EXPECT_NE(got.body.find("events/ok"), std::string::npos) << got.body;
 }
 
+// A pattern that also matches the subscription's own wake stream does not link it: every wake
+// written there would otherwise be pending work that asks for the next wake.
+TEST_F(SubscriptionServiceTest, APatternNeverLinksTheSubscriptionsOwnWakeStream) {
+  Start();
+  CreateStream("wake/pool");
+  CreateStream("events/a");
+  json everything = PullSub("all");
+  everything["pattern"] = "**";
+  ASSERT_EQ(Call("PUT", "__ds/subscriptions/all", everything).status, 201);
+  Append("wake/pool", R"({"not":"a wake"})");
+  Append("events/a", R"({"n":1})");
+  auto got = Call("GET", "__ds/subscriptions/all");
+  ASSERT_EQ(got.status, 200) << got.body;
+  const json body = json::parse(got.body);
+  std::vector<std::string> linked;
+  for (const json& link : body["streams"]) linked.push_back(link["path"]);
+  EXPECT_EQ(linked, std::vector<std::string>{"events/a"}) << got.body;
+}
+
 // PROTOCOL.md 7.3: a lease ends after lease_ttl_ms without heartbeat; its token is then fenced
 // and pending work gets a new wake with a higher generation.
 TEST_F(SubscriptionServiceTest, LeaseExpiryFencesTheHolderAndWakesAgain) {
