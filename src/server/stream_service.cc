@@ -856,7 +856,8 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
     }
     HttpResponse r;
     r.status = 200;
-    r.Set("Content-Type", f.info.spec.content_type);
+    // A channel's streams have no content type: no empty header for them.
+    if (!f.info.spec.content_type.empty()) r.Set("Content-Type", f.info.spec.content_type);
     r.Set("Stream-Next-Offset", FormatOffset(TailPosition(f.info)));
     if (f.info.closed) r.Set("Stream-Closed", "true");
     return finish(std::move(r));
@@ -1351,10 +1352,16 @@ void StreamService::UpdateRetention(const Route& route, const HttpRequest& reque
                                     Done done) {
   HttpResponse response;
   auto retention = ParseRetentionHeaders(request);
-  const bool clear = request.Header("stream-retention") == std::optional<std::string_view>("none");
-  if (retention.ok() && *retention == StreamRetention{} && !clear) {
+  const auto whole = request.Header("stream-retention");
+  const bool clear = whole && EqualsIgnoreCase(TrimBlanks(*whole), "none");
+  if (whole && !clear) {
+    retention = Status::InvalidArgument("Stream-Retention takes only the value none");
+  } else if (retention.ok() && *retention == StreamRetention{} && !clear) {
     retention = Status::InvalidArgument(
         "send Stream-Retention-Max-Events, -Max-Age-Ms or -Max-Bytes, or Stream-Retention: none");
+  } else if (retention.ok() && !(*retention == StreamRetention{}) && clear) {
+    retention = Status::InvalidArgument(
+        "Stream-Retention: none clears every cap; send it without Stream-Retention-Max-* headers");
   }
   auto found = Lookup(route.scope, route.name);
   if (!retention.ok()) {
@@ -1437,7 +1444,8 @@ HttpResponse StreamService::HandleHead(const Route& route, const HttpRequest&) {
   HttpResponse r;
   r.status = 200;
   r.length_unknown = true;
-  r.Set("Content-Type", found->info.spec.content_type);
+  // A channel's streams have no content type: no empty header for them.
+  if (!found->info.spec.content_type.empty()) r.Set("Content-Type", found->info.spec.content_type);
   r.Set("Stream-Next-Offset", FormatOffset(TailPosition(found->info)));
   if (found->meta.ttl_s) r.Set("Stream-TTL", std::to_string(*found->meta.ttl_s));
   if (found->meta.expires_at) r.Set("Stream-Expires-At", *found->meta.expires_at);
@@ -1568,7 +1576,8 @@ HttpResponse StreamService::ReadResponse(const ReadState& state, const ReadChunk
   HttpResponse r;
   if (chunk.gone) return GoneOrFailed(chunk);
   r.status = 200;
-  r.Set("Content-Type", state.content_type);
+  // A channel's streams have no content type: no empty header for them.
+  if (!state.content_type.empty()) r.Set("Content-Type", state.content_type);
   r.Set("Stream-Next-Offset", FormatOffset(chunk.next));
   if (chunk.up_to_date) r.Set("Stream-Up-To-Date", "true");
   if (chunk.closed) r.Set("Stream-Closed", "true");

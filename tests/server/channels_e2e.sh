@@ -48,6 +48,7 @@ expect_eq "$(http_code -X DELETE "$RUNNEL_URL/v1/channels/orders")" "405" "unsup
 # scan of what is left (SEMANTICS section 3, item 11).
 S="$RUNNEL_URL/v1/stream/orders:$part"
 expect_eq "$(http_code "$S?offset=-1")" "200" "partition readable as a stream"
+expect_eq "$(curl -sI "$S" | grep -ci '^content-type:' || true)" "0" "no empty Content-Type on HEAD"
 # (a partition has no content type: the append sends none, so only the ownership refuses it)
 expect_eq "$(http_code -X POST -H 'Content-Type:' --data-binary junk "$S")" "409" "protocol append to a partition"
 expect_eq "$(http_code -X DELETE "$S")" "409" "delete of a partition"
