@@ -723,8 +723,8 @@ void SubscriptionService::NoteWrite(const Route& route) {
       auto link = sub.links.find(route.name);
       if (link == sub.links.end()) {
         // Never its own wake stream: each wake would then leave pending work for the next.
-        if (sub.pattern.empty() || sub.links.size() >= kMaxLinks ||
-            route.name == sub.wake_stream || !PathGlobMatch(PathSegments(sub.pattern), path)) {
+        if (sub.pattern.empty() || sub.links.size() >= kMaxLinks || route.name == sub.wake_stream ||
+            !PathGlobMatch(PathSegments(sub.pattern), path)) {
           continue;
         }
         // Linked before this append, so the append itself is pending (6.2).

@@ -715,9 +715,10 @@ TEST_F(TenantServerTest, RetentionSetAtCreateVisibleOnHeadAndChangeable) {
             404);
   EXPECT_EQ(Send(port(), "PATCH", path).status, 400);
   // "none" clears every cap: it is refused next to a cap, and other values are refused.
-  EXPECT_EQ(Send(port(), "PATCH", path, {"Stream-Retention: none", "Stream-Retention-Max-Events: 2"})
-                .status,
-            400);
+  EXPECT_EQ(
+      Send(port(), "PATCH", path, {"Stream-Retention: none", "Stream-Retention-Max-Events: 2"})
+          .status,
+      400);
   EXPECT_EQ(Send(port(), "PATCH", path, {"Stream-Retention: all"}).status, 400);
   EXPECT_EQ(HeaderValue(Send(port(), "HEAD", path), "stream-retention-max-events"), "1");
   EXPECT_EQ(Send(port(), "PATCH", path, {"Stream-Retention: none"}).status, 204);
