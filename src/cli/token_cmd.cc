@@ -109,7 +109,8 @@ void AddTokenCommand(CLI::App& app, int* exit_code) {
     auto text = store->Create(grant);
     if (!text.ok()) {
       std::fprintf(stderr, "runnel token create: %s\n", text.status().ToString().c_str());
-      *exit_code = 1;
+      // A tenant id the store refuses is a usage error, like the other argument checks.
+      *exit_code = text.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
       return;
     }
     std::printf("%s\n", text->c_str());

@@ -32,7 +32,8 @@ acme="$("$R" token --data "$data" create --tenant acme 2>/dev/null)"
 [[ "$platform" == rnl_* && "$acme" == rnl_* ]] || fail "token create output"
 # '-' is the token file's word for "no tenant": it is no tenant id. An --expires that is empty
 # or zero is refused rather than read as "never" or "already expired".
-expect_rc 1 "$R" token --data "$data" create --tenant -
+expect_rc 2 "$R" token --data "$data" create --tenant -
+expect_rc 2 "$R" token --data "$data" create --tenant 'bad/id'
 expect_rc 2 "$R" token --data "$data" create --tenant acme --expires ""
 expect_rc 2 "$R" token --data "$data" create --tenant acme --expires 0s
 start_server
