@@ -726,7 +726,9 @@ class HttpServer::Impl {
   // none: returns the first chunk with records, or the last one read when the stream is gone or
   // closed, the timeout passed or the server stops.
   template <typename Stream>
-  net::awaitable<ReadChunk> WaitForRecords(Stream& stream, const ReadState& state) {
+  net::awaitable<ReadChunk> WaitForRecords(
+      Stream& stream, const ReadState& state,
+      std::optional<std::chrono::steady_clock::time_point> until = std::nullopt) {
     StreamService* service = &service_;
     const ReadState* at = &state;
     const std::function<ReadChunk()> read = [service, at] { return service->Read(*at); };
@@ -739,8 +741,9 @@ class HttpServer::Impl {
     };
     auto subscription = co_await StoreCall(watch);
     metrics_.LiveReaderStarted();
-    auto deadline = std::chrono::steady_clock::now() +
-                    std::chrono::milliseconds(service_.options().long_poll_timeout_ms);
+    const auto deadline =
+        until.value_or(std::chrono::steady_clock::now() +
+                       std::chrono::milliseconds(service_.options().long_poll_timeout_ms));
     Tcp(stream).expires_never();
     WatchHangUp(Tcp(stream).socket(), waker);
     for (;;) {
@@ -774,18 +777,25 @@ class HttpServer::Impl {
   net::awaitable<bool> GroupLongPoll(Stream& stream, Principal principal,
                                      std::shared_ptr<const HttpRequest> request, ReadState state,
                                      bool keep_alive) {
-    ReadChunk chunk = co_await WaitForRecords(stream, state);
-    if (!chunk.gone && !chunk.records.empty()) {
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(service_.options().long_poll_timeout_ms);
+    ReadChunk chunk = co_await WaitForRecords(stream, state, deadline);
+    while (!chunk.gone && !chunk.records.empty()) {
       GroupAnswer again = co_await AwaitGroup(principal, request);
       if (!again.live) {
         co_return co_await Write(stream, std::move(again.response), keep_alive, false, "groups",
                                  "GET");
       }
-      // The group acked past the new records meanwhile: nothing left to hand out.
+      // The group acked past the new records meanwhile: nothing to hand out yet, so wait on
+      // from the group's new position until the same deadline.
       state = std::move(*again.live);
-      chunk.records.clear();
-      chunk.next = state.position;
-      chunk.closed = false;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        chunk.records.clear();
+        chunk.next = state.position;
+        chunk.closed = false;
+        break;
+      }
+      chunk = co_await WaitForRecords(stream, state, deadline);
     }
     co_return co_await Write(stream, service_.LongPollEmptyResponse(state, chunk), keep_alive,
                              false, "groups", "GET");

@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -856,6 +857,35 @@ TEST_F(GroupHttpTest, LongPollAfterSkipAheadWaitsBeyondTheAckedOffsetC9) {
   json ready = Call("GET", base + "?group=g&live=long-poll");
   EXPECT_EQ(Offsets(ready), (std::vector<uint64_t>{5}));
   EXPECT_EQ(ready["events"][0]["data"], json({{"n", 5}}));
+}
+
+// A group long-poll woken by records the group has meanwhile acked past (another consumer of
+// the group did the work) waits on for records beyond the ack, until its own deadline; it does
+// not answer 204 at once.
+TEST_F(GroupHttpTest, LongPollWaitsOnWhenTheGroupAckedPastTheNewRecords) {
+  StartServer(false, /*long_poll_timeout_ms=*/5000);
+  Seed("/v1/stream/past", 1);
+  const std::string base = "/v1/groups/stream/past";
+  Call("POST", base + "?group=g&ack=1");
+  std::promise<Response> answered;
+  std::thread reader(
+      [&] { answered.set_value(Send(port(), "GET", base + "?group=g&live=long-poll")); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));        // the poll is waiting
+  EXPECT_EQ(Call("POST", base + "?group=g&ack=3")["last_acked"], 3);  // skip-ahead (C9)
+  ASSERT_EQ(Send(port(), "POST", "/v1/stream/past", {"Content-Type: application/json"},
+                 "[{\"n\":2},{\"n\":3}]")
+                .status,
+            204);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(
+      Send(port(), "POST", "/v1/stream/past", {"Content-Type: application/json"}, "[{\"n\":4}]")
+          .status,
+      204);
+  Response r = answered.get_future().get();
+  reader.join();
+  EXPECT_EQ(r.status, 200) << r.body;
+  auto body = json::parse(r.body, nullptr, false);
+  EXPECT_EQ(Offsets(body), (std::vector<uint64_t>{4})) << r.body;
 }
 
 // The SSE form is the protocol's SSE read from the group's offset: data events with the records
