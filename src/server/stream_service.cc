@@ -30,6 +30,8 @@ constexpr int kMaxMetaAttempts = 8;
 // A stream still being created this long after its creation began was left so by a stopped
 // node (StreamService::Meta::creating).
 constexpr uint64_t kStaleCreationMs = 10'000;
+// How long a create that lost the race for its name waits for the winner's initial records.
+constexpr int kCreateRaceWaitMs = 5'000;
 constexpr uint64_t kCursorEpochMs = 1728432000000ULL;  // 2024-10-09T00:00:00Z
 constexpr uint64_t kCursorIntervalMs = 20000;
 
@@ -796,7 +798,7 @@ Result<CreateConfig> ParseCreateConfig(const HttpRequest& request) {
 }  // namespace
 
 void StreamService::Create(const Route& route, const HttpRequest& request, Release release,
-                           Done done) {
+                           Done done, bool after_race) {
   auto finish = [&](HttpResponse r) {
     release();
     done(std::move(r));
@@ -999,6 +1001,17 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   }
   options.first_offset = first_offset;
   Status created = registry_.CreateStream(route.scope, route.name, options);
+  if (created.code() == StatusCode::kAlreadyExists && !after_race) {
+    // Created meanwhile by another node, perhaps still committing its initial records (then
+    // Lookup answers not found): wait for it, then answer as a re-create does, 200 for the same
+    // configuration. (Catalog writes run on a worker thread, which may wait.)
+    for (int waited = 0; waited < kCreateRaceWaitMs; waited += 20) {
+      auto visible = Lookup(route.scope, route.name);
+      if (visible.ok() || visible.status().code() != StatusCode::kNotFound) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return Create(route, request, std::move(release), std::move(done), /*after_race=*/true);
+  }
   if (!created.ok()) return finish(ErrorResponse(created));
   auto info = registry_.store().GetStream(route.scope.Label(), route.name);
   if (!info.ok()) return finish(ErrorResponse(info.status()));
@@ -1413,7 +1426,7 @@ HttpResponse StreamService::HandleList(const Route& route, const HttpRequest& re
         continue;
       }
       Meta meta = Meta::Parse(info.spec.attributes);
-      if (meta.soft_deleted || Expired(info, meta)) continue;
+      if (meta.soft_deleted || meta.creating || Expired(info, meta)) continue;
       if (streams.size() == limit) {
         more = true;
         break;

@@ -236,7 +236,9 @@ class StreamService {
   Result<MetaAppend> BeginMetaAppend(StreamId id, const std::string& seq);
   void MetaAppendDone(StreamId id);
 
-  void Create(const Route& route, const HttpRequest& request, Release release, Done done);
+  // `after_race`: a second attempt, after the name was taken by a concurrent create.
+  void Create(const Route& route, const HttpRequest& request, Release release, Done done,
+              bool after_race = false);
   // `use_cache`: a plain append (no Stream-Seq, producer, close or expected offset) may be
   // validated against append_cache_. `retry_race`: a Stream-Seq append that the store refused
   // because the stream's attributes changed after they were read (a write through another node
