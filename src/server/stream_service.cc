@@ -1317,8 +1317,15 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
             // A store shared by several nodes found this (epoch, seq) committed meanwhile,
             // through another node: the same duplicate answer as the check before the append.
             r.status = 204;
+            // Producer-Seq is the highest sequence accepted in this epoch (PROTOCOL 5.2.1),
+            // which the other node may have moved past this request's.
+            uint64_t highest = producer->seq;
+            if (auto stored = registry_.store().GetProducer(id, producer->producer_id);
+                stored.ok() && stored->has_value() && (*stored)->epoch == producer->epoch) {
+              highest = std::max(highest, (*stored)->seq);
+            }
             r.Set("Producer-Epoch", std::to_string(producer->epoch));
-            r.Set("Producer-Seq", std::to_string(producer->seq));
+            r.Set("Producer-Seq", std::to_string(highest));
             if (auto info = registry_.store().GetStreamById(id); info.ok()) {
               r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
             }

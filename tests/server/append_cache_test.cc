@@ -208,6 +208,34 @@ TEST_F(AppendCacheTest, TheSameStreamSeqThroughTwoNodesIsAcceptedOnce) {
   EXPECT_EQ(EventCount("s"), 3u);
 }
 
+// An idempotent producer's resend that races the original through another node commits once;
+// the loser answers as a duplicate does, 204 with the highest sequence accepted in the epoch
+// (PROTOCOL 5.2.1), which the other node may already have moved past the resent one.
+TEST_F(AppendCacheTest, AProducerResendThroughAnotherNodeCommitsOnce) {
+  ASSERT_EQ(Write(*node_a_, "PUT", "/v1/stream/p", "").status, 201);
+  auto producer = [](int seq) {
+    return std::map<std::string, std::string>{
+        {"producer-id", "w"}, {"producer-epoch", "0"}, {"producer-seq", std::to_string(seq)}};
+  };
+  ASSERT_EQ(Write(*node_a_, "POST", "/v1/stream/p", "m0", producer(0)).status, 200);
+  int node_b_first = 0;
+  int node_b_second = 0;
+  store_->BeforeNextAppend([&] {
+    node_b_first = Write(*node_b_, "POST", "/v1/stream/p", "m1", producer(1)).status;
+    node_b_second = Write(*node_b_, "POST", "/v1/stream/p", "m2", producer(2)).status;
+  });
+  const HttpResponse resent = Write(*node_a_, "POST", "/v1/stream/p", "m1", producer(1));
+  EXPECT_EQ(node_b_first, 200);
+  EXPECT_EQ(node_b_second, 200);
+  EXPECT_EQ(resent.status, 204) << resent.body;
+  std::string seq_header;
+  for (const auto& [name, value] : resent.headers) {
+    if (name == "Producer-Seq") seq_header = value;
+  }
+  EXPECT_EQ(seq_header, "2");
+  EXPECT_EQ(EventCount("p"), 3u);
+}
+
 // A fork's reference count on its source is a read-modify-write of the source's attributes.
 // Two forks created through two nodes at once must both count, or deleting the source and
 // then one fork would delete the source's data under the other (PROTOCOL 4.2, soft delete).

@@ -585,6 +585,43 @@ TEST_P(StoreContractTest, ExpectedAttributesMakeAnAppendACompareAndSet) {
   EXPECT_EQ(info->next_offset, 4u);
 }
 
+// The producer state of an append is compared-and-set in the store: only a strictly newer
+// (epoch, seq) is written, so a resend that raced the original (through another process
+// sharing the store) commits once; an older epoch is fenced. Also within one commit group.
+TEST_P(StoreContractTest, ProducerStateIsACompareAndSet) {
+  StreamInfo s = Create("s");
+  auto producer_append = [&](uint64_t epoch, uint64_t seq) {
+    AppendRequest req;
+    req.stream = s.id;
+    req.now_ms = 1;
+    req.records = {AppendRecord{std::nullopt, "e" + std::to_string(epoch) + "s" +
+                                                  std::to_string(seq)}};
+    req.producer = ProducerState{"w", epoch, seq, 0};
+    return req;
+  };
+  ASSERT_TRUE(AppendSync(*store_, producer_append(1, 0)).ok());
+  EXPECT_EQ(AppendSync(*store_, producer_append(1, 0)).status().code(),
+            StatusCode::kAlreadyExists);
+  EXPECT_EQ(AppendSync(*store_, producer_append(0, 5)).status().code(),
+            StatusCode::kPermissionDenied);
+  std::promise<Result<AppendResult>> first, second;
+  store_->Append(producer_append(1, 1),
+                 [&](Result<AppendResult> r) { first.set_value(std::move(r)); });
+  store_->Append(producer_append(1, 1),
+                 [&](Result<AppendResult> r) { second.set_value(std::move(r)); });
+  const Result<AppendResult> r1 = first.get_future().get();
+  const Result<AppendResult> r2 = second.get_future().get();
+  EXPECT_NE(r1.ok(), r2.ok());
+  EXPECT_EQ((r1.ok() ? r2 : r1).status().code(), StatusCode::kAlreadyExists);
+  ASSERT_TRUE(AppendSync(*store_, producer_append(2, 0)).ok());  // a new epoch
+  auto info = store_->GetStreamById(s.id);
+  EXPECT_EQ(info->next_offset, 4u);
+  auto stored = store_->GetProducer(s.id, "w");
+  ASSERT_TRUE(stored.ok() && stored->has_value());
+  EXPECT_EQ((*stored)->epoch, 2u);
+  EXPECT_EQ((*stored)->seq, 0u);
+}
+
 // UpdateStream's expected_attributes: a compare-and-set of the attributes.
 TEST_P(StoreContractTest, ExpectedAttributesMakeAnUpdateACompareAndSet) {
   StreamInfo s = Create("s");

@@ -1318,6 +1318,20 @@ void LogStore::EncodeOp(Op& op) {
         if (*req.expected_attributes != current)
           return refuse(store::AttributesChanged(s->name.str()));
       }
+      if (req.producer) {
+        // Against an append earlier in this group first, then the applied state.
+        std::optional<std::pair<uint64_t, uint64_t>> stored;
+        const auto key = std::make_pair(req.stream, req.producer->producer_id);
+        if (auto p = pending_producers_.find(key); p != pending_producers_.end()) {
+          stored = p->second;
+        } else if (auto v = s->view().producers.find(req.producer->producer_id);
+                   v != s->view().producers.end()) {
+          stored.emplace(v->second.epoch, v->second.seq);
+        }
+        if (Status checked = store::CheckProducer(stored, *req.producer); !checked.ok()) {
+          return refuse(std::move(checked));
+        }
+      }
       const uint64_t n = req.records.size();
       if (n > std::numeric_limits<uint64_t>::max() - s->reserved_next) {
         return refuse(
@@ -1343,6 +1357,10 @@ void LogStore::EncodeOp(Op& op) {
       op.append_result.next_offset = s->reserved_next;
       if (req.close) s->reserved_closed = true;
       if (req.attributes) pending_attributes_[req.stream] = *req.attributes;
+      if (req.producer) {
+        pending_producers_[{req.stream, req.producer->producer_id}] = {req.producer->epoch,
+                                                                       req.producer->seq};
+      }
       return;
     }
     case OpKind::kCursor: {
@@ -1480,6 +1498,7 @@ void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_s
   pending_cursors_.clear();
   pending_names_.clear();
   pending_attributes_.clear();
+  pending_producers_.clear();
   reserved_next_id_ = next_stream_id_;
   if (options_.durability.mode == LogDurability::kFsync && options_.group_commit_wait_us > 0) {
     std::lock_guard lock(queue_mu_);  // only WaitForFullerGroup reads it

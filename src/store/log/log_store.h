@@ -402,6 +402,8 @@ class LogStore final : public Store {
   std::set<std::pair<std::string, std::string>> pending_names_;
   // Attributes set by appends queued in the current group, for expected_attributes.
   std::unordered_map<StreamId, std::string> pending_attributes_;
+  // Producer (epoch, seq) of appends queued in the current group, for their compare-and-set.
+  std::map<std::pair<StreamId, std::string>, std::pair<uint64_t, uint64_t>> pending_producers_;
   StreamId reserved_next_id_ = 1;
 
   std::mutex queue_mu_;

@@ -206,6 +206,18 @@ void MemoryStore::Append(AppendRequest request, AppendCallback done) {
       refused = AttributesChanged(s->spec.name);
       return;
     }
+    if (request.producer) {
+      auto stored = s->producers.find(request.producer->producer_id);
+      Status checked = CheckProducer(
+          stored == s->producers.end()
+              ? std::nullopt
+              : std::optional(std::make_pair(stored->second.epoch, stored->second.seq)),
+          *request.producer);
+      if (!checked.ok()) {
+        refused = std::move(checked);
+        return;
+      }
+    }
     const uint64_t n = request.records.size();
     // next_offset itself must stay representable, so the last usable offset is 2^64-2.
     if (n > std::numeric_limits<uint64_t>::max() - s->next_offset) {

@@ -885,19 +885,8 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
       } else if (auto d = stored_producers.find(key); d != stored_producers.end()) {
         current = d->second;
       }
-      if (current && current->first > req.producer->epoch) {
-        outcomes[i].emplace(Status::PermissionDenied(
-            "producer '" + req.producer->producer_id + "' epoch " +
-            std::to_string(req.producer->epoch) + " is stale (stored epoch " +
-            std::to_string(current->first) + ")"));
-        continue;
-      }
-      if (current && current->first == req.producer->epoch &&
-          current->second >= req.producer->seq) {
-        outcomes[i].emplace(Status::AlreadyExists(
-            "producer '" + req.producer->producer_id + "' epoch " +
-            std::to_string(req.producer->epoch) + " seq " + std::to_string(req.producer->seq) +
-            " is already committed (stored seq " + std::to_string(current->second) + ")"));
+      if (Status checked = CheckProducer(current, *req.producer); !checked.ok()) {
+        outcomes[i].emplace(std::move(checked));
         continue;
       }
     }
