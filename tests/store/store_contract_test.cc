@@ -594,14 +594,13 @@ TEST_P(StoreContractTest, ProducerStateIsACompareAndSet) {
     AppendRequest req;
     req.stream = s.id;
     req.now_ms = 1;
-    req.records = {AppendRecord{std::nullopt, "e" + std::to_string(epoch) + "s" +
-                                                  std::to_string(seq)}};
+    req.records = {
+        AppendRecord{std::nullopt, "e" + std::to_string(epoch) + "s" + std::to_string(seq)}};
     req.producer = ProducerState{"w", epoch, seq, 0};
     return req;
   };
   ASSERT_TRUE(AppendSync(*store_, producer_append(1, 0)).ok());
-  EXPECT_EQ(AppendSync(*store_, producer_append(1, 0)).status().code(),
-            StatusCode::kAlreadyExists);
+  EXPECT_EQ(AppendSync(*store_, producer_append(1, 0)).status().code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(AppendSync(*store_, producer_append(0, 5)).status().code(),
             StatusCode::kPermissionDenied);
   std::promise<Result<AppendResult>> first, second;
