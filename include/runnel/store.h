@@ -91,7 +91,9 @@ struct AppendRequest {
   // When set, the batch must start at exactly this offset; otherwise the append is refused with
   // kConflict carrying (expected, actual next offset) and nothing is written.
   std::optional<uint64_t> expected_offset;
-  // When set, stored atomically with the records (last_offset filled in by the store).
+  // When set, stored atomically with the records (last_offset filled in by the store), and
+  // compared-and-set: an (epoch, seq) not newer than the stored one is refused, nothing
+  // written, with kAlreadyExists (same epoch) or kPermissionDenied (an older epoch).
   std::optional<ProducerState> producer;
   // Close the stream after these records, atomically with them.
   bool close = false;
