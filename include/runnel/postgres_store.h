@@ -91,6 +91,18 @@ struct PostgresStoreOptions {
   // 0 disables the wait.
   uint32_t group_wait_us = 1000;
   uint32_t group_arrival_gap_us = 50;
+  // While other nodes append (as above), a worker whose queued appends can take the
+  // one-round-trip path first locks their streams' catalog rows, with those of its previous
+  // groups (at most prelock_max_streams), and only takes its group once the locks are granted.
+  // Nodes sharing streams queue on those row locks anyway; this way the appends that arrive
+  // during the wait join the transaction instead of waiting for the next one. Costs one round
+  // trip per transaction; 0 turns it off.
+  size_t prelock_max_streams = 64;
+  // Other nodes learn of new tails by NOTIFY, sent by one notifier per node in a transaction of
+  // its own: at most one per notify_interval, carrying every tail committed meanwhile (one per
+  // append group cost the database a third of its CPU per append). Readers on other nodes see
+  // an append up to this much later; readers on this node are woken at once.
+  std::chrono::microseconds notify_interval{2000};
   // Bound on establishing a connection, and on any one statement (server-side
   // statement_timeout; a statement cut by it fails definitely, before COMMIT).
   std::chrono::milliseconds connect_timeout{5000};

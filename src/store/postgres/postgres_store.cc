@@ -153,6 +153,8 @@ Result<std::unique_ptr<PostgresStore>> PostgresStore::Open(const PostgresStoreOp
     store->workers_.emplace_back([s = store.get(), i] { s->WorkerLoop(s->queues_[i]); });
     SetThreadName(store->workers_.back(), "pg-append-" + std::to_string(i));
   }
+  store->notify_thread_ = std::thread([s = store.get()] { s->NotifyLoop(); });
+  SetThreadName(store->notify_thread_, "pg-notify");
   // LISTEN before returning, so every append another node commits after Open is heard.
   RUNNEL_ASSIGN_OR_RETURN(auto listen_conn, store->Connect());
   RUNNEL_RETURN_IF_ERROR(listen_conn->Exec("LISTEN " + pg::QuoteIdent(store->channel_)).status());
@@ -170,6 +172,12 @@ PostgresStore::~PostgresStore() {
   }
   for (size_t i = 0; i < workers_.size(); ++i) queues_[i].cv.notify_all();
   for (auto& w : workers_) w.join();
+  {
+    std::lock_guard lock(notify_mu_);
+    notify_stop_ = true;
+  }
+  notify_cv_.notify_all();
+  if (notify_thread_.joinable()) notify_thread_.join();
   listen_stop_ = true;
   if (wake_fd_ >= 0) {
     const uint64_t one = 1;
@@ -568,28 +576,116 @@ bool PostgresStore::OtherNodesAppending() const {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(now).count() - at < 1'000'000'000;
 }
 
+bool PostgresStore::Optimistic(const AppendRequest& request, const StreamCache& cache,
+                               std::chrono::steady_clock::time_point now) {
+  // Producer appends always take the locking path: their (epoch, seq) is checked against the
+  // stored state under the stream's row lock; so do appends with expected attributes.
+  auto c = cache.find(request.stream);
+  return c != cache.end() && now >= c->second.optimistic_after && !request.producer &&
+         !request.expected_attributes;
+}
+
+Result<std::set<StreamId>> PostgresStore::Prelock(pg::Conn& conn, const std::vector<int64_t>& ids) {
+  std::vector<pg::Conn::Statement> st(2);
+  st[0].sql = "BEGIN";
+  // In id order, as every transaction here locks catalog rows: no deadlock between nodes.
+  st[1].sql = "SELECT id FROM streams WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE";
+  st[1].params.Int8Array(ids);
+  auto replies = conn.Pipeline(st);
+  for (auto& r : replies) {
+    if (!r.ok()) {
+      if (!conn.broken() && !conn.Exec("ROLLBACK").ok()) conn.Sever();
+      return r.status();
+    }
+  }
+  std::set<StreamId> locked;
+  const Rows& rows = replies[1].value();
+  for (int r = 0; r < rows.size(); ++r) locked.insert(static_cast<StreamId>(rows.Int8(r, 0)));
+  return locked;
+}
+
 void PostgresStore::WorkerLoop(WorkerQueue& queue) {
   std::unique_ptr<pg::Conn> conn;
   StreamCache cache;
   int pid = 0;
-  size_t in_flight = 0;        // appends in flight during the previous transaction
-  uint64_t round_trip_us = 0;  // moving mean of a group's commit round trip
+  size_t in_flight = 0;          // appends in flight during the previous transaction
+  uint64_t round_trip_us = 0;    // moving mean of a group's commit round trip
+  std::vector<StreamId> recent;  // the streams of the previous group (for the prelock)
   for (;;) {
     std::vector<Pending> group;
+    bool prelocked = false;
     {
       std::unique_lock lock(queue_mu_);
       queue.cv.wait(lock, [&] { return stopping_ || !queue.pending.empty(); });
       if (queue.pending.empty()) break;  // stopping and drained
-      // See PostgresStoreOptions::group_wait_us.
-      const uint64_t bound = std::min<uint64_t>(options_.group_wait_us, round_trip_us / 2);
-      if (bound > 0 && queue.pending.size() < in_flight && OtherNodesAppending()) {
-        WaitForFullerGroup(
-            queue.cv, lock, in_flight, std::chrono::microseconds(bound),
-            std::chrono::microseconds(options_.group_arrival_gap_us), &queue.target,
-            [&] { return queue.pending.size(); }, [&] { return stopping_; });
+      const bool shared = OtherNodesAppending();
+      std::vector<int64_t> lock_ids;
+      const auto now = std::chrono::steady_clock::now();
+      if (shared && options_.prelock_max_streams > 0 && conn != nullptr && !conn->broken() &&
+          Optimistic(queue.pending.front().request, cache, now)) {
+        // See PostgresStoreOptions::prelock_max_streams.
+        std::set<StreamId> ids;
+        for (const Pending& p : queue.pending) {
+          if (ids.size() >= options_.prelock_max_streams) break;
+          if (Optimistic(p.request, cache, now)) ids.insert(p.request.stream);
+        }
+        for (StreamId id : recent) {
+          if (ids.size() >= options_.prelock_max_streams) break;
+          auto c = cache.find(id);
+          if (c != cache.end() && now >= c->second.optimistic_after) ids.insert(id);
+        }
+        for (StreamId id : ids) lock_ids.push_back(BitsToDb(id));
+        std::sort(lock_ids.begin(), lock_ids.end());
+      }
+      std::optional<std::set<StreamId>> locked;
+      if (!lock_ids.empty() && !conn->IdleButDead()) {
+        lock.unlock();
+        auto got = Prelock(*conn, lock_ids);
+        lock.lock();
+        if (got.ok()) locked = std::move(*got);
+      }
+      if (locked) {
+        // Everything queued by now on the locked streams, in queue order per stream: once an
+        // append of a stream stays behind, so do the later ones of that stream.
+        std::set<StreamId> held_back;
+        std::deque<Pending> rest;
+        size_t records = 0;
+        const auto at = std::chrono::steady_clock::now();
+        while (!queue.pending.empty()) {
+          Pending& p = queue.pending.front();
+          const StreamId id = p.request.stream;
+          const bool take = group.size() < options_.max_group_appends &&
+                            records + p.request.records.size() <= options_.max_group_records &&
+                            locked->count(id) > 0 && held_back.count(id) == 0 &&
+                            Optimistic(p.request, cache, at);
+          if (take) {
+            records += p.request.records.size();
+            group.push_back(std::move(p));
+          } else {
+            held_back.insert(id);
+            rest.push_back(std::move(p));
+          }
+          queue.pending.pop_front();
+        }
+        queue.pending = std::move(rest);
+        prelocked = !group.empty();
+        if (!prelocked) {  // nothing to write under these locks: close the transaction
+          lock.unlock();
+          if (!conn->Exec("ROLLBACK").ok()) conn->Sever();
+          lock.lock();
+        }
+      } else {
+        // See PostgresStoreOptions::group_wait_us.
+        const uint64_t bound = std::min<uint64_t>(options_.group_wait_us, round_trip_us / 2);
+        if (bound > 0 && queue.pending.size() < in_flight && shared) {
+          WaitForFullerGroup(
+              queue.cv, lock, in_flight, std::chrono::microseconds(bound),
+              std::chrono::microseconds(options_.group_arrival_gap_us), &queue.target,
+              [&] { return queue.pending.size(); }, [&] { return stopping_; });
+        }
       }
       size_t records = 0;
-      while (!queue.pending.empty() && group.size() < options_.max_group_appends &&
+      while (!prelocked && !queue.pending.empty() && group.size() < options_.max_group_appends &&
              (group.empty() || records + queue.pending.front().request.records.size() <=
                                    options_.max_group_records)) {
         records += queue.pending.front().request.records.size();
@@ -597,8 +693,10 @@ void PostgresStore::WorkerLoop(WorkerQueue& queue) {
         queue.pending.pop_front();
       }
     }
+    if (group.empty()) continue;
     std::vector<std::optional<Result<AppendResult>>> outcomes(group.size());
     if (conn == nullptr || conn->IdleButDead()) {
+      prelocked = false;  // that transaction went with its session
       if (conn != nullptr) {
         std::lock_guard lock(pids_mu_);
         own_pids_.erase(pid);
@@ -615,7 +713,14 @@ void PostgresStore::WorkerLoop(WorkerQueue& queue) {
       }
     }
     const auto started = std::chrono::steady_clock::now();
-    if (conn != nullptr) CommitGroup(conn, group, outcomes, cache);
+    if (conn != nullptr) CommitGroup(conn, group, outcomes, cache, prelocked);
+    recent.clear();
+    for (const Pending& p : group) {
+      if (recent.size() >= options_.prelock_max_streams) break;
+      if (std::find(recent.begin(), recent.end(), p.request.stream) == recent.end()) {
+        recent.push_back(p.request.stream);
+      }
+    }
     if (options_.group_wait_us > 0) {  // only the group wait reads them
       const auto us = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                                 std::chrono::steady_clock::now() - started)
@@ -648,23 +753,30 @@ StoreCommitStats PostgresStore::CommitStats() const {
 
 void PostgresStore::CommitGroup(std::unique_ptr<pg::Conn>& conn, std::vector<Pending>& group,
                                 std::vector<std::optional<Result<AppendResult>>>& outcomes,
-                                StreamCache& cache) {
+                                StreamCache& cache, bool prelocked) {
   std::vector<size_t> all(group.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-  // Producer appends always take the locking path: their (epoch, seq) is checked against the
-  // stored state under the stream's row lock; so do appends with expected attributes.
   const auto now = std::chrono::steady_clock::now();
   const bool all_cached = std::all_of(group.begin(), group.end(), [&](const Pending& p) {
-    auto c = cache.find(p.request.stream);
-    return c != cache.end() && now >= c->second.optimistic_after && !p.request.producer &&
-           !p.request.expected_attributes;
+    return Optimistic(p.request, cache, now);
   });
   bool stale = false;
+  if (prelocked && !all_cached) {  // (not taken so) close the transaction, go on as usual
+    if (!conn->Exec("ROLLBACK").ok()) conn->Sever();
+    prelocked = false;
+  }
   if (all_cached) {
-    const GroupEnd fast = TryGroup(*conn, group, all, outcomes, cache, /*optimistic=*/true);
-    if (fast != GroupEnd::kStale) return;
+    const GroupEnd fast =
+        TryGroup(*conn, group, all, outcomes, cache, /*optimistic=*/true, prelocked);
+    if (fast != GroupEnd::kStale) {
+      if (prelocked) prelocked_groups_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
     stale = true;
     for (auto& o : outcomes) o.reset();
+    // A refusal predicted from the cache returns before anything is sent: end the open
+    // transaction (after a failed write it is already over; ROLLBACK then only warns).
+    if (prelocked && !conn->broken() && !conn->Exec("ROLLBACK").ok()) conn->Sever();
     if (conn->broken()) {
       for (auto& o : outcomes) o.emplace(Status::Unavailable("postgres: connection lost"));
       return;
@@ -701,8 +813,8 @@ void PostgresStore::CommitGroup(std::unique_ptr<pg::Conn>& conn, std::vector<Pen
 
 PostgresStore::GroupEnd PostgresStore::TryGroup(
     pg::Conn& conn, std::vector<Pending>& group, const std::vector<size_t>& members,
-    std::vector<std::optional<Result<AppendResult>>>& outcomes, StreamCache& cache,
-    bool optimistic) {
+    std::vector<std::optional<Result<AppendResult>>>& outcomes, StreamCache& cache, bool optimistic,
+    bool locked) {
   // Any failure forgets what this group's streams looked like.
   struct Forget {
     StreamCache& cache;
@@ -982,7 +1094,6 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
   Params wp;
   std::string sql = "WITH ";
   std::vector<int64_t> up_id;
-  std::vector<std::string> notes;
   if (assign_in_db) {
     // The catalog rows move first and return where each stream's records start (`base`, the
     // next offset found); the records are inserted at base + their relative offset. Applies
@@ -1070,7 +1181,6 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
       up_closed.push_back(s.closed);
       up_attrs.push_back(s.attributes ? std::optional<std::string_view>(*s.attributes)
                                       : std::nullopt);
-      notes.push_back(std::to_string(id) + ":" + std::to_string(s.next));
     }
     if (!del_id.empty()) {
       sql += "del AS (DELETE FROM events e USING ";
@@ -1137,13 +1247,10 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
     conn.Sever();
   }
   // The write and the COMMIT travel together; a failed write makes the server skip COMMIT.
-  // NOTIFY goes in its own small transaction after the COMMIT, with synchronous_commit off:
-  // a notifying transaction holds a database-wide lock from its pre-commit until its commit is
-  // done, so notifying inside the append transactions would serialize all of them (and their
-  // WAL flushes). A hint lost in a crash is harmless: listeners are hints, readers re-read.
-  // Optimistically, BEGIN and the row locks travel in the same round trip too.
+  // Optimistically, BEGIN and the row locks travel in the same round trip too. Other nodes hear
+  // of the new tails from the notifier (QueueNotify), not from this transaction.
   std::vector<pg::Conn::Statement> closing;
-  if (optimistic) {
+  if (optimistic && !locked) {
     closing.push_back(pg::Conn::Statement{"BEGIN", Params()});
     // Lock the rows in id order before the write, as the locking path does: the write's parts
     // (inserts under a unique index, the catalog update) would otherwise take their locks in
@@ -1157,21 +1264,6 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
   const size_t w = closing.size();
   closing.push_back(pg::Conn::Statement{std::move(sql), std::move(wp)});
   closing.push_back(pg::Conn::Statement{"COMMIT", Params()});
-  if (assign_in_db) {
-    // The tails are known only to the database here: notify with the committed ones (or later
-    // ones; a hint carries a lower bound).
-    closing.push_back(pg::Conn::Statement{
-        "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, id::text || ':' || "
-        "(next_offset::numeric + 9223372036854775808)::text) FROM streams WHERE id = ANY($2)",
-        Params()});
-    closing.back().params.Text(channel_).Int8Array(up_id);
-  } else {
-    closing.push_back(pg::Conn::Statement{
-        "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, n) "
-        "FROM unnest($2::text[]) AS n",
-        Params()});
-    closing.back().params.Text(channel_).TextArray(notes);
-  }
   const auto sent_at = std::chrono::steady_clock::now();
   auto replies = conn.Pipeline(closing, [&] {
     if (options_.fault_hook &&
@@ -1249,6 +1341,13 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
   }
   for (size_t i : written) outcomes[i].emplace(results[i]);
   forget.armed = false;
+  {
+    std::vector<std::pair<StreamId, uint64_t>> tails;
+    for (const auto& [id, st] : streams) {
+      if (st.touched) tails.emplace_back(id, st.next);
+    }
+    QueueNotify(tails);
+  }
   for (const auto& [id, st] : streams) {
     const bool plain = !st.deleted && !st.closed && !st.retention.max_events &&
                        !st.retention.max_age_ms && !st.retention.max_bytes;
@@ -1264,6 +1363,73 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
 }
 
 // ---- tail notification -----------------------------------------------------------------------
+
+void PostgresStore::QueueNotify(const std::vector<std::pair<StreamId, uint64_t>>& tails) {
+  if (tails.empty()) return;
+  {
+    std::lock_guard lock(notify_mu_);
+    for (const auto& [id, next] : tails) {
+      uint64_t& n = notes_[id];
+      n = std::max(n, next);
+    }
+  }
+  notify_cv_.notify_one();
+}
+
+void PostgresStore::NotifyLoop() {
+  std::unique_ptr<pg::Conn> conn;
+  int pid = 0;
+  auto forget_conn = [&] {
+    if (conn == nullptr) return;
+    std::lock_guard lock(pids_mu_);
+    own_pids_.erase(pid);
+    conn.reset();
+  };
+  std::chrono::steady_clock::time_point last_sent{};
+  for (;;) {
+    std::map<StreamId, uint64_t> notes;
+    {
+      std::unique_lock lock(notify_mu_);
+      notify_cv_.wait(lock, [&] { return notify_stop_ || !notes_.empty(); });
+      if (notes_.empty()) break;  // stopping, and the last tails are sent
+      // See PostgresStoreOptions::notify_interval: what arrives meanwhile goes in the same one.
+      const auto due = last_sent + options_.notify_interval;
+      notify_cv_.wait_until(lock, due, [&] { return notify_stop_; });
+      notes.swap(notes_);
+    }
+    if (conn == nullptr || conn->IdleButDead()) {
+      forget_conn();
+      {
+        std::lock_guard lock(notify_mu_);
+        if (notify_stop_) break;  // no new connection just for the last hints
+      }
+      auto fresh = Connect();
+      // Hints only: without a connection they are dropped, and readers on other nodes are
+      // woken by their safety poll instead.
+      if (!fresh.ok() || !(*fresh)->Exec("SET synchronous_commit = off").ok()) continue;
+      conn = std::move(*fresh);
+      pid = conn->backend_pid();
+      std::lock_guard lock(pids_mu_);
+      own_pids_.insert(pid);
+    }
+    // Payloads of "<id>:<next>" entries joined by ',', each under the server's 8000-byte cap.
+    // One statement, its own transaction: a notifying transaction holds a database-wide lock
+    // from its pre-commit until its commit is done, so notifying inside the append
+    // transactions would serialize all of them; synchronous_commit is off (nothing to flush).
+    std::vector<std::string> payloads(1);
+    for (const auto& [id, next] : notes) {
+      std::string entry = std::to_string(id) + ":" + std::to_string(next);
+      if (payloads.back().size() + entry.size() + 1 > 7000) payloads.emplace_back();
+      if (!payloads.back().empty()) payloads.back() += ',';
+      payloads.back() += entry;
+    }
+    last_sent = std::chrono::steady_clock::now();
+    auto sent = conn->Exec("SELECT pg_notify($1, n) FROM unnest($2::text[]) AS n",
+                           Params().Text(channel_).TextArray(payloads));
+    if (!sent.ok() && conn->broken()) forget_conn();
+  }
+  forget_conn();
+}
 
 void PostgresStore::SetTailListener(TailListener listener) {
   auto shared = listener ? std::make_shared<const TailListener>(std::move(listener)) : nullptr;
@@ -1378,12 +1544,18 @@ void PostgresStore::ListenLoop(std::unique_ptr<pg::Conn> conn) {
                                    std::chrono::steady_clock::now().time_since_epoch())
                                    .count(),
                                std::memory_order_relaxed);
-      const size_t colon = payload.find(':');
-      if (colon == std::string::npos) continue;
-      char* end = nullptr;
-      const uint64_t id = std::strtoull(payload.c_str(), &end, 10);
-      const uint64_t next = std::strtoull(payload.c_str() + colon + 1, &end, 10);
-      CallListener(id, next);
+      // "<id>:<next>", several separated by ','.
+      for (const char* p = payload.c_str(); *p != '\0';) {
+        char* end = nullptr;
+        const uint64_t id = std::strtoull(p, &end, 10);
+        if (end == p || *end != ':') break;
+        p = end + 1;
+        const uint64_t next = std::strtoull(p, &end, 10);
+        if (end == p) break;
+        CallListener(id, next);
+        if (*end != ',') break;
+        p = end + 1;
+      }
     }
   }
 }

@@ -70,6 +70,8 @@ class PostgresStore final : public Store {
   bool OtherNodesAppending() const;
   // Committed append transactions (a solo retry or a locking redo of a group counts once more).
   StoreCommitStats CommitStats() const override;
+  // Groups committed after their rows were locked first (prelock_max_streams).
+  uint64_t PrelockedGroups() const { return prelocked_groups_.load(std::memory_order_relaxed); }
 
  private:
   struct Pending {
@@ -126,14 +128,27 @@ class PostgresStore final : public Store {
   void Release(std::unique_ptr<pg::Conn> conn);
 
   void WorkerLoop(WorkerQueue& queue);
+  // `prelocked`: a transaction is open on `conn` and holds the row locks of every stream of
+  // `group` (see PostgresStoreOptions::prelock_max_streams).
   void CommitGroup(std::unique_ptr<pg::Conn>& conn, std::vector<Pending>& group,
-                   std::vector<std::optional<Result<AppendResult>>>& outcomes, StreamCache& cache);
+                   std::vector<std::optional<Result<AppendResult>>>& outcomes, StreamCache& cache,
+                   bool prelocked);
+  // Whether `request` may take the optimistic path with what `cache` remembers.
+  static bool Optimistic(const AppendRequest& request, const StreamCache& cache,
+                         std::chrono::steady_clock::time_point now);
+  // Opens a transaction on `conn` and locks the catalog rows of `ids` (sorted, distinct); returns
+  // the ids locked. On failure nothing stays open (or the connection is broken).
+  Result<std::set<StreamId>> Prelock(pg::Conn& conn, const std::vector<int64_t>& ids);
   // One transaction for `members` of `group`. With `optimistic`, the streams' state comes from
-  // `cache` and BEGIN, the guarded write and COMMIT travel in one round trip; otherwise the
-  // streams are locked and read first. Updates `cache` either way.
+  // `cache` and BEGIN, the guarded write and COMMIT travel in one round trip (with `locked`, the
+  // transaction is already open and holds the rows); otherwise the streams are locked and read
+  // first. Updates `cache` either way.
   GroupEnd TryGroup(pg::Conn& conn, std::vector<Pending>& group, const std::vector<size_t>& members,
                     std::vector<std::optional<Result<AppendResult>>>& outcomes, StreamCache& cache,
-                    bool optimistic);
+                    bool optimistic, bool locked = false);
+  // Hands the committed tails of streams to the notifier, which tells the other nodes.
+  void QueueNotify(const std::vector<std::pair<StreamId, uint64_t>>& tails);
+  void NotifyLoop();  // runs on notify_thread_
   // Runs on listen_thread_ with the connection Open already made LISTEN.
   void ListenLoop(std::unique_ptr<pg::Conn> conn);
   void CallListener(StreamId id, uint64_t next);
@@ -164,6 +179,14 @@ class PostgresStore final : public Store {
   std::mutex listener_mu_;
   std::shared_ptr<const TailListener> listener_;   // GUARDED_BY(listener_mu_)
   std::shared_ptr<const WatchedStreams> watched_;  // GUARDED_BY(listener_mu_)
+  std::atomic<uint64_t> prelocked_groups_{0};
+
+  std::mutex notify_mu_;
+  std::condition_variable notify_cv_;
+  std::map<StreamId, uint64_t> notes_;  // GUARDED_BY(notify_mu_): tails not yet notified
+  bool notify_stop_ = false;            // GUARDED_BY(notify_mu_)
+  std::thread notify_thread_;
+
   std::atomic<bool> listen_stop_{false};
   // steady_clock nanoseconds of the last notification from another node's backend (0: none).
   std::atomic<int64_t> foreign_append_ns_{0};
