@@ -103,6 +103,15 @@ struct PostgresStoreOptions {
   // append group cost the database a third of its CPU per append). Readers on other nodes see
   // an append up to this much later; readers on this node are woken at once.
   std::chrono::microseconds notify_interval{2000};
+  // Tail notifications only matter to nodes with waiting readers. Each node announces on the
+  // channel, this often, whether it has any (Store::SetWatchedStreams is not empty) and whether
+  // it appends; at once when a reader starts waiting (Store::ReaderWaiting) or it starts
+  // appending. A node sends tail notifications only while another node announced readers within
+  // the last three intervals; when one appears, it sends the tails it skipped in the last two
+  // seconds, so a reader that started waiting meanwhile still wakes. Without readers elsewhere a
+  // node sends no notifying transactions at all (they cost the database about a third of its
+  // CPU per append: 36 vs 24 us, one node, 64 HTTP clients).
+  std::chrono::milliseconds announce_interval{500};
   // Bound on establishing a connection, and on any one statement (server-side
   // statement_timeout; a statement cut by it fails definitely, before COMMIT).
   std::chrono::milliseconds connect_timeout{5000};

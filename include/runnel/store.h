@@ -235,6 +235,10 @@ class Store {
   // notifications can be lost (several processes over one database) re-reads those streams'
   // tails now and then and calls the tail listener when one moved; the others ignore it.
   virtual void SetWatchedStreams(WatchedStreams watched) { (void)watched; }
+  // Called when a reader starts waiting on `id` (after it is among the watched streams). A store
+  // shared by several processes may tell the others at once that this one has readers; the
+  // others ignore it.
+  virtual void ReaderWaiting(StreamId id) { (void)id; }
 
   // Counters of the commit path; the default reports nothing (available = false).
   virtual StoreCommitStats CommitStats() const { return {}; }

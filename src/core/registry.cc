@@ -85,6 +85,7 @@ class RegistryCore {
     RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, Lookup(scope, name));
     auto subscriber = std::make_shared<Subscriber>(std::move(on_hint));
     hub_.Add(info.id, subscriber);
+    store_->ReaderWaiting(info.id);
     // N3: close the read/subscribe race. Re-read the tail after registering, so an append that
     // landed in between is seen either here or by the hub.
     RUNNEL_ASSIGN_OR_RETURN(StreamInfo now, store_->GetStreamById(info.id));

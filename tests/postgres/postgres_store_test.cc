@@ -69,6 +69,19 @@ class PostgresTest : public ::testing::Test {
     return AppendSync(store, std::move(req));
   }
 
+  // Makes `reader` a node with a reader waiting on `ids`, and waits (bounded) until `writer`
+  // has heard it: only then does `writer` send its tail notifications.
+  static void WatchFrom(Store& reader, Store& writer, std::vector<StreamId> ids) {
+    reader.SetWatchedStreams([ids] { return ids; });
+    for (StreamId id : ids) reader.ReaderWaiting(id);
+    auto& w = dynamic_cast<store::PostgresStore&>(writer);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!w.OtherNodesReading() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_TRUE(w.OtherNodesReading()) << "the reader's announcement was not heard";
+  }
+
   const std::string schema_ = FreshSchemaName();
 };
 
@@ -503,8 +516,10 @@ TEST_F(PostgresTest, TwoInstancesPrelockedGroupsCommitEachAppendOnce) {  // S3
 TEST_F(PostgresTest, TwoInstancesNotificationsAreCoalescedAndEndAtTheTails) {
   PostgresStoreOptions slow = PgOptions(schema_);
   slow.notify_interval = std::chrono::milliseconds(300);
+  PostgresStoreOptions quiet = PgOptions(schema_);
+  quiet.safety_poll = std::chrono::milliseconds(0);  // every call below is a notification
   auto a = OpenNode(slow);
-  auto b = OpenNode();
+  auto b = OpenNode(quiet);
   ASSERT_TRUE(a && b);
   std::vector<StreamId> ids;
   for (int i = 0; i < 3; ++i) ids.push_back(MustCreate(*a, "co" + std::to_string(i)));
@@ -518,6 +533,7 @@ TEST_F(PostgresTest, TwoInstancesNotificationsAreCoalescedAndEndAtTheTails) {
     ++calls;
     cv.notify_all();
   });
+  WatchFrom(*b, *a, ids);
   // The first append opens A's notifier session; B hears it, then the counting starts.
   ASSERT_TRUE(AppendOne(*a, ids[0], "first").ok());
   {
@@ -556,6 +572,65 @@ TEST_F(PostgresTest, TwoInstancesNotificationsAreCoalescedAndEndAtTheTails) {
   b->SetTailListener(nullptr);
 }
 
+// Tail notifications are sent only while another node has waiting readers (it announces them
+// every announce_interval, and at once when a reader starts waiting); tails committed just
+// before a reader appeared are sent when it does, so that reader still wakes.
+TEST_F(PostgresTest, TwoInstancesNotifyOnlyWhileAnotherNodeHasReaders) {
+  PostgresStoreOptions fast = PgOptions(schema_);
+  fast.announce_interval = std::chrono::milliseconds(100);
+  fast.safety_poll = std::chrono::milliseconds(0);  // every wake-up below is a notification
+  auto a = OpenNode(fast);
+  auto b = OpenNode(fast);
+  ASSERT_TRUE(a && b);
+  auto& node_a = dynamic_cast<store::PostgresStore&>(*a);
+  const StreamId id = MustCreate(*a, "gated");
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t latest = 0;
+  b->SetTailListener([&](StreamId s, uint64_t next) {
+    std::lock_guard lock(mu);
+    if (s == id) latest = std::max(latest, next);
+    cv.notify_all();
+  });
+  // No readers on B: A appends and notifies no one.
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(AppendOne(*a, id, "quiet").ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(node_a.OtherNodesReading());
+  EXPECT_EQ(node_a.NotificationsSent(), 0u);
+  {
+    std::lock_guard lock(mu);
+    EXPECT_EQ(latest, 0u) << "B heard a tail although it had no readers";
+  }
+  // A reader starts waiting on B: A hears of it and sends the tail it skipped (11).
+  b->SetWatchedStreams([id] { return std::vector<StreamId>{id}; });
+  b->ReaderWaiting(id);
+  {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(30), [&] { return latest >= 11; });
+    EXPECT_EQ(latest, 11u) << "the skipped tail was not sent when the reader appeared";
+  }
+  EXPECT_TRUE(node_a.OtherNodesReading());
+  // While the reader waits, every append is notified.
+  ASSERT_TRUE(AppendOne(*a, id, "heard").ok());
+  {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(30), [&] { return latest >= 12; });
+    EXPECT_EQ(latest, 12u);
+  }
+  // The reader leaves; after three silent intervals A stops notifying.
+  b->SetWatchedStreams(nullptr);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (node_a.OtherNodesReading() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(node_a.OtherNodesReading());
+  const uint64_t sent = node_a.NotificationsSent();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(AppendOne(*a, id, "quiet-again").ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(node_a.NotificationsSent(), sent);
+  b->SetTailListener(nullptr);
+}
+
 TEST_F(PostgresTest, TwoInstancesListenersWakeForTheOtherNodesAppends) {
   auto a = OpenNode();
   auto b = OpenNode();
@@ -575,6 +650,7 @@ TEST_F(PostgresTest, TwoInstancesListenersWakeForTheOtherNodesAppends) {
     std::lock_guard lock(mu);
     if (s == id) seen_by_a.push_back(next);
   });
+  WatchFrom(*b, *a, {id});
   ASSERT_TRUE(AppendOne(*a, id, "x").ok());
   ASSERT_TRUE(AppendOne(*a, id, "y").ok());
   {
@@ -595,6 +671,7 @@ TEST_F(PostgresTest, TwoInstancesListenersWakeForTheOtherNodesAppends) {
   EXPECT_LE(local_calls_on_b, 2);
   a->SetTailListener(nullptr);
   b->SetTailListener(nullptr);
+  b->SetWatchedStreams(nullptr);
 }
 
 TEST_F(PostgresTest, TwoInstancesListenerComesBackAfterItsConnectionIsKilled) {
@@ -612,11 +689,13 @@ TEST_F(PostgresTest, TwoInstancesListenerComesBackAfterItsConnectionIsKilled) {
     if (s == id) latest = std::max(latest, next);
     cv.notify_all();
   });
+  WatchFrom(*b, *a, {id});
   SideConn side;
-  // Kill every session of this schema's listeners (node A's too), then append on A.
+  // Kill every session of this schema's listeners (node A's too), then append on A. (A
+  // listener's last statement is its LISTEN or an announcement of its node's readers.)
   EXPECT_EQ(side.Query("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                       "WHERE query = 'LISTEN \"" +
-                       schema_ + "_tail\"'"),
+                       "WHERE query IN ('LISTEN \"" +
+                       schema_ + "_tail\"', 'SELECT pg_notify($1, $2)')"),
             "2");
   ASSERT_TRUE(AppendOne(*a, id, "after-the-kill").ok());
   std::unique_lock lock(mu);
@@ -745,7 +824,8 @@ TEST_F(PostgresTest, PooledSessionsTheServerClosedAreReplacedBeforeUse) {
   const auto killed = side.Query(
       "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
       "application_name = 'runnel' AND pid <> pg_backend_pid() AND query NOT LIKE 'LISTEN%' "
-      "AND query NOT LIKE 'SELECT id, next_offset FROM streams WHERE id = ANY%'");
+      "AND query NOT LIKE 'SELECT id, next_offset FROM streams WHERE id = ANY%' "
+      "AND query <> 'SELECT pg_notify($1, $2)'");
   ASSERT_TRUE(killed.has_value());
   EXPECT_GE(std::stoi(*killed), 2);
   // Bounded wait until the server has closed them.

@@ -71,6 +71,7 @@ class ForwardingStore : public Store {
   void SetWatchedStreams(WatchedStreams watched) override {
     inner_->SetWatchedStreams(std::move(watched));
   }
+  void ReaderWaiting(StreamId id) override { inner_->ReaderWaiting(id); }
   StoreCommitStats CommitStats() const override { return inner_->CommitStats(); }
   bool CallsMayBlock() const override { return inner_->CallsMayBlock(); }
 

@@ -45,6 +45,13 @@ constexpr int64_t kRetentionPage = 1000;
 // takes the locking path before the next optimistic try.
 constexpr std::chrono::seconds kContendedBackoff{2};
 
+// steady_clock nanoseconds, for the atomics that remember when something last happened.
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 Status StreamNotFound(StreamId id) {
   return Status::NotFound("stream #" + std::to_string(id) + " does not exist");
 }
@@ -576,6 +583,32 @@ bool PostgresStore::OtherNodesAppending() const {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(now).count() - at < 1'000'000'000;
 }
 
+bool PostgresStore::OtherNodesReading() const {
+  const int64_t at = foreign_readers_ns_.load(std::memory_order_relaxed);
+  const auto window =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(3 * options_.announce_interval);
+  return at != 0 && SteadyNs() - at < window.count();
+}
+
+void PostgresStore::RequestAnnounce() {
+  if (announce_now_.exchange(true)) return;  // already asked
+  if (wake_fd_ >= 0) {
+    const uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof(one));
+  }
+}
+
+void PostgresStore::ReaderWaiting(StreamId id) {
+  (void)id;
+  // The periodic announcement covers readers that have waited for a while; a first one is
+  // announced at once, so that other nodes start notifying before it could miss anything.
+  const auto interval =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.announce_interval).count();
+  if (SteadyNs() - last_readers_announce_ns_.load(std::memory_order_relaxed) > interval) {
+    RequestAnnounce();
+  }
+}
+
 bool PostgresStore::Optimistic(const AppendRequest& request, const StreamCache& cache,
                                std::chrono::steady_clock::time_point now) {
   // Producer appends always take the locking path: their (epoch, seq) is checked against the
@@ -714,6 +747,16 @@ void PostgresStore::WorkerLoop(WorkerQueue& queue) {
     }
     const auto started = std::chrono::steady_clock::now();
     if (conn != nullptr) CommitGroup(conn, group, outcomes, cache, prelocked);
+    if (std::any_of(outcomes.begin(), outcomes.end(), [](const auto& o) { return o && o->ok(); })) {
+      const int64_t now_ns = SteadyNs();
+      own_append_ns_.store(now_ns, std::memory_order_relaxed);
+      const auto interval =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(options_.announce_interval).count();
+      // Other nodes learn that this one appends (their group wait and prelock) at once.
+      if (now_ns - last_append_announce_ns_.load(std::memory_order_relaxed) > interval) {
+        RequestAnnounce();
+      }
+    }
     recent.clear();
     for (const Pending& p : group) {
       if (recent.size() >= options_.prelock_max_streams) break;
@@ -1390,12 +1433,39 @@ void PostgresStore::NotifyLoop() {
     std::map<StreamId, uint64_t> notes;
     {
       std::unique_lock lock(notify_mu_);
-      notify_cv_.wait(lock, [&] { return notify_stop_ || !notes_.empty(); });
-      if (notes_.empty()) break;  // stopping, and the last tails are sent
+      notify_cv_.wait(lock, [&] { return notify_stop_ || !notes_.empty() || replay_; });
+      if (notes_.empty() && !replay_) break;  // stopping, and the last tails are sent
+      const auto now = std::chrono::steady_clock::now();
+      if (now - skipped_since_ >= std::chrono::seconds(1)) {
+        skipped_prev_ = std::move(skipped_);
+        skipped_.clear();
+        skipped_since_ = now;
+      }
+      if (!replay_ && !OtherNodesReading()) {
+        // No other node has waiting readers (PostgresStoreOptions::announce_interval): keep
+        // the tails for a while instead of sending them.
+        for (const auto& [id, next] : notes_) {
+          uint64_t& n = skipped_[id];
+          n = std::max(n, next);
+        }
+        notes_.clear();
+        continue;
+      }
       // See PostgresStoreOptions::notify_interval: what arrives meanwhile goes in the same one.
       const auto due = last_sent + options_.notify_interval;
       notify_cv_.wait_until(lock, due, [&] { return notify_stop_; });
       notes.swap(notes_);
+      if (replay_) {  // readers appeared on another node: what they may have missed
+        replay_ = false;
+        for (auto* skipped : {&skipped_prev_, &skipped_}) {
+          for (const auto& [id, next] : *skipped) {
+            uint64_t& n = notes[id];
+            n = std::max(n, next);
+          }
+          skipped->clear();
+        }
+      }
+      if (notes.empty()) continue;
     }
     if (conn == nullptr || conn->IdleButDead()) {
       forget_conn();
@@ -1426,6 +1496,7 @@ void PostgresStore::NotifyLoop() {
     last_sent = std::chrono::steady_clock::now();
     auto sent = conn->Exec("SELECT pg_notify($1, n) FROM unnest($2::text[]) AS n",
                            Params().Text(channel_).TextArray(payloads));
+    if (sent.ok()) notifications_sent_.fetch_add(1, std::memory_order_relaxed);
     if (!sent.ok() && conn->broken()) forget_conn();
   }
   forget_conn();
@@ -1493,14 +1564,41 @@ bool PostgresStore::IsOwnBackend(int pid) {
   return own_pids_.count(pid) != 0;
 }
 
+void PostgresStore::Announce(pg::Conn& conn) {
+  std::shared_ptr<const WatchedStreams> watched;
+  {
+    std::lock_guard lock(listener_mu_);
+    watched = watched_;
+  }
+  const int64_t now_ns = SteadyNs();
+  const int64_t appended = own_append_ns_.load(std::memory_order_relaxed);
+  const bool appending =
+      appended != 0 && now_ns - appended < std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                               2 * options_.announce_interval)
+                                               .count();
+  const bool readers = watched && *watched && !(*watched)().empty();
+  if (!readers && !appending) return;
+  std::string payload = "+";
+  if (readers) payload += 'r';
+  if (appending) payload += 'a';
+  if (!conn.Exec("SELECT pg_notify($1, $2)", Params().Text(channel_).Text(payload)).ok()) return;
+  if (readers) last_readers_announce_ns_.store(now_ns, std::memory_order_relaxed);
+  if (appending) last_append_announce_ns_.store(now_ns, std::memory_order_relaxed);
+}
+
 void PostgresStore::ListenLoop(std::unique_ptr<pg::Conn> conn) {
   bool had_connection = true;
   const int64_t safety_ms = options_.safety_poll.count();
   int64_t poll_ms_wide = std::max<int64_t>(1, options_.listener_poll.count());
   if (safety_ms > 0) poll_ms_wide = std::min(poll_ms_wide, safety_ms);
+  poll_ms_wide =
+      std::min<int64_t>(poll_ms_wide, std::max<int64_t>(1, options_.announce_interval.count()));
   const int poll_ms = static_cast<int>(poll_ms_wide);
+  const int64_t presence_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(3 * options_.announce_interval).count();
   std::map<StreamId, uint64_t> last_seen;
   auto next_safety = std::chrono::steady_clock::now() + options_.safety_poll;
+  auto next_announce = std::chrono::steady_clock::now();
   while (!listen_stop_) {
     if (conn == nullptr || conn->broken()) {
       conn.reset();
@@ -1525,6 +1623,10 @@ void PostgresStore::ListenLoop(std::unique_ptr<pg::Conn> conn) {
     if (conn != nullptr) fds[nfds++] = pollfd{conn->socket(), POLLIN, 0};
     (void)::poll(fds, static_cast<nfds_t>(nfds), poll_ms);
     if (listen_stop_) break;
+    if ((fds[0].revents & POLLIN) != 0) {
+      uint64_t drained;
+      (void)!::read(wake_fd_, &drained, sizeof(drained));
+    }
     if (conn == nullptr) continue;
     if (PQconsumeInput(conn->raw()) == 0) {
       conn->Sever();
@@ -1535,15 +1637,35 @@ void PostgresStore::ListenLoop(std::unique_ptr<pg::Conn> conn) {
       SafetyPoll(*conn, last_seen);
       if (conn->broken()) continue;
     }
+    if (announce_now_.exchange(false) || std::chrono::steady_clock::now() >= next_announce) {
+      next_announce = std::chrono::steady_clock::now() + options_.announce_interval;
+      Announce(*conn);
+      if (conn->broken()) continue;
+    }
     while (PGnotify* n = PQnotifies(conn->raw())) {
       const int pid = n->be_pid;
       const std::string payload = n->extra ? n->extra : "";
       PQfreemem(n);
-      if (IsOwnBackend(pid)) continue;
-      foreign_append_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count(),
-                               std::memory_order_relaxed);
+      if (pid == conn->backend_pid() || IsOwnBackend(pid)) continue;
+      const int64_t now_ns = SteadyNs();
+      if (!payload.empty() && payload[0] == '+') {
+        // Another node's announcement: "+r" readers, "+a" appending, or both.
+        if (payload.find('r') != std::string::npos) {
+          const int64_t before = foreign_readers_ns_.exchange(now_ns, std::memory_order_relaxed);
+          if (before == 0 || now_ns - before >= presence_ns) {
+            {
+              std::lock_guard lock(notify_mu_);
+              replay_ = true;
+            }
+            notify_cv_.notify_one();
+          }
+        }
+        if (payload.find('a') != std::string::npos) {
+          foreign_append_ns_.store(now_ns, std::memory_order_relaxed);
+        }
+        continue;
+      }
+      foreign_append_ns_.store(now_ns, std::memory_order_relaxed);
       // "<id>:<next>", several separated by ','.
       for (const char* p = payload.c_str(); *p != '\0';) {
         char* end = nullptr;

@@ -64,10 +64,17 @@ class PostgresStore final : public Store {
   Status Flush() override;
   void SetTailListener(TailListener listener) override;
   void SetWatchedStreams(WatchedStreams watched) override;
+  void ReaderWaiting(StreamId id) override;
   // Every call but Append is a round trip to the database.
   bool CallsMayBlock() const override { return true; }
-  // Whether this node heard another node's append notification within the last second.
+  // Whether this node heard another node's append notification or announcement within the
+  // last second.
   bool OtherNodesAppending() const;
+  // Whether another node announced waiting readers within the last three announce intervals
+  // (only then are tail notifications sent; see PostgresStoreOptions::announce_interval).
+  bool OtherNodesReading() const;
+  // Notifying transactions of tails sent by this node's notifier.
+  uint64_t NotificationsSent() const { return notifications_sent_.load(std::memory_order_relaxed); }
   // Committed append transactions (a solo retry or a locking redo of a group counts once more).
   StoreCommitStats CommitStats() const override;
   // Groups committed after their rows were locked first (prelock_max_streams).
@@ -149,6 +156,10 @@ class PostgresStore final : public Store {
   // Hands the committed tails of streams to the notifier, which tells the other nodes.
   void QueueNotify(const std::vector<std::pair<StreamId, uint64_t>>& tails);
   void NotifyLoop();  // runs on notify_thread_
+  // Asks the listener thread to announce this node's state now (at most once per interval).
+  void RequestAnnounce();
+  // Sends "+r" (readers), "+a" (appending) or both on `conn` when either holds.
+  void Announce(pg::Conn& conn);
   // Runs on listen_thread_ with the connection Open already made LISTEN.
   void ListenLoop(std::unique_ptr<pg::Conn> conn);
   void CallListener(StreamId id, uint64_t next);
@@ -185,6 +196,19 @@ class PostgresStore final : public Store {
   std::condition_variable notify_cv_;
   std::map<StreamId, uint64_t> notes_;  // GUARDED_BY(notify_mu_): tails not yet notified
   bool notify_stop_ = false;            // GUARDED_BY(notify_mu_)
+  // Set when another node's readers appear: send the tails skipped meanwhile.
+  bool replay_ = false;  // GUARDED_BY(notify_mu_)
+  // Tails not sent because no other node had readers: this second's and the last one's.
+  std::map<StreamId, uint64_t> skipped_, skipped_prev_;    // GUARDED_BY(notify_mu_)
+  std::chrono::steady_clock::time_point skipped_since_{};  // GUARDED_BY(notify_mu_)
+  std::atomic<uint64_t> notifications_sent_{0};
+  // steady_clock nanoseconds: another node's last announcement of readers, this node's last
+  // committed append, its last announcements of readers and of appends (0: never).
+  std::atomic<int64_t> foreign_readers_ns_{0};
+  std::atomic<int64_t> own_append_ns_{0};
+  std::atomic<int64_t> last_readers_announce_ns_{0};
+  std::atomic<int64_t> last_append_announce_ns_{0};
+  std::atomic<bool> announce_now_{false};
   std::thread notify_thread_;
 
   std::atomic<bool> listen_stop_{false};
