@@ -34,6 +34,36 @@ namespace {
 constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
 constexpr uint64_t kSignBit = uint64_t{1} << 63;
 
+// The highest tail `node`'s listener reported for `id`, while this lives.
+class LatestTail {
+ public:
+  LatestTail(Store& node, StreamId id) : node_(node) {
+    node.SetTailListener([this, id](StreamId s, uint64_t next) {
+      std::lock_guard lock(mu_);
+      if (s == id) latest_ = std::max(latest_, next);
+      cv_.notify_all();
+    });
+  }
+  ~LatestTail() { node_.SetTailListener(nullptr); }
+  uint64_t Get() {
+    std::lock_guard lock(mu_);
+    return latest_;
+  }
+  // The latest tail once it reached `at_least`, or after a bounded wait (not a performance
+  // assertion).
+  uint64_t WaitFor(uint64_t at_least) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(30), [&] { return latest_ >= at_least; });
+    return latest_;
+  }
+
+ private:
+  Store& node_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t latest_ = 0;  // GUARDED_BY(mu_)
+};
+
 // A fresh schema dropped at the end of the test.
 class PostgresTest : public ::testing::Test {
  protected:
@@ -584,39 +614,22 @@ TEST_F(PostgresTest, TwoInstancesNotifyOnlyWhileAnotherNodeHasReaders) {
   ASSERT_TRUE(a && b);
   auto& node_a = dynamic_cast<store::PostgresStore&>(*a);
   const StreamId id = MustCreate(*a, "gated");
-  std::mutex mu;
-  std::condition_variable cv;
-  uint64_t latest = 0;
-  b->SetTailListener([&](StreamId s, uint64_t next) {
-    std::lock_guard lock(mu);
-    if (s == id) latest = std::max(latest, next);
-    cv.notify_all();
-  });
+  LatestTail heard_by_b(*b, id);
   // No readers on B: A appends and notifies no one.
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(AppendOne(*a, id, "quiet").ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_FALSE(node_a.OtherNodesReading());
   EXPECT_EQ(node_a.NotificationsSent(), 0u);
-  {
-    std::lock_guard lock(mu);
-    EXPECT_EQ(latest, 0u) << "B heard a tail although it had no readers";
-  }
+  EXPECT_EQ(heard_by_b.Get(), 0u) << "B heard a tail although it had no readers";
   // A reader starts waiting on B: A hears of it and sends the tail it skipped (11).
   b->SetWatchedStreams([id] { return std::vector<StreamId>{id}; });
   b->ReaderWaiting(id);
-  {
-    std::unique_lock lock(mu);
-    cv.wait_for(lock, std::chrono::seconds(30), [&] { return latest >= 11; });
-    EXPECT_EQ(latest, 11u) << "the skipped tail was not sent when the reader appeared";
-  }
+  EXPECT_EQ(heard_by_b.WaitFor(11), 11u)
+      << "the skipped tail was not sent when the reader appeared";
   EXPECT_TRUE(node_a.OtherNodesReading());
   // While the reader waits, every append is notified.
   ASSERT_TRUE(AppendOne(*a, id, "heard").ok());
-  {
-    std::unique_lock lock(mu);
-    cv.wait_for(lock, std::chrono::seconds(30), [&] { return latest >= 12; });
-    EXPECT_EQ(latest, 12u);
-  }
+  EXPECT_EQ(heard_by_b.WaitFor(12), 12u);
   // The reader leaves; after three silent intervals A stops notifying.
   b->SetWatchedStreams(nullptr);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -628,7 +641,6 @@ TEST_F(PostgresTest, TwoInstancesNotifyOnlyWhileAnotherNodeHasReaders) {
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(AppendOne(*a, id, "quiet-again").ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(node_a.NotificationsSent(), sent);
-  b->SetTailListener(nullptr);
 }
 
 TEST_F(PostgresTest, TwoInstancesListenersWakeForTheOtherNodesAppends) {
@@ -681,14 +693,7 @@ TEST_F(PostgresTest, TwoInstancesListenerComesBackAfterItsConnectionIsKilled) {
   auto b = OpenNode(o);
   ASSERT_TRUE(a && b);
   const StreamId id = MustCreate(*a, "wake");
-  std::mutex mu;
-  std::condition_variable cv;
-  uint64_t latest = 0;
-  b->SetTailListener([&](StreamId s, uint64_t next) {
-    std::lock_guard lock(mu);
-    if (s == id) latest = std::max(latest, next);
-    cv.notify_all();
-  });
+  LatestTail heard_by_b(*b, id);
   WatchFrom(*b, *a, {id});
   SideConn side;
   // Kill every session of this schema's listeners (node A's too), then append on A. (A
@@ -698,13 +703,9 @@ TEST_F(PostgresTest, TwoInstancesListenerComesBackAfterItsConnectionIsKilled) {
                        schema_ + "_tail\"', 'SELECT pg_notify($1, $2)')"),
             "2");
   ASSERT_TRUE(AppendOne(*a, id, "after-the-kill").ok());
-  std::unique_lock lock(mu);
   // Either the notification reaches B's new listening session, or B's reconnect wakes every
-  // stream; both report the new tail. Bounded wait, not a performance assertion.
-  cv.wait_for(lock, std::chrono::seconds(30), [&] { return latest >= 2; });
-  EXPECT_EQ(latest, 2u);
-  lock.unlock();
-  b->SetTailListener(nullptr);
+  // stream; both report the new tail.
+  EXPECT_EQ(heard_by_b.WaitFor(2), 2u);
 }
 
 // A row written behind the store's back (no NOTIFY at all, as when a notification is lost while

@@ -51,6 +51,15 @@ int64_t SteadyNs() {
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+int64_t Ns(std::chrono::nanoseconds d) {
+  return d.count();
+}
+
+// Records that `id`'s tail reached at least `next` (tails are lower bounds: keep the highest).
+void MergeTail(std::map<StreamId, uint64_t>& tails, StreamId id, uint64_t next) {
+  uint64_t& n = tails[id];
+  n = std::max(n, next);
+}
 
 Status StreamNotFound(StreamId id) {
   return Status::NotFound("stream #" + std::to_string(id) + " does not exist");
@@ -578,19 +587,20 @@ void PostgresStore::Append(AppendRequest request, AppendCallback done) {
 
 bool PostgresStore::OtherNodesAppending() const {
   const int64_t at = foreign_append_ns_.load(std::memory_order_relaxed);
-  if (at == 0) return false;
-  const auto now = std::chrono::steady_clock::now().time_since_epoch();
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(now).count() - at < 1'000'000'000;
+  return at != 0 && SteadyNs() - at < Ns(std::chrono::seconds(1));
 }
 
 bool PostgresStore::OtherNodesReading() const {
   const int64_t at = foreign_readers_ns_.load(std::memory_order_relaxed);
-  const auto window =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(3 * options_.announce_interval);
-  return at != 0 && SteadyNs() - at < window.count();
+  return at != 0 && SteadyNs() - at < Ns(3 * options_.announce_interval);
 }
 
-void PostgresStore::RequestAnnounce() {
+void PostgresStore::RequestAnnounce(const std::atomic<int64_t>& last_announced) {
+  // Within an interval of the last announcement the periodic one covers it.
+  if (SteadyNs() - last_announced.load(std::memory_order_relaxed) <=
+      Ns(options_.announce_interval)) {
+    return;
+  }
   if (announce_now_.exchange(true)) return;  // already asked
   if (wake_fd_ >= 0) {
     const uint64_t one = 1;
@@ -600,12 +610,17 @@ void PostgresStore::RequestAnnounce() {
 
 void PostgresStore::ReaderWaiting(StreamId id) {
   (void)id;
-  // The periodic announcement covers readers that have waited for a while; a first one is
-  // announced at once, so that other nodes start notifying before it could miss anything.
-  const auto interval =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.announce_interval).count();
-  if (SteadyNs() - last_readers_announce_ns_.load(std::memory_order_relaxed) > interval) {
-    RequestAnnounce();
+  // A first reader is announced at once, so that other nodes start notifying before it could
+  // miss anything.
+  RequestAnnounce(last_readers_announce_ns_);
+}
+
+void PostgresStore::OwnBackend(int pid, bool own) {
+  std::lock_guard lock(pids_mu_);
+  if (own) {
+    own_pids_.insert(pid);
+  } else {
+    own_pids_.erase(pid);
   }
 }
 
@@ -616,6 +631,57 @@ bool PostgresStore::Optimistic(const AppendRequest& request, const StreamCache& 
   auto c = cache.find(request.stream);
   return c != cache.end() && now >= c->second.optimistic_after && !request.producer &&
          !request.expected_attributes;
+}
+
+std::vector<int64_t> PostgresStore::PrelockIds(const std::deque<Pending>& pending,
+                                               const std::vector<StreamId>& recent,
+                                               const StreamCache& cache) const {
+  const auto now = std::chrono::steady_clock::now();
+  if (options_.prelock_max_streams == 0 || !Optimistic(pending.front().request, cache, now)) {
+    return {};
+  }
+  std::set<StreamId> ids;
+  for (const Pending& p : pending) {
+    if (ids.size() >= options_.prelock_max_streams) break;
+    if (Optimistic(p.request, cache, now)) ids.insert(p.request.stream);
+  }
+  for (StreamId id : recent) {
+    if (ids.size() >= options_.prelock_max_streams) break;
+    auto c = cache.find(id);
+    if (c != cache.end() && now >= c->second.optimistic_after) ids.insert(id);
+  }
+  std::vector<int64_t> out;
+  for (StreamId id : ids) out.push_back(BitsToDb(id));
+  std::sort(out.begin(), out.end());  // the database's order of the ids
+  return out;
+}
+
+std::vector<PostgresStore::Pending> PostgresStore::TakeLocked(std::deque<Pending>& pending,
+                                                              const std::set<StreamId>& locked,
+                                                              const StreamCache& cache) const {
+  // Everything queued by now on the locked streams, in queue order per stream: once an append
+  // of a stream stays behind, so do the later ones of that stream.
+  std::vector<Pending> group;
+  std::set<StreamId> held_back;
+  std::deque<Pending> rest;
+  size_t records = 0;
+  const auto now = std::chrono::steady_clock::now();
+  for (Pending& p : pending) {
+    const StreamId id = p.request.stream;
+    const bool take = group.size() < options_.max_group_appends &&
+                      records + p.request.records.size() <= options_.max_group_records &&
+                      locked.count(id) > 0 && held_back.count(id) == 0 &&
+                      Optimistic(p.request, cache, now);
+    if (take) {
+      records += p.request.records.size();
+      group.push_back(std::move(p));
+    } else {
+      held_back.insert(id);
+      rest.push_back(std::move(p));
+    }
+  }
+  pending = std::move(rest);
+  return group;
 }
 
 Result<std::set<StreamId>> PostgresStore::Prelock(pg::Conn& conn, const std::vector<int64_t>& ids) {
@@ -652,23 +718,10 @@ void PostgresStore::WorkerLoop(WorkerQueue& queue) {
       queue.cv.wait(lock, [&] { return stopping_ || !queue.pending.empty(); });
       if (queue.pending.empty()) break;  // stopping and drained
       const bool shared = OtherNodesAppending();
+      // See PostgresStoreOptions::prelock_max_streams.
       std::vector<int64_t> lock_ids;
-      const auto now = std::chrono::steady_clock::now();
-      if (shared && options_.prelock_max_streams > 0 && conn != nullptr && !conn->broken() &&
-          Optimistic(queue.pending.front().request, cache, now)) {
-        // See PostgresStoreOptions::prelock_max_streams.
-        std::set<StreamId> ids;
-        for (const Pending& p : queue.pending) {
-          if (ids.size() >= options_.prelock_max_streams) break;
-          if (Optimistic(p.request, cache, now)) ids.insert(p.request.stream);
-        }
-        for (StreamId id : recent) {
-          if (ids.size() >= options_.prelock_max_streams) break;
-          auto c = cache.find(id);
-          if (c != cache.end() && now >= c->second.optimistic_after) ids.insert(id);
-        }
-        for (StreamId id : ids) lock_ids.push_back(BitsToDb(id));
-        std::sort(lock_ids.begin(), lock_ids.end());
+      if (shared && conn != nullptr && !conn->broken()) {
+        lock_ids = PrelockIds(queue.pending, recent, cache);
       }
       std::optional<std::set<StreamId>> locked;
       if (!lock_ids.empty() && !conn->IdleButDead()) {
@@ -678,29 +731,7 @@ void PostgresStore::WorkerLoop(WorkerQueue& queue) {
         if (got.ok()) locked = std::move(*got);
       }
       if (locked) {
-        // Everything queued by now on the locked streams, in queue order per stream: once an
-        // append of a stream stays behind, so do the later ones of that stream.
-        std::set<StreamId> held_back;
-        std::deque<Pending> rest;
-        size_t records = 0;
-        const auto at = std::chrono::steady_clock::now();
-        while (!queue.pending.empty()) {
-          Pending& p = queue.pending.front();
-          const StreamId id = p.request.stream;
-          const bool take = group.size() < options_.max_group_appends &&
-                            records + p.request.records.size() <= options_.max_group_records &&
-                            locked->count(id) > 0 && held_back.count(id) == 0 &&
-                            Optimistic(p.request, cache, at);
-          if (take) {
-            records += p.request.records.size();
-            group.push_back(std::move(p));
-          } else {
-            held_back.insert(id);
-            rest.push_back(std::move(p));
-          }
-          queue.pending.pop_front();
-        }
-        queue.pending = std::move(rest);
+        group = TakeLocked(queue.pending, *locked, cache);
         prelocked = !group.empty();
         if (!prelocked) {  // nothing to write under these locks: close the transaction
           lock.unlock();
@@ -730,17 +761,13 @@ void PostgresStore::WorkerLoop(WorkerQueue& queue) {
     std::vector<std::optional<Result<AppendResult>>> outcomes(group.size());
     if (conn == nullptr || conn->IdleButDead()) {
       prelocked = false;  // that transaction went with its session
-      if (conn != nullptr) {
-        std::lock_guard lock(pids_mu_);
-        own_pids_.erase(pid);
-      }
+      if (conn != nullptr) OwnBackend(pid, false);
       conn.reset();
       auto fresh = Connect();
       if (fresh.ok()) {
         conn = std::move(*fresh);
         pid = conn->backend_pid();
-        std::lock_guard lock(pids_mu_);
-        own_pids_.insert(pid);
+        OwnBackend(pid, true);
       } else {
         for (auto& o : outcomes) o.emplace(fresh.status());
       }
@@ -748,14 +775,9 @@ void PostgresStore::WorkerLoop(WorkerQueue& queue) {
     const auto started = std::chrono::steady_clock::now();
     if (conn != nullptr) CommitGroup(conn, group, outcomes, cache, prelocked);
     if (std::any_of(outcomes.begin(), outcomes.end(), [](const auto& o) { return o && o->ok(); })) {
-      const int64_t now_ns = SteadyNs();
-      own_append_ns_.store(now_ns, std::memory_order_relaxed);
-      const auto interval =
-          std::chrono::duration_cast<std::chrono::nanoseconds>(options_.announce_interval).count();
+      own_append_ns_.store(SteadyNs(), std::memory_order_relaxed);
       // Other nodes learn that this one appends (their group wait and prelock) at once.
-      if (now_ns - last_append_announce_ns_.load(std::memory_order_relaxed) > interval) {
-        RequestAnnounce();
-      }
+      RequestAnnounce(last_append_announce_ns_);
     }
     recent.clear();
     for (const Pending& p : group) {
@@ -781,10 +803,7 @@ void PostgresStore::WorkerLoop(WorkerQueue& queue) {
       group[i].done(std::move(r));
     }
   }
-  if (conn != nullptr) {
-    std::lock_guard lock(pids_mu_);
-    own_pids_.erase(pid);
-  }
+  if (conn != nullptr) OwnBackend(pid, false);
 }
 
 StoreCommitStats PostgresStore::CommitStats() const {
@@ -1411,10 +1430,7 @@ void PostgresStore::QueueNotify(const std::vector<std::pair<StreamId, uint64_t>>
   if (tails.empty()) return;
   {
     std::lock_guard lock(notify_mu_);
-    for (const auto& [id, next] : tails) {
-      uint64_t& n = notes_[id];
-      n = std::max(n, next);
-    }
+    for (const auto& [id, next] : tails) MergeTail(notes_, id, next);
   }
   notify_cv_.notify_one();
 }
@@ -1424,8 +1440,7 @@ void PostgresStore::NotifyLoop() {
   int pid = 0;
   auto forget_conn = [&] {
     if (conn == nullptr) return;
-    std::lock_guard lock(pids_mu_);
-    own_pids_.erase(pid);
+    OwnBackend(pid, false);
     conn.reset();
   };
   std::chrono::steady_clock::time_point last_sent{};
@@ -1444,10 +1459,7 @@ void PostgresStore::NotifyLoop() {
       if (!replay_ && !OtherNodesReading()) {
         // No other node has waiting readers (PostgresStoreOptions::announce_interval): keep
         // the tails for a while instead of sending them.
-        for (const auto& [id, next] : notes_) {
-          uint64_t& n = skipped_[id];
-          n = std::max(n, next);
-        }
+        for (const auto& [id, next] : notes_) MergeTail(skipped_, id, next);
         notes_.clear();
         continue;
       }
@@ -1458,10 +1470,7 @@ void PostgresStore::NotifyLoop() {
       if (replay_) {  // readers appeared on another node: what they may have missed
         replay_ = false;
         for (auto* skipped : {&skipped_prev_, &skipped_}) {
-          for (const auto& [id, next] : *skipped) {
-            uint64_t& n = notes[id];
-            n = std::max(n, next);
-          }
+          for (const auto& [id, next] : *skipped) MergeTail(notes, id, next);
           skipped->clear();
         }
       }
@@ -1479,8 +1488,7 @@ void PostgresStore::NotifyLoop() {
       if (!fresh.ok() || !(*fresh)->Exec("SET synchronous_commit = off").ok()) continue;
       conn = std::move(*fresh);
       pid = conn->backend_pid();
-      std::lock_guard lock(pids_mu_);
-      own_pids_.insert(pid);
+      OwnBackend(pid, true);
     }
     // Payloads of "<id>:<next>" entries joined by ',', each under the server's 8000-byte cap.
     // One statement, its own transaction: a notifying transaction holds a database-wide lock
@@ -1572,10 +1580,7 @@ void PostgresStore::Announce(pg::Conn& conn) {
   }
   const int64_t now_ns = SteadyNs();
   const int64_t appended = own_append_ns_.load(std::memory_order_relaxed);
-  const bool appending =
-      appended != 0 && now_ns - appended < std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                               2 * options_.announce_interval)
-                                               .count();
+  const bool appending = appended != 0 && now_ns - appended < Ns(2 * options_.announce_interval);
   const bool readers = watched && *watched && !(*watched)().empty();
   if (!readers && !appending) return;
   std::string payload = "+";
@@ -1594,8 +1599,7 @@ void PostgresStore::ListenLoop(std::unique_ptr<pg::Conn> conn) {
   poll_ms_wide =
       std::min<int64_t>(poll_ms_wide, std::max<int64_t>(1, options_.announce_interval.count()));
   const int poll_ms = static_cast<int>(poll_ms_wide);
-  const int64_t presence_ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(3 * options_.announce_interval).count();
+  const int64_t presence_ns = Ns(3 * options_.announce_interval);
   std::map<StreamId, uint64_t> last_seen;
   auto next_safety = std::chrono::steady_clock::now() + options_.safety_poll;
   auto next_announce = std::chrono::steady_clock::now();

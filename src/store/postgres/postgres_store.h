@@ -143,6 +143,14 @@ class PostgresStore final : public Store {
   // Whether `request` may take the optimistic path with what `cache` remembers.
   static bool Optimistic(const AppendRequest& request, const StreamCache& cache,
                          std::chrono::steady_clock::time_point now);
+  // The catalog rows to lock before taking a group from `pending` (PostgresStoreOptions::
+  // prelock_max_streams): empty unless its first append can take the optimistic path.
+  std::vector<int64_t> PrelockIds(const std::deque<Pending>& pending,
+                                  const std::vector<StreamId>& recent,
+                                  const StreamCache& cache) const;
+  // Moves the group to commit under the locks of `locked` out of `pending`.
+  std::vector<Pending> TakeLocked(std::deque<Pending>& pending, const std::set<StreamId>& locked,
+                                  const StreamCache& cache) const;
   // Opens a transaction on `conn` and locks the catalog rows of `ids` (sorted, distinct); returns
   // the ids locked. On failure nothing stays open (or the connection is broken).
   Result<std::set<StreamId>> Prelock(pg::Conn& conn, const std::vector<int64_t>& ids);
@@ -156,8 +164,11 @@ class PostgresStore final : public Store {
   // Hands the committed tails of streams to the notifier, which tells the other nodes.
   void QueueNotify(const std::vector<std::pair<StreamId, uint64_t>>& tails);
   void NotifyLoop();  // runs on notify_thread_
-  // Asks the listener thread to announce this node's state now (at most once per interval).
-  void RequestAnnounce();
+  // Asks the listener thread to announce this node's state now, unless `last_announced` (one of
+  // the last_*_announce_ns_) is within an interval.
+  void RequestAnnounce(const std::atomic<int64_t>& last_announced);
+  // Marks `pid` as one of this node's backends (or no longer), whose notifications it ignores.
+  void OwnBackend(int pid, bool own);
   // Sends "+r" (readers), "+a" (appending) or both on `conn` when either holds.
   void Announce(pg::Conn& conn);
   // Runs on listen_thread_ with the connection Open already made LISTEN.
