@@ -157,13 +157,14 @@ struct SubscriptionService::Sub {
   uint64_t last_attempt_at_ms = 0;
   bool failed = false;
   bool parked = false;  // gave up after max_delivery_attempts
-  // Process-local.
+  // The current wake, persisted too: any node may be asked to claim, ack or fence it.
   bool wake_active = false;
   std::string wake_id;
   std::vector<Entry> snapshot;
   std::string holder;
   uint64_t lease_expires_ms = 0;  // 0: no lease running
-  std::string delivering;         // the wake_id of the delivery in flight, if any
+  // Process-local.
+  std::string delivering;  // the wake_id of this node's delivery in flight, if any
   bool dirty = true;
 
   bool webhook() const { return type == "webhook"; }
@@ -171,8 +172,16 @@ struct SubscriptionService::Sub {
   void EndWake() {
     wake_active = false;
     wake_id.clear();
+    snapshot.clear();
     holder.clear();
     lease_expires_ms = 0;
+  }
+  // A lease past its expiry has ended, on every node alike (7.3); nothing needs writing.
+  bool ExpireLease(uint64_t now) {
+    if (lease_expires_ms == 0 || now < lease_expires_ms) return false;
+    EndWake();
+    dirty = true;
+    return true;
   }
 
   json ConfigJson() const {
@@ -208,7 +217,21 @@ struct SubscriptionService::Sub {
             {"next_attempt_at_ms", next_attempt_at_ms},
             {"last_attempt_at_ms", last_attempt_at_ms},
             {"failed", failed},
-            {"parked", parked}};
+            {"parked", parked},
+            {"wake", WakeJson()}};
+  }
+
+  json WakeJson() const {
+    if (!wake_active) return nullptr;
+    json entries = json::array();
+    for (const auto& e : snapshot) {
+      entries.push_back(
+          {{"path", e.path}, {"link_type", e.link_type}, {"acked", e.acked}, {"tail", e.tail}});
+    }
+    return {{"id", wake_id},
+            {"holder", holder},
+            {"lease_expires_ms", lease_expires_ms},
+            {"snapshot", entries}};
   }
 };
 
@@ -216,7 +239,9 @@ struct SubscriptionService::ScopeState {
   explicit ScopeState(StreamScope s) : scope(std::move(s)) {}
   StreamScope scope;
   std::map<std::string, std::unique_ptr<Sub>> subs;
-  uint64_t state_records = 0;
+  uint64_t state_records = 0;  // records in the state stream, head to tail
+  uint64_t next = 1;           // the state stream's next offset as last read
+  std::string token_key;       // the global scope only: the deployment's token key
 };
 
 namespace {
@@ -358,83 +383,194 @@ SubscriptionService::ScopeState& SubscriptionService::LoadScope(const StreamScop
   std::string label = scope.Label();
   auto it = scopes_.find(label);
   if (it != scopes_.end()) return *it->second;
-  auto state = std::make_unique<ScopeState>(scope);
-  uint64_t from = 1;
-  for (;;) {
-    auto page = registry_.ReadSince(scope, kStateStream, from, StreamRegistry::kMaxReadLimit);
-    if (!page.ok() || page->empty()) break;
-    for (const auto& event : *page) {
-      from = event.offset + 1;
-      ++state->state_records;
-      json record = ParseJsonBounded(event.payload);
-      if (record.is_discarded() || !record.is_object() || !record.contains("id")) {
-        spdlog::warn("subscriptions ({}): skipping unreadable record {}", label, event.offset);
-        continue;
-      }
-      std::string id = record.value("id", "");
-      if (record.value("deleted", false)) {
-        state->subs.erase(id);
-        continue;
-      }
-      auto sub = std::make_unique<Sub>();
-      bool rejected = false;
-      // Persisted URLs were checked at creation; do not re-judge them under today's flags.
-      Status parsed =
-          ParseConfig(record.value("config", json::object()), true, sub.get(), &rejected);
-      if (!parsed.ok()) {
-        spdlog::warn("subscriptions ({}): skipping record {}: {}", label, event.offset,
-                     parsed.ToString());
-        continue;
-      }
-      sub->id = id;
-      sub->base_url = record.value("base_url", "");
-      sub->created_at_ms = record.value("created_at_ms", uint64_t{0});
-      sub->generation = record.value("generation", uint64_t{0});
-      sub->attempts = record.value("attempts", uint32_t{0});
-      sub->next_attempt_at_ms = record.value("next_attempt_at_ms", uint64_t{0});
-      sub->last_attempt_at_ms = record.value("last_attempt_at_ms", uint64_t{0});
-      sub->failed = record.value("failed", false);
-      sub->parked = record.value("parked", false);
-      for (const auto& l : record.value("links", json::array())) {
-        Sub::Link link;
-        link.glob = l.value("glob", false);
-        link.explicit_link = l.value("explicit", false);
-        link.acked = l.value("acked", uint64_t{0});
-        sub->links[l.value("path", "")] = link;
-      }
-      state->subs[id] = std::move(sub);
-    }
+  it = scopes_.emplace(label, std::make_unique<ScopeState>(scope)).first;
+  Status loaded = Refresh(*it->second);
+  if (!loaded.ok()) {
+    // Read again on the next request or engine pass.
+    spdlog::warn("subscriptions ({}): cannot read the state stream yet: {}", label,
+                 loaded.ToString());
   }
-  live_subs_ += state->subs.size();
-  it = scopes_.emplace(label, std::move(state)).first;
   return *it->second;
 }
 
-Status SubscriptionService::Persist(ScopeState& scope, const Sub& sub, bool deleted) {
-  json record = deleted ? json{{"id", sub.id}, {"deleted", true}} : sub.StateJson();
+Status SubscriptionService::Refresh(ScopeState& scope) {
+  const size_t before = scope.subs.size();
+  Status status = Status::OK();
+  for (;;) {
+    auto page =
+        registry_.ReadSince(scope.scope, kStateStream, scope.next, StreamRegistry::kMaxReadLimit);
+    if (!page.ok()) {
+      // No state stream yet: no subscription was ever made in this scope.
+      if (page.status().code() != StatusCode::kNotFound) status = page.status();
+      break;
+    }
+    if (page->empty()) break;
+    if (page->front().offset > scope.next && scope.next > 1) {
+      // Another node compacted the stream past this node's position. The head holds every live
+      // subscription (compaction rewrites them all before pruning), so start over from there.
+      for (auto& [id, sub] : scope.subs) sub->dirty = true;
+      std::map<std::string, std::unique_ptr<Sub>> old;
+      old.swap(scope.subs);
+      for (const auto& event : *page) Apply(scope, event);
+      // A subscription absent from the rewrite was deleted; delivery state of survivors stays.
+      for (auto& [id, sub] : scope.subs) {
+        auto was = old.find(id);
+        if (was != old.end()) sub->delivering = was->second->delivering;
+      }
+      scope.state_records = page->size();
+    } else {
+      for (const auto& event : *page) Apply(scope, event);
+      scope.state_records += page->size();
+    }
+    scope.next = page->back().offset + 1;
+  }
+  live_subs_ += scope.subs.size();
+  live_subs_ -= before;
+  return status;
+}
+
+void SubscriptionService::Apply(ScopeState& scope, const StreamEvent& event) {
+  const std::string label = scope.scope.Label();
+  json record = ParseJsonBounded(event.payload);
+  if (record.is_object() && record.contains("token_key") && record["token_key"].is_string()) {
+    auto key = Base64UrlDecode(record["token_key"].get<std::string>());
+    if (key && !key->empty()) scope.token_key = *key;
+    return;
+  }
+  if (record.is_discarded() || !record.is_object() || !record.contains("id")) {
+    spdlog::warn("subscriptions ({}): skipping unreadable record {}", label, event.offset);
+    return;
+  }
+  std::string id = record.value("id", "");
+  if (record.value("deleted", false)) {
+    scope.subs.erase(id);
+    return;
+  }
+  auto sub = std::make_unique<Sub>();
+  bool rejected = false;
+  // Persisted URLs were checked at creation; do not re-judge them under today's flags.
+  Status parsed = ParseConfig(record.value("config", json::object()), true, sub.get(), &rejected);
+  if (!parsed.ok()) {
+    spdlog::warn("subscriptions ({}): skipping record {}: {}", label, event.offset,
+                 parsed.ToString());
+    return;
+  }
+  sub->id = id;
+  sub->base_url = record.value("base_url", "");
+  sub->created_at_ms = record.value("created_at_ms", uint64_t{0});
+  sub->generation = record.value("generation", uint64_t{0});
+  sub->attempts = record.value("attempts", uint32_t{0});
+  sub->next_attempt_at_ms = record.value("next_attempt_at_ms", uint64_t{0});
+  sub->last_attempt_at_ms = record.value("last_attempt_at_ms", uint64_t{0});
+  sub->failed = record.value("failed", false);
+  sub->parked = record.value("parked", false);
+  for (const auto& l : record.value("links", json::array())) {
+    Sub::Link link;
+    link.glob = l.value("glob", false);
+    link.explicit_link = l.value("explicit", false);
+    link.acked = l.value("acked", uint64_t{0});
+    sub->links[l.value("path", "")] = link;
+  }
+  // Records written before wakes were persisted have none: such a wake is simply not current.
+  if (auto w = record.find("wake"); w != record.end() && w->is_object()) {
+    sub->wake_active = true;
+    sub->wake_id = w->value("id", "");
+    sub->holder = w->value("holder", "");
+    sub->lease_expires_ms = w->value("lease_expires_ms", uint64_t{0});
+    for (const auto& e : w->value("snapshot", json::array())) {
+      sub->snapshot.push_back({e.value("path", ""), e.value("link_type", "glob"),
+                               e.value("acked", uint64_t{0}), e.value("tail", uint64_t{0})});
+    }
+  }
+  auto& slot = scope.subs[id];
+  if (slot) {
+    // Same object, so references held by a caller stay valid; this node's delivery stays.
+    sub->delivering = std::move(slot->delivering);
+    *slot = std::move(*sub);
+  } else {
+    slot = std::move(sub);
+  }
+}
+
+Status SubscriptionService::Write(ScopeState& scope, const json& record) {
   std::vector<AppendRecord> batch{{std::nullopt, Dump(record)}};
-  auto appended = registry_.AppendBatch(scope.scope, kStateStream, batch);
+  AppendOptions options;
+  options.expected_offset = scope.next;
+  auto appended = registry_.AppendBatch(scope.scope, kStateStream, batch, options);
   if (!appended.ok() && appended.status().code() == StatusCode::kNotFound) {
     CreateStreamOptions create;
     create.content_type = "application/json";
     Status created = registry_.CreateStream(scope.scope, kStateStream, create);
     if (!created.ok() && created.code() != StatusCode::kAlreadyExists) return created;
-    appended = registry_.AppendBatch(scope.scope, kStateStream, batch);
+    appended = registry_.AppendBatch(scope.scope, kStateStream, batch, options);
   }
   if (!appended.ok()) return appended.status();
+  scope.next = appended->last_offset + 1;
   ++scope.state_records;
-  if (scope.state_records > 4 * scope.subs.size() + 256) {
-    std::vector<AppendRecord> all;
-    for (const auto& [id, live] : scope.subs)
-      all.push_back({std::nullopt, Dump(live->StateJson())});
-    if (all.empty()) all.push_back({std::nullopt, Dump(record)});
-    auto rewritten = registry_.AppendBatch(scope.scope, kStateStream, std::move(all));
-    if (rewritten.ok()) {
-      auto pruned = registry_.Prune(scope.scope, kStateStream, rewritten->first_offset - 1);
-      if (pruned.ok()) scope.state_records = rewritten->last_offset - rewritten->first_offset + 1;
-    }
+  MaybeCompact(scope);
+  return Status::OK();
+}
+
+void SubscriptionService::MaybeCompact(ScopeState& scope) {
+  if (scope.state_records <= 4 * scope.subs.size() + 256) return;
+  std::vector<AppendRecord> all;
+  if (!scope.token_key.empty()) {
+    all.push_back({std::nullopt, Dump({{"token_key", Base64UrlEncode(scope.token_key)}})});
+  }
+  for (const auto& [id, live] : scope.subs) all.push_back({std::nullopt, Dump(live->StateJson())});
+  if (all.empty()) return;
+  AppendOptions options;
+  options.expected_offset = scope.next;
+  // A conflict leaves the compaction to the next write.
+  auto rewritten = registry_.AppendBatch(scope.scope, kStateStream, std::move(all), options);
+  if (!rewritten.ok()) return;
+  scope.next = rewritten->last_offset + 1;
+  scope.state_records += rewritten->last_offset - rewritten->first_offset + 1;
+  auto pruned = registry_.Prune(scope.scope, kStateStream, rewritten->first_offset - 1);
+  if (pruned.ok()) scope.state_records = rewritten->last_offset - rewritten->first_offset + 1;
+}
+
+Status SubscriptionService::Commit(ScopeState& scope, Sub next) {
+  Status written = Write(scope, next.StateJson());
+  if (!written.ok()) {
+    conflicted_ = written.code() == StatusCode::kConflict;
+    return written;
+  }
+  auto& slot = scope.subs[next.id];
+  if (slot) {
+    *slot = std::move(next);
+  } else {
+    slot = std::make_unique<Sub>(std::move(next));
+    live_subs_ += 1;
   }
   return Status::OK();
+}
+
+Status SubscriptionService::CommitDelete(ScopeState& scope, const std::string& id) {
+  Status written = Write(scope, {{"id", id}, {"deleted", true}});
+  if (!written.ok()) {
+    conflicted_ = written.code() == StatusCode::kConflict;
+    return written;
+  }
+  if (scope.subs.erase(id) != 0) live_subs_ -= 1;
+  return Status::OK();
+}
+
+Result<std::string> SubscriptionService::TokenKey() {
+  ScopeState& global = LoadScope(StreamScope::Global());
+  for (int attempt = 0; attempt < kMaxCommitAttempts; ++attempt) {
+    if (!global.token_key.empty()) return global.token_key;
+    RUNNEL_RETURN_IF_ERROR(Refresh(global));
+    if (!global.token_key.empty()) return global.token_key;
+    std::string key = NewTokenKey();
+    Status written = Write(global, {{"token_key", Base64UrlEncode(key)}});
+    if (written.ok()) {
+      global.token_key = std::move(key);
+      return global.token_key;
+    }
+    if (written.code() != StatusCode::kConflict) return written;
+  }
+  return Status::Unavailable("the subscription state is changing too fast to create a token key");
 }
 
 uint64_t SubscriptionService::TailOf(const StreamScope& scope, const std::string& path) const {
@@ -478,19 +614,35 @@ json EntriesJson(const std::vector<SubscriptionService::Sub::Entry>& entries) {
 
 void SubscriptionService::IssueWake(ScopeState& scope, Sub& sub, uint64_t now,
                                     std::vector<Job>* jobs) {
-  sub.generation += 1;
-  sub.wake_id = RandomId("w_");
-  sub.wake_active = true;
-  sub.snapshot = Snapshot(sub, [&](const std::string& p) { return TailOf(scope.scope, p); });
-  Status persisted = Persist(scope, sub, false);
-  if (!persisted.ok()) {
-    spdlog::warn("subscription {}: cannot persist its generation: {}", sub.id,
-                 persisted.ToString());
+  auto key = TokenKey();
+  if (!key.ok()) {
+    spdlog::warn("subscription {}: no token key for its wake: {}", sub.id, key.status().ToString());
+    sub.dirty = true;
+    return;
+  }
+  Sub next = sub;
+  next.generation += 1;
+  next.wake_id = RandomId("w_");
+  next.wake_active = true;
+  next.holder.clear();
+  next.snapshot = Snapshot(sub, [&](const std::string& p) { return TailOf(scope.scope, p); });
+  // The webhook's lease starts now (7.3); a pull-wake wake nobody claims within the lease TTL
+  // ends the same way, and pending work is woken again.
+  next.lease_expires_ms = now + sub.lease_ttl_ms;
+  if (next.webhook()) next.last_attempt_at_ms = now;
+  Status committed = Commit(scope, std::move(next));
+  if (!committed.ok()) {
+    // Another node changed the subscription first (perhaps issuing this very wake), or the
+    // store failed: decide again on the next pass, from the stored state.
+    if (committed.code() != StatusCode::kConflict) {
+      spdlog::warn("subscription {}: cannot record its wake: {}", sub.id, committed.ToString());
+    }
+    sub.dirty = true;
+    poked_ = true;
+    return;
   }
   if (sub.webhook()) {
-    sub.lease_expires_ms = now + sub.lease_ttl_ms;
     sub.delivering = sub.wake_id;
-    sub.last_attempt_at_ms = now;
     json claims = {{"k", "callback"},     {"s", scope.scope.Label()}, {"i", sub.id},
                    {"g", sub.generation}, {"w", sub.wake_id},         {"e", now + 3600 * 1000}};
     std::string root = sub.base_url + StreamRoot(scope.scope);
@@ -499,7 +651,7 @@ void SubscriptionService::IssueWake(ScopeState& scope, Sub& sub, uint64_t now,
                  {"generation", sub.generation},
                  {"streams", EntriesJson(sub.snapshot)},
                  {"callback_url", root + std::string(kSubsPrefix) + sub.id + "/callback"},
-                 {"callback_token", signer_->MintToken(Dump(claims))}};
+                 {"callback_token", MintToken(*key, Dump(claims))}};
     Job job;
     job.key = scope.scope.Label() + "\n" + sub.id;
     job.wake_id = sub.wake_id;
@@ -530,20 +682,25 @@ void SubscriptionService::IssueWake(ScopeState& scope, Sub& sub, uint64_t now,
 }
 
 void SubscriptionService::FailAttempt(ScopeState& scope, Sub& sub, uint64_t now) {
-  sub.EndWake();
-  sub.failed = true;
-  sub.attempts += 1;
-  sub.last_attempt_at_ms = now;
-  if (sub.attempts >= options_.max_delivery_attempts) {
-    sub.parked = true;
-    sub.next_attempt_at_ms = 0;
+  Sub next = sub;
+  next.EndWake();
+  next.failed = true;
+  next.attempts += 1;
+  next.last_attempt_at_ms = now;
+  if (next.attempts >= options_.max_delivery_attempts) {
+    next.parked = true;
+    next.next_attempt_at_ms = 0;
   } else {
-    sub.next_attempt_at_ms = now + RetryDelayMs(sub.attempts, UnitRandom());
+    next.next_attempt_at_ms = now + RetryDelayMs(next.attempts, UnitRandom());
   }
-  Status persisted = Persist(scope, sub, false);
+  Status persisted = Commit(scope, std::move(next));
   if (!persisted.ok()) {
-    spdlog::warn("subscription {}: cannot persist its retry state: {}", sub.id,
-                 persisted.ToString());
+    // The wake still stands in the stored state; its lease expiry ends it.
+    if (persisted.code() != StatusCode::kConflict) {
+      spdlog::warn("subscription {}: cannot persist its retry state: {}", sub.id,
+                   persisted.ToString());
+    }
+    sub.dirty = true;
   }
 }
 
@@ -557,12 +714,16 @@ void SubscriptionService::Tick() {
     uint64_t deadline = next_recheck_ms_;
     LoadScope(StreamScope::Global());
     for (auto& [label, scope] : scopes_) {
+      // Other nodes' changes first: their wakes, claims and acks.
+      Status fresh = Refresh(*scope);
+      if (!fresh.ok()) {
+        spdlog::warn("subscriptions ({}): cannot read the state stream: {}", label,
+                     fresh.ToString());
+        continue;
+      }
       for (auto& [id, owned] : scope->subs) {
         Sub& sub = *owned;
-        if (sub.lease_expires_ms != 0 && now >= sub.lease_expires_ms) {
-          sub.EndWake();
-          sub.dirty = true;
-        }
+        sub.ExpireLease(now);
         if (sub.lease_expires_ms != 0) deadline = std::min(deadline, sub.lease_expires_ms);
         if (sub.wake_active || !sub.delivering.empty() || sub.parked) continue;
         bool due = false;
@@ -577,17 +738,18 @@ void SubscriptionService::Tick() {
         sub.dirty = false;
         if (!Pending(*scope, sub)) {
           if (sub.next_attempt_at_ms != 0) {
-            sub.next_attempt_at_ms = 0;
-            (void)Persist(*scope, sub, false);
+            Sub next = sub;
+            next.next_attempt_at_ms = 0;
+            if (!Commit(*scope, std::move(next)).ok()) sub.dirty = true;
           }
           continue;
         }
-        sub.next_attempt_at_ms = 0;
         IssueWake(*scope, sub, now, &jobs);
         if (sub.lease_expires_ms != 0) deadline = std::min(deadline, sub.lease_expires_ms);
       }
     }
     next_deadline_ms_ = deadline;
+    conflicted_ = false;  // a lost race here is decided again on the next pass
   }
   Enqueue(std::move(jobs));
 }
@@ -620,40 +782,51 @@ void SubscriptionService::OnReply(const Job& job, const WebhookReply& reply) {
     auto scope_it = scopes_.find(job.key.substr(0, nl));
     if (scope_it == scopes_.end()) return;
     ScopeState& scope = *scope_it->second;
-    auto it = scope.subs.find(job.key.substr(nl + 1));
-    if (it == scope.subs.end()) return;
-    Sub& sub = *it->second;
-    if (sub.delivering == job.wake_id) sub.delivering.clear();
-    if (!sub.wake_active || sub.wake_id != job.wake_id) {
-      // The wake ended meanwhile (lease expiry, a callback): the reply is stale.
-      poked_ = true;
-      return;
+    const std::string id = job.key.substr(nl + 1);
+    if (auto it = scope.subs.find(id);
+        it != scope.subs.end() && it->second->delivering == job.wake_id) {
+      it->second->delivering.clear();
     }
-    const uint64_t now = registry_.clock().NowMs();
-    if (!reply.responded || reply.status < 200 || reply.status > 299) {
-      spdlog::info("subscription {}: webhook delivery failed: {}", sub.id,
-                   reply.responded ? "HTTP " + std::to_string(reply.status) : reply.error);
-      FailAttempt(scope, sub, now);
+    const bool delivered = reply.responded && reply.status >= 200 && reply.status <= 299;
+    if (delivered) {
+      spdlog::debug("subscription {}: webhook delivered", id);
     } else {
-      const bool was_failed = sub.failed || sub.attempts != 0;
-      sub.failed = false;
-      sub.attempts = 0;
-      json answer = ParseJsonBounded(reply.body);
-      if (answer.is_object() && answer.value("done", false) == true) {
-        // Synchronous completion: ack the wake's snapshot and release the lease (7.1).
-        for (const auto& e : sub.snapshot) {
-          auto link = sub.links.find(e.path);
-          if (link != sub.links.end()) link->second.acked = std::max(link->second.acked, e.tail);
-        }
-        sub.wake_active = false;
-        sub.wake_id.clear();
-        sub.lease_expires_ms = 0;
-        sub.dirty = true;
-        (void)Persist(scope, sub, false);
-      } else if (was_failed) {
-        (void)Persist(scope, sub, false);
-      }
+      spdlog::info("subscription {}: webhook delivery failed: {}", id,
+                   reply.responded ? "HTTP " + std::to_string(reply.status) : reply.error);
     }
+    for (int attempt = 0; attempt < kMaxCommitAttempts; ++attempt) {
+      conflicted_ = false;
+      if (!Refresh(scope).ok()) break;
+      auto it = scope.subs.find(id);
+      if (it == scope.subs.end()) break;
+      Sub& sub = *it->second;
+      const uint64_t now = registry_.clock().NowMs();
+      sub.ExpireLease(now);
+      // The wake ended meanwhile (lease expiry, a callback, another node): the reply is stale.
+      if (!sub.wake_active || sub.wake_id != job.wake_id) break;
+      if (!delivered) {
+        FailAttempt(scope, sub, now);
+      } else {
+        Sub next = sub;
+        const bool was_failed = next.failed || next.attempts != 0;
+        next.failed = false;
+        next.attempts = 0;
+        json answer = ParseJsonBounded(reply.body);
+        const bool done = answer.is_object() && answer.value("done", false) == true;
+        if (done) {
+          // Synchronous completion: ack the wake's snapshot and release the lease (7.1).
+          for (const auto& e : next.snapshot) {
+            auto link = next.links.find(e.path);
+            if (link != next.links.end()) link->second.acked = std::max(link->second.acked, e.tail);
+          }
+          next.EndWake();
+          next.dirty = true;
+        }
+        if (done || was_failed) (void)Commit(scope, std::move(next));
+      }
+      if (!conflicted_) break;
+    }
+    conflicted_ = false;
     poked_ = true;
   }
   engine_cv_.notify_all();
@@ -718,30 +891,41 @@ void SubscriptionService::NoteWrite(const Route& route) {
     ScopeState& scope = LoadScope(route.scope);
     const uint64_t now = registry_.clock().NowMs();
     std::vector<std::string_view> path = PathSegments(route.name);
-    for (auto& [id, owned] : scope.subs) {
-      Sub& sub = *owned;
-      auto link = sub.links.find(route.name);
-      if (link == sub.links.end()) {
+    // Works on this node's view; a conflicting change from another node is read and the
+    // subscription decided again.
+    for (int attempt = 0; attempt < kMaxCommitAttempts; ++attempt) {
+      conflicted_ = false;
+      for (auto& [id, owned] : scope.subs) {
+        Sub& sub = *owned;
+        const bool link = !sub.links.count(route.name);
         // Never its own wake stream: each wake would then leave pending work for the next.
-        if (sub.pattern.empty() || sub.links.size() >= kMaxLinks || route.name == sub.wake_stream ||
-            !PathGlobMatch(PathSegments(sub.pattern), path)) {
+        if (link &&
+            (sub.pattern.empty() || sub.links.size() >= kMaxLinks ||
+             route.name == sub.wake_stream || !PathGlobMatch(PathSegments(sub.pattern), path))) {
           continue;
         }
-        // Linked before this append, so the append itself is pending (6.2).
-        sub.links[route.name].glob = true;
-        (void)Persist(scope, sub, false);
+        const bool revive = sub.parked && now >= sub.last_attempt_at_ms + kMaxRetryDelayMs;
+        if (link || revive) {
+          Sub next = sub;
+          // Linked before this append, so the append itself is pending (6.2).
+          if (link) next.links[route.name].glob = true;
+          if (revive) {
+            next.parked = false;
+            next.attempts = 0;
+          }
+          if (!Commit(scope, std::move(next)).ok()) continue;
+        }
+        sub.dirty = true;
+        // Only an idle subscription needs the engine now; a busy one re-checks when its wake
+        // ends.
+        if (!sub.wake_active && sub.delivering.empty() && !sub.parked &&
+            sub.next_attempt_at_ms == 0) {
+          poke = true;
+        }
       }
-      if (sub.parked && now >= sub.last_attempt_at_ms + kMaxRetryDelayMs) {
-        sub.parked = false;
-        sub.attempts = 0;
-      }
-      sub.dirty = true;
-      // Only an idle subscription needs the engine now; a busy one re-checks when its wake ends.
-      if (!sub.wake_active && sub.delivering.empty() && !sub.parked &&
-          sub.next_attempt_at_ms == 0) {
-        poke = true;
-      }
+      if (!conflicted_ || !Refresh(scope).ok()) break;
     }
+    conflicted_ = false;
     if (poke) poked_ = true;
   }
   if (poke) engine_cv_.notify_all();
@@ -771,6 +955,7 @@ HttpResponse SubscriptionService::Handle(const Route& route, const HttpRequest& 
     return Error(400, "BAD_REQUEST",
                  "a subscription id is 1-200 characters of letters, digits and - _ . : ~");
   }
+  std::unique_lock<std::mutex> lock(mu_);
   if (SelfAuthenticated(route)) {
     // The wake token is checked before the scope is loaded or the subscription looked up: a
     // caller without one learns nothing (which ids exist, of which kind) and makes the server
@@ -780,9 +965,26 @@ HttpResponse SubscriptionService::Handle(const Route& route, const HttpRequest& 
       return *refused;
     }
   }
-  std::unique_lock<std::mutex> lock(mu_);
   ScopeState& scope = LoadScope(route.scope);
-  HttpResponse r = HandleSubscription(scope, id, route, request);
+  HttpResponse r;
+  for (int attempt = 0;; ++attempt) {
+    // What other nodes wrote since this one last read the scope comes first.
+    Status fresh = Refresh(scope);
+    if (!fresh.ok()) {
+      r = FromStatus(fresh);
+      break;
+    }
+    conflicted_ = false;
+    r = HandleSubscription(scope, id, route, request);
+    if (!conflicted_) break;
+    conflicted_ = false;
+    if (attempt + 1 == kMaxCommitAttempts) {
+      r = Error(503, "SUBSCRIPTION_BUSY",
+                "subscription '" + id + "' is being changed through other nodes; retry");
+      r.Set("Retry-After", "1");
+      break;
+    }
+  }
   bool poke = poked_;
   lock.unlock();
   if (poke) engine_cv_.notify_all();
@@ -830,10 +1032,8 @@ HttpResponse SubscriptionService::HandleSubscription(ScopeState& scope, const st
       return JsonResponse(200, body);
     }
     if (method == "DELETE") {
-      Status s = Persist(scope, sub, true);
+      Status s = CommitDelete(scope, id);
       if (!s.ok()) return FromStatus(s);
-      scope.subs.erase(it);
-      live_subs_ -= 1;
       return NoContent();
     }
     return Error(405, "METHOD_NOT_ALLOWED", "use PUT, GET or DELETE on a subscription");
@@ -857,29 +1057,31 @@ HttpResponse SubscriptionService::HandleSubscription(ScopeState& scope, const st
         return Error(400, "TOO_MANY_STREAMS",
                      "a subscription links at most " + std::to_string(kMaxLinks) + " streams");
       }
+      Sub next = sub;
       for (const auto& s : body["streams"]) {
         std::string path = s.get<std::string>();
-        auto [link, inserted] = sub.links.try_emplace(path);
+        auto [link, inserted] = next.links.try_emplace(path);
         if (inserted) link->second.acked = TailOf(scope.scope, path);
         link->second.explicit_link = true;
       }
-      Status persisted = Persist(scope, sub, false);
+      Status persisted = Commit(scope, std::move(next));
       if (!persisted.ok()) return FromStatus(persisted);
       return NoContent();
     }
     if (tail.size() > 1 && tail[0] == '/' && method == "DELETE") {
       std::string path(tail.substr(1));
-      auto link = sub.links.find(path);
-      if (link != sub.links.end() && link->second.explicit_link) {
+      Sub next = sub;
+      auto link = next.links.find(path);
+      if (link != next.links.end() && link->second.explicit_link) {
         const bool still_globbed =
-            !sub.pattern.empty() && path != sub.wake_stream && PathGlobMatch(sub.pattern, path);
+            !next.pattern.empty() && path != next.wake_stream && PathGlobMatch(next.pattern, path);
         if (still_globbed) {
           link->second.explicit_link = false;
           link->second.glob = true;
         } else {
-          sub.links.erase(link);
+          next.links.erase(link);
         }
-        Status persisted = Persist(scope, sub, false);
+        Status persisted = Commit(scope, std::move(next));
         if (!persisted.ok()) return FromStatus(persisted);
       }
       return NoContent();
@@ -889,11 +1091,7 @@ HttpResponse SubscriptionService::HandleSubscription(ScopeState& scope, const st
   }
   if (method != "POST") return Error(405, "METHOD_NOT_ALLOWED", "use POST");
   // An expired lease ends before anyone can act on it (7.3).
-  if (sub.lease_expires_ms != 0 && now >= sub.lease_expires_ms) {
-    sub.EndWake();
-    sub.dirty = true;
-    poked_ = true;
-  }
+  if (sub.ExpireLease(now)) poked_ = true;
   if (rest == "/claim") return Claim(scope, sub, request);
   if (rest == "/ack" || rest == "/release") {
     if (sub.webhook()) {
@@ -930,9 +1128,12 @@ HttpResponse SubscriptionService::Put(ScopeState& scope, const std::string& id,
     Sub& current = *existing->second;
     if (current.parked) {
       // Re-confirmation revives a subscription whose deliveries gave up.
-      current.parked = false;
-      current.attempts = 0;
-      current.dirty = true;
+      Sub next = current;
+      next.parked = false;
+      next.attempts = 0;
+      next.dirty = true;
+      Status persisted = Commit(scope, std::move(next));
+      if (!persisted.ok()) return FromStatus(persisted);
       poked_ = true;
     }
     HttpRequest get = request;
@@ -979,10 +1180,8 @@ HttpResponse SubscriptionService::Put(ScopeState& scope, const std::string& id,
       list.start_after = page->back().name;
     }
   }
-  Status persisted = Persist(scope, *sub, false);
+  Status persisted = Commit(scope, std::move(*sub));
   if (!persisted.ok()) return FromStatus(persisted);
-  scope.subs[id] = std::move(sub);
-  live_subs_ += 1;
   HttpRequest get = request;
   get.method = "GET";
   Route route;
@@ -1010,27 +1209,27 @@ HttpResponse SubscriptionService::Claim(ScopeState& scope, Sub& sub, const HttpR
     return Error(409, "ALREADY_CLAIMED", "another worker holds the lease",
                  {{"current_holder", sub.holder}, {"generation", sub.generation}});
   }
+  auto key = TokenKey();
+  if (!key.ok()) return FromStatus(key.status());
   const uint64_t now = registry_.clock().NowMs();
-  if (!sub.wake_active) {
+  Sub next = sub;
+  if (!next.wake_active) {
     // No wake outstanding: the claim itself starts one (no wake event is needed).
-    sub.generation += 1;
-    sub.wake_id = RandomId("w_");
-    sub.wake_active = true;
-    Status persisted = Persist(scope, sub, false);
-    if (!persisted.ok()) {
-      sub.wake_active = false;
-      return FromStatus(persisted);
-    }
+    next.generation += 1;
+    next.wake_id = RandomId("w_");
+    next.wake_active = true;
   }
-  sub.snapshot = Snapshot(sub, [&](const std::string& p) { return TailOf(scope.scope, p); });
-  sub.holder = worker;
-  sub.lease_expires_ms = now + sub.lease_ttl_ms;
+  next.snapshot = Snapshot(sub, [&](const std::string& p) { return TailOf(scope.scope, p); });
+  next.holder = worker;
+  next.lease_expires_ms = now + sub.lease_ttl_ms;
+  Status persisted = Commit(scope, std::move(next));
+  if (!persisted.ok()) return FromStatus(persisted);
   poked_ = true;  // the engine's next deadline is this lease
   json claims = {{"k", "claim"},        {"s", scope.scope.Label()}, {"i", sub.id},
                  {"g", sub.generation}, {"w", sub.wake_id},         {"e", now + 3600 * 1000}};
   return JsonResponse(200, {{"wake_id", sub.wake_id},
                             {"generation", sub.generation},
-                            {"token", signer_->MintToken(Dump(claims))},
+                            {"token", MintToken(*key, Dump(claims))},
                             {"streams", EntriesJson(sub.snapshot)},
                             {"lease_ttl_ms", sub.lease_ttl_ms}});
 }
@@ -1045,7 +1244,9 @@ std::optional<HttpResponse> SubscriptionService::CheckWakeToken(const HttpReques
   if (!token.starts_with("Bearer ")) {
     return Error(401, "UNAUTHORIZED", "send the wake's token as Authorization: Bearer <token>");
   }
-  auto claims_text = signer_->VerifyToken(token.substr(7));
+  auto key = TokenKey();
+  if (!key.ok()) return FromStatus(key.status());
+  auto claims_text = VerifyToken(*key, token.substr(7));
   json claims = claims_text ? ParseJsonBounded(*claims_text) : json();
   const uint64_t now = registry_.clock().NowMs();
   if (!claims.is_object() || claims.value("k", "") != kind ||
@@ -1079,8 +1280,11 @@ HttpResponse SubscriptionService::Settle(ScopeState& scope, Sub& sub, const Http
     return Error(409, "FENCED", "the wake is stale: its generation or wake_id is not current",
                  {{"generation", sub.generation}});
   }
+  Sub next = sub;
   if (release) {
-    sub.EndWake();
+    next.EndWake();
+    Status persisted = Commit(scope, std::move(next));
+    if (!persisted.ok()) return FromStatus(persisted);
     sub.dirty = true;  // pending work gets a fresh wake event (7.2)
     poked_ = true;
     return NoContent();
@@ -1113,34 +1317,25 @@ HttpResponse SubscriptionService::Settle(ScopeState& scope, Sub& sub, const Http
       acks.emplace_back(path, position);
     }
   }
-  bool changed = false;
   for (const auto& [path, position] : acks) {
-    auto& link = sub.links[path];
-    if (position > link.acked) {
-      link.acked = position;
-      changed = true;
-    }
+    auto& link = next.links[path];
+    link.acked = std::max(link.acked, position);
   }
   const bool done = body.value("done", false) == true;
-  if (!done) {
-    sub.lease_expires_ms = now + sub.lease_ttl_ms;  // heartbeat (7.3)
-    poked_ = true;
-  }
   if (done) {
-    sub.EndWake();
-    sub.failed = false;
-    sub.attempts = 0;
-    changed = true;
+    next.EndWake();
+    next.failed = false;
+    next.attempts = 0;
+  } else {
+    next.lease_expires_ms = now + sub.lease_ttl_ms;  // heartbeat (7.3), seen by every node
   }
-  if (changed) {
-    Status persisted = Persist(scope, sub, false);
-    if (!persisted.ok()) return FromStatus(persisted);
-  }
+  Status persisted = Commit(scope, std::move(next));
+  if (!persisted.ok()) return FromStatus(persisted);
+  poked_ = true;
   bool next_wake = false;
   if (done) {
     next_wake = Pending(scope, sub);
     sub.dirty = next_wake;
-    poked_ = poked_ || next_wake;
   }
   return JsonResponse(200, {{"ok", true}, {"next_wake", next_wake}});
 }

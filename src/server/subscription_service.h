@@ -14,25 +14,40 @@
 //   POST   __ds/subscriptions/<id>/callback        webhook: ack / heartbeat (callback token)
 //   GET    __ds/jwks.json                          the webhook signing keys (webhook_signer.h)
 //
-// State and durability. What the protocol needs to survive a restart is persisted: each
-// subscription's configuration, stream links and acked offsets, its generation counter and its
-// webhook retry schedule (attempts, next_attempt_at). Every change appends a JSON snapshot of
-// that one subscription (or a tombstone) to the internal stream `__ds/subscriptions` of the
-// scope, through the registry, so it is exactly as durable as the configured store (memory,
-// log or PostgreSQL). On first use of a scope the snapshots are replayed; the stream is
-// compacted (all live snapshots rewritten, older records pruned) once it holds more than
-// 4 x live + 256 records. Acked offsets are kept there rather than as consumer-group cursors:
-// a group cursor cannot be removed, so a deleted subscription would hold back prune forever.
-// Process-local by design: the current wake (wake_id and its stream snapshot), the lease holder
-// and its expiry, and the HMAC key of callback and claim tokens. After a restart no lease is
-// held, old tokens are void, and pending work gets a new wake with a higher generation.
+// State and durability. A subscription's whole state is persisted: its configuration, stream
+// links and acked offsets, generation counter, webhook retry schedule, and the current wake
+// (wake_id, its stream snapshot, the lease holder and expiry). Every change appends a JSON
+// snapshot of that one subscription (or a tombstone) to the internal stream
+// `__ds/subscriptions` of the scope, through the registry, so it is exactly as durable as the
+// configured store (memory, log or PostgreSQL). The append is conditional on the stream's next
+// offset as this service last read it: when another node sharing the store (PostgreSQL) wrote
+// first, the append is refused, the service reads the new snapshots and decides again (at most
+// kMaxCommitAttempts times, then 503 SUBSCRIPTION_BUSY). So nodes behind a load balancer share
+// subscriptions, claims, leases and fencing exactly; each request first reads what other nodes
+// wrote since. The stream is compacted (all live snapshots rewritten, older records pruned) once
+// it holds more than 4 x live + 256 records; a node that finds its read position pruned reloads
+// from the head. Acked offsets are kept there rather than as consumer-group cursors: a group
+// cursor cannot be removed, so a deleted subscription would hold back prune forever.
+// The HMAC key of callback and claim tokens is one random key per store, kept in the global
+// scope's state stream, so a token minted by one node is accepted by every node and across
+// restarts, for as long as its wake is current. Leases expire by the registry clock's wall
+// time (nodes' clocks should agree within a fraction of lease_ttl_ms). Process-local: the
+// webhook delivery in flight.
 //
 // Wakes. A write through the HTTP server calls NoteWrite, which links a newly matching stream
 // (at offset zero: "linked before that append") and marks the subscription for a check. The
 // engine thread issues a wake (generation + 1, new wake_id) for every idle subscription with
 // pending work: pull-wake subscriptions get a wake event appended to their wake stream;
 // webhook subscriptions get a signed POST from a delivery thread. Appends made through the
-// embedded library rather than HTTP are noticed by a periodic re-check (recheck_interval_ms).
+// embedded library rather than HTTP, or through another node, are noticed by a periodic
+// re-check (recheck_interval_ms). Wakes are issued by the conditional state append, so when
+// several nodes see the same pending work only one issues the wake. A pull-wake wake that no
+// worker claims within lease_ttl_ms ends like an expired lease, and pending work gets a new
+// wake event (a worker that missed the event, or a node that stopped between recording a wake
+// and writing its event, cannot leave the subscription waiting forever). The engine re-reads
+// every loaded scope's state stream at least once a second, so a subscription created through
+// one node takes up to a second to link streams first written through another node; those
+// streams are linked by their next write (at offset zero, so nothing is skipped).
 // A failed webhook delivery ends the wake; it is retried after RetryDelayMs(attempt) (1 s
 // doubling to 60 s, +-20% jitter) with a new wake, at most max_delivery_attempts times in a
 // row; then the subscription stays `failed` without further attempts until a new append
@@ -105,6 +120,8 @@ class SubscriptionService {
   static constexpr uint64_t kMaxLeaseMs = 600000;
   static constexpr uint64_t kDefaultLeaseMs = 30000;
   static constexpr uint64_t kMaxRetryDelayMs = 60000;
+  // Conditional state appends tried per request before answering 503 SUBSCRIPTION_BUSY.
+  static constexpr int kMaxCommitAttempts = 8;
 
   // Loads or creates the signing key and starts the threads (unless options say not to).
   static Result<std::unique_ptr<SubscriptionService>> Create(StreamRegistry registry,
@@ -143,8 +160,21 @@ class SubscriptionService {
   SubscriptionService(StreamRegistry registry, SubscriptionOptions options,
                       std::unique_ptr<WebhookSigner> signer);
 
-  ScopeState& LoadScope(const StreamScope& scope);  // REQUIRES: mu_ held
-  Status Persist(ScopeState& scope, const Sub& sub, bool deleted);
+  // REQUIRES: mu_ held, for every method below that takes a ScopeState.
+  ScopeState& LoadScope(const StreamScope& scope);
+  // Applies the state records other nodes appended since this one last read the scope.
+  Status Refresh(ScopeState& scope);
+  void Apply(ScopeState& scope, const StreamEvent& event);
+  // Appends `record` to the scope's state stream if nobody else wrote since the last read
+  // (kConflict otherwise), then compacts the stream when it is due.
+  Status Write(ScopeState& scope, const nlohmann::json& record);
+  void MaybeCompact(ScopeState& scope);
+  // Makes `next` the subscription's state (inserting it when new) once written; a conflict sets
+  // conflicted_, so Handle reads the other node's change and runs the request again.
+  Status Commit(ScopeState& scope, Sub next);
+  Status CommitDelete(ScopeState& scope, const std::string& id);
+  // The deployment's token key, created on first use.
+  Result<std::string> TokenKey();
   uint64_t TailOf(const StreamScope& scope, const std::string& path) const;
   bool Pending(const ScopeState& scope, const Sub& sub) const;
   void IssueWake(ScopeState& scope, Sub& sub, uint64_t now, std::vector<Job>* jobs);
@@ -180,6 +210,7 @@ class SubscriptionService {
   std::deque<Job> jobs_;
   bool poked_ = false;
   bool stopping_ = false;
+  bool conflicted_ = false;  // the last Commit lost to another node's write
   uint64_t next_recheck_ms_ = 0;
   uint64_t next_deadline_ms_ = 0;
   std::vector<std::thread> threads_;

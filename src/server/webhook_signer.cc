@@ -164,16 +164,9 @@ WebhookSigner::WebhookSigner(std::unique_ptr<Key> key) : key_(std::move(key)) {
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(canonical.data()), canonical.size(), digest);
   kid_ = "ds_" + Base64UrlEncode(std::string_view(reinterpret_cast<char*>(digest), sizeof(digest)));
-  token_key_.resize(32);
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(token_key_.data()), 32) != 1) {
-    // Without randomness no token could be trusted; refuse to run rather than mint weak ones.
-    std::abort();
-  }
 }
 
-WebhookSigner::~WebhookSigner() {
-  OPENSSL_cleanse(token_key_.data(), token_key_.size());
-}
+WebhookSigner::~WebhookSigner() = default;
 
 std::string WebhookSigner::JwksJson() const {
   nlohmann::json key = {{"kty", "OKP"}, {"crv", "Ed25519"}, {"kid", kid_},
@@ -200,7 +193,7 @@ std::string WebhookSigner::SignatureHeader(uint64_t unix_seconds, std::string_vi
 }
 
 namespace {
-std::string Mac(const std::string& key, std::string_view data) {
+std::string Mac(std::string_view key, std::string_view data) {
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
@@ -209,17 +202,27 @@ std::string Mac(const std::string& key, std::string_view data) {
 }
 }  // namespace
 
-std::string WebhookSigner::MintToken(std::string_view claims) const {
-  std::string encoded = Base64UrlEncode(claims);
-  return encoded + "." + Base64UrlEncode(Mac(token_key_, encoded));
+std::string NewTokenKey() {
+  std::string key(32, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(key.data()), 32) != 1) {
+    // Without randomness no token could be trusted; refuse to run rather than mint weak ones.
+    std::abort();
+  }
+  return key;
 }
 
-std::optional<std::string> WebhookSigner::VerifyToken(std::string_view token) const {
+std::string MintToken(std::string_view key, std::string_view claims) {
+  std::string encoded = Base64UrlEncode(claims);
+  return encoded + "." + Base64UrlEncode(Mac(key, encoded));
+}
+
+std::optional<std::string> VerifyToken(std::string_view key, std::string_view token) {
+  if (key.empty()) return std::nullopt;
   size_t dot = token.find('.');
   if (dot == std::string_view::npos) return std::nullopt;
   std::string_view encoded = token.substr(0, dot);
   auto mac = Base64UrlDecode(token.substr(dot + 1));
-  std::string expected = Mac(token_key_, encoded);
+  std::string expected = Mac(key, encoded);
   if (!mac || mac->size() != expected.size() ||
       CRYPTO_memcmp(mac->data(), expected.data(), expected.size()) != 0) {
     return std::nullopt;

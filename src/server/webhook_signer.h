@@ -1,13 +1,14 @@
-// WebhookSigner: the server's Ed25519 webhook signing key (PROTOCOL.md 6.5 and 7.1) and the
-// HMAC key that signs subscription callback and claim tokens (PROTOCOL.md 12.9).
+// WebhookSigner: the server's Ed25519 webhook signing key (PROTOCOL.md 6.5 and 7.1), and the
+// HMAC tokens of subscription callbacks and claims (PROTOCOL.md 12.9).
 //
 // The Ed25519 key is persisted as a PKCS#8 PEM file (mode 0600, written to a temporary file,
 // fsynced and renamed into place) so webhook receivers keep trusting it across restarts; with
 // an empty path the key is process-local. `kid` is "ds_" plus the RFC 7638 JWK thumbprint of
 // the public key (SHA-256, base64url), so it is stable for the lifetime of the key.
 //
-// The token key is random per process: callback and claim tokens only ever authorize a wake or
-// lease, and both are process-local state (subscription_service.h), so a restart must void them.
+// Token keys are not held here: the subscription service keeps one random key per deployment in
+// its state stream (subscription_service.h), so every node over one store accepts the tokens
+// any node minted, across restarts, as long as the wake they name is current.
 //
 // Thread-safety: immutable after LoadOrCreate; every method may be called concurrently.
 #ifndef RUNNEL_SERVER_WEBHOOK_SIGNER_H_
@@ -49,19 +50,21 @@ class WebhookSigner {
   // "t=<unix_seconds>,kid=<kid>,ed25519=<base64url signature of "<t>.<body>">".
   std::string SignatureHeader(uint64_t unix_seconds, std::string_view body) const;
 
-  // HMAC-SHA256 tokens: "<base64url claims>.<base64url mac>". Verify returns the claims when the
-  // MAC matches (constant-time comparison), else nullopt.
-  std::string MintToken(std::string_view claims) const;
-  std::optional<std::string> VerifyToken(std::string_view token) const;
-
  private:
   struct Key;
   explicit WebhookSigner(std::unique_ptr<Key> key);
   std::unique_ptr<Key> key_;
   std::string public_key_;
   std::string kid_;
-  std::string token_key_;
 };
+
+// A new random token key (32 bytes). Aborts when the system has no randomness: no token could
+// be trusted then.
+std::string NewTokenKey();
+// HMAC-SHA256 tokens under `key`: "<base64url claims>.<base64url mac>". Verify returns the claims
+// when the MAC matches (constant-time comparison), else nullopt.
+std::string MintToken(std::string_view key, std::string_view claims);
+std::optional<std::string> VerifyToken(std::string_view key, std::string_view token);
 
 }  // namespace runnel::server
 

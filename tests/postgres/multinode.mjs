@@ -5,7 +5,8 @@
 //   node multinode.mjs RUNNEL_BINARY nodes      three nodes; plain, idempotent-producer and
 //                                               conditional appends through different nodes; a
 //                                               long-poll reader on the third node; one node is
-//                                               kill -9ed and restarted mid-run
+//                                               kill -9ed and restarted mid-run; then one
+//                                               pull-wake subscription used through all three
 //   node multinode.mjs RUNNEL_BINARY db-restart PostgreSQL stopped and started mid-run: 503 +
 //                                               Retry-After while it is down, nothing
 //                                               acknowledged lost, service resumes by itself
@@ -234,6 +235,79 @@ async function multiNode() {
     check(acked.filter((a) => a.key.includes("-c#")).length > 0, `${s}: no conditional append was acknowledged`);
     check(acked.filter((a) => a.key.includes("-p")).length > 0, `${s}: no producer append was acknowledged`);
   }
+  await subscriptions();
+  log("subscriptions shared across nodes");
+}
+
+// PROTOCOL.md 6-7 across nodes: a subscription made through one node is used through the
+// others; links added at once through every node are all kept; pending work gets one wake
+// event although three engines see it; claims racing through three nodes give one lease (the
+// others 409 ALREADY_CLAIMED); the winner's token heartbeats and finishes through other nodes.
+async function subscriptions() {
+  const json = { "Content-Type": "application/json" };
+  const call = (node, method, path, body, token) =>
+    http(node, method, `/v1/stream/${path}`, {
+      headers: token ? { ...json, Authorization: `Bearer ${token}` } : json,
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  await createStream("mn-wake");
+  const config = { type: "pull-wake", pattern: "mn-sub/*", wake_stream: "mn-wake", lease_ttl_ms: 60000 };
+  let r = await call(0, "PUT", "__ds/subscriptions/mn", config);
+  check(r.status === 201, `subscription create: ${r.status} ${r.text}`);
+  for (const n of [1, 2]) {
+    r = await call(n, "PUT", "__ds/subscriptions/mn", config);
+    check(r.status === 200, `re-confirm through node ${n}: ${r.status} ${r.text}`);
+  }
+  // Links added at once through all three nodes: every one is kept.
+  const adds = [];
+  for (let n = 0; n < 3; n++) {
+    for (let i = 0; i < 4; i++) adds.push(call(n, "POST", "__ds/subscriptions/mn/streams", { streams: [`mn-x/${n}-${i}`] }));
+  }
+  for (const a of await Promise.all(adds)) check(a.status === 204, `add link: ${a.status} ${a.text}`);
+  // A stream created through node 1 and appended to through node 2.
+  r = await http(1, "PUT", "/v1/stream/mn-sub/one", { headers: json });
+  check(r.status === 201, `create mn-sub/one: ${r.status}`);
+  r = await http(2, "POST", "/v1/stream/mn-sub/one", { headers: json, body: '{"n":1}' });
+  check(OK(r.status), `append mn-sub/one: ${r.status}`);
+  let wakes = [];
+  for (let t = 0; t < 100 && wakes.length === 0; t++) {
+    await sleep(100);
+    wakes = await readAll(0, "mn-wake");
+  }
+  check(wakes.length === 1, `one wake event expected, got ${JSON.stringify(wakes)}`);
+  const got = JSON.parse((await call(2, "GET", "__ds/subscriptions/mn")).text);
+  const linked = got.streams.map((l) => l.path).sort();
+  check(linked.length === 13 && linked.includes("mn-sub/one"), `links: ${linked.join(" ")}`);
+  // Claims racing through the three nodes.
+  const claims = await Promise.all([0, 1, 2].map((n) => call(n, "POST", "__ds/subscriptions/mn/claim", { worker: `w${n}` })));
+  const winners = claims.map((c, n) => ({ c, n })).filter(({ c }) => c.status === 200);
+  check(winners.length === 1, `one claim must win: ${claims.map((c) => c.status).join(" ")}`);
+  for (const c of claims) {
+    if (c.status !== 200) check(c.status === 409 && c.text.includes("ALREADY_CLAIMED"), `losing claim: ${c.status} ${c.text}`);
+  }
+  if (winners.length !== 1) return;
+  const won = JSON.parse(winners[0].c.text);
+  check(won.generation === wakes[0]?.generation, `claimed generation ${won.generation}, woken ${wakes[0]?.generation}`);
+  const other = (winners[0].n + 1) % 3;
+  const third = (winners[0].n + 2) % 3;
+  const wake = { wake_id: won.wake_id, generation: won.generation };
+  r = await call(other, "POST", "__ds/subscriptions/mn/ack", wake, won.token);
+  check(r.status === 200, `heartbeat through node ${other}: ${r.status} ${r.text}`);
+  const tail = won.streams.find((s) => s.path === "mn-sub/one")?.tail_offset;
+  const done = { ...wake, acks: [{ stream: "mn-sub/one", offset: tail }], done: true };
+  r = await call(third, "POST", "__ds/subscriptions/mn/ack", done, won.token);
+  check(r.status === 200 && JSON.parse(r.text).next_wake === false, `done through node ${third}: ${r.status} ${r.text}`);
+  r = await call(other, "POST", "__ds/subscriptions/mn/ack", done, won.token);
+  check(r.status === 409, `a finished wake is fenced on every node: ${r.status}`);
+  const after = JSON.parse((await call(winners[0].n, "GET", "__ds/subscriptions/mn")).text);
+  check(after.streams.find((l) => l.path === "mn-sub/one")?.acked_offset === tail, "acked offset not shared");
+  await sleep(1500);
+  wakes = await readAll(1, "mn-wake");
+  check(wakes.length === 1, `no further wake expected, got ${wakes.length}`);
+  r = await call(1, "DELETE", "__ds/subscriptions/mn");
+  check(r.status === 204, `delete: ${r.status}`);
+  r = await call(0, "GET", "__ds/subscriptions/mn");
+  check(r.status === 404, `deleted through node 1, node 0 answers ${r.status}`);
 }
 
 function pgCtl(...args) {

@@ -121,15 +121,18 @@ TEST(WebhookSignerTest, CorruptKeyFileIsAnErrorNotANewKey) {
 }
 
 TEST(WebhookSignerTest, TokensRejectTamperingAndOtherKeys) {
-  auto signer = WebhookSigner::LoadOrCreate("");
-  auto other = WebhookSigner::LoadOrCreate("");
-  std::string token = (*signer)->MintToken(R"({"g":7})");
-  EXPECT_EQ((*signer)->VerifyToken(token), std::optional<std::string>(R"({"g":7})"));
-  EXPECT_FALSE((*other)->VerifyToken(token));
-  std::string forged = (*signer)->MintToken(R"({"g":8})");
+  const std::string key = NewTokenKey();
+  const std::string other = NewTokenKey();
+  ASSERT_EQ(key.size(), 32u);
+  ASSERT_NE(key, other);
+  std::string token = MintToken(key, R"({"g":7})");
+  EXPECT_EQ(VerifyToken(key, token), std::optional<std::string>(R"({"g":7})"));
+  EXPECT_FALSE(VerifyToken(other, token));
+  EXPECT_FALSE(VerifyToken("", token));
+  std::string forged = MintToken(key, R"({"g":8})");
   std::string spliced = forged.substr(0, forged.find('.')) + token.substr(token.find('.'));
-  EXPECT_FALSE((*signer)->VerifyToken(spliced));
-  EXPECT_FALSE((*signer)->VerifyToken("garbage"));
+  EXPECT_FALSE(VerifyToken(key, spliced));
+  EXPECT_FALSE(VerifyToken(key, "garbage"));
 }
 
 TEST(Base64UrlTest, RoundTripsEveryLength) {
@@ -337,6 +340,12 @@ class SubscriptionServiceTest : public ::testing::Test {
   SubscriptionServiceTest() : clock_(1778324210000), registry_(NewMemoryStore(), &clock_) {}
 
   void Start(uint32_t max_attempts = 10) {
+    service_ = StartNode(max_attempts);
+    ASSERT_NE(service_, nullptr);
+  }
+
+  // A service (a node) over the test's store: no threads, webhooks recorded.
+  std::unique_ptr<SubscriptionService> StartNode(uint32_t max_attempts = 10) {
     SubscriptionOptions options;
     options.start_threads = false;
     options.allow_localhost_webhooks = true;
@@ -347,12 +356,18 @@ class SubscriptionServiceTest : public ::testing::Test {
       return reply_;
     };
     auto service = SubscriptionService::Create(registry_, options);
-    ASSERT_TRUE(service.ok()) << service.status().ToString();
-    service_ = std::move(*service);
+    EXPECT_TRUE(service.ok()) << service.status().ToString();
+    return service.ok() ? std::move(*service) : nullptr;
   }
 
   HttpResponse Call(const std::string& method, const std::string& name, const json& body = nullptr,
                     const std::string& token = "") {
+    return CallOn(*service_, method, name, body, token);
+  }
+
+  static HttpResponse CallOn(SubscriptionService& node, const std::string& method,
+                             const std::string& name, const json& body = nullptr,
+                             const std::string& token = "") {
     HttpRequest request;
     request.method = method;
     request.path = "/v1/stream/" + name;
@@ -360,7 +375,7 @@ class SubscriptionServiceTest : public ::testing::Test {
     if (!token.empty()) request.headers["authorization"] = "Bearer " + token;
     if (!body.is_null()) request.body = body.dump();
     Route route = ParseRoute(request.path, true);
-    return service_->Handle(route, request);
+    return node.Handle(route, request);
   }
 
   void CreateStream(const std::string& name) {
@@ -382,6 +397,17 @@ class SubscriptionServiceTest : public ::testing::Test {
     EXPECT_TRUE(events.ok());
     for (const auto& e : *events) out.push_back(json::parse(e.payload));
     return out;
+  }
+
+  // Subscription p1 (PullSub) with one append to events/a pending, after one engine pass: the
+  // wake events written.
+  std::vector<json> SubscribeAndWake() {
+    CreateStream("wake/pool");
+    EXPECT_EQ(Call("PUT", "__ds/subscriptions/p1", PullSub("p1")).status, 201);
+    CreateStream("events/a");
+    Append("events/a", R"({"n":1})");
+    service_->Tick();
+    return WakeEvents("wake/pool");
   }
 
   static json PullSub(const std::string& /*id*/) {
@@ -452,12 +478,7 @@ TEST_F(SubscriptionServiceTest, APatternNeverLinksTheSubscriptionsOwnWakeStream)
 // and pending work gets a new wake with a higher generation.
 TEST_F(SubscriptionServiceTest, LeaseExpiryFencesTheHolderAndWakesAgain) {
   Start();
-  CreateStream("wake/pool");
-  ASSERT_EQ(Call("PUT", "__ds/subscriptions/p1", PullSub("p1")).status, 201);
-  CreateStream("events/a");
-  Append("events/a", R"({"n":1})");
-  service_->Tick();
-  auto wakes = WakeEvents("wake/pool");
+  auto wakes = SubscribeAndWake();
   ASSERT_EQ(wakes.size(), 1u);
   EXPECT_EQ(wakes[0]["subscription_id"], "p1");
   EXPECT_EQ(wakes[0]["stream"], "events/a");
@@ -486,6 +507,25 @@ TEST_F(SubscriptionServiceTest, LeaseExpiryFencesTheHolderAndWakesAgain) {
   auto claim2 = Call("POST", "__ds/subscriptions/p1/claim", {{"worker", "w2"}});
   ASSERT_EQ(claim2.status, 200);
   EXPECT_EQ(json::parse(claim2.body)["generation"], wakes[1]["generation"]);
+}
+
+// A pull-wake wake that no worker claims within lease_ttl_ms ends like an expired lease: the
+// pending work gets a new wake event with a higher generation (a worker that missed the event,
+// or a node stopped between recording the wake and writing its event, cannot stall it).
+TEST_F(SubscriptionServiceTest, AnUnclaimedPullWakeIsWokenAgainAfterTheLeaseTtl) {
+  Start();
+  ASSERT_EQ(SubscribeAndWake().size(), 1u);
+  clock_.Advance(999);
+  service_->Tick();
+  EXPECT_EQ(WakeEvents("wake/pool").size(), 1u);
+  clock_.Advance(1);
+  service_->Tick();
+  auto wakes = WakeEvents("wake/pool");
+  ASSERT_EQ(wakes.size(), 2u);
+  EXPECT_EQ(wakes[1]["generation"].get<uint64_t>(), wakes[0]["generation"].get<uint64_t>() + 1);
+  auto claim = Call("POST", "__ds/subscriptions/p1/claim", {{"worker", "w1"}});
+  ASSERT_EQ(claim.status, 200) << claim.body;
+  EXPECT_EQ(json::parse(claim.body)["generation"], wakes[1]["generation"]);
 }
 
 // PROTOCOL.md 7.3: a request must match the token, the current generation and the wake_id.
@@ -626,8 +666,12 @@ TEST_F(SubscriptionServiceTest, StateSurvivesARestartOfTheService) {
   json body = json::parse(get.body);
   EXPECT_EQ(body["streams"][0]["acked_offset"], FormatOffset(2));
   EXPECT_EQ(body["generation"], c["generation"]);
-  // The old claim token died with the process-local lease.
-  EXPECT_EQ(Call("POST", "__ds/subscriptions/p1/ack", ack, c["token"]).status, 401);
+  // The lease, its holder and the claim token survive too: the worker goes on after the
+  // restart (any node sharing the store would have accepted its token just the same).
+  auto other = Call("POST", "__ds/subscriptions/p1/claim", {{"worker", "w2"}});
+  EXPECT_EQ(other.status, 409) << other.body;
+  EXPECT_EQ(json::parse(other.body)["error"]["current_holder"], "w");
+  EXPECT_EQ(Call("POST", "__ds/subscriptions/p1/ack", ack, c["token"]).status, 200);
   // Re-confirmation is idempotent across the restart; a different configuration conflicts.
   EXPECT_EQ(Call("PUT", "__ds/subscriptions/p1", PullSub("p1")).status, 200);
   json changed = PullSub("p1");
@@ -663,6 +707,112 @@ TEST_F(SubscriptionServiceTest, StateStreamIsCompactedWithoutLosingState) {
   json a = json::parse(Call("GET", "__ds/subscriptions/a").body);
   EXPECT_EQ(a["streams"].size(), 601u);
   EXPECT_EQ(Call("GET", "__ds/subscriptions/b").status, 404);
+}
+
+// Two services over one store are two nodes behind a load balancer: a subscription made
+// through one is seen by the other, one wake is issued for pending work both see, a claim
+// through one node fences claims through the other, and tokens minted by one are accepted by
+// the other.
+TEST_F(SubscriptionServiceTest, TwoNodesShareSubscriptionsClaimsAndTokens) {
+  Start();
+  std::unique_ptr<SubscriptionService> b = StartNode();
+  CreateStream("wake/pool");
+  CreateStream("events/a");
+  ASSERT_EQ(Call("PUT", "__ds/subscriptions/p1", PullSub("p1")).status, 201);
+  ASSERT_EQ(CallOn(*b, "GET", "__ds/subscriptions/p1").status, 200);
+  EXPECT_EQ(CallOn(*b, "PUT", "__ds/subscriptions/p1", PullSub("p1")).status, 200);
+
+  // An append through B; both engines run; one wake event.
+  ASSERT_TRUE(
+      registry_
+          .Append(StreamScope::Global(), "events/a", std::nullopt, R"({"n":1})", clock_.NowMs())
+          .ok());
+  b->NoteWrite(ParseRoute("/v1/stream/events/a", true));
+  b->Tick();
+  service_->Tick();
+  b->Tick();
+  ASSERT_EQ(WakeEvents("wake/pool").size(), 1u);
+
+  auto claim = Call("POST", "__ds/subscriptions/p1/claim", {{"worker", "w1"}});
+  ASSERT_EQ(claim.status, 200) << claim.body;
+  json claimed = json::parse(claim.body);
+  EXPECT_EQ(claimed["generation"], WakeEvents("wake/pool")[0]["generation"]);
+  auto second = CallOn(*b, "POST", "__ds/subscriptions/p1/claim", {{"worker", "w2"}});
+  ASSERT_EQ(second.status, 409) << second.body;
+  EXPECT_EQ(json::parse(second.body)["error"]["code"], "ALREADY_CLAIMED");
+  EXPECT_EQ(json::parse(second.body)["error"]["current_holder"], "w1");
+
+  // A heartbeat through B with A's token extends the lease on both nodes.
+  json heartbeat = {{"wake_id", claimed["wake_id"]}, {"generation", claimed["generation"]}};
+  clock_.Advance(800);
+  EXPECT_EQ(CallOn(*b, "POST", "__ds/subscriptions/p1/ack", heartbeat, claimed["token"]).status,
+            200);
+  clock_.Advance(800);
+  service_->Tick();
+  EXPECT_EQ(Call("POST", "__ds/subscriptions/p1/claim", {{"worker", "w3"}}).status, 409);
+
+  // Done through B; A reads the acked offset.
+  json done = heartbeat;
+  done["acks"] = {{{"stream", "events/a"}, {"offset", FormatOffset(1)}}};
+  done["done"] = true;
+  auto finished = CallOn(*b, "POST", "__ds/subscriptions/p1/ack", done, claimed["token"]);
+  ASSERT_EQ(finished.status, 200) << finished.body;
+  EXPECT_EQ(json::parse(finished.body)["next_wake"], false);
+  json got = json::parse(Call("GET", "__ds/subscriptions/p1").body);
+  EXPECT_EQ(got["streams"][0]["acked_offset"], FormatOffset(1));
+  // The finished wake is fenced on both nodes.
+  EXPECT_EQ(Call("POST", "__ds/subscriptions/p1/ack", done, claimed["token"]).status, 409);
+
+  // A deletion through B is seen by A.
+  EXPECT_EQ(CallOn(*b, "DELETE", "__ds/subscriptions/p1").status, 204);
+  EXPECT_EQ(Call("GET", "__ds/subscriptions/p1").status, 404);
+}
+
+// A node whose view is stale cannot overwrite another node's change: its write is refused, it
+// reads the change and applies its own on top. Without the conditional state append, A's link
+// of events/b would drop the link B added just before.
+TEST_F(SubscriptionServiceTest, TwoNodesNeverLoseEachOthersChanges) {
+  Start();
+  std::unique_ptr<SubscriptionService> b = StartNode();
+  CreateStream("wake/pool");
+  ASSERT_EQ(Call("PUT", "__ds/subscriptions/p1", PullSub("p1")).status, 201);
+  ASSERT_EQ(CallOn(*b, "POST", "__ds/subscriptions/p1/streams", {{"streams", {"other/x"}}}).status,
+            204);
+  // A has not read B's change; a write matching the pattern links events/b through A.
+  CreateStream("events/b");
+  Append("events/b", R"({"n":1})");
+  for (SubscriptionService* node : {service_.get(), b.get()}) {
+    json got = json::parse(CallOn(*node, "GET", "__ds/subscriptions/p1").body);
+    std::vector<std::string> linked;
+    for (const json& link : got["streams"]) linked.push_back(link["path"]);
+    EXPECT_EQ(linked, (std::vector<std::string>{"events/b", "other/x"})) << got.dump();
+  }
+}
+
+// One node compacts the state stream past another node's read position (pruning a tombstone
+// the other never read); the other reloads from the stream's head and still sees the deletion.
+TEST_F(SubscriptionServiceTest, ANodeBehindACompactionReloadsFromTheHead) {
+  Start();
+  std::unique_ptr<SubscriptionService> b = StartNode();
+  ASSERT_EQ(Call("PUT", "__ds/subscriptions/gone", PullSub("gone")).status, 201);
+  ASSERT_EQ(Call("PUT", "__ds/subscriptions/kept",
+                 {{"type", "pull-wake"}, {"streams", {"s/0"}}, {"wake_stream", "w"}})
+                .status,
+            201);
+  ASSERT_EQ(CallOn(*b, "GET", "__ds/subscriptions/gone").status, 200);
+  ASSERT_EQ(Call("DELETE", "__ds/subscriptions/gone").status, 204);
+  for (int i = 1; i <= 300; ++i) {
+    ASSERT_EQ(
+        Call("POST", "__ds/subscriptions/kept/streams", {{"streams", {"s/" + std::to_string(i)}}})
+            .status,
+        204);
+  }
+  auto state = registry_.Describe(StreamScope::Global(), "__ds/subscriptions");
+  ASSERT_TRUE(state.has_value());
+  ASSERT_LT(state->event_count, 300u) << "the state stream was not compacted";
+  EXPECT_EQ(CallOn(*b, "GET", "__ds/subscriptions/gone").status, 404);
+  json kept = json::parse(CallOn(*b, "GET", "__ds/subscriptions/kept").body);
+  EXPECT_EQ(kept["streams"].size(), 301u);
 }
 
 TEST_F(SubscriptionServiceTest, BadRequestsGetClearErrors) {

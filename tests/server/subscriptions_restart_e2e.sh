@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end test that subscription state survives a restart of `runnel serve` on the log store
-# (PROTOCOL.md 6-7 as implemented in src/server/subscription_service.h): acked offsets and the
-# generation counter persist, leases and claim tokens do not, and the webhook signing key is
+# (PROTOCOL.md 6-7 as implemented in src/server/subscription_service.h): acked offsets, the
+# generation counter, the lease and its claim token persist, and the webhook signing key is
 # the same file (mode 0600) with the same kid. Plain curl against a free loopback port.
 # Usage: subscriptions_restart_e2e.sh RUNNEL_BINARY
 set -euo pipefail
@@ -49,8 +49,16 @@ expect_eq "${got%% *}" "200" "get after restart"
 expect_eq "$(echo "$got" | field acked_offset)" "0000000000000000_0000000000000002" "acked offset"
 expect_eq "$(echo "$got" | field generation)" "$gen" "generation"
 expect_eq "$(curl -s "$url/v1/stream/__ds/jwks.json" | field kid)" "$kid1" "kid after restart"
-# The lease and its token were process-local.
-expect_eq "$(call POST __ds/subscriptions/restart/ack "$ack" "$token" | cut -d' ' -f1)" "401" "old token"
+# The lease, its holder and its token survive the restart: the worker goes on.
+expect_eq "$(call POST __ds/subscriptions/restart/claim '{"worker":"w2"}' | cut -d' ' -f1)" "409" \
+  "claim while w1 holds the lease"
+expect_eq "$(call POST __ds/subscriptions/restart/ack "$ack" "$token" | cut -d' ' -f1)" "200" \
+  "heartbeat with the token minted before the restart"
+done_ack="${ack%\}},\"done\":true}"
+expect_eq "$(call POST __ds/subscriptions/restart/ack "$done_ack" "$token" | cut -d' ' -f1)" "200" \
+  "done"
+expect_eq "$(call POST __ds/subscriptions/restart/ack "$done_ack" "$token" | cut -d' ' -f1)" "409" \
+  "the finished wake is fenced"
 claim="$(call POST __ds/subscriptions/restart/claim '{"worker":"w2"}')"
 expect_eq "${claim%% *}" "200" "claim after restart"
 (( $(echo "$claim" | field generation) > gen )) || fail "generation must grow across a restart"
