@@ -247,6 +247,9 @@ class Store {
   // rather than on local memory and page cache. A server keeps such calls off its event-loop
   // threads. The default is false.
   virtual bool CallsMayBlock() const { return false; }
+  // Whether other processes (other runnel nodes) use the same streams at the same time, so what
+  // one process sees of the traffic is not all of it. The default is false.
+  virtual bool SharedWithOtherNodes() const { return false; }
 };
 
 // A store that keeps everything in process memory. Acknowledged appends are lost on exit.

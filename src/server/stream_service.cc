@@ -1,5 +1,7 @@
 #include "server/stream_service.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -213,6 +215,8 @@ struct StreamService::Meta {
   // The stream is a channel's partition or checkpoint (DurableChannel::kAttributeKey): readable
   // here, written only by the channel.
   bool channel = false;
+  // The newest access recorded by any node sharing the store (see Touch), unix ms; 0: none.
+  uint64_t touched_ms = 0;
 
   // Reads the protocol's key ("ds") of the stream's attributes (see core/attributes.h); of other
   // layers' keys, only whether the channel's is present. Unreadable metadata reads as none.
@@ -248,6 +252,7 @@ struct StreamService::Meta {
     m.fork_refs = j.value("fork_refs", uint64_t{0});
     m.soft_deleted = j.value("soft_deleted", false);
     m.creating = j.value("creating", false);
+    m.touched_ms = j.value("touched_ms", uint64_t{0});
   }
 
   std::string Serialize() const {
@@ -263,6 +268,7 @@ struct StreamService::Meta {
     if (fork_refs) j["fork_refs"] = fork_refs;
     if (soft_deleted) j["soft_deleted"] = true;
     if (creating) j["creating"] = true;
+    if (touched_ms) j["touched_ms"] = touched_ms;
     return j.dump(-1, ' ', false, json::error_handler_t::replace);
   }
 
@@ -365,10 +371,37 @@ void StreamService::ForgetLookup(const std::string& key) {
   append_cache_.erase(key);
 }
 
-void StreamService::Touch(StreamId id, const Meta& meta) {
+void StreamService::Touch(const StreamInfo& info, const Meta& meta) {
   if (!meta.ttl_s) return;  // only a TTL is renewed by access
-  std::lock_guard<std::mutex> lock(access_mu_);
-  last_access_ms_[id] = NowMs();
+  const uint64_t now = NowMs();
+  bool record = false;
+  {
+    std::lock_guard<std::mutex> lock(access_mu_);
+    last_access_ms_[info.id] = now;
+    if (!registry_.store().SharedWithOtherNodes()) return;
+    // Other nodes see this node's accesses only through the metadata: record one when the
+    // newest recorded access (or the creation) is a quarter of the TTL old.
+    uint64_t& recorded = recorded_access_ms_[info.id];
+    recorded = std::max({recorded, meta.touched_ms, info.spec.created_at_ms});
+    if (now >= recorded + *meta.ttl_s * 1000 / 4) {
+      recorded = now;
+      record = true;
+    }
+  }
+  if (!record) return;
+  const StreamId id = info.id;
+  std::function<void()> write = [this, id, now] {
+    Status written =
+        UpdateMeta(id, [now](Meta* m) { m->touched_ms = std::max(m->touched_ms, now); });
+    if (!written.ok() && written.code() != StatusCode::kNotFound) {
+      spdlog::warn("cannot record an access of stream {}: {}", id, written.ToString());
+    }
+  };
+  if (options_.blocking_executor) {
+    options_.blocking_executor(std::move(write));
+  } else {
+    write();
+  }
 }
 
 bool StreamService::Expired(const StreamInfo& info, const Meta& meta) {
@@ -382,9 +415,12 @@ bool StreamService::Expired(const StreamInfo& info, const Meta& meta) {
     {
       std::lock_guard<std::mutex> lock(access_mu_);
       auto [it, inserted] = last_access_ms_.emplace(info.id, now);
-      last = it->second;
+      last = std::max(it->second, meta.touched_ms);
     }
-    if (now >= last + *meta.ttl_s * 1000 + options_.ttl_grace_ms) return true;
+    const uint64_t ttl_ms = *meta.ttl_s * 1000;
+    // Another node's accesses are recorded at most a quarter of the TTL apart (Touch).
+    const uint64_t unrecorded = registry_.store().SharedWithOtherNodes() ? ttl_ms / 4 : 0;
+    if (now >= last + ttl_ms + unrecorded + options_.ttl_grace_ms) return true;
   }
   return false;
 }
@@ -517,6 +553,7 @@ Status StreamService::Remove(const StreamInfo& first, const Meta& first_meta) {
     {
       std::lock_guard<std::mutex> lock(access_mu_);
       last_access_ms_.erase(info.id);
+      recorded_access_ms_.erase(info.id);
     }
     if (!meta.fork_ns || !meta.fork_name) return Status::OK();
     // Drop this fork's reference on its source; collect a soft-deleted source with no forks left.
@@ -1015,7 +1052,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   if (!created.ok()) return finish(ErrorResponse(created));
   auto info = registry_.store().GetStream(route.scope.Label(), route.name);
   if (!info.ok()) return finish(ErrorResponse(info.status()));
-  Touch(info->id, meta);
+  Touch(*info, meta);
 
   if (source) {
     Status counted = UpdateMeta(source->info.id, [](Meta* m) { ++m->fork_refs; });
@@ -1132,7 +1169,7 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
   if (found->meta.soft_deleted) return finish(Gone());
   if (found->meta.channel) return finish(ChannelOwned(route.name));
   const StreamInfo& info = found->info;
-  Touch(info.id, found->meta);
+  Touch(info, found->meta);
 
   auto producer_headers = [](HttpResponse* r, uint64_t epoch, uint64_t seq) {
     r->Set("Producer-Epoch", std::to_string(epoch));
@@ -1512,7 +1549,7 @@ std::optional<ReadState> StreamService::BeginRead(const Route& route, const Http
     return std::nullopt;
   }
   const StreamInfo& info = found->info;
-  Touch(info.id, found->meta);
+  Touch(info, found->meta);
   state.scope = route.scope;
   state.name = route.name;
   state.id = info.id;

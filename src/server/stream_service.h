@@ -51,7 +51,11 @@ struct StreamServiceOptions {
   // A stream with a sliding TTL expires once it has been idle for TTL seconds plus this grace.
   // Whole-second TTLs renewed "just in time" by a client would otherwise race with request
   // scheduling delays; the grace makes the guarantee "alive for at least TTL seconds after the
-  // last access, gone within TTL + grace".
+  // last access, gone within TTL + grace". On a store shared with other nodes
+  // (Store::SharedWithOtherNodes) each node records an access in the stream's metadata at most
+  // once per TTL/4 (`touched_ms`, written on blocking_executor), and a stream expires once no
+  // node recorded or saw an access for TTL + TTL/4 + grace: alive for at least TTL after the last
+  // access through any node, gone within 1.25 TTL + grace.
   uint64_t ttl_grace_ms = 1000;
   // The most body bytes one catch-up response carries (at least one record is always sent).
   size_t max_read_bytes = 1u << 20;
@@ -221,7 +225,9 @@ class StreamService {
   // Looks a stream up, applying expiry. kNotFound when absent or expired.
   Result<Found> Lookup(const StreamScope& scope, std::string_view name);
   // Renews a TTL stream's idle clock; a stream without a TTL records nothing (nothing reads it).
-  void Touch(StreamId id, const Meta& meta);
+  // On a store shared with other nodes, also records the access in the stream's metadata when
+  // the recorded one is TTL/4 old (see StreamServiceOptions::ttl_grace_ms).
+  void Touch(const StreamInfo& info, const Meta& meta);
   bool Expired(const StreamInfo& info, const Meta& meta);
   // Removes a stream, or soft-deletes it while forks reference it; cascades to fork sources.
   Status Remove(const StreamInfo& info, const Meta& meta);
@@ -290,7 +296,10 @@ class StreamService {
   size_t sse_frame_bytes_ = 0;                               // GUARDED_BY(sse_mu_)
 
   std::mutex access_mu_;
-  std::unordered_map<StreamId, uint64_t> last_access_ms_;
+  std::unordered_map<StreamId, uint64_t> last_access_ms_;  // GUARDED_BY(access_mu_)
+  // The newest access time recorded in the store's metadata (touched_ms) known here, per TTL
+  // stream; only on a store shared with other nodes.
+  std::unordered_map<StreamId, uint64_t> recorded_access_ms_;  // GUARDED_BY(access_mu_)
 
   // Plain appends validate against a lookup remembered here by lane key, so the hot path costs
   // no catalog read (on a shared database, a round trip per append). Only live, open streams

@@ -7,7 +7,6 @@
 
 #include <chrono>
 #include <functional>
-#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,6 +19,7 @@
 #include "runnel/store.h"
 #include "server/stream_service.h"
 #include "support/forwarding_store.h"
+#include "support/write_sync.h"
 
 namespace runnel::server {
 namespace {
@@ -85,12 +85,7 @@ class AppendCacheTest : public ::testing::Test {
     request.headers = std::move(headers);
     if (!request.headers.count("content-type")) request.headers["content-type"] = "text/plain";
     request.body = body;
-    std::promise<HttpResponse> answered;
-    auto future = answered.get_future();
-    const Route route = ParseRoute(request.path);
-    node.HandleWrite(route, std::move(request),
-                     [&answered](HttpResponse r) { answered.set_value(std::move(r)); });
-    return future.get();
+    return testing::WriteSync(node, std::move(request));
   }
 
   uint64_t EventCount(const std::string& name) {

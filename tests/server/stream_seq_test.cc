@@ -4,7 +4,6 @@
 // append would be accepted a second time. These tests watch the store writes the service makes.
 #include <gtest/gtest.h>
 
-#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -14,6 +13,7 @@
 #include "runnel/store.h"
 #include "server/stream_service.h"
 #include "support/forwarding_store.h"
+#include "support/write_sync.h"
 
 namespace runnel::server {
 namespace {
@@ -69,13 +69,7 @@ class StreamSeqTest : public ::testing::Test {
     request.headers = std::move(headers);
     request.headers["content-type"] = "text/plain";
     request.body = body;
-    std::promise<HttpResponse> answered;
-    auto future = answered.get_future();
-    const Route route = ParseRoute(request.path);
-    service_->HandleWrite(route, std::move(request),
-                          [&answered](HttpResponse r) { answered.set_value(std::move(r)); });
-    HttpResponse r = future.get();
-    return r;
+    return testing::WriteSync(*service_, std::move(request));
   }
 
   RecordingStore* store_ = nullptr;

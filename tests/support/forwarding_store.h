@@ -74,6 +74,7 @@ class ForwardingStore : public Store {
   void ReaderWaiting(StreamId id) override { inner_->ReaderWaiting(id); }
   StoreCommitStats CommitStats() const override { return inner_->CommitStats(); }
   bool CallsMayBlock() const override { return inner_->CallsMayBlock(); }
+  bool SharedWithOtherNodes() const override { return inner_->SharedWithOtherNodes(); }
 
  protected:
   Store& inner() { return *inner_; }

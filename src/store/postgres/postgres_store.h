@@ -67,6 +67,8 @@ class PostgresStore final : public Store {
   void ReaderWaiting(StreamId id) override;
   // Every call but Append is a round trip to the database.
   bool CallsMayBlock() const override { return true; }
+  // Any number of nodes may open one database.
+  bool SharedWithOtherNodes() const override { return true; }
   // Whether this node heard another node's append notification or announcement within the
   // last second.
   bool OtherNodesAppending() const;
