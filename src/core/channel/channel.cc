@@ -66,6 +66,48 @@ Status CheckAdoptable(const StreamInfo& info, const std::string& key, std::strin
 constexpr std::string_view kPartitionRole = "a partition of a runnel channel";
 constexpr std::string_view kCheckpointRole = "a channel head checkpoint";
 
+// A channel stream as opened by OpenTagged.
+struct TaggedStream {
+  StreamInfo info;
+  // The channel tag it carries (the new one when it was created or adopted just now); nullopt
+  // when its attributes do not parse (it was then left alone).
+  std::optional<std::string> tag;
+};
+
+// Opens the stream `key` of the channel with the tag `tag` for `role`: creates it tagged when
+// it does not exist (another instance may create it in between; that one is then opened like
+// any other); adopts an untagged one (CheckAdoptable, then tagged in place, keeping other
+// layers' attributes). `what` names it in store errors.
+Result<TaggedStream> OpenTagged(StreamRegistry& registry, const StreamScope& scope,
+                                const std::string& key, const std::string& tag,
+                                std::string_view role, const std::string& what) {
+  Store& store = registry.store();
+  const std::string ns = scope.Label();
+  auto info = store.GetStream(ns, key);
+  if (!info.ok() && info.status().code() == StatusCode::kNotFound) {
+    CreateStreamOptions create;
+    RUNNEL_ASSIGN_OR_RETURN(create.attributes,
+                            attributes::Set("", DurableChannel::kAttributeKey, tag));
+    Status created = registry.CreateStream(scope, key, create);
+    if (!created.ok() && created.code() != StatusCode::kAlreadyExists) {
+      return created.Annotate("StoreError: creating " + what);
+    }
+    info = store.GetStream(ns, key);
+  }
+  if (!info.ok()) return info.status().Annotate("StoreError: opening " + key);
+  auto found = attributes::Get(info->spec.attributes, DurableChannel::kAttributeKey);
+  if (!found.ok()) return TaggedStream{std::move(*info), std::nullopt};
+  if (found->has_value()) return TaggedStream{std::move(*info), std::move(**found)};
+  // Untagged: checked again here (it may have changed since the caller's first look).
+  RUNNEL_RETURN_IF_ERROR(CheckAdoptable(*info, key, role));
+  RUNNEL_ASSIGN_OR_RETURN(std::string tagged, attributes::Set(info->spec.attributes,
+                                                              DurableChannel::kAttributeKey, tag));
+  RUNNEL_RETURN_IF_ERROR(
+      store.UpdateStream(info->id, info->spec.retention, tagged, info->spec.attributes)
+          .Annotate("StoreError: tagging " + key));
+  return TaggedStream{std::move(*info), tag};
+}
+
 std::string Where(std::string_view stream_key, uint64_t sequence) {
   return "stream " + std::string(stream_key) + " sequence " + std::to_string(sequence) +
          " (offset " + std::to_string(sequence + 1) + ")";
@@ -274,64 +316,26 @@ Status DurableChannel::OpenPartitions() {
   }
   for (size_t i = 0; i < stream_keys_.size(); ++i) {
     const std::string tag = PartitionTag(stream_keys_.size(), i);
-    auto info = store.GetStream(ns, stream_keys_[i]);
-    if (!info.ok() && info.status().code() == StatusCode::kNotFound) {
-      CreateStreamOptions create;
-      RUNNEL_ASSIGN_OR_RETURN(create.attributes, attributes::Set("", kAttributeKey, tag));
-      Status created = registry_->CreateStream(scope_, stream_keys_[i], create);
-      // Another instance may have created it in between; it is checked below like any other.
-      if (!created.ok() && created.code() != StatusCode::kAlreadyExists) {
-        return created.Annotate("StoreError: creating partition " + stream_keys_[i]);
-      }
-      info = store.GetStream(ns, stream_keys_[i]);
-    }
-    if (!info.ok()) return info.status().Annotate("StoreError: opening " + stream_keys_[i]);
-    auto found = attributes::Get(info->spec.attributes, kAttributeKey);
-    if (!found.ok()) {
+    RUNNEL_ASSIGN_OR_RETURN(TaggedStream partition,
+                            OpenTagged(*registry_, scope_, stream_keys_[i], tag, kPartitionRole,
+                                       "partition " + stream_keys_[i]));
+    if (!partition.tag) {
       return ConfigError("stream " + stream_keys_[i] +
                          " exists and is not a partition of a runnel channel");
     }
-    if (!found->has_value()) {
-      // An untagged stream of that name is adopted as the partition (checked again here: it may
-      // have changed since the pass above); other layers' attributes are kept.
-      RUNNEL_RETURN_IF_ERROR(CheckAdoptable(*info, stream_keys_[i], kPartitionRole));
-      RUNNEL_ASSIGN_OR_RETURN(std::string tagged,
-                              attributes::Set(info->spec.attributes, kAttributeKey, tag));
-      RUNNEL_RETURN_IF_ERROR(
-          store.UpdateStream(info->id, info->spec.retention, tagged, info->spec.attributes)
-              .Annotate("StoreError: tagging " + stream_keys_[i]));
-    } else if (**found != tag) {
-      return ConfigError("stream " + stream_keys_[i] + " is tagged " + **found + ", not " + tag +
-                         ": the channel was created with another partition count");
+    if (*partition.tag != tag) {
+      return ConfigError("stream " + stream_keys_[i] + " is tagged " + *partition.tag + ", not " +
+                         tag + ": the channel was created with another partition count");
     }
-    stream_ids_[i] = info->id;
+    stream_ids_[i] = partition.info.id;
   }
   // The companion stream exists from the start, tagged, so that no one else can take its name
   // before the first record (a stream of that name not tagged as one refuses the channel).
   // An empty untagged one is adopted, as partitions are.
-  {
-    const std::string tag = CheckpointTag(stream_keys_.size());
-    auto info = store.GetStream(ns, checkpoint_key_);
-    if (!info.ok() && info.status().code() == StatusCode::kNotFound) {
-      CreateStreamOptions create;
-      RUNNEL_ASSIGN_OR_RETURN(create.attributes, attributes::Set("", kAttributeKey, tag));
-      Status created = registry_->CreateStream(scope_, checkpoint_key_, create);
-      if (!created.ok() && created.code() != StatusCode::kAlreadyExists) {
-        return created.Annotate("StoreError: creating " + checkpoint_key_);
-      }
-      info = store.GetStream(ns, checkpoint_key_);
-    }
-    if (!info.ok()) return info.status().Annotate("StoreError: opening " + checkpoint_key_);
-    auto found = attributes::Get(info->spec.attributes, kAttributeKey);
-    if (found.ok() && !found->has_value()) {
-      RUNNEL_RETURN_IF_ERROR(CheckAdoptable(*info, checkpoint_key_, kCheckpointRole));
-      RUNNEL_ASSIGN_OR_RETURN(std::string tagged,
-                              attributes::Set(info->spec.attributes, kAttributeKey, tag));
-      RUNNEL_RETURN_IF_ERROR(
-          store.UpdateStream(info->id, info->spec.retention, tagged, info->spec.attributes)
-              .Annotate("StoreError: tagging " + checkpoint_key_));
-    }
-  }
+  RUNNEL_RETURN_IF_ERROR(OpenTagged(*registry_, scope_, checkpoint_key_,
+                                    CheckpointTag(stream_keys_.size()), kCheckpointRole,
+                                    checkpoint_key_)
+                             .status());
   RUNNEL_ASSIGN_OR_RETURN(opened_from_checkpoint_, LoadCheckpoint());
   for (size_t i = 0; i < stream_keys_.size(); ++i) RUNNEL_RETURN_IF_ERROR(CatchUp(i));
   if (!opened_from_checkpoint_) {
