@@ -556,21 +556,25 @@ Status SubscriptionService::CommitDelete(ScopeState& scope, const std::string& i
   return Status::OK();
 }
 
-Result<std::string> SubscriptionService::TokenKey() {
+Status SubscriptionService::EnsureTokenKey() {
   ScopeState& global = LoadScope(StreamScope::Global());
   for (int attempt = 0; attempt < kMaxCommitAttempts; ++attempt) {
-    if (!global.token_key.empty()) return global.token_key;
+    if (!global.token_key.empty()) return Status::OK();
     RUNNEL_RETURN_IF_ERROR(Refresh(global));
-    if (!global.token_key.empty()) return global.token_key;
+    if (!global.token_key.empty()) return Status::OK();
     std::string key = NewTokenKey();
     Status written = Write(global, {{"token_key", Base64UrlEncode(key)}});
     if (written.ok()) {
       global.token_key = std::move(key);
-      return global.token_key;
+      return Status::OK();
     }
     if (written.code() != StatusCode::kConflict) return written;
   }
   return Status::Unavailable("the subscription state is changing too fast to create a token key");
+}
+
+const std::string& SubscriptionService::token_key() {
+  return LoadScope(StreamScope::Global()).token_key;
 }
 
 uint64_t SubscriptionService::TailOf(const StreamScope& scope, const std::string& path) const {
@@ -614,10 +618,9 @@ json EntriesJson(const std::vector<SubscriptionService::Sub::Entry>& entries) {
 
 void SubscriptionService::IssueWake(ScopeState& scope, Sub& sub, uint64_t now,
                                     std::vector<Job>* jobs) {
-  auto key = TokenKey();
-  if (!key.ok()) {
-    spdlog::warn("subscription {}: no token key for its wake: {}", sub.id, key.status().ToString());
-    sub.dirty = true;
+  const std::string& key = token_key();
+  if (sub.webhook() && key.empty()) {
+    sub.dirty = true;  // Tick could not load the key; a later pass will
     return;
   }
   Sub next = sub;
@@ -651,7 +654,7 @@ void SubscriptionService::IssueWake(ScopeState& scope, Sub& sub, uint64_t now,
                  {"generation", sub.generation},
                  {"streams", EntriesJson(sub.snapshot)},
                  {"callback_url", root + std::string(kSubsPrefix) + sub.id + "/callback"},
-                 {"callback_token", MintToken(*key, Dump(claims))}};
+                 {"callback_token", MintToken(key, Dump(claims))}};
     Job job;
     job.key = scope.scope.Label() + "\n" + sub.id;
     job.wake_id = sub.wake_id;
@@ -713,6 +716,12 @@ void SubscriptionService::Tick() {
     if (recheck) next_recheck_ms_ = now + options_.recheck_interval_ms;
     uint64_t deadline = next_recheck_ms_;
     LoadScope(StreamScope::Global());
+    // Before any scope is walked: webhook wakes mint tokens (see EnsureTokenKey).
+    if (live_subs_.load() > 0) {
+      if (Status key = EnsureTokenKey(); !key.ok()) {
+        spdlog::warn("subscriptions: cannot load the token key: {}", key.ToString());
+      }
+    }
     for (auto& [label, scope] : scopes_) {
       // Other nodes' changes first: their wakes, claims and acks.
       Status fresh = Refresh(*scope);
@@ -956,6 +965,10 @@ HttpResponse SubscriptionService::Handle(const Route& route, const HttpRequest& 
                  "a subscription id is 1-200 characters of letters, digits and - _ . : ~");
   }
   std::unique_lock<std::mutex> lock(mu_);
+  if (SelfAuthenticated(route) || route.name.ends_with("/claim")) {
+    // Loaded before any scope is walked (see EnsureTokenKey); the handlers only read it.
+    if (Status key = EnsureTokenKey(); !key.ok()) return FromStatus(key);
+  }
   if (SelfAuthenticated(route)) {
     // The wake token is checked before the scope is loaded or the subscription looked up: a
     // caller without one learns nothing (which ids exist, of which kind) and makes the server
@@ -1209,8 +1222,8 @@ HttpResponse SubscriptionService::Claim(ScopeState& scope, Sub& sub, const HttpR
     return Error(409, "ALREADY_CLAIMED", "another worker holds the lease",
                  {{"current_holder", sub.holder}, {"generation", sub.generation}});
   }
-  auto key = TokenKey();
-  if (!key.ok()) return FromStatus(key.status());
+  const std::string& key = token_key();  // loaded by Handle
+  if (key.empty()) return FromStatus(Status::Unavailable("the token key could not be loaded"));
   const uint64_t now = registry_.clock().NowMs();
   Sub next = sub;
   if (!next.wake_active) {
@@ -1229,7 +1242,7 @@ HttpResponse SubscriptionService::Claim(ScopeState& scope, Sub& sub, const HttpR
                  {"g", sub.generation}, {"w", sub.wake_id},         {"e", now + 3600 * 1000}};
   return JsonResponse(200, {{"wake_id", sub.wake_id},
                             {"generation", sub.generation},
-                            {"token", MintToken(*key, Dump(claims))},
+                            {"token", MintToken(key, Dump(claims))},
                             {"streams", EntriesJson(sub.snapshot)},
                             {"lease_ttl_ms", sub.lease_ttl_ms}});
 }
@@ -1244,9 +1257,7 @@ std::optional<HttpResponse> SubscriptionService::CheckWakeToken(const HttpReques
   if (!token.starts_with("Bearer ")) {
     return Error(401, "UNAUTHORIZED", "send the wake's token as Authorization: Bearer <token>");
   }
-  auto key = TokenKey();
-  if (!key.ok()) return FromStatus(key.status());
-  auto claims_text = VerifyToken(*key, token.substr(7));
+  auto claims_text = VerifyToken(token_key(), token.substr(7));  // loaded by Handle
   json claims = claims_text ? ParseJsonBounded(*claims_text) : json();
   const uint64_t now = registry_.clock().NowMs();
   if (!claims.is_object() || claims.value("k", "") != kind ||

@@ -173,8 +173,12 @@ class SubscriptionService {
   // conflicted_, so Handle reads the other node's change and runs the request again.
   Status Commit(ScopeState& scope, Sub next);
   Status CommitDelete(ScopeState& scope, const std::string& id);
-  // The deployment's token key, created on first use.
-  Result<std::string> TokenKey();
+  // Loads the store's token key, creating it on first use. It reads (and may write) the global
+  // scope's state, so it is called before a request or an engine pass walks any scope, never
+  // in the middle of one.
+  Status EnsureTokenKey();
+  // The token key once EnsureTokenKey succeeded, else empty.
+  const std::string& token_key();
   uint64_t TailOf(const StreamScope& scope, const std::string& path) const;
   bool Pending(const ScopeState& scope, const Sub& sub) const;
   void IssueWake(ScopeState& scope, Sub& sub, uint64_t now, std::vector<Job>* jobs);
