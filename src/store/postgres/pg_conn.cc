@@ -236,6 +236,12 @@ Result<std::unique_ptr<Conn>> Conn::Connect(const std::string& conninfo, const s
                             "; SET client_min_messages = warning";
   auto r = conn->Exec(setup);
   if (!r.ok()) return r.status();
+  // Every statement is prepared and its shape never changes, but the planner would keep making
+  // a custom plan per execution for the append statements (arrays of parameters): one node
+  // appended 13% more per second with generic plans (eight runs side by side over HTTP, mean
+  // 20.3k -> 22.9k/s). Engines without the setting (before PostgreSQL 12, some compatible
+  // ones) refuse it; they plan as they always do, so the refusal is ignored.
+  (void)conn->Exec("SET plan_cache_mode = force_generic_plan");
   return conn;
 }
 
