@@ -8,8 +8,10 @@
 #include <chrono>
 #include <ctime>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <set>
+#include <utility>
 
 #include "base/json_bounded.h"
 #include "base/thread_name.h"
@@ -242,6 +244,10 @@ struct SubscriptionService::ScopeState {
   uint64_t state_records = 0;  // records in the state stream, head to tail
   uint64_t next = 1;           // the state stream's next offset as last read
   std::string token_key;       // the global scope only: the deployment's token key
+  bool loaded = false;         // read successfully at least once
+  // Pattern subscriptions another node created after this node loaded the scope: streams
+  // written through this node before it read them were not linked by those writes (Tick).
+  std::vector<std::string> arrived;
 };
 
 namespace {
@@ -396,6 +402,7 @@ SubscriptionService::ScopeState& SubscriptionService::LoadScope(const StreamScop
 Status SubscriptionService::Refresh(ScopeState& scope) {
   const size_t before = scope.subs.size();
   Status status = Status::OK();
+  std::optional<std::set<std::string>> known;  // the ids before this read, once it finds news
   for (;;) {
     auto page =
         registry_.ReadSince(scope.scope, kStateStream, scope.next, StreamRegistry::kMaxReadLimit);
@@ -405,6 +412,10 @@ Status SubscriptionService::Refresh(ScopeState& scope) {
       break;
     }
     if (page->empty()) break;
+    if (scope.loaded && !known) {
+      known.emplace();
+      for (const auto& [id, sub] : scope.subs) known->insert(id);
+    }
     if (page->front().offset > scope.next && scope.next > 1) {
       // Another node compacted the stream past this node's position. The head holds every live
       // subscription (compaction rewrites them all before pruning), so start over from there.
@@ -424,6 +435,15 @@ Status SubscriptionService::Refresh(ScopeState& scope) {
     }
     scope.next = page->back().offset + 1;
   }
+  if (known) {
+    for (const auto& [id, sub] : scope.subs) {
+      if (!sub->pattern.empty() && !known->count(id)) {
+        scope.arrived.push_back(id);
+        poked_ = true;
+      }
+    }
+  }
+  if (status.ok()) scope.loaded = true;
   live_subs_ += scope.subs.size();
   live_subs_ -= before;
   return status;
@@ -575,6 +595,31 @@ Status SubscriptionService::EnsureTokenKey() {
 
 const std::string& SubscriptionService::token_key() {
   return LoadScope(StreamScope::Global()).token_key;
+}
+
+Result<bool> SubscriptionService::LinkMatching(const StreamScope& scope, Sub* sub, bool at_tail) {
+  if (sub->pattern.empty()) return false;
+  bool changed = false;
+  auto pattern = PathSegments(sub->pattern);
+  ListStreamsOptions list;
+  list.prefix = LiteralPrefix(sub->pattern);
+  list.limit = StreamRegistry::kMaxReadLimit;
+  while (sub->links.size() < kMaxLinks) {
+    auto page = registry_.ListStreamsPage(scope, list);
+    if (!page.ok()) return page.status();
+    for (const auto& d : *page) {
+      if (!ValidPath(d.name) || sub->links.size() >= kMaxLinks) continue;
+      if (d.name == sub->wake_stream || !PathGlobMatch(pattern, PathSegments(d.name))) continue;
+      auto [link, inserted] = sub->links.try_emplace(d.name);
+      if (!at_tail && !inserted) continue;
+      link->second.glob = true;
+      if (at_tail && !link->second.explicit_link) link->second.acked = d.next_offset - 1;
+      changed = true;
+    }
+    if (page->size() < list.limit) break;
+    list.start_after = page->back().name;
+  }
+  return changed;
 }
 
 uint64_t SubscriptionService::TailOf(const StreamScope& scope, const std::string& path) const {
@@ -729,6 +774,21 @@ void SubscriptionService::Tick() {
         spdlog::warn("subscriptions ({}): cannot read the state stream: {}", label,
                      fresh.ToString());
         continue;
+      }
+      // A pattern subscription another node created: streams first written through this node
+      // before it read the subscription were not linked by those writes. Link them from offset
+      // zero (their records all came after the creator linked what existed); a lost race or a
+      // failed listing is tried again on the next pass.
+      for (std::string& id : std::exchange(scope->arrived, {})) {
+        auto it = scope->subs.find(id);
+        if (it == scope->subs.end()) continue;
+        Sub next = *it->second;
+        auto linked = LinkMatching(scope->scope, &next, /*at_tail=*/false);
+        if (!linked.ok() || (*linked && !Commit(*scope, std::move(next)).ok())) {
+          scope->arrived.push_back(std::move(id));
+          continue;
+        }
+        it->second->dirty = true;
       }
       for (auto& [id, owned] : scope->subs) {
         Sub& sub = *owned;
@@ -1173,25 +1233,9 @@ HttpResponse SubscriptionService::Put(ScopeState& scope, const std::string& id,
     link.explicit_link = true;
     link.acked = TailOf(scope.scope, path);
   }
-  if (!sub->pattern.empty()) {
-    // Eager backfill, linked at the current tails so history is not replayed (6.2).
-    auto pattern = PathSegments(sub->pattern);
-    ListStreamsOptions list;
-    list.prefix = LiteralPrefix(sub->pattern);
-    list.limit = StreamRegistry::kMaxReadLimit;
-    while (sub->links.size() < kMaxLinks) {
-      auto page = registry_.ListStreamsPage(scope.scope, list);
-      if (!page.ok()) return FromStatus(page.status());
-      for (const auto& d : *page) {
-        if (!ValidPath(d.name) || sub->links.size() >= kMaxLinks) continue;
-        if (d.name == sub->wake_stream || !PathGlobMatch(pattern, PathSegments(d.name))) continue;
-        auto& link = sub->links[d.name];
-        link.glob = true;
-        if (!link.explicit_link) link.acked = d.next_offset - 1;
-      }
-      if (page->size() < list.limit) break;
-      list.start_after = page->back().name;
-    }
+  // Eager backfill, linked at the current tails so history is not replayed (6.2).
+  if (auto linked = LinkMatching(scope.scope, sub.get(), /*at_tail=*/true); !linked.ok()) {
+    return FromStatus(linked.status());
   }
   Status persisted = Commit(scope, std::move(*sub));
   if (!persisted.ok()) return FromStatus(persisted);

@@ -45,9 +45,10 @@
 // worker claims within lease_ttl_ms ends like an expired lease, and pending work gets a new
 // wake event (a worker that missed the event, or a node that stopped between recording a wake
 // and writing its event, cannot leave the subscription waiting forever). The engine re-reads
-// every loaded scope's state stream at least once a second, so a subscription created through
-// one node takes up to a second to link streams first written through another node; those
-// streams are linked by their next write (at offset zero, so nothing is skipped).
+// every loaded scope's state stream at least once a second. When it finds a pattern
+// subscription another node created, it links the matching streams not linked yet from offset
+// zero: streams written through this node before it knew the subscription, whose writes
+// linked nothing, so they still wake it (up to a second late).
 // A failed webhook delivery ends the wake; it is retried after RetryDelayMs(attempt) (1 s
 // doubling to 60 s, +-20% jitter) with a new wake, at most max_delivery_attempts times in a
 // row; then the subscription stays `failed` without further attempts until a new append
@@ -165,6 +166,10 @@ class SubscriptionService {
   // Applies the state records other nodes appended since this one last read the scope.
   Status Refresh(ScopeState& scope);
   void Apply(ScopeState& scope, const StreamEvent& event);
+  // Links every stream the subscription's pattern matches (up to kMaxLinks links): at its tail
+  // when `at_tail` (a new subscription does not replay history, 6.2), else only streams not
+  // linked yet, from offset zero (see Tick). Returns whether a link was added or changed.
+  Result<bool> LinkMatching(const StreamScope& scope, Sub* sub, bool at_tail);
   // Appends `record` to the scope's state stream if nobody else wrote since the last read
   // (kConflict otherwise), then compacts the stream when it is due.
   Status Write(ScopeState& scope, const nlohmann::json& record);

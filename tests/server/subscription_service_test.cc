@@ -386,9 +386,13 @@ class SubscriptionServiceTest : public ::testing::Test {
 
   // An append as the HTTP server does it: write, then NoteWrite.
   void Append(const std::string& name, const std::string& payload) {
+    AppendOn(*service_, name, payload);
+  }
+  // The same through another node.
+  void AppendOn(SubscriptionService& node, const std::string& name, const std::string& payload) {
     ASSERT_TRUE(
         registry_.Append(StreamScope::Global(), name, std::nullopt, payload, clock_.NowMs()).ok());
-    service_->NoteWrite(ParseRoute("/v1/stream/" + name, true));
+    node.NoteWrite(ParseRoute("/v1/stream/" + name, true));
   }
 
   std::vector<json> WakeEvents(const std::string& wake_stream) {
@@ -723,11 +727,7 @@ TEST_F(SubscriptionServiceTest, TwoNodesShareSubscriptionsClaimsAndTokens) {
   EXPECT_EQ(CallOn(*b, "PUT", "__ds/subscriptions/p1", PullSub("p1")).status, 200);
 
   // An append through B; both engines run; one wake event.
-  ASSERT_TRUE(
-      registry_
-          .Append(StreamScope::Global(), "events/a", std::nullopt, R"({"n":1})", clock_.NowMs())
-          .ok());
-  b->NoteWrite(ParseRoute("/v1/stream/events/a", true));
+  AppendOn(*b, "events/a", R"({"n":1})");
   b->Tick();
   service_->Tick();
   b->Tick();
@@ -766,6 +766,33 @@ TEST_F(SubscriptionServiceTest, TwoNodesShareSubscriptionsClaimsAndTokens) {
   // A deletion through B is seen by A.
   EXPECT_EQ(CallOn(*b, "DELETE", "__ds/subscriptions/p1").status, 204);
   EXPECT_EQ(Call("GET", "__ds/subscriptions/p1").status, 404);
+}
+
+// A stream created and written through node B before B read a pattern subscription made
+// through node A is not linked by that write (B knew no subscription). When B reads the
+// subscription it links such streams from offset zero, so the write still wakes it.
+TEST_F(SubscriptionServiceTest, ANodeLinksStreamsItWroteBeforeItSawANewSubscription) {
+  Start();
+  std::unique_ptr<SubscriptionService> b = StartNode();
+  CreateStream("wake/pool");
+  CreateStream("events/old");
+  Append("events/old", R"({"n":0})");
+  ASSERT_EQ(CallOn(*b, "GET", "__ds/subscriptions/p1").status, 404);
+  ASSERT_EQ(Call("PUT", "__ds/subscriptions/p1", PullSub("p1")).status, 201);
+  CreateStream("events/late");
+  AppendOn(*b, "events/late", R"({"n":1})");
+  b->Tick();
+  auto wakes = WakeEvents("wake/pool");
+  ASSERT_EQ(wakes.size(), 1u);
+  EXPECT_EQ(wakes[0]["stream"], "events/late");
+  json got = json::parse(Call("GET", "__ds/subscriptions/p1").body);
+  ASSERT_EQ(got["streams"].size(), 2u) << got.dump();
+  // events/old existed when A created the subscription: linked at its tail by A. events/late:
+  // linked by B from offset zero.
+  EXPECT_EQ(got["streams"][0]["path"], "events/late");
+  EXPECT_EQ(got["streams"][0]["acked_offset"], FormatOffset(0));
+  EXPECT_EQ(got["streams"][1]["path"], "events/old");
+  EXPECT_EQ(got["streams"][1]["acked_offset"], FormatOffset(1));
 }
 
 // A node whose view is stale cannot overwrite another node's change: its write is refused, it
