@@ -1057,6 +1057,13 @@ HttpResponse SubscriptionService::Handle(const Route& route, const HttpRequest& 
       r.Set("Retry-After", "1");
       break;
     }
+    // Another node wrote this scope first. Let it finish before trying again; the scope's
+    // state object stays in place (scopes are never removed).
+    lock.unlock();
+    const double cap_ms = static_cast<double>(std::min(1 << std::min(attempt, 5), 32));
+    std::this_thread::sleep_for(
+        std::chrono::microseconds(static_cast<int64_t>(UnitRandom() * cap_ms * 1000)));
+    lock.lock();
   }
   bool poke = poked_;
   lock.unlock();

@@ -22,15 +22,15 @@
 // configured store (memory, log or PostgreSQL). The append is conditional on the stream's next
 // offset as this service last read it: when another node sharing the store (PostgreSQL) wrote
 // first, the append is refused, the service reads the new snapshots and decides again (at most
-// kMaxCommitAttempts times, then 503 SUBSCRIPTION_BUSY). So nodes behind a load balancer share
-// subscriptions, claims, leases and fencing exactly; each request first reads what other nodes
-// wrote since. The stream is compacted (all live snapshots rewritten, older records pruned) once
-// it holds more than 4 x live + 256 records; a node that finds its read position pruned reloads
-// from the head. Acked offsets are kept there rather than as consumer-group cursors: a group
-// cursor cannot be removed, so a deleted subscription would hold back prune forever.
-// The HMAC key of callback and claim tokens is one random key per store, kept in the global
-// scope's state stream, so a token minted by one node is accepted by every node and across
-// restarts, for as long as its wake is current. Leases expire by the registry clock's wall
+// kMaxCommitAttempts times, with a random pause between tries, then 503 SUBSCRIPTION_BUSY). So
+// nodes behind a load balancer share subscriptions, claims, leases and fencing exactly; each
+// request first reads what other nodes wrote since. The stream is compacted (all live snapshots
+// rewritten, older records pruned) once it holds more than 4 x live + 256 records; a node that
+// finds its read position pruned reloads from the head. Acked offsets are kept there rather than as
+// consumer-group cursors: a group cursor cannot be removed, so a deleted subscription would hold
+// back prune forever. The HMAC key of callback and claim tokens is one random key per store, kept
+// in the global scope's state stream, so a token minted by one node is accepted by every node and
+// across restarts, for as long as its wake is current. Leases expire by the registry clock's wall
 // time (nodes' clocks should agree within a fraction of lease_ttl_ms). Process-local: the
 // webhook delivery in flight.
 //
@@ -121,8 +121,10 @@ class SubscriptionService {
   static constexpr uint64_t kMaxLeaseMs = 600000;
   static constexpr uint64_t kDefaultLeaseMs = 30000;
   static constexpr uint64_t kMaxRetryDelayMs = 60000;
-  // Conditional state appends tried per request before answering 503 SUBSCRIPTION_BUSY.
-  static constexpr int kMaxCommitAttempts = 8;
+  // Conditional state appends tried per request before answering 503 SUBSCRIPTION_BUSY. A
+  // request that lost a race waits a random 0..min(2^attempt, 32) ms (without the lock) before
+  // the next try, so nodes writing one scope at once do not keep colliding.
+  static constexpr int kMaxCommitAttempts = 16;
 
   // Loads or creates the signing key and starts the threads (unless options say not to).
   static Result<std::unique_ptr<SubscriptionService>> Create(StreamRegistry registry,
