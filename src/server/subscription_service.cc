@@ -419,7 +419,6 @@ Status SubscriptionService::Refresh(ScopeState& scope) {
     if (page->front().offset > scope.next && scope.next > 1) {
       // Another node compacted the stream past this node's position. The head holds every live
       // subscription (compaction rewrites them all before pruning), so start over from there.
-      for (auto& [id, sub] : scope.subs) sub->dirty = true;
       std::map<std::string, std::unique_ptr<Sub>> old;
       old.swap(scope.subs);
       for (const auto& event : *page) Apply(scope, event);
@@ -622,6 +621,23 @@ Result<bool> SubscriptionService::LinkMatching(const StreamScope& scope, Sub* su
   return changed;
 }
 
+void SubscriptionService::LinkArrived(ScopeState& scope) {
+  // Streams first written through this node before it read the subscription were not linked by
+  // those writes. Link them from offset zero (their records all came after the creator linked
+  // what existed); a lost race or a failed listing is tried again on the next pass.
+  for (std::string& id : std::exchange(scope.arrived, {})) {
+    auto it = scope.subs.find(id);
+    if (it == scope.subs.end()) continue;
+    Sub next = *it->second;
+    auto linked = LinkMatching(scope.scope, &next, /*at_tail=*/false);
+    if (!linked.ok() || (*linked && !Commit(scope, std::move(next)).ok())) {
+      scope.arrived.push_back(std::move(id));
+      continue;
+    }
+    it->second->dirty = true;
+  }
+}
+
 uint64_t SubscriptionService::TailOf(const StreamScope& scope, const std::string& path) const {
   auto d = registry_.Describe(scope, path);
   return d ? d->next_offset - 1 : 0;
@@ -775,21 +791,7 @@ void SubscriptionService::Tick() {
                      fresh.ToString());
         continue;
       }
-      // A pattern subscription another node created: streams first written through this node
-      // before it read the subscription were not linked by those writes. Link them from offset
-      // zero (their records all came after the creator linked what existed); a lost race or a
-      // failed listing is tried again on the next pass.
-      for (std::string& id : std::exchange(scope->arrived, {})) {
-        auto it = scope->subs.find(id);
-        if (it == scope->subs.end()) continue;
-        Sub next = *it->second;
-        auto linked = LinkMatching(scope->scope, &next, /*at_tail=*/false);
-        if (!linked.ok() || (*linked && !Commit(*scope, std::move(next)).ok())) {
-          scope->arrived.push_back(std::move(id));
-          continue;
-        }
-        it->second->dirty = true;
-      }
+      LinkArrived(*scope);
       for (auto& [id, owned] : scope->subs) {
         Sub& sub = *owned;
         sub.ExpireLease(now);

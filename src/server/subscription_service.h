@@ -172,6 +172,9 @@ class SubscriptionService {
   // when `at_tail` (a new subscription does not replay history, 6.2), else only streams not
   // linked yet, from offset zero (see Tick). Returns whether a link was added or changed.
   Result<bool> LinkMatching(const StreamScope& scope, Sub* sub, bool at_tail);
+  // Links, for each pattern subscription another node created since the last pass
+  // (ScopeState::arrived), the matching streams not linked yet, from offset zero.
+  void LinkArrived(ScopeState& scope);
   // Appends `record` to the scope's state stream if nobody else wrote since the last read
   // (kConflict otherwise), then compacts the stream when it is due.
   Status Write(ScopeState& scope, const nlohmann::json& record);
