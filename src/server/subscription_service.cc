@@ -526,7 +526,6 @@ Status SubscriptionService::Write(ScopeState& scope, const json& record) {
   if (!appended.ok()) return appended.status();
   scope.next = appended->last_offset + 1;
   ++scope.state_records;
-  MaybeCompact(scope);
   return Status::OK();
 }
 
@@ -562,6 +561,7 @@ Status SubscriptionService::Commit(ScopeState& scope, Sub next) {
     slot = std::make_unique<Sub>(std::move(next));
     live_subs_ += 1;
   }
+  MaybeCompact(scope);
   return Status::OK();
 }
 
@@ -572,6 +572,7 @@ Status SubscriptionService::CommitDelete(ScopeState& scope, const std::string& i
     return written;
   }
   if (scope.subs.erase(id) != 0) live_subs_ -= 1;
+  MaybeCompact(scope);
   return Status::OK();
 }
 
@@ -585,6 +586,7 @@ Status SubscriptionService::EnsureTokenKey() {
     Status written = Write(global, {{"token_key", Base64UrlEncode(key)}});
     if (written.ok()) {
       global.token_key = std::move(key);
+      MaybeCompact(global);
       return Status::OK();
     }
     if (written.code() != StatusCode::kConflict) return written;

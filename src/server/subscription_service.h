@@ -176,8 +176,11 @@ class SubscriptionService {
   // (ScopeState::arrived), the matching streams not linked yet, from offset zero.
   void LinkArrived(ScopeState& scope);
   // Appends `record` to the scope's state stream if nobody else wrote since the last read
-  // (kConflict otherwise), then compacts the stream when it is due.
+  // (kConflict otherwise).
   Status Write(ScopeState& scope, const nlohmann::json& record);
+  // Rewrites the live state (the token key and every subscription in `scope.subs`) and prunes
+  // what came before, when the stream is long enough. Only called once the memory state holds
+  // the last write: the rewrite replaces it.
   void MaybeCompact(ScopeState& scope);
   // Makes `next` the subscription's state (inserting it when new) once written; a conflict sets
   // conflicted_, so Handle reads the other node's change and runs the request again.

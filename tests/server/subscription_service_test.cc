@@ -713,6 +713,41 @@ TEST_F(SubscriptionServiceTest, StateStreamIsCompactedWithoutLosingState) {
   EXPECT_EQ(Call("GET", "__ds/subscriptions/b").status, 404);
 }
 
+// The write that makes the state stream long enough to compact is itself in the compacted
+// stream: a node reading the stream afresh after any single change sees that change, whether it
+// was a new link or a deletion.
+TEST_F(SubscriptionServiceTest, TheChangeThatTriggersACompactionIsNotLost) {
+  Start();
+  ASSERT_EQ(Call("PUT", "__ds/subscriptions/a",
+                 {{"type", "pull-wake"}, {"streams", {"s/0"}}, {"wake_stream", "w"}})
+                .status,
+            201);
+  bool compacted = false;
+  for (int i = 1; i <= 300; ++i) {
+    const std::string id = "x" + std::to_string(i);
+    HttpResponse change =
+        i % 2 == 0 ? Call("POST", "__ds/subscriptions/a/streams",
+                          {{"streams", {"s/" + std::to_string(i)}}})
+                   : Call("PUT", "__ds/subscriptions/" + id,
+                          {{"type", "pull-wake"}, {"streams", {"t"}}, {"wake_stream", "w"}});
+    ASSERT_EQ(change.status, i % 2 == 0 ? 204 : 201) << change.body;
+    if (i % 2 == 1) {
+      ASSERT_EQ(Call("DELETE", "__ds/subscriptions/" + id).status, 204);
+    }
+    auto state = registry_.Describe(StreamScope::Global(), "__ds/subscriptions");
+    ASSERT_TRUE(state.has_value());
+    compacted = compacted || state->head_offset > 1;
+    std::unique_ptr<SubscriptionService> fresh = StartNode();
+    json a = json::parse(CallOn(*fresh, "GET", "__ds/subscriptions/a").body);
+    ASSERT_EQ(a["streams"].size(), static_cast<size_t>(1 + i / 2)) << "after change " << i;
+    if (i % 2 == 1) {
+      ASSERT_EQ(CallOn(*fresh, "GET", "__ds/subscriptions/" + id).status, 404)
+          << "deleted " << id << " came back";
+    }
+  }
+  EXPECT_TRUE(compacted) << "the state stream was never compacted";
+}
+
 // Two services over one store are two nodes behind a load balancer: a subscription made
 // through one is seen by the other, one wake is issued for pending work both see, a claim
 // through one node fences claims through the other, and tokens minted by one are accepted by
