@@ -530,7 +530,7 @@ Status SubscriptionService::Write(ScopeState& scope, const json& record) {
 }
 
 void SubscriptionService::MaybeCompact(ScopeState& scope) {
-  if (scope.state_records <= 4 * scope.subs.size() + 256) return;
+  if (scope.state_records <= 4 * scope.subs.size() + options_.compaction_slack_records) return;
   std::vector<AppendRecord> all;
   if (!scope.token_key.empty()) {
     all.push_back({std::nullopt, Dump({{"token_key", Base64UrlEncode(scope.token_key)}})});

@@ -98,6 +98,9 @@ struct SubscriptionOptions {
   // "https" when the server serves TLS.
   std::string default_scheme = "http";
   uint64_t recheck_interval_ms = 5000;
+  // A scope's state stream is compacted (its live state rewritten, older records pruned) once
+  // it holds more than 4 records per live subscription plus this many.
+  size_t compaction_slack_records = 256;
   size_t delivery_threads = 2;
   uint32_t max_delivery_attempts = 10;
   WebhookClientOptions client;

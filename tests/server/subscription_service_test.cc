@@ -12,6 +12,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <map>
+#include <random>
 #include <thread>
 
 #include <filesystem>
@@ -339,14 +342,16 @@ class SubscriptionServiceTest : public ::testing::Test {
  protected:
   SubscriptionServiceTest() : clock_(1778324210000), registry_(NewMemoryStore(), &clock_) {}
 
-  void Start(uint32_t max_attempts = 10) {
-    service_ = StartNode(max_attempts);
+  void Start(uint32_t max_attempts = 10, size_t compaction_slack_records = 256) {
+    service_ = StartNode(max_attempts, compaction_slack_records);
     ASSERT_NE(service_, nullptr);
   }
 
   // A service (a node) over the test's store: no threads, webhooks recorded.
-  std::unique_ptr<SubscriptionService> StartNode(uint32_t max_attempts = 10) {
+  std::unique_ptr<SubscriptionService> StartNode(uint32_t max_attempts = 10,
+                                                 size_t compaction_slack_records = 256) {
     SubscriptionOptions options;
+    options.compaction_slack_records = compaction_slack_records;
     options.start_threads = false;
     options.allow_localhost_webhooks = true;
     options.max_delivery_attempts = max_attempts;
@@ -746,6 +751,114 @@ TEST_F(SubscriptionServiceTest, TheChangeThatTriggersACompactionIsNotLost) {
     }
   }
   EXPECT_TRUE(compacted) << "the state stream was never compacted";
+}
+
+// Random requests, appends and engine passes spread over two nodes (pull-wake and webhook
+// subscriptions, links added and removed, claims, heartbeats, acks, releases, deletions,
+// compactions of the state stream): after every step the nodes agree with each other and with a
+// node that reads the state stream afresh. RUNNEL_SUBSCRIPTION_SEEDS raises the default 3 runs.
+TEST_F(SubscriptionServiceTest, TwoNodesAndAFreshOneAlwaysAgreeUnderRandomChanges) {
+  const char* seeds_env = std::getenv("RUNNEL_SUBSCRIPTION_SEEDS");
+  const uint32_t seeds = seeds_env != nullptr ? static_cast<uint32_t>(std::atoi(seeds_env)) : 3;
+  for (uint32_t seed = 1; seed <= seeds; ++seed) {
+    registry_ = StreamRegistry(NewMemoryStore(), &clock_);
+    posts_.clear();
+    post_times_.clear();
+    // A small slack compacts the state stream every few dozen changes, at random points.
+    Start(10, 12);
+    std::unique_ptr<SubscriptionService> b = StartNode(10, 12);
+    std::mt19937 rng(seed);
+    auto pick = [&rng](size_t n) { return static_cast<size_t>(rng() % n); };
+    CreateStream("wake/pool");
+    const std::vector<std::string> streams = {"events/a", "events/b", "events/c", "other/x"};
+    for (const auto& name : streams) CreateStream(name);
+    const std::vector<std::string> ids = {"p0", "p1", "p2", "h0"};
+    std::map<std::string, json> claims;  // id -> the last successful claim's answer
+    int compactions = 0;
+    uint64_t last_head = 1;
+    for (int step = 0; step < 500; ++step) {
+      SubscriptionService& node = pick(2) == 0 ? *service_ : *b;
+      const std::string id = ids[pick(ids.size())];
+      const std::string sub = "__ds/subscriptions/" + id;
+      switch (pick(10)) {
+        case 0: {
+          json config = id == "h0"   ? json{{"type", "webhook"},
+                                          {"pattern", "events/*"},
+                                          {"webhook", {{"url", "http://localhost:9/hook"}}}}
+                        : id == "p2" ? json{{"type", "pull-wake"},
+                                            {"streams", {"other/x"}},
+                                            {"wake_stream", "wake/pool"},
+                                            {"lease_ttl_ms", 1000}}
+                                     : PullSub(id);
+          auto r = CallOn(node, "PUT", sub, config);
+          ASSERT_TRUE(r.status == 200 || r.status == 201) << r.body;
+          break;
+        }
+        case 1:
+          if (pick(4) == 0) CallOn(node, "DELETE", sub);
+          break;
+        case 2:
+          CallOn(node, "POST", sub + "/streams", {{"streams", {streams[pick(streams.size())]}}});
+          break;
+        case 3: CallOn(node, "DELETE", sub + "/streams/" + streams[pick(streams.size())]); break;
+        case 4: {
+          auto r = CallOn(node, "POST", sub + "/claim", {{"worker", "w" + std::to_string(step)}});
+          if (r.status == 200) claims[id] = json::parse(r.body);
+          break;
+        }
+        case 5: {
+          auto c = claims.find(id);
+          if (c == claims.end()) break;
+          json body = {{"wake_id", c->second["wake_id"]}, {"generation", c->second["generation"]}};
+          const std::string stream = streams[pick(streams.size())];
+          auto d = registry_.Describe(StreamScope::Global(), stream);
+          if (d && pick(2) == 0) {
+            body["acks"] = {{{"stream", stream}, {"offset", FormatOffset(d->next_offset - 1)}}};
+          }
+          if (pick(2) == 0) body["done"] = true;
+          CallOn(node, "POST", sub + (pick(5) == 0 ? "/release" : "/ack"), body,
+                 c->second["token"]);
+          break;
+        }
+        case 6:
+        case 7:
+          AppendOn(node, streams[pick(streams.size())], R"({"step":)" + std::to_string(step) + "}");
+          break;
+        case 8:
+          reply_ = pick(3) == 0   ? WebhookReply{true, 500, "", ""}
+                   : pick(2) == 0 ? WebhookReply{true, 200, R"({"done":true})", ""}
+                                  : WebhookReply{true, 200, "{}", ""};
+          node.Tick();
+          node.RunDeliveries();
+          break;
+        default: clock_.Advance(1 + pick(700)); break;
+      }
+      auto state = registry_.Describe(StreamScope::Global(), "__ds/subscriptions");
+      if (state && state->head_offset > last_head) {
+        ++compactions;
+        last_head = state->head_offset;
+      }
+      // Each node signs webhooks with its own key unless given the same one
+      // (--webhook-signing-key).
+      auto state_of = [](const HttpResponse& r) {
+        json body = r.status == 200 ? json::parse(r.body) : json();
+        if (body.is_object() && body["webhook"].is_object())
+          body["webhook"]["signing"].erase("kid");
+        return std::to_string(r.status) + " " + body.dump();
+      };
+      std::unique_ptr<SubscriptionService> fresh = StartNode();
+      for (const std::string& each : ids) {
+        auto from_a = CallOn(*service_, "GET", "__ds/subscriptions/" + each);
+        auto from_b = CallOn(*b, "GET", "__ds/subscriptions/" + each);
+        auto from_fresh = CallOn(*fresh, "GET", "__ds/subscriptions/" + each);
+        ASSERT_EQ(state_of(from_a), state_of(from_fresh)) << "seed " << seed << " step " << step;
+        ASSERT_EQ(state_of(from_b), state_of(from_fresh)) << "seed " << seed << " step " << step;
+      }
+    }
+    EXPECT_GE(compactions, 3) << "seed " << seed << ": the state stream was rarely compacted";
+    b.reset();
+    service_.reset();
+  }
 }
 
 // Two services over one store are two nodes behind a load balancer: a subscription made
