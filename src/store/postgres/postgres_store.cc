@@ -568,10 +568,6 @@ Status PostgresStore::Flush() {
 // ---- appends ---------------------------------------------------------------------------------
 
 void PostgresStore::Append(AppendRequest request, AppendCallback done) {
-  if (request.records.empty() && !request.close) {
-    done(Status::InvalidArgument("an append needs at least one record"));
-    return;
-  }
   {
     std::lock_guard lock(queue_mu_);
     if (!stopping_) {
@@ -1027,6 +1023,11 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
     if (s.closed) {
       outcomes[i].emplace(
           Status::FailedPrecondition("stream #" + std::to_string(req.stream) + " is closed"));
+      continue;
+    }
+    // Checked after existence and closure, in the memory and log stores' order.
+    if (req.records.empty() && !req.close) {
+      outcomes[i].emplace(Status::InvalidArgument("an append needs at least one record"));
       continue;
     }
     if (req.expected_attributes &&
