@@ -1,14 +1,16 @@
 // The differential driver: the same random operations (creates with retention and first
-// offsets, appends with keys, conditions, producers and closes, reads, prefix truncation,
-// cursor commits, retention changes, deletes, reopening) against a reference store and the
-// stores under test, requiring identical answers after every step. Stream ids are each store's
-// own and are not compared; names are.
+// offsets; appends with keys, offset and attribute conditions, producers and closes; reads;
+// prefix truncation; cursor commits; retention and attribute changes, plain or
+// compare-and-set; deletes; reopening) against a reference store and the stores under test,
+// requiring identical answers after every step. Stream ids are each store's own and are not
+// compared; names are.
 #ifndef RUNNEL_TESTS_SUPPORT_STORE_DIFFERENTIAL_H_
 #define RUNNEL_TESTS_SUPPORT_STORE_DIFFERENTIAL_H_
 
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -83,6 +85,10 @@ inline void Step(Store& reference, Store& subject, const std::string& name, int 
       req.producer = ProducerState{"p" + std::to_string(pick(2)), pick(3), pick(100), 0};
     }
     req.close = pick(90) == 0;
+    if (pick(8) == 0 && ref_info.ok()) {
+      // Conditional on the catalog row's attributes: the current ones, or stale ones.
+      req.expected_attributes = pick(2) == 0 ? ref_info->spec.attributes : "stale";
+    }
     AppendRequest copy = req;
     req.stream = rid;
     copy.stream = sid;
@@ -120,8 +126,12 @@ inline void Step(Store& reference, Store& subject, const std::string& name, int 
     if (pick(2) == 0) r.max_events = 1 + pick(8);
     if (pick(3) == 0) r.max_bytes = 1 + pick(100);
     const std::string attributes = "upd" + std::to_string(step);
-    ASSERT_EQ(reference.UpdateStream(rid, r, attributes, std::nullopt).code(),
-              subject.UpdateStream(sid, r, attributes, std::nullopt).code());
+    std::optional<std::string> expected;
+    if (pick(3) == 0 && ref_info.ok()) {
+      expected = pick(2) == 0 ? ref_info->spec.attributes : "stale";
+    }
+    ASSERT_EQ(reference.UpdateStream(rid, r, attributes, expected).code(),
+              subject.UpdateStream(sid, r, attributes, expected).code());
   } else if (dice < 95) {
     ASSERT_EQ(reference.DeleteStream(rid).code(), subject.DeleteStream(sid).code());
   }

@@ -1030,16 +1030,17 @@ PostgresStore::GroupEnd PostgresStore::TryGroup(
       outcomes[i].emplace(Status::InvalidArgument("an append needs at least one record"));
       continue;
     }
-    if (req.expected_attributes &&
-        (optimistic || *req.expected_attributes != s.attributes.value_or(s.stored_attributes))) {
-      outcomes[i].emplace(AttributesChanged("#" + std::to_string(req.stream)));
-      continue;
-    }
     if (req.expected_offset && *req.expected_offset != s.next) {
       outcomes[i].emplace(
           Status::Conflict("expected offset " + std::to_string(*req.expected_offset) +
                                " but the stream's next offset is " + std::to_string(s.next),
                            *req.expected_offset, s.next));
+      continue;
+    }
+    // After the offset condition, as in the memory and log stores.
+    if (req.expected_attributes &&
+        (optimistic || *req.expected_attributes != s.attributes.value_or(s.stored_attributes))) {
+      outcomes[i].emplace(AttributesChanged("#" + std::to_string(req.stream)));
       continue;
     }
     const uint64_t n = req.records.size();
