@@ -1,5 +1,7 @@
 // ForwardingStore: a Store that passes every call to an inner store (a memory store unless one
-// is given). Tests derive from it and override only the calls they watch or delay.
+// is given). Tests derive from it and override only the calls they watch or delay. Several
+// forwarding stores may share one inner store: registries over them are nodes over one
+// database.
 #ifndef RUNNEL_TESTS_SUPPORT_FORWARDING_STORE_H_
 #define RUNNEL_TESTS_SUPPORT_FORWARDING_STORE_H_
 
@@ -16,7 +18,7 @@ namespace runnel::testing {
 
 class ForwardingStore : public Store {
  public:
-  explicit ForwardingStore(std::unique_ptr<Store> inner = NewMemoryStore())
+  explicit ForwardingStore(std::shared_ptr<Store> inner = NewMemoryStore())
       : inner_(std::move(inner)) {}
 
   std::string_view Name() const override { return inner_->Name(); }
@@ -80,7 +82,7 @@ class ForwardingStore : public Store {
   Store& inner() { return *inner_; }
 
  private:
-  std::unique_ptr<Store> inner_;
+  std::shared_ptr<Store> inner_;
 };
 
 }  // namespace runnel::testing
