@@ -1,7 +1,8 @@
 // The same random operations against the memory store (the reference implementation) and two
 // PostgreSQL store instances on one schema (two nodes), each operation through either node, a
 // node now and then closed and opened again: every status, offset, record, catalog row, cursor
-// and producer state must be what the memory store says. Streams are deleted and created again
+// and producer state must be what the memory store says. Then the same over HTTP requests to
+// two stream services, one per store instance. Streams are deleted and created again
 // under the same names, so a node's cached name → id mapping is exercised against the other
 // node's changes. RUNNEL_PG_DIFFERENTIAL_STEPS raises the default 300 steps per seed.
 #include <gtest/gtest.h>
@@ -14,6 +15,9 @@
 #include "postgres/postgres_harness.h"
 #include "runnel/clock.h"
 #include "runnel/postgres_store.h"
+#include "runnel/registry.h"
+#include "server/stream_service.h"
+#include "support/protocol_differential.h"
 #include "support/store_differential.h"
 
 namespace runnel::testing {
@@ -56,6 +60,23 @@ TEST_P(PostgresDifferentialTest, TwoNodesMatchTheMemoryStore) {
   run.steps = steps_env != nullptr ? std::atoi(steps_env) : 300;
   run.clock = &clock_;
   RunDifferential(*mem, subject, run);
+}
+
+// The protocol over two nodes on one database against one node on the memory store
+// (support/protocol_differential.h): each node's stream service keeps its own caches over its
+// own store instance, as two `runnel serve --store postgres://...` processes do.
+TEST_P(PostgresDifferentialTest, TwoServingNodesAnswerLikeOneNode) {
+  const char* steps_env = std::getenv("RUNNEL_PG_DIFFERENTIAL_STEPS");
+  OpenNode(0);
+  OpenNode(1);
+  server::StreamServiceOptions options;
+  options.long_poll_timeout_ms = 10;
+  options.max_read_bytes = 2048;
+  server::StreamService single(StreamRegistry(NewMemoryStore(), &clock_), options, nullptr);
+  server::StreamService node_a(StreamRegistry(std::move(nodes_[0]), &clock_), options, nullptr);
+  server::StreamService node_b(StreamRegistry(std::move(nodes_[1]), &clock_), options, nullptr);
+  RunProtocolDifferential(single, {&node_a, &node_b}, static_cast<uint32_t>(GetParam()),
+                          steps_env != nullptr ? std::atoi(steps_env) : 300);
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, PostgresDifferentialTest, ::testing::Range(0, 3));
