@@ -16,6 +16,7 @@
 #include "runnel/clock.h"
 #include "runnel/postgres_store.h"
 #include "runnel/registry.h"
+#include "server/group_service.h"
 #include "server/stream_service.h"
 #include "support/protocol_differential.h"
 #include "support/store_differential.h"
@@ -75,7 +76,11 @@ TEST_P(PostgresDifferentialTest, TwoServingNodesAnswerLikeOneNode) {
   server::StreamService single(StreamRegistry(NewMemoryStore(), &clock_), options, nullptr);
   server::StreamService node_a(StreamRegistry(std::move(nodes_[0]), &clock_), options, nullptr);
   server::StreamService node_b(StreamRegistry(std::move(nodes_[1]), &clock_), options, nullptr);
-  RunProtocolDifferential(single, {&node_a, &node_b}, static_cast<uint32_t>(GetParam()),
+  server::GroupService single_groups(&single, 1);
+  server::GroupService groups_a(&node_a, 1);
+  server::GroupService groups_b(&node_b, 1);
+  RunProtocolDifferential({&single, &single_groups}, {{&node_a, &groups_a}, {&node_b, &groups_b}},
+                          static_cast<uint32_t>(GetParam()),
                           steps_env != nullptr ? std::atoi(steps_env) : 300);
 }
 

@@ -9,8 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "runnel/clock.h"
 #include "runnel/registry.h"
 #include "runnel/store.h"
+#include "server/group_service.h"
 #include "server/stream_service.h"
 #include "support/forwarding_store.h"
 #include "support/protocol_differential.h"
@@ -27,14 +29,19 @@ TEST_P(TwoNodeDifferentialTest, TwoNodesOverOneStoreAnswerLikeOneNode) {
   StreamServiceOptions options;
   options.long_poll_timeout_ms = 10;
   options.max_read_bytes = 2048;
-  StreamService single(StreamRegistry(NewMemoryStore()), options, nullptr);
+  ManualClock clock(1'800'000'000'000);
+  StreamService single(StreamRegistry(NewMemoryStore(), &clock), options, nullptr);
   std::shared_ptr<Store> shared = NewMemoryStore();
-  StreamService node_a(StreamRegistry(std::make_unique<testing::ForwardingStore>(shared)), options,
-                       nullptr);
-  StreamService node_b(StreamRegistry(std::make_unique<testing::ForwardingStore>(shared)), options,
-                       nullptr);
-  testing::RunProtocolDifferential(single, {&node_a, &node_b}, static_cast<uint32_t>(GetParam()),
-                                   steps_env != nullptr ? std::atoi(steps_env) : 400);
+  StreamService node_a(StreamRegistry(std::make_unique<testing::ForwardingStore>(shared), &clock),
+                       options, nullptr);
+  StreamService node_b(StreamRegistry(std::make_unique<testing::ForwardingStore>(shared), &clock),
+                       options, nullptr);
+  GroupService single_groups(&single, 1);
+  GroupService groups_a(&node_a, 1);
+  GroupService groups_b(&node_b, 1);
+  testing::RunProtocolDifferential(
+      {&single, &single_groups}, {{&node_a, &groups_a}, {&node_b, &groups_b}},
+      static_cast<uint32_t>(GetParam()), steps_env != nullptr ? std::atoi(steps_env) : 400);
 }
 
 // The sequence the random runs meet only now and then, spelled out: node A remembers its lookup

@@ -1,9 +1,11 @@
 // The protocol differential driver: random Durable Streams requests (creates with content
 // types, initial bodies, closure and forks; appends with JSON bodies, Stream-Seq, idempotent
-// producers, expected offsets and closes; deletes; catch-up reads; HEAD), each sent to one
-// stream service (the reference) and to one of several services that share a store (nodes),
-// must get the same answers. Each node keeps its own caches (lookups, lanes, protocol metadata),
-// which must never make it answer from a state another node has changed.
+// producers, expected offsets and closes; deletes; catch-up reads; HEAD) and consumer-group
+// requests (acks, read-next, listings, consumer-aware prunes), each sent to one node (the
+// reference) and to one of several nodes that share a store, must get the same answers. The
+// registries of all of them should share one manual clock, as answers carry times. Each node keeps
+// its own caches (lookups, lanes, protocol metadata), which must never make it answer from a state
+// another node has changed.
 #ifndef RUNNEL_TESTS_SUPPORT_PROTOCOL_DIFFERENTIAL_H_
 #define RUNNEL_TESTS_SUPPORT_PROTOCOL_DIFFERENTIAL_H_
 
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "server/group_service.h"
 #include "server/offset_token.h"
 #include "server/stream_service.h"
 #include "support/write_sync.h"
@@ -22,6 +25,7 @@
 namespace runnel::testing {
 
 using server::FormatOffset;
+using server::GroupService;
 using server::HttpRequest;
 using server::HttpResponse;
 using server::Route;
@@ -43,6 +47,12 @@ inline std::string Show(const HttpResponse& r) {
   return out + r.body;
 }
 
+// One node: a stream service and the consumer groups over it.
+struct ProtocolNode {
+  StreamService* streams;
+  GroupService* groups;
+};
+
 inline HttpResponse Serve(StreamService& node, HttpRequest request) {
   const Route route = server::ParseRoute(request.path);
   if (request.method == "HEAD") return node.HandleHead(route, request);
@@ -55,9 +65,16 @@ inline HttpResponse Serve(StreamService& node, HttpRequest request) {
   return WriteSync(node, std::move(request));
 }
 
+inline HttpResponse Serve(const ProtocolNode& node, HttpRequest request) {
+  if (GroupService::Matches(request.path)) {
+    return node.groups->HandleNow(Principal::Platform(), request).response;
+  }
+  return Serve(*node.streams, std::move(request));
+}
+
 // `steps` random requests from `seed`, each to `reference` and to one of `nodes`.
-inline void RunProtocolDifferential(StreamService& reference,
-                                    const std::vector<StreamService*>& nodes, uint32_t seed,
+inline void RunProtocolDifferential(const ProtocolNode& reference,
+                                    const std::vector<ProtocolNode>& nodes, uint32_t seed,
                                     int steps) {
   std::mt19937 rng(seed + 17);
   auto pick = [&rng](uint32_t n) { return rng() % n; };
@@ -99,7 +116,23 @@ inline void RunProtocolDifferential(StreamService& reference,
       if (pick(40) == 0) request.headers["stream-closed"] = "true";
     } else if (dice < 73) {
       request.method = "DELETE";
-    } else if (dice < 92) {
+    } else if (dice < 84) {
+      // Consumer groups (never live: a live read-next waits in the HTTP server).
+      request.path = "/v1/groups/stream/" + name;
+      const std::string group = "g" + std::to_string(pick(2));
+      const uint32_t op = pick(8);
+      request.method = op < 4 ? "POST" : "GET";
+      if (op < 3) {
+        request.query.emplace("group", group);
+        request.query.emplace("ack",
+                              pick(3) == 0 ? FormatOffset(pick(12)) : std::to_string(pick(12)));
+      } else if (op == 3) {
+        request.query.emplace("prune", std::to_string(pick(12)));
+      } else if (op < 7) {
+        request.query.emplace("group", group);
+        if (pick(2) == 0) request.query.emplace("limit", std::to_string(1 + pick(4)));
+      }
+    } else if (dice < 94) {
       request.method = "GET";
       const uint32_t from = pick(4);
       request.query.emplace("offset", from == 0   ? "-1"
@@ -108,7 +141,7 @@ inline void RunProtocolDifferential(StreamService& reference,
     } else {
       request.method = "HEAD";
     }
-    StreamService& node = *nodes[pick(static_cast<uint32_t>(nodes.size()))];
+    const ProtocolNode& node = nodes[pick(static_cast<uint32_t>(nodes.size()))];
     const HttpRequest copy = request;
     const std::string want = Show(Serve(reference, std::move(request)));
     ASSERT_EQ(want, Show(Serve(node, copy))) << copy.method << " " << copy.path;
