@@ -48,6 +48,11 @@ class FaultyStore final : public Store {
     std::lock_guard lock(mu_);
     for (int i = 0; i < times; ++i) append_faults_.push_back(fault);
   }
+  // Drops the append faults no Append call consumed yet.
+  void ClearAppendFaults() {
+    std::lock_guard lock(mu_);
+    append_faults_.clear();
+  }
   void FailReads(int times, Status status = Status::IOError("injected read failure")) {
     std::lock_guard lock(mu_);
     read_failures_ = times;
