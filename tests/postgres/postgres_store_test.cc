@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -992,6 +993,140 @@ TEST_F(PostgresTest, ConnectionLostAfterCommitIsUnknownAndTheSlotSettlesCommitte
   ASSERT_EQ(resent.status().code(), StatusCode::kConflict);
   EXPECT_EQ(resent.status().conflict_actual(), 2u);
   EXPECT_EQ(store->GetStreamById(id)->event_count, 1u);
+}
+
+// Appending threads while sessions die at random: at commit time (before COMMIT is sent, or
+// after it was sent and before its reply is read) and at arbitrary moments (a side session
+// terminates a random backend of the store). Every append answered OK is stored exactly once
+// at the offset it was given; every append refused definitely (anything but kOutcomeUnknown)
+// is not stored at all; an unknown one is stored at most once; nothing else is stored, and
+// offsets have no gaps.
+TEST_F(PostgresTest, SessionsDyingAtRandomNeverLoseDuplicateOrInventAppends) {
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 120;
+  std::mutex hook_mu;
+  std::mt19937 hook_rng(7);
+  SideConn hook_side;
+  ASSERT_TRUE(hook_side.ok());
+  std::atomic<int> commit_faults{0};
+  PostgresStoreOptions o = PgOptions(schema_);
+  o.append_workers = 2;
+  o.fault_hook = [&](PostgresFaultPoint point, int pid) {
+    std::lock_guard lock(hook_mu);
+    if (hook_rng() % 12 != 0) return false;
+    ++commit_faults;
+    // Until the backend is gone, or (after COMMIT) idle or gone: the killer may end it first.
+    auto settle = [&](const char* state) {
+      for (int i = 0; i < 500; ++i) {
+        if (hook_side.Query("SELECT count(*) FROM pg_stat_activity WHERE pid = " +
+                            std::to_string(pid) + state) == "0") {
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    };
+    if (point == PostgresFaultPoint::kBeforeCommit) {
+      hook_side.Query("SELECT pg_terminate_backend(" + std::to_string(pid) + ")");
+      settle("");
+      return false;  // COMMIT goes into a dead session
+    }
+    settle(" AND state <> 'idle'");  // committed; the reply is never read
+    return true;
+  };
+  auto store = OpenNode(o);
+  ASSERT_NE(store, nullptr);
+  const StreamId ids[2] = {MustCreate(*store, "s0"), MustCreate(*store, "s1")};
+
+  struct Outcome {
+    StreamId stream;
+    std::string payload;
+    Result<AppendResult> result;
+  };
+  std::vector<Outcome> outcomes[kThreads];
+  std::atomic<bool> appending{true};
+  std::atomic<int> random_kills{0};
+  std::thread killer([&] {
+    SideConn side;
+    std::mt19937 rng(11);
+    while (appending.load() && random_kills.load() < 40) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5 + rng() % 20));
+      const auto killed = side.Query(
+          "SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity WHERE "
+          "datname = current_database() AND application_name = 'runnel' ORDER BY random() "
+          "LIMIT 1) victims");
+      if (killed == "1") ++random_kills;
+    }
+  });
+  std::vector<std::thread> writers;
+  for (int t = 0; t < kThreads; ++t) {
+    writers.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        const StreamId id = ids[(t + i) % 2];
+        std::string payload = "t" + std::to_string(t) + "-" + std::to_string(i);
+        AppendRequest req;
+        req.stream = id;
+        req.now_ms = 1;
+        req.records.push_back(AppendRecord{std::nullopt, payload});
+        auto r = AppendSync(*store, std::move(req));
+        // A session being replaced answers kUnavailable (definite): wait a little, go on.
+        if (!r.ok() && r.status().code() == StatusCode::kUnavailable) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+        outcomes[t].push_back(Outcome{id, std::move(payload), std::move(r)});
+      }
+    });
+  }
+  for (auto& w : writers) w.join();
+  appending = false;
+  killer.join();
+
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  // What is stored, through a fresh node (nothing cached).
+  store.reset();
+  auto fresh = OpenNode();
+  ASSERT_NE(fresh, nullptr);
+  std::map<std::string, std::pair<StreamId, uint64_t>> stored;
+  for (StreamId id : ids) {
+    auto info = fresh->GetStreamById(id);
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    auto rows = fresh->Read(id, 1, 100000, std::numeric_limits<size_t>::max());
+    ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+    ASSERT_EQ(rows->size(), info->next_offset - 1) << "a gap in stream " << id;
+    for (size_t k = 0; k < rows->size(); ++k) {
+      ASSERT_EQ((*rows)[k].offset, k + 1);
+      EXPECT_TRUE(stored.emplace((*rows)[k].payload, std::make_pair(id, (*rows)[k].offset)).second)
+          << (*rows)[k].payload << " stored twice";
+    }
+  }
+  int ok = 0, unknown = 0, refused = 0;
+  size_t accounted = 0;
+  for (const auto& thread : outcomes) {
+    for (const Outcome& out : thread) {
+      auto it = stored.find(out.payload);
+      if (out.result.ok()) {
+        ++ok;
+        ASSERT_NE(it, stored.end()) << out.payload << " was acknowledged but is not stored";
+        EXPECT_EQ(it->second, std::make_pair(out.stream, out.result->first_offset)) << out.payload;
+        ++accounted;
+      } else if (out.result.status().code() == StatusCode::kOutcomeUnknown) {
+        ++unknown;
+        if (it != stored.end()) ++accounted;
+      } else {
+        ++refused;
+        EXPECT_TRUE(it == stored.end()) << out.payload << " was refused ("
+                                        << out.result.status().ToString() << ") but is stored";
+      }
+    }
+  }
+  EXPECT_EQ(stored.size(), accounted) << "rows no append accounts for";
+  RecordProperty("acknowledged", ok);
+  RecordProperty("unknown", unknown);
+  RecordProperty("refused", refused);
+  // The faults happened (the hook and the killer each acted), and most appends got through.
+  EXPECT_GT(commit_faults.load(), 0);
+  EXPECT_GT(random_kills.load(), 0);
+  EXPECT_GT(unknown, 0);
+  EXPECT_GT(ok, kThreads * kPerThread / 2);
 }
 
 // An append is acknowledged only once its commit record is in the flushed WAL (read from the
