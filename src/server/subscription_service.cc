@@ -244,6 +244,8 @@ struct SubscriptionService::ScopeState {
   uint64_t state_records = 0;  // records in the state stream, head to tail
   uint64_t next = 1;           // the state stream's next offset as last read
   std::string token_key;       // the global scope only: the deployment's token key
+  // The global scope only: the public signing keys nodes recorded, kid -> (x, recorded at ms).
+  std::map<std::string, std::pair<std::string, uint64_t>> public_keys;
   bool loaded = false;         // read successfully at least once
   // Pattern subscriptions another node created after this node loaded the scope: streams
   // written through this node before it read them were not linked by those writes (Tick).
@@ -326,6 +328,28 @@ Status ParseConfig(const json& body, bool allow_localhost, SubscriptionService::
 
 }  // namespace
 
+namespace {
+
+// The state record of a node's public signing key.
+json PublicKeyRecord(const std::string& kid, const std::string& x, uint64_t at_ms) {
+  return {{"public_key", {{"kid", kid}, {"x", x}, {"at_ms", at_ms}}}};
+}
+
+// Keeps the kMaxPublicKeys most recently recorded keys (nodes that restart without a key file
+// record a new key each time).
+constexpr size_t kMaxPublicKeys = 32;
+void TrimPublicKeys(std::map<std::string, std::pair<std::string, uint64_t>>* keys) {
+  while (keys->size() > kMaxPublicKeys) {
+    auto oldest = keys->begin();
+    for (auto it = keys->begin(); it != keys->end(); ++it) {
+      if (it->second.second < oldest->second.second) oldest = it;
+    }
+    keys->erase(oldest);
+  }
+}
+
+}  // namespace
+
 // --- Lifecycle ---
 
 Result<std::unique_ptr<SubscriptionService>> SubscriptionService::Create(
@@ -337,6 +361,12 @@ Result<std::unique_ptr<SubscriptionService>> SubscriptionService::Create(
   {
     std::lock_guard<std::mutex> lock(service->mu_);
     service->LoadScope(StreamScope::Global());
+    // Other nodes list this node's key from now on (retried before requests and engine passes
+    // when the store cannot be written yet).
+    if (Status shared = service->EnsurePublicKeyShared(); !shared.ok()) {
+      spdlog::warn("subscriptions: cannot record this node's signing key yet: {}",
+                   shared.ToString());
+    }
   }
   if (service->options_.start_threads) {
     service->threads_.emplace_back([s = service.get()] { s->EngineLoop(); });
@@ -456,6 +486,16 @@ void SubscriptionService::Apply(ScopeState& scope, const StreamEvent& event) {
     if (key && !key->empty()) scope.token_key = *key;
     return;
   }
+  if (record.is_object() && record.contains("public_key") && record["public_key"].is_object()) {
+    const json& key = record["public_key"];
+    const std::string kid = key.value("kid", "");
+    const std::string x = key.value("x", "");
+    if (!kid.empty() && !x.empty()) {
+      scope.public_keys[kid] = {x, key.value("at_ms", uint64_t{0})};
+      TrimPublicKeys(&scope.public_keys);
+    }
+    return;
+  }
   if (record.is_discarded() || !record.is_object() || !record.contains("id")) {
     spdlog::warn("subscriptions ({}): skipping unreadable record {}", label, event.offset);
     return;
@@ -535,6 +575,9 @@ void SubscriptionService::MaybeCompact(ScopeState& scope) {
   if (!scope.token_key.empty()) {
     all.push_back({std::nullopt, Dump({{"token_key", Base64UrlEncode(scope.token_key)}})});
   }
+  for (const auto& [kid, key] : scope.public_keys) {
+    all.push_back({std::nullopt, Dump(PublicKeyRecord(kid, key.first, key.second))});
+  }
   for (const auto& [id, live] : scope.subs) all.push_back({std::nullopt, Dump(live->StateJson())});
   if (all.empty()) return;
   AppendOptions options;
@@ -592,6 +635,54 @@ Status SubscriptionService::EnsureTokenKey() {
     if (written.code() != StatusCode::kConflict) return written;
   }
   return Status::Unavailable("the subscription state is changing too fast to create a token key");
+}
+
+Status SubscriptionService::EnsurePublicKeyShared() {
+  if (!registry_.store().SharedWithOtherNodes()) return Status::OK();
+  ScopeState& global = LoadScope(StreamScope::Global());
+  const std::string x = Base64UrlEncode(signer_->public_key());
+  for (int attempt = 0; attempt < kMaxCommitAttempts; ++attempt) {
+    if (global.public_keys.count(signer_->kid()) != 0) return Status::OK();
+    RUNNEL_RETURN_IF_ERROR(Refresh(global));
+    if (global.public_keys.count(signer_->kid()) != 0) return Status::OK();
+    const uint64_t now = registry_.clock().NowMs();
+    Status written = Write(global, PublicKeyRecord(signer_->kid(), x, now));
+    if (written.ok()) {
+      global.public_keys[signer_->kid()] = {x, now};
+      TrimPublicKeys(&global.public_keys);
+      MaybeCompact(global);
+      return Status::OK();
+    }
+    if (written.code() != StatusCode::kConflict) return written;
+  }
+  return Status::Unavailable(
+      "the subscription state is changing too fast to record this node's signing key");
+}
+
+std::string SubscriptionService::JwksJson() {
+  json keys = json::parse(signer_->JwksJson())["keys"];
+  // Another node's key differs from this node's JWK only in kid and x.
+  auto jwk = [own = keys[0]](const std::string& kid, const std::string& x) {
+    json key = own;
+    key["kid"] = kid;
+    key["x"] = x;
+    return key;
+  };
+  ScopeState& global = LoadScope(StreamScope::Global());
+  if (registry_.store().SharedWithOtherNodes()) {
+    Status fresh = Refresh(global);
+    if (!fresh.ok()) {
+      spdlog::warn("subscriptions: cannot read the other nodes' signing keys: {}",
+                   fresh.ToString());
+    }
+  }
+  std::vector<std::pair<uint64_t, std::string>> others;
+  for (const auto& [kid, key] : global.public_keys) {
+    if (kid != signer_->kid()) others.emplace_back(key.second, kid);
+  }
+  std::sort(others.rbegin(), others.rend());
+  for (const auto& [at, kid] : others) keys.push_back(jwk(kid, global.public_keys[kid].first));
+  return json{{"keys", keys}}.dump();
 }
 
 const std::string& SubscriptionService::token_key() {
@@ -783,6 +874,9 @@ void SubscriptionService::Tick() {
     if (live_subs_.load() > 0) {
       if (Status key = EnsureTokenKey(); !key.ok()) {
         spdlog::warn("subscriptions: cannot load the token key: {}", key.ToString());
+      }
+      if (Status shared = EnsurePublicKeyShared(); !shared.ok()) {
+        spdlog::warn("subscriptions: cannot record this node's signing key: {}", shared.ToString());
       }
     }
     for (auto& [label, scope] : scopes_) {
@@ -1016,7 +1110,10 @@ HttpResponse SubscriptionService::Handle(const Route& route, const HttpRequest& 
     HttpResponse r;
     r.Set("Content-Type", "application/jwk-set+json");
     r.Set("Cache-Control", "public, max-age=300");
-    r.body = signer_->JwksJson();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      r.body = JwksJson();
+    }
     return r;
   }
   if (!route.name.starts_with(kSubsPrefix)) {
@@ -1032,6 +1129,10 @@ HttpResponse SubscriptionService::Handle(const Route& route, const HttpRequest& 
   if (SelfAuthenticated(route) || route.name.ends_with("/claim")) {
     // Loaded before any scope is walked (see EnsureTokenKey); the handlers only read it.
     if (Status key = EnsureTokenKey(); !key.ok()) return FromStatus(key);
+  }
+  // Before this node signs anything another node's key set should vouch for.
+  if (Status shared = EnsurePublicKeyShared(); !shared.ok()) {
+    spdlog::warn("subscriptions: cannot record this node's signing key: {}", shared.ToString());
   }
   if (SelfAuthenticated(route)) {
     // The wake token is checked before the scope is loaded or the subscription looked up: a

@@ -250,6 +250,18 @@ async function subscriptions() {
       headers: token ? { ...json, Authorization: `Bearer ${token}` } : json,
       body: body === undefined ? undefined : JSON.stringify(body),
     });
+  // Every node's key set lists every node's signing key (each node recorded its own).
+  const keySets = [];
+  for (let n = 0; n < 3; n++) {
+    const k = await http(n, "GET", "/v1/stream/__ds/jwks.json", {});
+    check(k.status === 200, `jwks through node ${n}: ${k.status}`);
+    keySets.push(JSON.parse(k.text).keys.map((key) => key.kid));
+  }
+  const own = new Set(keySets.map((kids) => kids[0]));
+  check(own.size === 3, `each node leads its key set with its own key: ${JSON.stringify(keySets)}`);
+  for (const kids of keySets) {
+    for (const kid of own) check(kids.includes(kid), `a key set misses ${kid}: ${JSON.stringify(keySets)}`);
+  }
   await createStream("mn-wake");
   const config = { type: "pull-wake", pattern: "mn-sub/*", wake_stream: "mn-wake", lease_ttl_ms: 60000 };
   let r = await call(0, "PUT", "__ds/subscriptions/mn", config);

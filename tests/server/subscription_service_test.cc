@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <map>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <filesystem>
@@ -27,6 +28,7 @@
 #include "server/webhook_client.h"
 #include "server/webhook_signer.h"
 #include "server/webhook_url.h"
+#include "support/forwarding_store.h"
 
 namespace runnel::server {
 namespace {
@@ -859,6 +861,85 @@ TEST_F(SubscriptionServiceTest, TwoNodesAndAFreshOneAlwaysAgreeUnderRandomChange
     b.reset();
     service_.reset();
   }
+}
+
+// A store shared with other nodes, as PostgreSQL is.
+class SharedMemoryStore : public testing::ForwardingStore {
+ public:
+  bool SharedWithOtherNodes() const override { return true; }
+};
+
+// Nodes sign webhooks with their own keys (unless given one key file). On a shared store each
+// node records its public key in the state stream, so the key set any node serves verifies a
+// delivery signed by any other node, and a node started later is listed too.
+TEST(SubscriptionKeysTest, EveryNodesKeySetListsEveryNodesKey) {
+  ManualClock clock(1778324210000);
+  StreamRegistry registry(std::make_unique<SharedMemoryStore>(), &clock);
+  SubscriptionOptions options;
+  options.start_threads = false;
+  auto a = SubscriptionService::Create(registry, options);
+  auto b = SubscriptionService::Create(registry, options);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto jwks_of = [](SubscriptionService& node) {
+    HttpRequest request;
+    request.method = "GET";
+    request.path = "/v1/stream/__ds/jwks.json";
+    auto r = node.Handle(ParseRoute(request.path, true), request);
+    EXPECT_EQ(r.status, 200);
+    return r.body;
+  };
+  auto kids = [](const std::string& jwks) {
+    std::set<std::string> out;
+    const json doc = json::parse(jwks);
+    for (const auto& key : doc["keys"]) out.insert(key["kid"].get<std::string>());
+    return out;
+  };
+  // Each node's own key comes first; both list both.
+  const std::string a_keys = jwks_of(**a);
+  const std::string b_keys = jwks_of(**b);
+  ASSERT_EQ(kids(a_keys).size(), 2u) << a_keys;
+  EXPECT_EQ(kids(a_keys), kids(b_keys));
+  const std::string a_kid = json::parse(a_keys)["keys"][0]["kid"];
+  const std::string b_kid = json::parse(b_keys)["keys"][0]["kid"];
+  EXPECT_NE(a_kid, b_kid);
+
+  // A third node C delivers a webhook signed with its own key.
+  std::vector<WebhookPost> posts;
+  SubscriptionOptions recording = options;
+  recording.allow_localhost_webhooks = true;
+  recording.poster = [&posts](const WebhookPost& post) {
+    posts.push_back(post);
+    return WebhookReply{true, 200, "{}", ""};
+  };
+  auto c = SubscriptionService::Create(registry, recording);
+  ASSERT_TRUE(c.ok());
+  CreateStreamOptions create;
+  create.content_type = "application/json";
+  ASSERT_TRUE(registry.CreateStream(StreamScope::Global(), "events/a", create).ok());
+  HttpRequest put;
+  put.method = "PUT";
+  put.path = "/v1/stream/__ds/subscriptions/h";
+  put.headers["host"] = "streams.test";
+  put.body = json{{"type", "webhook"},
+                  {"pattern", "events/*"},
+                  {"webhook", {{"url", "http://localhost:9/hook"}}}}
+                 .dump();
+  ASSERT_EQ((*c)->Handle(ParseRoute(put.path, true), put).status, 201);
+  ASSERT_TRUE(
+      registry.Append(StreamScope::Global(), "events/a", std::nullopt, "{}", clock.NowMs()).ok());
+  (*c)->NoteWrite(ParseRoute("/v1/stream/events/a", true));
+  (*c)->Tick();
+  (*c)->RunDeliveries();
+  ASSERT_EQ(posts.size(), 1u);
+  std::string header;
+  for (const auto& [name, value] : posts[0].headers) {
+    if (name == "Webhook-Signature") header = value;
+  }
+  // C started after A and B: their key sets list it once they read the state again.
+  const std::string b_now = jwks_of(**b);
+  EXPECT_EQ(kids(b_now).size(), 3u) << b_now;
+  EXPECT_TRUE(VerifyWithJwks(b_now, header, posts[0].body));
+  EXPECT_FALSE(VerifyWithJwks(b_keys, header, posts[0].body)) << "B's earlier set knew C's key";
 }
 
 // Two services over one store are two nodes behind a load balancer: a subscription made
