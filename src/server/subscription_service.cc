@@ -337,7 +337,7 @@ json PublicKeyRecord(const std::string& kid, const std::string& x, uint64_t at_m
 
 // Keeps the kMaxPublicKeys most recently recorded keys (nodes that restart without a key file
 // record a new key each time).
-constexpr size_t kMaxPublicKeys = 32;
+constexpr size_t kMaxPublicKeys = 128;
 void TrimPublicKeys(std::map<std::string, std::pair<std::string, uint64_t>>* keys) {
   while (keys->size() > kMaxPublicKeys) {
     auto oldest = keys->begin();
