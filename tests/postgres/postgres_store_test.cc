@@ -1001,7 +1001,7 @@ TEST_F(PostgresTest, ConnectionLostAfterCommitIsUnknownAndTheSlotSettlesCommitte
 // at the offset it was given; every append refused definitely (anything but kOutcomeUnknown)
 // is not stored at all; an unknown one is stored at most once; nothing else is stored, and
 // offsets have no gaps.
-TEST_F(PostgresTest, SessionsDyingAtRandomNeverLoseDuplicateOrInventAppends) {
+TEST_F(PostgresTest, ConcurrentAppendsWhileSessionsDieNeverLoseDuplicateOrInventOne) {
   constexpr int kThreads = 4;
   constexpr int kPerThread = 120;
   std::mutex hook_mu;
