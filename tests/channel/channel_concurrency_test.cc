@@ -107,16 +107,13 @@ void ChannelConcurrencyTest::TwoWriters(const std::string& channel, size_t parti
 
   // The partitions hold exactly those rows, each at the position its receipt named.
   std::map<std::string, std::pair<size_t, uint64_t>> stored;
-  for (size_t p = 0; p < partitions; ++p) {
-    auto events = ReadAll(channel + ":" + std::to_string(p));
-    for (size_t i = 0; i < events.size(); ++i) {
-      EXPECT_EQ(events[i].offset, i + 1) << "gap in partition " << p;
-      auto env = DecodeEnvelope(events[i].payload);
-      ASSERT_TRUE(env.ok()) << env.status().ToString();
-      ASSERT_TRUE(env->idempotency_key.has_value());
-      EXPECT_TRUE(stored.emplace(*env->idempotency_key, std::make_pair(p, events[i].offset)).second)
-          << *env->idempotency_key << " stored twice";
-    }
+  const std::vector<ChannelRow> rows = ReadChannel(channel, partitions);
+  ASSERT_FALSE(HasFailure()) << "a gap or an undecodable row";
+  for (const ChannelRow& row : rows) {
+    const auto& key = row.envelope.idempotency_key;
+    ASSERT_TRUE(key.has_value());
+    EXPECT_TRUE(stored.emplace(*key, std::make_pair(row.partition, row.offset)).second)
+        << *key << " stored twice";
   }
   EXPECT_EQ(stored.size(), 2u * kPerWriter);
   for (const WriterLog& log : logs) {

@@ -46,16 +46,9 @@ class ChannelModelTest : public ChannelTestBase {
   // What the partitions hold: payload -> position.
   std::map<std::string, Position> Stored(const std::string& id) {
     std::map<std::string, Position> out;
-    for (size_t p = 0; p < kPartitions; ++p) {
-      auto events = ReadAll(id + ":" + std::to_string(p));
-      for (size_t i = 0; i < events.size(); ++i) {
-        EXPECT_EQ(events[i].offset, i + 1) << "gap in partition " << p;
-        auto env = DecodeEnvelope(events[i].payload);
-        EXPECT_TRUE(env.ok()) << env.status().ToString();
-        if (!env.ok()) continue;
-        EXPECT_TRUE(out.emplace(env->payload, Position{p, events[i].offset}).second)
-            << env->payload << " stored twice";
-      }
+    for (const ChannelRow& row : ReadChannel(id, kPartitions)) {
+      EXPECT_TRUE(out.emplace(row.envelope.payload, Position{row.partition, row.offset}).second)
+          << row.envelope.payload << " stored twice";
     }
     return out;
   }

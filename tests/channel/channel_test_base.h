@@ -65,6 +65,28 @@ class ChannelTestBase : public ::testing::TestWithParam<StoreParam> {
     return out;
   }
 
+  // One stored row of a channel.
+  struct ChannelRow {
+    size_t partition;
+    uint64_t offset;
+    MessageEnvelope envelope;
+  };
+  // Every row of `channel`'s partitions, partition by partition; a gap in a partition's
+  // offsets or a row that does not decode fails the test (and is left out).
+  std::vector<ChannelRow> ReadChannel(const std::string& channel, size_t partitions) {
+    std::vector<ChannelRow> out;
+    for (size_t p = 0; p < partitions; ++p) {
+      auto events = ReadAll(channel + ":" + std::to_string(p));
+      for (size_t i = 0; i < events.size(); ++i) {
+        EXPECT_EQ(events[i].offset, i + 1) << "gap in partition " << p;
+        auto env = DecodeEnvelope(events[i].payload);
+        EXPECT_TRUE(env.ok()) << env.status().ToString();
+        if (env.ok()) out.push_back({p, events[i].offset, std::move(*env)});
+      }
+    }
+    return out;
+  }
+
   // Appends raw bytes to a stream as "another writer" would, bypassing any channel.
   uint64_t AppendRaw(const std::string& stream, std::string bytes) {
     auto r = registry_->Append(StreamScope::Global(), stream, std::nullopt, std::move(bytes),

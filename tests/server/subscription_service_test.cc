@@ -421,6 +421,11 @@ class SubscriptionServiceTest : public ::testing::Test {
     return WakeEvents("wake/pool");
   }
 
+  // A pull-wake subscription to the one stream `stream`, waking into "w".
+  static json StreamsSub(const std::string& stream) {
+    return {{"type", "pull-wake"}, {"streams", {stream}}, {"wake_stream", "w"}};
+  }
+
   static json PullSub(const std::string& /*id*/) {
     return {{"type", "pull-wake"},
             {"pattern", "events/*"},
@@ -694,14 +699,8 @@ TEST_F(SubscriptionServiceTest, StateSurvivesARestartOfTheService) {
 // after compaction still sees every change.
 TEST_F(SubscriptionServiceTest, StateStreamIsCompactedWithoutLosingState) {
   Start();
-  ASSERT_EQ(Call("PUT", "__ds/subscriptions/a",
-                 {{"type", "pull-wake"}, {"streams", {"s/0"}}, {"wake_stream", "w"}})
-                .status,
-            201);
-  ASSERT_EQ(Call("PUT", "__ds/subscriptions/b",
-                 {{"type", "pull-wake"}, {"streams", {"t/0"}}, {"wake_stream", "w"}})
-                .status,
-            201);
+  ASSERT_EQ(Call("PUT", "__ds/subscriptions/a", StreamsSub("s/0")).status, 201);
+  ASSERT_EQ(Call("PUT", "__ds/subscriptions/b", StreamsSub("t/0")).status, 201);
   for (int i = 1; i <= 600; ++i) {
     ASSERT_EQ(
         Call("POST", "__ds/subscriptions/a/streams", {{"streams", {"s/" + std::to_string(i)}}})
@@ -725,18 +724,13 @@ TEST_F(SubscriptionServiceTest, StateStreamIsCompactedWithoutLosingState) {
 // was a new link or a deletion.
 TEST_F(SubscriptionServiceTest, TheChangeThatTriggersACompactionIsNotLost) {
   Start();
-  ASSERT_EQ(Call("PUT", "__ds/subscriptions/a",
-                 {{"type", "pull-wake"}, {"streams", {"s/0"}}, {"wake_stream", "w"}})
-                .status,
-            201);
+  ASSERT_EQ(Call("PUT", "__ds/subscriptions/a", StreamsSub("s/0")).status, 201);
   bool compacted = false;
   for (int i = 1; i <= 300; ++i) {
     const std::string id = "x" + std::to_string(i);
-    HttpResponse change =
-        i % 2 == 0 ? Call("POST", "__ds/subscriptions/a/streams",
-                          {{"streams", {"s/" + std::to_string(i)}}})
-                   : Call("PUT", "__ds/subscriptions/" + id,
-                          {{"type", "pull-wake"}, {"streams", {"t"}}, {"wake_stream", "w"}});
+    HttpResponse change = i % 2 == 0 ? Call("POST", "__ds/subscriptions/a/streams",
+                                            {{"streams", {"s/" + std::to_string(i)}}})
+                                     : Call("PUT", "__ds/subscriptions/" + id, StreamsSub("t"));
     ASSERT_EQ(change.status, i % 2 == 0 ? 204 : 201) << change.body;
     if (i % 2 == 1) {
       ASSERT_EQ(Call("DELETE", "__ds/subscriptions/" + id).status, 204);
@@ -1051,10 +1045,7 @@ TEST_F(SubscriptionServiceTest, ANodeBehindACompactionReloadsFromTheHead) {
   Start();
   std::unique_ptr<SubscriptionService> b = StartNode();
   ASSERT_EQ(Call("PUT", "__ds/subscriptions/gone", PullSub("gone")).status, 201);
-  ASSERT_EQ(Call("PUT", "__ds/subscriptions/kept",
-                 {{"type", "pull-wake"}, {"streams", {"s/0"}}, {"wake_stream", "w"}})
-                .status,
-            201);
+  ASSERT_EQ(Call("PUT", "__ds/subscriptions/kept", StreamsSub("s/0")).status, 201);
   ASSERT_EQ(CallOn(*b, "GET", "__ds/subscriptions/gone").status, 200);
   ASSERT_EQ(Call("DELETE", "__ds/subscriptions/gone").status, 204);
   for (int i = 1; i <= 300; ++i) {
