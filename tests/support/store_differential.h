@@ -1,9 +1,11 @@
 // The differential driver: the same random operations (creates with retention and first
-// offsets; appends with keys, offset and attribute conditions, producers and closes; reads;
-// prefix truncation; cursor commits; retention and attribute changes, plain or
+// offsets; appends with keys, offset and attribute conditions, producers, attribute changes and
+// closes; reads; prefix truncation; cursor commits; retention and attribute changes, plain or
 // compare-and-set; deletes; reopening) against a reference store and the stores under test,
 // requiring identical answers after every step. Stream ids are each store's own and are not
-// compared; names are.
+// compared; names are. A subject may inject faults between steps and have some of its
+// refusals (the injected ones) not shared by the reference: such an operation is not applied
+// to the reference, so a refused write must leave no trace in the subject either.
 #ifndef RUNNEL_TESTS_SUPPORT_STORE_DIFFERENTIAL_H_
 #define RUNNEL_TESTS_SUPPORT_STORE_DIFFERENTIAL_H_
 
@@ -30,6 +32,17 @@ struct DifferentialSubject {
   std::function<std::vector<Store*>()> all;
   // Closes one store (chosen by `pick`) and opens the same storage again.
   std::function<void(uint64_t pick)> reopen;
+  // Optional: runs before each step with the driver's random numbers (to inject faults, or to
+  // lose power and reopen).
+  std::function<void(const std::function<uint64_t(uint64_t)>& pick)> before_step;
+  // Optional: true for a subject's refusal that the reference does not share (an injected I/O
+  // fault). The operation is then skipped on the reference and counted.
+  std::function<bool(const Status&)> refused;
+};
+
+struct DifferentialCounts {
+  int steps = 0;
+  int refused = 0;  // operations the subject refused with a status `refused` accepted
 };
 
 struct DifferentialOptions {
@@ -49,9 +62,16 @@ inline StreamId IdOf(const Result<StreamInfo>& info) {
 }
 
 // One random operation on `name`, through `subject` (the reference does the same).
+// The subject answers first; an answer `refused` accepts is counted and not repeated on the
+// reference.
 inline void Step(Store& reference, Store& subject, const std::string& name, int step,
-                 const std::function<uint64_t(uint64_t)>& pick, uint64_t now,
-                 uint64_t max_payload) {
+                 const std::function<uint64_t(uint64_t)>& pick, uint64_t now, uint64_t max_payload,
+                 const std::function<bool(const Status&)>& refused, DifferentialCounts* counts) {
+  auto skip = [&](const Status& s) {
+    if (s.ok() || !refused || !refused(s)) return false;
+    ++counts->refused;
+    return true;
+  };
   auto ref_info = reference.GetStream("global", name);
   auto sub_info = subject.GetStream("global", name);
   ASSERT_EQ(Show(ref_info, false), Show(sub_info, false));
@@ -69,7 +89,9 @@ inline void Step(Store& reference, Store& subject, const std::string& name, int 
     if (pick(4) == 0) spec.retention.max_bytes = 1 + pick(40);
     if (pick(4) == 0) spec.retention.max_age_ms = pick(200);
     if (pick(5) == 0) spec.first_offset = 1 + pick(1000);
-    ASSERT_EQ(Show(reference.CreateStream(spec), false), Show(subject.CreateStream(spec), false));
+    auto got = subject.CreateStream(spec);
+    if (skip(got.status())) return;
+    ASSERT_EQ(Show(reference.CreateStream(spec), false), Show(got, false));
   } else if (dice < 55) {
     AppendRequest req;
     req.now_ms = now;
@@ -84,6 +106,7 @@ inline void Step(Store& reference, Store& subject, const std::string& name, int 
     if (pick(5) == 0) {
       req.producer = ProducerState{"p" + std::to_string(pick(2)), pick(3), pick(100), 0};
     }
+    if (pick(6) == 0) req.attributes = "set" + std::to_string(step);
     req.close = pick(90) == 0;
     if (pick(8) == 0 && ref_info.ok()) {
       // Conditional on the catalog row's attributes: the current ones, or stale ones.
@@ -92,8 +115,9 @@ inline void Step(Store& reference, Store& subject, const std::string& name, int 
     AppendRequest copy = req;
     req.stream = rid;
     copy.stream = sid;
-    ASSERT_EQ(Show(AppendSync(reference, std::move(req))),
-              Show(AppendSync(subject, std::move(copy))));
+    auto got = AppendSync(subject, std::move(copy));
+    if (skip(got.status())) return;
+    ASSERT_EQ(Show(AppendSync(reference, std::move(req))), Show(got));
     ASSERT_EQ(ShowProducer(reference, rid, "p0"), ShowProducer(subject, sid, "p0"));
     ASSERT_EQ(ShowProducer(reference, rid, "p1"), ShowProducer(subject, sid, "p1"));
   } else if (dice < 68) {
@@ -114,13 +138,15 @@ inline void Step(Store& reference, Store& subject, const std::string& name, int 
   } else if (dice < 74) {
     const uint64_t through = pick(bound);
     const bool respect = pick(2) == 0;
-    ASSERT_EQ(Show(reference.TruncatePrefix(rid, through, respect)),
-              Show(subject.TruncatePrefix(sid, through, respect)));
+    auto got = subject.TruncatePrefix(sid, through, respect);
+    if (skip(got.status())) return;
+    ASSERT_EQ(Show(reference.TruncatePrefix(rid, through, respect)), Show(got));
   } else if (dice < 84) {
     const std::string consumer = "g" + std::to_string(pick(3));
     const uint64_t offset = pick(bound - 1);
-    ASSERT_EQ(Show(reference.CommitCursor(rid, consumer, offset, now)),
-              Show(subject.CommitCursor(sid, consumer, offset, now)));
+    auto got = subject.CommitCursor(sid, consumer, offset, now);
+    if (skip(got.status())) return;
+    ASSERT_EQ(Show(reference.CommitCursor(rid, consumer, offset, now)), Show(got));
   } else if (dice < 90) {
     StreamRetention r;
     if (pick(2) == 0) r.max_events = 1 + pick(8);
@@ -130,14 +156,18 @@ inline void Step(Store& reference, Store& subject, const std::string& name, int 
     if (pick(3) == 0 && ref_info.ok()) {
       expected = pick(2) == 0 ? ref_info->spec.attributes : "stale";
     }
-    ASSERT_EQ(reference.UpdateStream(rid, r, attributes, expected).code(),
-              subject.UpdateStream(sid, r, attributes, expected).code());
+    const Status got = subject.UpdateStream(sid, r, attributes, expected);
+    if (skip(got)) return;
+    ASSERT_EQ(reference.UpdateStream(rid, r, attributes, expected).code(), got.code());
   } else if (dice < 95) {
-    ASSERT_EQ(reference.DeleteStream(rid).code(), subject.DeleteStream(sid).code());
+    const Status got = subject.DeleteStream(sid);
+    if (skip(got)) return;
+    ASSERT_EQ(reference.DeleteStream(rid).code(), got.code());
   }
 }
 
-// Every store of the subject holds what the reference holds for `name`.
+// Every store of the subject holds what the reference holds for `name`: catalog row, records,
+// cursors and producer state.
 inline void Agree(Store& reference, const std::vector<Store*>& stores, const std::string& name) {
   auto want = reference.GetStream("global", name);
   for (Store* store : stores) {
@@ -147,41 +177,60 @@ inline void Agree(Store& reference, const std::vector<Store*>& stores, const std
       ASSERT_EQ(Show(reference.Read(want->id, 0, 1000, 1 << 30)),
                 Show(store->Read(seen->id, 0, 1000, 1 << 30)));
       ASSERT_EQ(ShowCursors(reference, want->id), ShowCursors(*store, seen->id));
+      ASSERT_EQ(ShowProducer(reference, want->id, "p0"), ShowProducer(*store, seen->id, "p0"));
+      ASSERT_EQ(ShowProducer(reference, want->id, "p1"), ShowProducer(*store, seen->id, "p1"));
     }
   }
 }
 
 }  // namespace differential_internal
 
-inline void RunDifferential(Store& reference, const DifferentialSubject& subject,
-                            const DifferentialOptions& options) {
+// Runs options.steps random steps; after each, every name must agree (the step's own name
+// only, unless the subject injects faults, which may touch any stream).
+inline DifferentialCounts RunDifferential(Store& reference, const DifferentialSubject& subject,
+                                          const DifferentialOptions& options) {
+  DifferentialCounts counts;
   std::mt19937_64 rng(options.seed * 7919 + 1);
-  auto pick = [&rng](uint64_t n) { return n == 0 ? 0 : rng() % n; };
+  const std::function<uint64_t(uint64_t)> pick = [&rng](uint64_t n) {
+    return n == 0 ? 0 : rng() % n;
+  };
   for (int step = 0; step < options.steps; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
     options.clock->Advance(pick(50));
+    if (subject.before_step) subject.before_step(pick);
+    if (::testing::Test::HasFatalFailure()) return counts;
     const std::string& name = options.names[pick(options.names.size())];
     if (pick(100) < 5) {
       subject.reopen(pick(1u << 20));
     } else {
       differential_internal::Step(reference, subject.store(pick(1u << 20)), name, step, pick,
-                                  options.clock->NowMs(), options.max_payload);
+                                  options.clock->NowMs(), options.max_payload, subject.refused,
+                                  &counts);
     }
-    if (::testing::Test::HasFatalFailure()) return;
-    differential_internal::Agree(reference, subject.all(), name);
-    if (::testing::Test::HasFatalFailure()) return;
+    if (::testing::Test::HasFatalFailure()) return counts;
+    for (const std::string& each : options.names) {
+      if (each != name && !subject.before_step) continue;
+      SCOPED_TRACE("stream " + each);
+      differential_internal::Agree(reference, subject.all(), each);
+      if (::testing::Test::HasFatalFailure()) return counts;
+    }
+    ++counts.steps;
   }
   auto want = reference.ListStreams("global", "", 100);
-  ASSERT_TRUE(want.ok());
+  EXPECT_TRUE(want.ok());
+  if (!want.ok()) return counts;
   for (Store* store : subject.all()) {
     auto seen = store->ListStreams("global", "", 100);
-    ASSERT_TRUE(seen.ok());
-    ASSERT_EQ(want->size(), seen->size());
+    EXPECT_TRUE(seen.ok());
+    if (!seen.ok()) return counts;
+    EXPECT_EQ(want->size(), seen->size());
+    if (want->size() != seen->size()) return counts;
     for (size_t i = 0; i < want->size(); ++i) {
       EXPECT_EQ((*want)[i].spec.name, (*seen)[i].spec.name);
       EXPECT_EQ(Show((*want)[i], false), Show((*seen)[i], false));
     }
   }
+  return counts;
 }
 
 }  // namespace runnel::testing
