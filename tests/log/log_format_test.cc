@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -603,6 +604,129 @@ TEST_F(LogDamageTest, DamagedCheckpointFallsBackToFullReplayOrIsReported) {
   EXPECT_EQ(store.status().code(), StatusCode::kCorruption);
   EXPECT_NE(store.status().message().find("checkpoint"), std::string_view::npos)
       << store.status().ToString();
+}
+
+// The byte range of each stream entry in a checkpoint body, and the entry's stream id.
+struct CheckpointEntry {
+  size_t begin, end;
+  uint64_t id;
+};
+std::vector<CheckpointEntry> CheckpointEntries(std::string_view body) {
+  std::vector<CheckpointEntry> out;
+  log::Reader r(body);
+  uint64_t v, count;
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(r.U64(&v));
+  EXPECT_TRUE(r.U64(&count));
+  for (uint64_t s = 0; s < count; ++s) {
+    CheckpointEntry e{body.size() - r.remaining(), 0, 0};
+    std::string_view str;
+    StreamRetention ret;
+    uint8_t closed;
+    uint32_t n32;
+    uint64_t batches, records;
+    EXPECT_TRUE(r.U64(&e.id) && r.String(&str) && r.String(&str) && r.String(&str) &&
+                r.Retention(&ret) && r.U64(&v) && r.U64(&v) && r.String(&str) && r.U64(&v) &&
+                r.U64(&v) && r.U8(&closed) && r.U64(&batches));
+    for (uint64_t b = 0; b < batches; ++b) {
+      EXPECT_TRUE(r.U64(&v) && r.U64(&v) && r.U32(&n32) && r.U32(&n32) && r.U32(&n32));
+    }
+    EXPECT_TRUE(r.U64(&records));
+    for (uint64_t k = 0; k < records; ++k) EXPECT_TRUE(r.U32(&n32) && r.U32(&n32));
+    EXPECT_TRUE(r.U32(&n32));  // no cursors in this test
+    EXPECT_EQ(n32, 0u);
+    EXPECT_TRUE(r.U32(&n32));  // no producers
+    EXPECT_EQ(n32, 0u);
+    e.end = body.size() - r.remaining();
+    out.push_back(e);
+  }
+  EXPECT_TRUE(r.done());
+  return out;
+}
+
+// Checkpoints list streams by (ns, name), the order loading indexes names fastest. One that
+// lists them in another order (earlier writers used ascending id) loads all the same; one that
+// names a stream id or a name twice is refused, and the log is replayed instead.
+TEST_F(LogDamageTest, CheckpointEntriesLoadInAnyOrderAndDuplicatesAreRefused) {
+  {
+    auto store = OpenLogStore(SmallLogOptions(dir_.path()));
+    ASSERT_TRUE(store.ok());
+    for (const char* name : {"c", "b", "a"}) {  // ids 1, 2, 3
+      auto info = (*store)->CreateStream(Spec(name));
+      ASSERT_TRUE(info.ok());
+      ASSERT_TRUE(AppendPayloads(**store, info->id, {std::string(name) + "!"}).ok());
+    }
+  }  // the clean close writes a checkpoint
+  std::string ckpt;
+  for (const auto& name : ListNames(dir_.path())) {
+    if (name.rfind("checkpoint-", 0) == 0) ckpt = dir_.path() + "/" + name;
+  }
+  ASSERT_FALSE(ckpt.empty());
+  const std::string original = ReadFile(ckpt);
+  const std::string body = original.substr(log::kCheckpointHeaderSize);
+  const std::vector<CheckpointEntry> entries = CheckpointEntries(body);
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(entries[0].id, 3u);  // "a"
+  EXPECT_EQ(entries[1].id, 2u);  // "b"
+  EXPECT_EQ(entries[2].id, 1u);  // "c"
+  // The checkpoint with its entries in `order` (the stream count unchanged) and `edit` applied
+  // to the new body; the CRC is recomputed, so only the loader's own checks can refuse it.
+  auto rewrite = [&](std::vector<size_t> order, const std::function<void(std::string*)>& edit) {
+    std::string out = body.substr(0, entries[0].begin);
+    for (size_t i : order) out += body.substr(entries[i].begin, entries[i].end - entries[i].begin);
+    if (edit) edit(&out);
+    std::string file = original.substr(0, log::kCheckpointHeaderSize);
+    std::string crc;
+    log::PutU32(&crc, log::MaskCrc(log::Crc32c(out)));
+    file.replace(24, 4, crc);
+    // Each open closes with a newer checkpoint of its own: only the rewritten one may remain.
+    for (const auto& name : ListNames(dir_.path())) {
+      if (name.rfind("checkpoint-", 0) == 0) std::remove((dir_.path() + "/" + name).c_str());
+    }
+    WriteFile(ckpt, file + out);
+  };
+  auto open_and_check = [&](const std::string& note) {
+    auto store = OpenLogStore(SmallLogOptions(dir_.path()));
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    const auto notes = dynamic_cast<log::LogStore&>(**store).RecoveryNotes();
+    if (note.empty()) {
+      for (const auto& n : notes) EXPECT_EQ(n.find("checkpoint"), std::string::npos) << n;
+    } else {
+      ASSERT_FALSE(notes.empty());
+      EXPECT_NE(notes[0].find(note), std::string::npos) << notes[0];
+    }
+    auto listed = (*store)->ListStreams("global", "", 10);
+    ASSERT_TRUE(listed.ok());
+    ASSERT_EQ(listed->size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      const std::string name(1, static_cast<char>('a' + i));
+      EXPECT_EQ((*listed)[i].spec.name, name);
+      EXPECT_EQ((*listed)[i].id, 3u - i);
+      auto recs = (*store)->Read((*listed)[i].id, 1, 10, 1 << 20);
+      ASSERT_TRUE(recs.ok());
+      ASSERT_EQ(recs->size(), 1u);
+      EXPECT_EQ((*recs)[0].payload, name + "!");
+    }
+  };
+  {
+    SCOPED_TRACE("ascending id, as earlier writers listed them");
+    rewrite({2, 1, 0}, nullptr);
+    ASSERT_NO_FATAL_FAILURE(open_and_check(""));
+  }
+  {
+    SCOPED_TRACE("an id twice");
+    rewrite({0, 1, 1}, nullptr);
+    ASSERT_NO_FATAL_FAILURE(open_and_check("duplicate stream id"));
+  }
+  {
+    SCOPED_TRACE("a name twice");
+    // Entry "c" renamed "a": its name is the one-byte string after the id and "global".
+    rewrite({0, 1, 2}, [&](std::string* out) {
+      const size_t name_at = entries[2].begin + 8 + 4 + 6 + 4;
+      ASSERT_EQ((*out)[name_at], 'c');
+      (*out)[name_at] = 'a';
+    });
+    ASSERT_NO_FATAL_FAILURE(open_and_check("duplicate stream name"));
+  }
 }
 
 TEST_F(LogDamageTest, CheckReportsHealthyTornAndCorruptDirectories) {

@@ -220,8 +220,8 @@ class LogStore final : public Store {
         if (s == nullptr || s->id == id) return s;
       }
     }
-    // Adds `s`, replacing a stream with the same id.
-    void Insert(std::unique_ptr<StreamState> s);
+    // Adds `s` and returns it; null (and `s` dropped) when its id is taken already.
+    StreamState* Insert(std::unique_ptr<StreamState> s);
     // Room for `n` streams without growing.
     void Reserve(size_t n);
     void Erase(StreamId id);
@@ -282,8 +282,9 @@ class LogStore final : public Store {
   StreamState* FindLocked(StreamId id) const;
   StreamState* FindByNameLocked(std::string_view ns, std::string_view name) const;
   // Fills the spec fields of `s` (interning ns and content type) and indexes it by name; the
-  // caller inserts it into streams_. Undone by Forget.
-  void Adopt(StreamState& s, StreamSpec spec);
+  // caller inserts it into streams_. Undone by Forget. False when another stream has the name
+  // (`s` is then not indexed by name; the caller refuses what it was loading).
+  [[nodiscard]] bool Adopt(StreamState& s, StreamSpec spec);
   void Forget(StreamState& s);
   static StreamInfo Snapshot(const StreamState& s);
 
@@ -397,6 +398,8 @@ class LogStore final : public Store {
   std::chrono::steady_clock::time_point roll_failed_at_{};
   std::chrono::steady_clock::time_point checkpoint_retry_at_{};
   uint64_t checkpoint_seq_ = 0;
+  // Body size of the last checkpoint loaded or written: the next one reserves about that much.
+  uint64_t checkpoint_body_bytes_ = 0;
   std::map<std::pair<StreamId, std::string>, uint64_t> pending_cursors_;
   // Creates queued in the current group: their names, and the id the next one gets.
   std::set<std::pair<std::string, std::string>> pending_names_;
