@@ -91,12 +91,16 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 }  // namespace
 
 void FaultInjectionEnv::ClearFaults() {
-  std::lock_guard lock(mu_);
-  sync_action_in_ = 0;
-  sync_action_ = nullptr;
-  fail_write_in_ = 0;
-  fail_sync_in_ = 0;
-  no_space_ = false;
+  {
+    std::lock_guard lock(mu_);
+    sync_action_in_ = 0;
+    sync_action_ = nullptr;
+    fail_write_in_ = 0;
+    fail_sync_in_ = 0;
+    no_space_ = false;
+    hold_.reset();
+  }
+  released_.notify_all();
 }
 
 Result<std::unique_ptr<File>> FaultInjectionEnv::OpenFile(const std::string& path, bool create) {
@@ -124,6 +128,24 @@ Status FaultInjectionEnv::BeforeWrite(const std::string& path, size_t bytes, siz
   return Status::OK();
 }
 
+void FaultInjectionEnv::HoldSyncs(std::string suffix) {
+  std::lock_guard lock(mu_);
+  hold_ = std::move(suffix);
+}
+
+void FaultInjectionEnv::ReleaseSyncs() {
+  {
+    std::lock_guard lock(mu_);
+    hold_.reset();
+  }
+  released_.notify_all();
+}
+
+int FaultInjectionEnv::HeldSyncs() {
+  std::lock_guard lock(mu_);
+  return held_;
+}
+
 Status FaultInjectionEnv::BeforeSync(const std::string& path) {
   syncs_.fetch_add(1);
   std::function<void()> action;
@@ -135,7 +157,12 @@ Status FaultInjectionEnv::BeforeSync(const std::string& path) {
   if (const int64_t us = sync_delay_us_.load(); us > 0) {
     std::this_thread::sleep_for(std::chrono::microseconds(us));
   }
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
+  if (hold_ && EndsWith(path, *hold_)) {
+    ++held_;
+    released_.wait(lock, [&] { return !hold_ || !EndsWith(path, *hold_); });
+    --held_;
+  }
   if (!EndsWith(path, suffix_) || (!exempt_.empty() && EndsWith(path, exempt_))) {
     return Status::OK();
   }

@@ -13,6 +13,8 @@
 //   pull the plug with MemEnv::Crash at an exact point: data written but not yet synced).
 // - SetSyncDelay(d): every Sync takes at least `d` longer, like a slow device (the delay is
 //   not a failure and does not count as an injected fault).
+// - HoldSyncs(suffix): a Sync of a file whose path ends with `suffix` waits until
+//   ReleaseSyncs(), like a device stalled on those files (HeldSyncs() counts the waiting ones).
 // Power-loss simulation itself is the base env's business (see MemEnv::Crash).
 //
 // Thread-safety: all methods are safe to call concurrently.
@@ -21,10 +23,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "env/env.h"
@@ -41,13 +45,16 @@ class FaultInjectionEnv final : public Env {
   void SetNoSpace(bool on);
   void BeforeSyncDo(uint64_t n, std::function<void()> action);
   void SetSyncDelay(std::chrono::microseconds delay) { sync_delay_us_ = delay.count(); }
+  void HoldSyncs(std::string suffix);
+  void ReleaseSyncs();
+  int HeldSyncs();
   // Restricts FailWrite, FailSync and SetNoSpace to files whose path ends with `suffix`
   // (empty: every file). ClearFaults keeps it.
   void SetFaultPathSuffix(std::string suffix);
   // Files whose path ends with `suffix` are never faulted (empty: none exempt). ClearFaults
   // keeps it.
   void SetExemptPathSuffix(std::string suffix);
-  // Clears every pending fault.
+  // Clears every pending fault and releases held syncs.
   void ClearFaults();
   uint64_t writes() const { return writes_.load(); }
   uint64_t syncs() const { return syncs_.load(); }
@@ -85,6 +92,9 @@ class FaultInjectionEnv final : public Env {
   std::string exempt_;          // GUARDED_BY(mu_)
   uint64_t sync_action_in_ = 0;          // GUARDED_BY(mu_)
   std::function<void()> sync_action_;    // GUARDED_BY(mu_)
+  std::optional<std::string> hold_;      // GUARDED_BY(mu_): the suffix of held syncs
+  int held_ = 0;                         // GUARDED_BY(mu_)
+  std::condition_variable released_;
   std::atomic<int64_t> sync_delay_us_{0};
   std::atomic<uint64_t> writes_{0};
   std::atomic<uint64_t> syncs_{0};

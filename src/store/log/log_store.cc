@@ -92,17 +92,20 @@ bool ParseNumbered(std::string_view name, std::string_view prefix, std::string_v
   return true;
 }
 
-// A buffer for a whole file read at once (a checkpoint: 100+ MB with a million streams). Not
-// zero-filled first, since the read overwrites it; its 2 MiB-aligned interior is offered to the
-// kernel for transparent huge pages, so filling it costs a fault per 2 MiB instead of per 4 KiB.
+// Offers the 2 MiB-aligned interior of [p, p + n) to the kernel for transparent huge pages: a
+// 100+ MB buffer (a million streams' checkpoint) is then filled at a fault per 2 MiB instead of
+// per 4 KiB. A hint only.
+void OfferHugePages(void* p, size_t n) {
+  constexpr uintptr_t kHuge = 2u << 20;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) & ~(kHuge - 1);
+  if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
+
+// A buffer for a whole file read at once, not zero-filled first (the read overwrites it).
 std::unique_ptr<char[]> NewReadBuffer(size_t n) {
   auto buf = std::make_unique_for_overwrite<char[]>(n);
-  constexpr uintptr_t kHuge = 2u << 20;
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(buf.get()) + kHuge - 1) & ~(kHuge - 1);
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(buf.get()) + n) & ~(kHuge - 1);
-  if (end > begin) {
-    (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);  // a hint only
-  }
+  OfferHugePages(buf.get(), n);
   return buf;
 }
 
@@ -1204,9 +1207,10 @@ void LogStore::WriterLoop() {
           queue_cv_.wait_until(
               lock, last_sync_ + std::chrono::milliseconds(options_.durability.interval_ms));
         } else {
-          queue_cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+          queue_cv_.wait(lock, [&] { return !queue_.empty() || stopping_ || checkpoint_written_; });
         }
       }
+      checkpoint_written_ = false;
       WaitForFullerGroup(lock);
       ops.swap(queue_);
       stop = stopping_ && ops.empty();
@@ -1257,27 +1261,24 @@ void LogStore::WriterLoop() {
     const bool freeing = segment_freed_ && bytes_since_checkpoint_ > 0 &&
                          now - last_freeing_checkpoint_ >= std::chrono::seconds(10);
     if ((bytes_since_checkpoint_ >= options_.checkpoint_interval_bytes || freeing) &&
-        now >= checkpoint_retry_at_) {
+        now >= checkpoint_retry_at_ && PollBackgroundCheckpoint(false)) {
       const bool periodic = bytes_since_checkpoint_ >= options_.checkpoint_interval_bytes;
       if (freeing) last_freeing_checkpoint_ = now;
       segment_freed_ = false;
       // The cleaner copies live records forward: not for a checkpoint that only frees space.
       Status s = periodic ? Clean() : Status::OK();
-      if (s.ok()) s = WriteCheckpoint();
       if (s.ok()) {
-        checkpoint_failures_ = 0;
+        StartBackgroundCheckpoint();
       } else {
-        // Recovery just replays more meanwhile; nothing acknowledged depends on it.
-        const auto delay = std::chrono::seconds(1u << std::min<uint32_t>(checkpoint_failures_, 6));
-        ++checkpoint_failures_;
-        checkpoint_retry_at_ = now + delay;
-        std::fprintf(
-            stderr, "runnel: WARN log store %s: checkpoint failed (%s); retrying in %llds\n",
-            options_.dir.c_str(), s.ToString().c_str(), static_cast<long long>(delay.count()));
+        CheckpointFailed(s);
       }
+    } else {
+      PollBackgroundCheckpoint(false);
     }
   }
-  // Clean shutdown: make everything durable and checkpoint so the next open replays nothing.
+  // Clean shutdown: make everything durable and checkpoint so the next open replays nothing
+  // (after the checkpoint being written in the background, if any, is done).
+  PollBackgroundCheckpoint(true);
   Status s = SyncActive();
   if (s.ok()) s = WriteCheckpoint();
   if (!s.ok()) {
@@ -1724,9 +1725,11 @@ Status LogStore::RollSegment(uint64_t min_capacity) {
   return Status::OK();
 }
 
-Status LogStore::WriteCheckpoint() {
+Status LogStore::BeginCheckpoint(CheckpointJob* job) {
   // The marker frame closes the replayed range; the checkpoint replays from just after it.
   const uint64_t seq = checkpoint_seq_ + 1;
+  job->seq = seq;
+  job->log_bytes = bytes_since_checkpoint_;
   std::string marker;
   AppendFrame(&marker, FrameType::kCheckpointMarker, EncodeCheckpointMarker(seq));
   std::vector<std::string_view> pieces{marker};
@@ -1735,9 +1738,11 @@ Status LogStore::WriteCheckpoint() {
   const uint64_t replay_segment = active_segment_;
   const uint64_t replay_pos = active_pos_;
 
-  std::string body;
+  std::string& body = job->body;
+  body.clear();
   // Grown once instead of doubling through a 100+ MB body (a copy and fresh pages each time).
   body.reserve(static_cast<size_t>(checkpoint_body_bytes_ + checkpoint_body_bytes_ / 8));
+  OfferHugePages(body.data(), body.capacity());
   {
     std::shared_lock lock(state_mu_);
     PutU64(&body, seq);
@@ -1798,58 +1803,131 @@ Status LogStore::WriteCheckpoint() {
     }
   }
   checkpoint_body_bytes_ = body.size();
-  std::string header(kCheckpointMagic);
-  PutU32(&header, kCheckpointVersion);
-  PutU32(&header, 0);
-  PutU64(&header, body.size());
-  PutU32(&header, MaskCrc(Crc32c(body)));
-  PutU32(&header, 0);
+  job->header.assign(kCheckpointMagic);
+  PutU32(&job->header, kCheckpointVersion);
+  PutU32(&job->header, 0);
+  PutU64(&job->header, body.size());
+  PutU32(&job->header, MaskCrc(Crc32c(body)));
+  PutU32(&job->header, 0);
+  // Segments before the replay point without live records: deleted once this checkpoint is
+  // durable (the ones that die later wait for the next, which no longer names them).
+  job->dead_segments.clear();
+  std::shared_lock lock(state_mu_);
+  for (const auto& [n, seg] : segments_) {
+    if (n < replay_segment && n != active_segment_ && seg.live_bytes == 0) {
+      job->dead_segments.push_back(n);
+    }
+  }
+  return Status::OK();
+}
 
-  const std::string final_path = env::JoinPath(options_.dir, CheckpointName(seq));
+Status LogStore::WriteCheckpointFile(env::Env* env, const std::string& dir,
+                                     const CheckpointJob& job) {
+  const std::string final_path = env::JoinPath(dir, CheckpointName(job.seq));
   const std::string tmp_path = final_path + ".tmp";
   Status written = [&]() -> Status {
-    RUNNEL_ASSIGN_OR_RETURN(auto file, env_->OpenFile(tmp_path, true));
+    RUNNEL_ASSIGN_OR_RETURN(auto file, env->OpenFile(tmp_path, true));
     RUNNEL_RETURN_IF_ERROR(file->Truncate(0));
-    std::string_view parts[] = {header, body};
+    std::string_view parts[] = {job.header, job.body};
     RUNNEL_RETURN_IF_ERROR(file->WriteAt(0, parts));
     RUNNEL_RETURN_IF_ERROR(file->Sync());
-    return env_->RenameFile(tmp_path, final_path);
+    return env->RenameFile(tmp_path, final_path);
   }();
   if (!written.ok()) {
     // A partial file would hold on to the space a full disk is short of until the next open.
-    Status removed = env_->RemoveFile(tmp_path);
+    Status removed = env->RemoveFile(tmp_path);
     (void)removed;
     return written;
   }
-  RUNNEL_RETURN_IF_ERROR(env_->SyncDir(options_.dir));
-  checkpoint_seq_ = seq;
-  bytes_since_checkpoint_ = 0;
+  RUNNEL_RETURN_IF_ERROR(env->SyncDir(dir));
   // Older checkpoints are no longer needed.
-  auto names = env_->ListDir(options_.dir);
+  auto names = env->ListDir(dir);
   if (names.ok()) {
     for (const std::string& name : *names) {
       uint64_t n;
-      if (ParseNumbered(name, "checkpoint-", ".ckpt", &n) && n < seq) {
-        Status s = env_->RemoveFile(env::JoinPath(options_.dir, name));
+      if (ParseNumbered(name, "checkpoint-", ".ckpt", &n) && n < job.seq) {
+        Status s = env->RemoveFile(env::JoinPath(dir, name));
         (void)s;
       }
     }
   }
-  DeleteDeadSegments(replay_segment);
   return Status::OK();
 }
 
-void LogStore::DeleteDeadSegments(uint64_t replay_segment) {
+void LogStore::FinishCheckpoint(const CheckpointJob& job) {
+  checkpoint_seq_ = job.seq;
+  // What was logged while the file was written counts toward the next checkpoint.
+  bytes_since_checkpoint_ -= std::min(bytes_since_checkpoint_, job.log_bytes);
+  checkpoint_failures_ = 0;
+  DeleteDeadSegments(job.dead_segments);
+}
+
+Status LogStore::WriteCheckpoint() {
+  PollBackgroundCheckpoint(true);
+  CheckpointJob job;
+  RUNNEL_RETURN_IF_ERROR(BeginCheckpoint(&job));
+  RUNNEL_RETURN_IF_ERROR(WriteCheckpointFile(env_, options_.dir, job));
+  FinishCheckpoint(job);
+  return Status::OK();
+}
+
+void LogStore::StartBackgroundCheckpoint() {
+  auto job = std::make_unique<CheckpointJob>();
+  Status s = BeginCheckpoint(job.get());
+  if (!s.ok()) return CheckpointFailed(s);
+  background_checkpoint_ = std::move(job);
+  std::promise<Status> written;
+  background_checkpoint_done_ = written.get_future();
+  background_checkpoint_thread_ = std::thread([this, written = std::move(written)]() mutable {
+    written.set_value(WriteCheckpointFile(env_, options_.dir, *background_checkpoint_));
+    {
+      // Wakes an idle writer to finish it (the result is set first, so the writer finds it):
+      // deleting dead segments must not wait for traffic (on a full disk there may be none
+      // until they are gone).
+      std::lock_guard lock(queue_mu_);
+      checkpoint_written_ = true;
+    }
+    queue_cv_.notify_all();
+  });
+  SetThreadName(background_checkpoint_thread_, "log-checkpoint");
+}
+
+bool LogStore::PollBackgroundCheckpoint(bool wait) {
+  if (!background_checkpoint_) return true;
+  if (!wait &&
+      background_checkpoint_done_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    return false;
+  }
+  const Status s = background_checkpoint_done_.get();
+  background_checkpoint_thread_.join();
+  if (s.ok()) {
+    FinishCheckpoint(*background_checkpoint_);
+  } else {
+    CheckpointFailed(s);
+  }
+  background_checkpoint_.reset();
+  return true;
+}
+
+void LogStore::CheckpointFailed(const Status& s) {
+  // Recovery just replays more meanwhile; nothing acknowledged depends on it.
+  const auto delay = std::chrono::seconds(1u << std::min<uint32_t>(checkpoint_failures_, 6));
+  ++checkpoint_failures_;
+  checkpoint_retry_at_ = std::chrono::steady_clock::now() + delay;
+  std::fprintf(stderr, "runnel: WARN log store %s: checkpoint failed (%s); retrying in %llds\n",
+               options_.dir.c_str(), s.ToString().c_str(), static_cast<long long>(delay.count()));
+}
+
+void LogStore::DeleteDeadSegments(const std::vector<uint64_t>& candidates) {
   std::vector<uint64_t> dead;
   {
     std::unique_lock lock(state_mu_);
-    for (auto it = segments_.begin(); it != segments_.end();) {
-      if (it->first < replay_segment && it->first != active_segment_ &&
-          it->second.live_bytes == 0) {
-        dead.push_back(it->first);
-        it = segments_.erase(it);
-      } else {
-        ++it;
+    for (uint64_t n : candidates) {
+      auto it = segments_.find(n);
+      // Dead segments stay dead: live records are only ever copied forward, never into them.
+      if (it != segments_.end() && n != active_segment_ && it->second.live_bytes == 0) {
+        dead.push_back(n);
+        segments_.erase(it);
       }
     }
   }

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -309,8 +310,30 @@ class LogStore final : public Store {
   // fdatasync of the active segment on the commit path: counts it (and the records and bytes it
   // made durable) in the commit stats.
   Status SyncLog(env::File& file);
+  // A checkpoint in three steps. Begin (writer thread): the marker frame, then the body built
+  // from the state as of the marker. WriteCheckpointFile (any thread): the file written,
+  // synced and renamed into place, older checkpoints removed. Finish (writer thread, once the
+  // file is durable): the bookkeeping and the segments that were dead at Begin are deleted.
+  struct CheckpointJob {
+    uint64_t seq = 0;
+    uint64_t log_bytes = 0;  // bytes_since_checkpoint_ that this checkpoint covers
+    std::string header, body;
+    std::vector<uint64_t> dead_segments;
+  };
+  Status BeginCheckpoint(CheckpointJob* job);
+  static Status WriteCheckpointFile(env::Env* env, const std::string& dir,
+                                    const CheckpointJob& job);
+  void FinishCheckpoint(const CheckpointJob& job);
+  // All three on the calling (writer) thread, after any checkpoint in the background is done.
   Status WriteCheckpoint();
-  void DeleteDeadSegments(uint64_t replay_segment);
+  // Periodic checkpoints (writer thread): Begin here, the file in the background (a million
+  // streams make a 100+ MB file, which appends need not wait for), Finish at a later round.
+  void StartBackgroundCheckpoint();
+  // Writer thread: finishes a background checkpoint that is done (or, with `wait`, waits for
+  // it). False while one is still being written.
+  bool PollBackgroundCheckpoint(bool wait);
+  void CheckpointFailed(const Status& s);
+  void DeleteDeadSegments(const std::vector<uint64_t>& dead);
   // The cleaner: copies the live batches of mostly-dead old segments to the head of the log,
   // grouped by stream, so the next checkpoint can delete those segments.
   Status Clean();
@@ -398,6 +421,11 @@ class LogStore final : public Store {
   std::chrono::steady_clock::time_point roll_failed_at_{};
   std::chrono::steady_clock::time_point checkpoint_retry_at_{};
   uint64_t checkpoint_seq_ = 0;
+  // Writer thread only: the checkpoint whose file is being written in the background, and the
+  // result of that write.
+  std::unique_ptr<CheckpointJob> background_checkpoint_;
+  std::future<Status> background_checkpoint_done_;
+  std::thread background_checkpoint_thread_;
   // Body size of the last checkpoint loaded or written: the next one reserves about that much.
   uint64_t checkpoint_body_bytes_ = 0;
   std::map<std::pair<StreamId, std::string>, uint64_t> pending_cursors_;
@@ -413,6 +441,8 @@ class LogStore final : public Store {
   std::condition_variable queue_cv_;
   std::vector<std::shared_ptr<Op>> queue_;  // GUARDED_BY(queue_mu_)
   bool stopping_ = false;                   // GUARDED_BY(queue_mu_)
+  // A background checkpoint's file is written: the writer wakes to finish it.
+  bool checkpoint_written_ = false;  // GUARDED_BY(queue_mu_)
   // While the writer waits for a fuller group: the queue size that wakes it (0 = not waiting).
   size_t group_target_ = 0;  // GUARDED_BY(queue_mu_)
   std::thread writer_;
