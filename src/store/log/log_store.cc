@@ -1260,8 +1260,10 @@ void LogStore::WriterLoop() {
     const auto now = std::chrono::steady_clock::now();
     const bool freeing = segment_freed_ && bytes_since_checkpoint_ > 0 &&
                          now - last_freeing_checkpoint_ >= std::chrono::seconds(10);
+    // A checkpoint written in the background is finished first; none starts while it is not.
+    const bool checkpoint_idle = PollBackgroundCheckpoint(false);
     if ((bytes_since_checkpoint_ >= options_.checkpoint_interval_bytes || freeing) &&
-        now >= checkpoint_retry_at_ && PollBackgroundCheckpoint(false)) {
+        now >= checkpoint_retry_at_ && checkpoint_idle) {
       const bool periodic = bytes_since_checkpoint_ >= options_.checkpoint_interval_bytes;
       if (freeing) last_freeing_checkpoint_ = now;
       segment_freed_ = false;
@@ -1272,8 +1274,6 @@ void LogStore::WriterLoop() {
       } else {
         CheckpointFailed(s);
       }
-    } else {
-      PollBackgroundCheckpoint(false);
     }
   }
   // Clean shutdown: make everything durable and checkpoint so the next open replays nothing
@@ -1814,15 +1814,16 @@ Status LogStore::BeginCheckpoint(CheckpointJob* job) {
   job->dead_segments.clear();
   std::shared_lock lock(state_mu_);
   for (const auto& [n, seg] : segments_) {
-    if (n < replay_segment && n != active_segment_ && seg.live_bytes == 0) {
+    if (n < replay_segment && seg.live_bytes == 0) {
       job->dead_segments.push_back(n);
     }
   }
   return Status::OK();
 }
 
-Status LogStore::WriteCheckpointFile(env::Env* env, const std::string& dir,
-                                     const CheckpointJob& job) {
+Status LogStore::WriteCheckpointFile(const CheckpointJob& job) const {
+  const std::string& dir = options_.dir;
+  env::Env* env = env_;
   const std::string final_path = env::JoinPath(dir, CheckpointName(job.seq));
   const std::string tmp_path = final_path + ".tmp";
   Status written = [&]() -> Status {
@@ -1866,7 +1867,7 @@ Status LogStore::WriteCheckpoint() {
   PollBackgroundCheckpoint(true);
   CheckpointJob job;
   RUNNEL_RETURN_IF_ERROR(BeginCheckpoint(&job));
-  RUNNEL_RETURN_IF_ERROR(WriteCheckpointFile(env_, options_.dir, job));
+  RUNNEL_RETURN_IF_ERROR(WriteCheckpointFile(job));
   FinishCheckpoint(job);
   return Status::OK();
 }
@@ -1879,7 +1880,7 @@ void LogStore::StartBackgroundCheckpoint() {
   std::promise<Status> written;
   background_checkpoint_done_ = written.get_future();
   background_checkpoint_thread_ = std::thread([this, written = std::move(written)]() mutable {
-    written.set_value(WriteCheckpointFile(env_, options_.dir, *background_checkpoint_));
+    written.set_value(WriteCheckpointFile(*background_checkpoint_));
     {
       // Wakes an idle writer to finish it (the result is set first, so the writer finds it):
       // deleting dead segments must not wait for traffic (on a full disk there may be none

@@ -321,8 +321,7 @@ class LogStore final : public Store {
     std::vector<uint64_t> dead_segments;
   };
   Status BeginCheckpoint(CheckpointJob* job);
-  static Status WriteCheckpointFile(env::Env* env, const std::string& dir,
-                                    const CheckpointJob& job);
+  Status WriteCheckpointFile(const CheckpointJob& job) const;
   void FinishCheckpoint(const CheckpointJob& job);
   // All three on the calling (writer) thread, after any checkpoint in the background is done.
   Status WriteCheckpoint();
