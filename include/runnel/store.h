@@ -65,6 +65,10 @@ struct StreamInfo {
   uint64_t event_count = 0;
   uint64_t retained_bytes = 0;
   bool closed = false;
+
+  // Whether a record was ever appended (retention may have removed it since). A channel adopts
+  // only a stream that never held one.
+  bool EverHeldARecord() const { return head_offset != 0 || next_offset > spec.first_offset; }
 };
 
 struct AppendRecord {
@@ -189,10 +193,14 @@ class Store {
   // Replaces retention and attributes. Retention takes effect at the next append. When
   // `expected_attributes` is set, nothing changes and the answer is kConflict unless the
   // stream's attributes are exactly those (the compare-and-set of a read-modify-write that
-  // processes sharing a store would otherwise race).
+  // processes sharing a store would otherwise race). When `expected_next_offset` is set, nothing
+  // changes and the answer is kConflict unless the stream's next offset is exactly that: no
+  // record was appended since the caller read it (a channel adopting an empty stream relies on
+  // it, so a plain append racing the adoption cannot slip a foreign record in first).
   virtual Status UpdateStream(StreamId id, const StreamRetention& retention,
                               std::string_view attributes,
-                              std::optional<std::string_view> expected_attributes) = 0;
+                              std::optional<std::string_view> expected_attributes,
+                              std::optional<uint64_t> expected_next_offset) = 0;
   // Removes the stream, its records, cursors and producer state. Its name can be created again
   // as a new stream.
   virtual Status DeleteStream(StreamId id) = 0;

@@ -480,7 +480,8 @@ Status StreamRegistry::SetRetention(const StreamScope& scope, std::string_view n
   for (int attempt = 1;; ++attempt) {
     RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, core_->Lookup(scope, name));
     Status s =
-        core_->store().UpdateStream(info.id, retention, info.spec.attributes, info.spec.attributes);
+        core_->store().UpdateStream(info.id, retention, info.spec.attributes, info.spec.attributes,
+                                    /*expected_next_offset=*/std::nullopt);
     if (s.code() != StatusCode::kConflict || attempt == kMaxMetaAttempts) return s;
   }
 }

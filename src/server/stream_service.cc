@@ -474,7 +474,8 @@ Status StreamService::UpdateMeta(StreamId id, const std::function<void(Meta*)>& 
     change(&meta);
     RUNNEL_ASSIGN_OR_RETURN(std::string attrs, attributes::Set(info.spec.attributes,
                                                                Meta::kAttributeKey, meta.Stored()));
-    Status s = registry_.store().UpdateStream(id, info.spec.retention, attrs, info.spec.attributes);
+    Status s = registry_.store().UpdateStream(id, info.spec.retention, attrs, info.spec.attributes,
+                                              std::nullopt);
     if (s.code() != StatusCode::kConflict || attempt == kMaxMetaAttempts) return s;
   }
 }
@@ -507,7 +508,8 @@ Status StreamService::SoftDelete(StreamId id) {
     }
     // Closed (by someone else meanwhile): the store already refuses appends; set the mark alone.
     if (info.closed || s.code() == StatusCode::kFailedPrecondition) {
-      s = registry_.store().UpdateStream(id, info.spec.retention, attrs, info.spec.attributes);
+      s = registry_.store().UpdateStream(id, info.spec.retention, attrs, info.spec.attributes,
+                                         std::nullopt);
     }
     if (s.code() != StatusCode::kConflict || attempt == kMaxMetaAttempts) return s;
   }
@@ -1160,9 +1162,8 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
     found = std::make_shared<const Found>(std::move(*fresh));
     // A stream that never held a record may still become a channel's partition (adoption
     // tags it): it is looked up afresh until its first record makes that impossible.
-    const bool ever_written =
-        found->info.head_offset != 0 || found->info.next_offset > found->info.spec.first_offset;
-    if (!key.empty() && !found->meta.soft_deleted && !found->info.closed && ever_written) {
+    if (!key.empty() && !found->meta.soft_deleted && !found->info.closed &&
+        found->info.EverHeldARecord()) {
       RememberLookup(key, found);
     }
   }
@@ -1304,6 +1305,12 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
     options.attributes = std::move(meta_append->attributes);
     expected_attributes = std::move(meta_append->read);
   }
+  // A stream that never held a record may be adopted by a channel at any moment (its tag is a
+  // compare-and-set on the attributes and the tail): this append expects the untagged
+  // attributes it was validated against, so it cannot land in a partition tagged meanwhile.
+  // Losing that race is decided again from a fresh lookup, which then refuses it (409).
+  const bool adoptable = !info.EverHeldARecord();
+  if (adoptable && !expected_attributes) expected_attributes = info.spec.attributes;
   if (expected_position && !empty) options.expected_offset = *expected_position + 1;
   auto started = std::chrono::steady_clock::now();
   // To the id the request was validated against; a stream deleted meanwhile (perhaps recreated
@@ -1320,7 +1327,8 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
   registry_.store().Append(std::move(append), [this, home = Home(), release = std::move(release),
                                                done = std::move(done), producer, close, stream_seq,
                                                id, started, empty, from_cache, key, route, shared,
-                                               retry_race](Result<AppendResult> result) mutable {
+                                               retry_race,
+                                               adoptable](Result<AppendResult> result) mutable {
     // Only a refusal (or the Stream-Seq bookkeeping, which may wait for a catalog write)
     // calls the store on the way to the answer.
     const bool calls_store = !result.ok() || stream_seq.has_value();
@@ -1328,10 +1336,10 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
         home, calls_store,
         [this, release = std::move(release), done = std::move(done), producer, close, stream_seq,
          id, started, empty, from_cache, key = std::move(key), route = std::move(route),
-         shared = std::move(shared), result = std::move(result), retry_race]() mutable {
+         shared = std::move(shared), result = std::move(result), retry_race, adoptable]() mutable {
           // Not on the store's thread: an UpdateMeta holds meta_mu_ while it waits for a commit.
           if (stream_seq) MetaAppendDone(id);
-          if (stream_seq && retry_race && !result.ok() &&
+          if ((stream_seq || adoptable) && retry_race && !result.ok() &&
               result.status().code() == StatusCode::kConflict) {
             // Nothing was written: the attributes (or the tail) changed through another node
             // after they were read. Decide again from what is stored now.

@@ -22,6 +22,14 @@ inline Status AttributesChanged(std::string_view stream) {
                           0, 0);
 }
 
+// A catalog update whose expected next offset (UpdateStream) is no longer the stream's.
+inline Status NextOffsetChanged(std::string_view stream, uint64_t expected, uint64_t actual) {
+  return Status::Conflict("stream '" + std::string(stream) + "' has next offset " +
+                              std::to_string(actual) + ", not " + std::to_string(expected) +
+                              ": records were appended since it was read; nothing was changed",
+                          expected, actual);
+}
+
 // The compare-and-set of an append's producer state against the stored (epoch, seq) (none when
 // the producer is new): only a strictly newer pair may be written. A stale epoch is
 // kPermissionDenied, an (epoch, seq) already committed kAlreadyExists; nothing is written.

@@ -114,9 +114,11 @@ class FaultyStore final : public Store {
     return inner_->ListStreams(ns, start_after, limit);
   }
   Status UpdateStream(StreamId id, const StreamRetention& retention, std::string_view attributes,
-                      std::optional<std::string_view> expected_attributes) override {
+                      std::optional<std::string_view> expected_attributes,
+                      std::optional<uint64_t> expected_next_offset) override {
     ++calls_;
-    return inner_->UpdateStream(id, retention, attributes, expected_attributes);
+    return inner_->UpdateStream(id, retention, attributes, expected_attributes,
+                                expected_next_offset);
   }
   Status DeleteStream(StreamId id) override {
     ++calls_;

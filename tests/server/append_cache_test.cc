@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "core/attributes.h"
+#include "runnel/channel.h"
 #include "runnel/registry.h"
 #include "runnel/store.h"
 #include "server/stream_service.h"
@@ -51,16 +52,18 @@ class CountingStore : public testing::ForwardingStore {
     before_update_ = std::move(fn);
   }
   Status UpdateStream(StreamId id, const StreamRetention& retention, std::string_view attributes,
-                      std::optional<std::string_view> expected_attributes) override {
+                      std::optional<std::string_view> expected_attributes,
+                      std::optional<uint64_t> expected_next_offset) override {
     if (id == update_target_) {
       if (auto fn = std::exchange(before_update_, nullptr)) fn();
     }
-    return ForwardingStore::UpdateStream(id, retention, attributes, expected_attributes);
+    return ForwardingStore::UpdateStream(id, retention, attributes, expected_attributes,
+                                         expected_next_offset);
   }
 
  private:
   std::mutex mu_;
-  int lookups_ = 0;  // GUARDED_BY(mu_)
+  int lookups_ = 0;                      // GUARDED_BY(mu_)
   std::function<void()> before_append_;  // test thread only
   StreamId update_target_ = 0;
   std::function<void()> before_update_;
@@ -72,6 +75,7 @@ class AppendCacheTest : public ::testing::Test {
     auto store = std::make_unique<CountingStore>();
     store_ = store.get();
     StreamRegistry registry(std::move(store));
+    registry_ = std::make_unique<StreamRegistry>(registry);
     node_a_ = std::make_unique<StreamService>(registry, StreamServiceOptions{}, nullptr);
     node_b_ = std::make_unique<StreamService>(registry, StreamServiceOptions{}, nullptr);
   }
@@ -94,6 +98,7 @@ class AppendCacheTest : public ::testing::Test {
   }
 
   CountingStore* store_ = nullptr;
+  std::unique_ptr<StreamRegistry> registry_;  // the nodes' registry (copies share state)
   std::unique_ptr<StreamService> node_a_;
   std::unique_ptr<StreamService> node_b_;
 };
@@ -161,8 +166,10 @@ TEST_F(AppendCacheTest, AStreamClosedOnAnotherNodeRefusesWithStreamClosed) {
 TEST_F(AppendCacheTest, AStreamSoftDeletedOnAnotherNodeAnswersGone) {
   ASSERT_EQ(Write(*node_a_, "PUT", "/v1/stream/src", "").status, 201);
   ASSERT_EQ(Write(*node_a_, "POST", "/v1/stream/src", "a").status, 204);
-  ASSERT_EQ(Write(*node_b_, "PUT", "/v1/stream/fork", "", {{"stream-forked-from", "/v1/stream/src"}}).status,
-            201);
+  ASSERT_EQ(
+      Write(*node_b_, "PUT", "/v1/stream/fork", "", {{"stream-forked-from", "/v1/stream/src"}})
+          .status,
+      201);
   ASSERT_EQ(Write(*node_b_, "DELETE", "/v1/stream/src", "").status, 204);
   EXPECT_EQ(Write(*node_a_, "POST", "/v1/stream/src", "b").status, 410);
   EXPECT_EQ(EventCount("src"), 1u);
@@ -308,6 +315,56 @@ TEST_F(AppendCacheTest, AnInterruptedCreateFreesTheNameLater) {
   EXPECT_EQ(Write(*node_a_, "POST", "/v1/stream/s", "x").status, 404);
   EXPECT_EQ(Write(*node_a_, "PUT", "/v1/stream/s", "fresh").status, 201);
   EXPECT_EQ(EventCount("s"), 1u);
+}
+
+// A channel adopting an empty stream races a plain append to it. Either order must leave no
+// record that is not an envelope under the partition's tag.
+//
+// The tag first: the append was validated against the untagged stream, the channel tags it
+// before the append reaches the store. The append expects the attributes it saw, so it is
+// refused and decided again from a fresh lookup: 409, nothing written, the channel intact.
+TEST_F(AppendCacheTest, APlainAppendLosingToAChannelsAdoptionIsRefused) {
+  ASSERT_EQ(Write(*node_a_, "PUT", "/v1/stream/ad:0", "").status, 201);
+  Status opened = Status::Internal("not run");
+  store_->BeforeNextAppend([&] { opened = DurableChannel::Open("ad", 1, *registry_).status(); });
+  HttpResponse r = Write(*node_a_, "POST", "/v1/stream/ad:0", "junk");
+  ASSERT_TRUE(opened.ok()) << opened.ToString();
+  EXPECT_EQ(r.status, 409) << r.body;
+  EXPECT_EQ(EventCount("ad:0"), 0u);
+  auto channel = DurableChannel::Open("ad", 1, *registry_);
+  ASSERT_TRUE(channel.ok()) << channel.status().ToString();
+  // The partition holds only envelopes: the first publish gets the first offset.
+  MessageEnvelope message;
+  message.publisher_id = "p";
+  message.payload = "m";
+  auto position = channel->Publish(message);
+  ASSERT_TRUE(position.ok()) << position.status().ToString();
+  EXPECT_EQ(*position, 1u);
+  EXPECT_EQ(EventCount("ad:0"), 1u);
+}
+
+// The append first: it commits between the channel's check that the stream is empty and its
+// tag. The tag expects the tail it checked, so it is refused; the channel looks again, finds a
+// record that is not an envelope and refuses to adopt the stream (it stays untagged).
+TEST_F(AppendCacheTest, AChannelsAdoptionLosingToAPlainAppendIsRefused) {
+  ASSERT_EQ(Write(*node_a_, "PUT", "/v1/stream/ad:0", "").status, 201);
+  auto info = store_->GetStream("global", "ad:0");
+  ASSERT_TRUE(info.ok());
+  int appended = 0;
+  store_->BeforeNextUpdate(
+      info->id, [&] { appended = Write(*node_b_, "POST", "/v1/stream/ad:0", "x").status; });
+  auto channel = DurableChannel::Open("ad", 1, *registry_);
+  EXPECT_EQ(appended, 204);
+  ASSERT_FALSE(channel.ok());
+  EXPECT_NE(channel.status().message().find("holds records"), std::string::npos)
+      << channel.status().ToString();
+  info = store_->GetStream("global", "ad:0");
+  ASSERT_TRUE(info.ok());
+  auto tag = attributes::Get(info->spec.attributes, DurableChannel::kAttributeKey);
+  ASSERT_TRUE(tag.ok());
+  EXPECT_FALSE(tag->has_value()) << info->spec.attributes;
+  EXPECT_EQ(Write(*node_a_, "POST", "/v1/stream/ad:0", "y").status, 204);
+  EXPECT_EQ(EventCount("ad:0"), 2u);
 }
 
 }  // namespace

@@ -22,12 +22,14 @@ namespace {
 class RecordingStore : public testing::ForwardingStore {
  public:
   Status UpdateStream(StreamId id, const StreamRetention& retention, std::string_view attributes,
-                      std::optional<std::string_view> expected_attributes) override {
+                      std::optional<std::string_view> expected_attributes,
+                      std::optional<uint64_t> expected_next_offset) override {
     {
       std::lock_guard lock(mu_);
       ++updates_;
     }
-    return ForwardingStore::UpdateStream(id, retention, attributes, expected_attributes);
+    return ForwardingStore::UpdateStream(id, retention, attributes, expected_attributes,
+                                         expected_next_offset);
   }
   void Append(AppendRequest request, AppendCallback done) override {
     {

@@ -394,7 +394,7 @@ TEST_P(StoreContractTest, UpdateStreamChangesRetentionAtNextAppendAndAttributes)
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(Append(s->id, {"x"}).ok());
   ASSERT_TRUE(store_
                   ->UpdateStream(s->id, StreamRetention{2, std::nullopt, std::nullopt}, "attr-v2",
-                                 std::nullopt)
+                                 std::nullopt, std::nullopt)
                   .ok());
   EXPECT_EQ(store_->GetStreamById(s->id)->event_count, 5u);  // P4: nothing until an append
   ASSERT_TRUE(Append(s->id, {"y"}).ok());
@@ -402,10 +402,11 @@ TEST_P(StoreContractTest, UpdateStreamChangesRetentionAtNextAppendAndAttributes)
   EXPECT_EQ(info->event_count, 2u);
   EXPECT_EQ(info->spec.attributes, "attr-v2");
   EXPECT_EQ(info->spec.content_type, "application/json");
-  EXPECT_EQ(
-      store_->UpdateStream(s->id, StreamRetention{0, std::nullopt, std::nullopt}, "", std::nullopt)
-          .code(),
-      StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_
+                ->UpdateStream(s->id, StreamRetention{0, std::nullopt, std::nullopt}, "",
+                               std::nullopt, std::nullopt)
+                .code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_P(StoreContractTest, DeletedStreamIsGoneAndItsNameIsFree) {
@@ -625,17 +626,50 @@ TEST_P(StoreContractTest, ProducerStateIsACompareAndSet) {
 TEST_P(StoreContractTest, ExpectedAttributesMakeAnUpdateACompareAndSet) {
   StreamInfo s = Create("s");
   const StreamRetention none;
-  ASSERT_TRUE(store_->UpdateStream(s.id, none, "v1", std::nullopt).ok());
-  EXPECT_EQ(
-      store_->UpdateStream(s.id, StreamRetention{3, std::nullopt, std::nullopt}, "v2", "v0").code(),
-      StatusCode::kConflict);
+  ASSERT_TRUE(store_->UpdateStream(s.id, none, "v1", std::nullopt, std::nullopt).ok());
+  EXPECT_EQ(store_
+                ->UpdateStream(s.id, StreamRetention{3, std::nullopt, std::nullopt}, "v2", "v0",
+                               std::nullopt)
+                .code(),
+            StatusCode::kConflict);
   auto info = store_->GetStreamById(s.id);
   EXPECT_EQ(info->spec.attributes, "v1");
   EXPECT_FALSE(info->spec.retention.max_events.has_value());
-  ASSERT_TRUE(store_->UpdateStream(s.id, none, "v2", "v1").ok());
+  ASSERT_TRUE(store_->UpdateStream(s.id, none, "v2", "v1", std::nullopt).ok());
   EXPECT_EQ(store_->GetStreamById(s.id)->spec.attributes, "v2");
   ASSERT_TRUE(store_->DeleteStream(s.id).ok());
-  EXPECT_EQ(store_->UpdateStream(s.id, none, "v3", "v2").code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->UpdateStream(s.id, none, "v3", "v2", std::nullopt).code(),
+            StatusCode::kNotFound);
+}
+
+// UpdateStream's expected_next_offset: the update holds only while no record was appended since
+// the caller read the stream (a channel adopting an empty stream races plain appends with it).
+TEST_P(StoreContractTest, ExpectedNextOffsetMakesAnUpdateACompareAndSet) {
+  StreamInfo s = Create("s");
+  const StreamRetention none;
+  ASSERT_EQ(s.next_offset, 1u);
+  ASSERT_TRUE(store_->UpdateStream(s.id, none, "v1", std::nullopt, 1).ok());
+  EXPECT_EQ(store_->GetStreamById(s.id)->spec.attributes, "v1");
+  ASSERT_TRUE(Append(s.id, {"x"}).ok());
+  Status moved = store_->UpdateStream(s.id, StreamRetention{3, std::nullopt, std::nullopt}, "v2",
+                                      std::nullopt, 1);
+  EXPECT_EQ(moved.code(), StatusCode::kConflict) << moved.ToString();
+  auto info = store_->GetStreamById(s.id);
+  EXPECT_EQ(info->spec.attributes, "v1");
+  EXPECT_FALSE(info->spec.retention.max_events.has_value());
+  // Both conditions must hold: the right tail with stale attributes is refused too.
+  EXPECT_EQ(store_->UpdateStream(s.id, none, "v2", "v0", 2).code(), StatusCode::kConflict);
+  EXPECT_EQ(store_->GetStreamById(s.id)->spec.attributes, "v1");
+  ASSERT_TRUE(store_->UpdateStream(s.id, none, "v2", "v1", 2).ok());
+  EXPECT_EQ(store_->GetStreamById(s.id)->spec.attributes, "v2");
+  // A close moves nothing: the tail stays 2.
+  AppendRequest close;
+  close.stream = s.id;
+  close.close = true;
+  ASSERT_TRUE(AppendSync(*store_, std::move(close)).ok());
+  EXPECT_TRUE(store_->UpdateStream(s.id, none, "v3", std::nullopt, 2).ok());
+  ASSERT_TRUE(store_->DeleteStream(s.id).ok());
+  EXPECT_EQ(store_->UpdateStream(s.id, none, "v4", std::nullopt, 2).code(), StatusCode::kNotFound);
 }
 
 TEST_P(PersistentStoreTest, AttributesWrittenWithABatchSurviveAReopen) {
@@ -667,7 +701,7 @@ TEST_P(PersistentStoreTest, DeletesClosesAndRetentionChangesSurviveAReopen) {
   StreamInfo kept = Create("kept");
   ASSERT_TRUE(store_
                   ->UpdateStream(kept.id, StreamRetention{1, std::nullopt, std::nullopt}, "v2",
-                                 std::nullopt)
+                                 std::nullopt, std::nullopt)
                   .ok());
   ASSERT_TRUE(store_->Flush().ok());
   Reopen();

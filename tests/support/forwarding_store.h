@@ -35,8 +35,10 @@ class ForwardingStore : public Store {
     return inner_->ListStreams(ns, start_after, limit);
   }
   Status UpdateStream(StreamId id, const StreamRetention& retention, std::string_view attributes,
-                      std::optional<std::string_view> expected_attributes) override {
-    return inner_->UpdateStream(id, retention, attributes, expected_attributes);
+                      std::optional<std::string_view> expected_attributes,
+                      std::optional<uint64_t> expected_next_offset) override {
+    return inner_->UpdateStream(id, retention, attributes, expected_attributes,
+                                expected_next_offset);
   }
   Status DeleteStream(StreamId id) override { return inner_->DeleteStream(id); }
   void Append(AppendRequest request, AppendCallback done) override {

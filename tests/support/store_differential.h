@@ -156,9 +156,14 @@ inline void Step(Store& reference, Store& subject, const std::string& name, int 
     if (pick(3) == 0 && ref_info.ok()) {
       expected = pick(2) == 0 ? ref_info->spec.attributes : "stale";
     }
-    const Status got = subject.UpdateStream(sid, r, attributes, expected);
+    // The tail condition: the current next offset, or one records would have to reach.
+    std::optional<uint64_t> next;
+    if (pick(3) == 0 && ref_info.ok()) {
+      next = ref_info->next_offset + (pick(2) == 0 ? 0 : 1 + pick(3));
+    }
+    const Status got = subject.UpdateStream(sid, r, attributes, expected, next);
     if (skip(got)) return;
-    ASSERT_EQ(reference.UpdateStream(rid, r, attributes, expected).code(), got.code());
+    ASSERT_EQ(reference.UpdateStream(rid, r, attributes, expected, next).code(), got.code());
   } else if (dice < 95) {
     const Status got = subject.DeleteStream(sid);
     if (skip(got)) return;

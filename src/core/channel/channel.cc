@@ -52,7 +52,7 @@ Status ConfigError(std::string_view what) {
 // idempotency keys are resolved from its records).
 // `what` names the role: "a partition of a runnel channel" or "a channel head checkpoint".
 Status CheckAdoptable(const StreamInfo& info, const std::string& key, std::string_view what) {
-  if (info.head_offset != 0 || info.next_offset > info.spec.first_offset) {
+  if (info.EverHeldARecord()) {
     return ConfigError("stream " + key + " exists, holds records and is not " + std::string(what));
   }
   const StreamRetention& r = info.spec.retention;
@@ -74,13 +74,10 @@ struct TaggedStream {
   std::optional<std::string> tag;
 };
 
-// Opens the stream `key` of the channel with the tag `tag` for `role`: creates it tagged when
-// it does not exist (another instance may create it in between; that one is then opened like
-// any other); adopts an untagged one (CheckAdoptable, then tagged in place, keeping other
-// layers' attributes). `what` names it in store errors.
-Result<TaggedStream> OpenTagged(StreamRegistry& registry, const StreamScope& scope,
-                                const std::string& key, const std::string& tag,
-                                std::string_view role, const std::string& what) {
+// One attempt of OpenTagged; kConflict when the stream changed between its read and the tag.
+Result<TaggedStream> OpenTaggedOnce(StreamRegistry& registry, const StreamScope& scope,
+                                    const std::string& key, const std::string& tag,
+                                    std::string_view role, const std::string& what) {
   Store& store = registry.store();
   const std::string ns = scope.Label();
   auto info = store.GetStream(ns, key);
@@ -102,10 +99,33 @@ Result<TaggedStream> OpenTagged(StreamRegistry& registry, const StreamScope& sco
   RUNNEL_RETURN_IF_ERROR(CheckAdoptable(*info, key, role));
   RUNNEL_ASSIGN_OR_RETURN(std::string tagged, attributes::Set(info->spec.attributes,
                                                               DurableChannel::kAttributeKey, tag));
-  RUNNEL_RETURN_IF_ERROR(
-      store.UpdateStream(info->id, info->spec.retention, tagged, info->spec.attributes)
-          .Annotate("StoreError: tagging " + key));
+  RUNNEL_RETURN_IF_ERROR(store
+                             .UpdateStream(info->id, info->spec.retention, tagged,
+                                           info->spec.attributes, info->next_offset)
+                             .Annotate("StoreError: tagging " + key));
   return TaggedStream{std::move(*info), tag};
+}
+
+// Opens the stream `key` of the channel with the tag `tag` for `role`: creates it tagged when
+// it does not exist (another instance may create it in between; that one is then opened like
+// any other); adopts an untagged one (CheckAdoptable, then tagged in place, keeping other
+// layers' attributes). `what` names it in store errors.
+//
+// The tag is a compare-and-set on both the attributes and the next offset that CheckAdoptable
+// saw: a plain append committing between the check and the tag (through this process or another
+// sharing the store) fails the tag, and the stream is looked at again, so no record that is not
+// an envelope can sit under a partition's tag. (Appends to a stream that never held a record
+// expect its untagged attributes in turn, so one tagged first is refused them.)
+Result<TaggedStream> OpenTagged(StreamRegistry& registry, const StreamScope& scope,
+                                const std::string& key, const std::string& tag,
+                                std::string_view role, const std::string& what) {
+  constexpr int kMaxAttempts = 8;
+  for (int attempt = 1;; ++attempt) {
+    auto opened = OpenTaggedOnce(registry, scope, key, tag, role, what);
+    if (opened.ok() || opened.status().code() != StatusCode::kConflict || attempt == kMaxAttempts) {
+      return opened;
+    }
+  }
 }
 
 std::string Where(std::string_view stream_key, uint64_t sequence) {

@@ -134,7 +134,8 @@ bool AllZero(std::string_view bytes) {
 struct LogStore::Op {
   OpKind kind = OpKind::kAppend;
   // Inputs.
-  AppendRequest append;  // kUpdate: only its expected_attributes
+  // kUpdate: only its expected_attributes and expected_offset (the stream's expected next offset).
+  AppendRequest append;
   AppendCallback append_done;
   StreamSpec spec;
   StreamId stream = 0;
@@ -1420,6 +1421,10 @@ void LogStore::EncodeOp(Op& op) {
       if (op.append.expected_attributes && *op.append.expected_attributes != s->view().attributes) {
         return refuse(store::AttributesChanged(s->name.str()));
       }
+      if (op.append.expected_offset && *op.append.expected_offset != s->reserved_next) {
+        return refuse(
+            store::NextOffsetChanged(s->name.str(), *op.append.expected_offset, s->reserved_next));
+      }
       AppendFrame(&group_buf_, FrameType::kUpdateStream,
                   EncodeUpdateStream(op.stream, op.retention, op.attributes));
       return;
@@ -2076,10 +2081,12 @@ Result<std::vector<StreamInfo>> LogStore::ListStreams(std::string_view ns,
 
 Status LogStore::UpdateStream(StreamId id, const StreamRetention& retention,
                               std::string_view attributes,
-                              std::optional<std::string_view> expected_attributes) {
+                              std::optional<std::string_view> expected_attributes,
+                              std::optional<uint64_t> expected_next_offset) {
   RUNNEL_RETURN_IF_ERROR(store::ValidateRetention(retention));
   auto op = std::make_shared<Op>();
   op->kind = OpKind::kUpdate;
+  op->append.expected_offset = expected_next_offset;
   op->stream = id;
   op->retention = retention;
   op->attributes = std::string(attributes);

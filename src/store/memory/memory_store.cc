@@ -133,7 +133,8 @@ Result<std::vector<StreamInfo>> MemoryStore::ListStreams(std::string_view ns,
 
 Status MemoryStore::UpdateStream(StreamId id, const StreamRetention& retention,
                                  std::string_view attributes,
-                                 std::optional<std::string_view> expected_attributes) {
+                                 std::optional<std::string_view> expected_attributes,
+                                 std::optional<uint64_t> expected_next_offset) {
   RUNNEL_RETURN_IF_ERROR(ValidateRetention(retention));
   auto s = Find(id);
   if (!s) return StreamNotFound(id);
@@ -141,6 +142,9 @@ Status MemoryStore::UpdateStream(StreamId id, const StreamRetention& retention,
   if (s->deleted) return StreamNotFound(id);
   if (expected_attributes && *expected_attributes != s->spec.attributes) {
     return AttributesChanged(s->spec.name);
+  }
+  if (expected_next_offset && *expected_next_offset != s->next_offset) {
+    return NextOffsetChanged(s->spec.name, *expected_next_offset, s->next_offset);
   }
   s->spec.retention = retention;
   s->spec.attributes = std::string(attributes);

@@ -327,7 +327,8 @@ Result<std::vector<StreamInfo>> PostgresStore::ListStreams(std::string_view ns,
 
 Status PostgresStore::UpdateStream(StreamId id, const StreamRetention& retention,
                                    std::string_view attributes,
-                                   std::optional<std::string_view> expected_attributes) {
+                                   std::optional<std::string_view> expected_attributes,
+                                   std::optional<uint64_t> expected_next_offset) {
   RUNNEL_RETURN_IF_ERROR(ValidateRetention(retention));
   RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
   Params p;
@@ -341,17 +342,31 @@ Status PostgresStore::UpdateStream(StreamId id, const StreamRetention& retention
   } else {
     p.Null(17);  // bytea
   }
+  if (expected_next_offset) {
+    p.Int8(OffsetToDb(*expected_next_offset));
+  } else {
+    p.Null(20);  // bigint
+  }
   RUNNEL_ASSIGN_OR_RETURN(
       Rows rows, conn->Exec("UPDATE streams SET max_events = $2, max_age_ms = $3, max_bytes = $4, "
                             "attributes = $5 WHERE id = $1 AND NOT deleted AND "
-                            "($6::bytea IS NULL OR attributes = $6)",
+                            "($6::bytea IS NULL OR attributes = $6) AND "
+                            "($7::bigint IS NULL OR next_offset = $7)",
                             p));
   if (rows.Affected() > 0) return Status::OK();
-  if (expected_attributes) {
-    RUNNEL_ASSIGN_OR_RETURN(Rows live,
-                            conn->Exec("SELECT 1 FROM streams WHERE id = $1 AND NOT deleted",
-                                       Params().Int8(BitsToDb(id))));
-    if (live.size() > 0) return AttributesChanged("#" + std::to_string(id));
+  if (expected_attributes || expected_next_offset) {
+    // Which condition failed, read back (another node may have changed the row meanwhile; the
+    // answer is a refusal either way: nothing was changed).
+    RUNNEL_ASSIGN_OR_RETURN(
+        Rows live, conn->Exec("SELECT next_offset FROM streams WHERE id = $1 AND NOT deleted",
+                              Params().Int8(BitsToDb(id))));
+    if (live.size() > 0) {
+      const uint64_t next = OffsetFromDb(live.Int8(0, 0));
+      if (expected_next_offset && next != *expected_next_offset) {
+        return NextOffsetChanged("#" + std::to_string(id), *expected_next_offset, next);
+      }
+      return AttributesChanged("#" + std::to_string(id));
+    }
   }
   return StreamNotFound(id);
 }

@@ -48,7 +48,8 @@ class PostgresStore final : public Store {
   Result<std::vector<StreamInfo>> ListStreams(std::string_view ns, std::string_view start_after,
                                               size_t limit) override;
   Status UpdateStream(StreamId id, const StreamRetention& retention, std::string_view attributes,
-                      std::optional<std::string_view> expected_attributes) override;
+                      std::optional<std::string_view> expected_attributes,
+                      std::optional<uint64_t> expected_next_offset) override;
   Status DeleteStream(StreamId id) override;
   void Append(AppendRequest request, AppendCallback done) override;
   Result<std::vector<StoredRecord>> Read(StreamId id, uint64_t from, size_t limit,
