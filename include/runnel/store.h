@@ -190,14 +190,16 @@ class Store {
   virtual Result<std::vector<StreamInfo>> ListStreams(std::string_view ns,
                                                       std::string_view start_after,
                                                       size_t limit) = 0;
-  // Replaces retention and attributes. Retention takes effect at the next append. When
+  // Replaces retention and attributes; a `retention` of nullopt keeps the stream's own (an update
+  // of the attributes alone, which then cannot undo a retention change that raced it). Retention
+  // takes effect at the next append. When
   // `expected_attributes` is set, nothing changes and the answer is kConflict unless the
   // stream's attributes are exactly those (the compare-and-set of a read-modify-write that
   // processes sharing a store would otherwise race). When `expected_next_offset` is set, nothing
   // changes and the answer is kConflict unless the stream's next offset is exactly that: no
   // record was appended since the caller read it (a channel adopting an empty stream relies on
   // it, so a plain append racing the adoption cannot slip a foreign record in first).
-  virtual Status UpdateStream(StreamId id, const StreamRetention& retention,
+  virtual Status UpdateStream(StreamId id, const std::optional<StreamRetention>& retention,
                               std::string_view attributes,
                               std::optional<std::string_view> expected_attributes,
                               std::optional<uint64_t> expected_next_offset) = 0;

@@ -474,8 +474,9 @@ Status StreamService::UpdateMeta(StreamId id, const std::function<void(Meta*)>& 
     change(&meta);
     RUNNEL_ASSIGN_OR_RETURN(std::string attrs, attributes::Set(info.spec.attributes,
                                                                Meta::kAttributeKey, meta.Stored()));
-    Status s = registry_.store().UpdateStream(id, info.spec.retention, attrs, info.spec.attributes,
-                                              std::nullopt);
+    // The retention is left as stored: a PATCH racing this write must not be undone by it.
+    Status s =
+        registry_.store().UpdateStream(id, std::nullopt, attrs, info.spec.attributes, std::nullopt);
     if (s.code() != StatusCode::kConflict || attempt == kMaxMetaAttempts) return s;
   }
 }
@@ -508,7 +509,7 @@ Status StreamService::SoftDelete(StreamId id) {
     }
     // Closed (by someone else meanwhile): the store already refuses appends; set the mark alone.
     if (info.closed || s.code() == StatusCode::kFailedPrecondition) {
-      s = registry_.store().UpdateStream(id, info.spec.retention, attrs, info.spec.attributes,
+      s = registry_.store().UpdateStream(id, std::nullopt, attrs, info.spec.attributes,
                                          std::nullopt);
     }
     if (s.code() != StatusCode::kConflict || attempt == kMaxMetaAttempts) return s;

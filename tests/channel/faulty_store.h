@@ -113,7 +113,8 @@ class FaultyStore final : public Store {
     ++calls_;
     return inner_->ListStreams(ns, start_after, limit);
   }
-  Status UpdateStream(StreamId id, const StreamRetention& retention, std::string_view attributes,
+  Status UpdateStream(StreamId id, const std::optional<StreamRetention>& retention,
+                      std::string_view attributes,
                       std::optional<std::string_view> expected_attributes,
                       std::optional<uint64_t> expected_next_offset) override {
     ++calls_;

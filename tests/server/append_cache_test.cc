@@ -51,7 +51,8 @@ class CountingStore : public testing::ForwardingStore {
     update_target_ = id;
     before_update_ = std::move(fn);
   }
-  Status UpdateStream(StreamId id, const StreamRetention& retention, std::string_view attributes,
+  Status UpdateStream(StreamId id, const std::optional<StreamRetention>& retention,
+                      std::string_view attributes,
                       std::optional<std::string_view> expected_attributes,
                       std::optional<uint64_t> expected_next_offset) override {
     if (id == update_target_) {
@@ -365,6 +366,33 @@ TEST_F(AppendCacheTest, AChannelsAdoptionLosingToAPlainAppendIsRefused) {
   EXPECT_FALSE(tag->has_value()) << info->spec.attributes;
   EXPECT_EQ(Write(*node_a_, "POST", "/v1/stream/ad:0", "y").status, 204);
   EXPECT_EQ(EventCount("ad:0"), 2u);
+}
+
+// A retention PATCH racing a metadata write of the same stream (here a fork counting itself on
+// its source; Stream-Seq bookkeeping, soft deletes and recorded accesses write the same way):
+// the metadata write changes the attributes alone, so the PATCH that landed between its read
+// and its write stays.
+TEST_F(AppendCacheTest, ARetentionChangeRacingAForkCountIsKept) {
+  ASSERT_EQ(Write(*node_a_, "PUT", "/v1/stream/src", "").status, 201);
+  ASSERT_EQ(Write(*node_a_, "POST", "/v1/stream/src", "a").status, 204);
+  auto info = store_->GetStream("global", "src");
+  ASSERT_TRUE(info.ok());
+  int patched = 0;
+  store_->BeforeNextUpdate(info->id, [&] {
+    patched = Write(*node_b_, "PATCH", "/v1/stream/src", "", {{"stream-retention-max-events", "5"}})
+                  .status;
+  });
+  ASSERT_EQ(
+      Write(*node_a_, "PUT", "/v1/stream/fork", "", {{"stream-forked-from", "/v1/stream/src"}})
+          .status,
+      201);
+  EXPECT_EQ(patched, 204);
+  info = store_->GetStream("global", "src");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->spec.retention.max_events, std::optional<uint64_t>(5));
+  // The fork was counted too: deleting the source keeps its data for the fork.
+  ASSERT_EQ(Write(*node_a_, "DELETE", "/v1/stream/src", "").status, 204);
+  EXPECT_EQ(EventCount("src"), 1u);
 }
 
 }  // namespace

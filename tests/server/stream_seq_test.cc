@@ -21,7 +21,8 @@ namespace {
 // A memory store that records every append request and catalog update.
 class RecordingStore : public testing::ForwardingStore {
  public:
-  Status UpdateStream(StreamId id, const StreamRetention& retention, std::string_view attributes,
+  Status UpdateStream(StreamId id, const std::optional<StreamRetention>& retention,
+                      std::string_view attributes,
                       std::optional<std::string_view> expected_attributes,
                       std::optional<uint64_t> expected_next_offset) override {
     {

@@ -672,6 +672,21 @@ TEST_P(StoreContractTest, ExpectedNextOffsetMakesAnUpdateACompareAndSet) {
   EXPECT_EQ(store_->UpdateStream(s.id, none, "v4", std::nullopt, 2).code(), StatusCode::kNotFound);
 }
 
+// UpdateStream without a retention changes the attributes alone.
+TEST_P(StoreContractTest, AnUpdateWithoutRetentionKeepsTheStoredRetention) {
+  StreamInfo s = Create("s");
+  const StreamRetention two{2, std::nullopt, std::nullopt};
+  ASSERT_TRUE(store_->UpdateStream(s.id, two, "v1", std::nullopt, std::nullopt).ok());
+  ASSERT_TRUE(store_->UpdateStream(s.id, std::nullopt, "v2", "v1", std::nullopt).ok());
+  auto info = store_->GetStreamById(s.id);
+  EXPECT_EQ(info->spec.attributes, "v2");
+  EXPECT_EQ(info->spec.retention.max_events, std::optional<uint64_t>(2));
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(Append(s.id, {"x"}).ok());
+  EXPECT_EQ(store_->GetStreamById(s.id)->event_count, 2u);  // the cap still applies
+  ASSERT_TRUE(store_->UpdateStream(s.id, StreamRetention{}, "v3", "v2", std::nullopt).ok());
+  EXPECT_FALSE(store_->GetStreamById(s.id)->spec.retention.max_events.has_value());
+}
+
 TEST_P(PersistentStoreTest, AttributesWrittenWithABatchSurviveAReopen) {
   StreamInfo s = Create("s");
   for (int i = 1; i <= 3; ++i) {

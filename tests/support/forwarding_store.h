@@ -34,7 +34,8 @@ class ForwardingStore : public Store {
                                               size_t limit) override {
     return inner_->ListStreams(ns, start_after, limit);
   }
-  Status UpdateStream(StreamId id, const StreamRetention& retention, std::string_view attributes,
+  Status UpdateStream(StreamId id, const std::optional<StreamRetention>& retention,
+                      std::string_view attributes,
                       std::optional<std::string_view> expected_attributes,
                       std::optional<uint64_t> expected_next_offset) override {
     return inner_->UpdateStream(id, retention, attributes, expected_attributes,

@@ -161,9 +161,12 @@ inline void Step(Store& reference, Store& subject, const std::string& name, int 
     if (pick(3) == 0 && ref_info.ok()) {
       next = ref_info->next_offset + (pick(2) == 0 ? 0 : 1 + pick(3));
     }
-    const Status got = subject.UpdateStream(sid, r, attributes, expected, next);
+    // An update of the attributes alone keeps the stored retention.
+    const std::optional<StreamRetention> caps =
+        pick(4) == 0 ? std::nullopt : std::optional<StreamRetention>(r);
+    const Status got = subject.UpdateStream(sid, caps, attributes, expected, next);
     if (skip(got)) return;
-    ASSERT_EQ(reference.UpdateStream(rid, r, attributes, expected, next).code(), got.code());
+    ASSERT_EQ(reference.UpdateStream(rid, caps, attributes, expected, next).code(), got.code());
   } else if (dice < 95) {
     const Status got = subject.DeleteStream(sid);
     if (skip(got)) return;

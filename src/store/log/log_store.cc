@@ -145,6 +145,8 @@ struct LogStore::Op {
   uint64_t offset = 0;
   uint64_t now_ms = 0;
   bool respect_cursors = false;
+  // kUpdate: the stream's retention is kept (the writer encodes it as it finds it).
+  bool keep_retention = false;
   // Prepared by the writer.
   // This op's frame within the writer's group buffer; frame_len 0 when nothing is written.
   uint64_t frame_at = 0;
@@ -1425,6 +1427,8 @@ void LogStore::EncodeOp(Op& op) {
         return refuse(
             store::NextOffsetChanged(s->name.str(), *op.append.expected_offset, s->reserved_next));
       }
+      // Committed alone, so view() is the stream as this frame replaces it.
+      if (op.keep_retention) op.retention = s->view().retention;
       AppendFrame(&group_buf_, FrameType::kUpdateStream,
                   EncodeUpdateStream(op.stream, op.retention, op.attributes));
       return;
@@ -2079,16 +2083,17 @@ Result<std::vector<StreamInfo>> LogStore::ListStreams(std::string_view ns,
   return out;
 }
 
-Status LogStore::UpdateStream(StreamId id, const StreamRetention& retention,
+Status LogStore::UpdateStream(StreamId id, const std::optional<StreamRetention>& retention,
                               std::string_view attributes,
                               std::optional<std::string_view> expected_attributes,
                               std::optional<uint64_t> expected_next_offset) {
-  RUNNEL_RETURN_IF_ERROR(store::ValidateRetention(retention));
+  if (retention) RUNNEL_RETURN_IF_ERROR(store::ValidateRetention(*retention));
   auto op = std::make_shared<Op>();
   op->kind = OpKind::kUpdate;
   op->append.expected_offset = expected_next_offset;
   op->stream = id;
-  op->retention = retention;
+  op->keep_retention = !retention.has_value();
+  if (retention) op->retention = *retention;
   op->attributes = std::string(attributes);
   if (expected_attributes) op->append.expected_attributes = std::string(*expected_attributes);
   return Submit(op);

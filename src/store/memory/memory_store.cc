@@ -131,11 +131,11 @@ Result<std::vector<StreamInfo>> MemoryStore::ListStreams(std::string_view ns,
   return out;
 }
 
-Status MemoryStore::UpdateStream(StreamId id, const StreamRetention& retention,
+Status MemoryStore::UpdateStream(StreamId id, const std::optional<StreamRetention>& retention,
                                  std::string_view attributes,
                                  std::optional<std::string_view> expected_attributes,
                                  std::optional<uint64_t> expected_next_offset) {
-  RUNNEL_RETURN_IF_ERROR(ValidateRetention(retention));
+  if (retention) RUNNEL_RETURN_IF_ERROR(ValidateRetention(*retention));
   auto s = Find(id);
   if (!s) return StreamNotFound(id);
   std::lock_guard lock(s->mu);
@@ -146,7 +146,7 @@ Status MemoryStore::UpdateStream(StreamId id, const StreamRetention& retention,
   if (expected_next_offset && *expected_next_offset != s->next_offset) {
     return NextOffsetChanged(s->spec.name, *expected_next_offset, s->next_offset);
   }
-  s->spec.retention = retention;
+  if (retention) s->spec.retention = *retention;
   s->spec.attributes = std::string(attributes);
   return Status::OK();
 }

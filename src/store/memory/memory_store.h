@@ -33,7 +33,8 @@ class MemoryStore final : public Store {
   Result<StreamInfo> GetStreamById(StreamId id) override;
   Result<std::vector<StreamInfo>> ListStreams(std::string_view ns, std::string_view start_after,
                                               size_t limit) override;
-  Status UpdateStream(StreamId id, const StreamRetention& retention, std::string_view attributes,
+  Status UpdateStream(StreamId id, const std::optional<StreamRetention>& retention,
+                      std::string_view attributes,
                       std::optional<std::string_view> expected_attributes,
                       std::optional<uint64_t> expected_next_offset) override;
   Status DeleteStream(StreamId id) override;

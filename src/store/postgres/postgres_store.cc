@@ -325,17 +325,18 @@ Result<std::vector<StreamInfo>> PostgresStore::ListStreams(std::string_view ns,
   return out;
 }
 
-Status PostgresStore::UpdateStream(StreamId id, const StreamRetention& retention,
+Status PostgresStore::UpdateStream(StreamId id, const std::optional<StreamRetention>& retention,
                                    std::string_view attributes,
                                    std::optional<std::string_view> expected_attributes,
                                    std::optional<uint64_t> expected_next_offset) {
-  RUNNEL_RETURN_IF_ERROR(ValidateRetention(retention));
+  if (retention) RUNNEL_RETURN_IF_ERROR(ValidateRetention(*retention));
   RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
+  const StreamRetention caps = retention.value_or(StreamRetention{});
   Params p;
   p.Int8(BitsToDb(id));
-  OptInt8(p, retention.max_events);
-  OptInt8(p, retention.max_age_ms);
-  OptInt8(p, retention.max_bytes);
+  OptInt8(p, caps.max_events);
+  OptInt8(p, caps.max_age_ms);
+  OptInt8(p, caps.max_bytes);
   p.Bytes(attributes);
   if (expected_attributes) {
     p.Bytes(*expected_attributes);
@@ -347,12 +348,15 @@ Status PostgresStore::UpdateStream(StreamId id, const StreamRetention& retention
   } else {
     p.Null(20);  // bigint
   }
-  RUNNEL_ASSIGN_OR_RETURN(
-      Rows rows, conn->Exec("UPDATE streams SET max_events = $2, max_age_ms = $3, max_bytes = $4, "
-                            "attributes = $5 WHERE id = $1 AND NOT deleted AND "
-                            "($6::bytea IS NULL OR attributes = $6) AND "
-                            "($7::bigint IS NULL OR next_offset = $7)",
-                            p));
+  RUNNEL_ASSIGN_OR_RETURN(Rows rows,
+                          conn->Exec("UPDATE streams SET "
+                                     "max_events = CASE WHEN $8 THEN max_events ELSE $2 END, "
+                                     "max_age_ms = CASE WHEN $8 THEN max_age_ms ELSE $3 END, "
+                                     "max_bytes = CASE WHEN $8 THEN max_bytes ELSE $4 END, "
+                                     "attributes = $5 WHERE id = $1 AND NOT deleted AND "
+                                     "($6::bytea IS NULL OR attributes = $6) AND "
+                                     "($7::bigint IS NULL OR next_offset = $7)",
+                                     p.Bool(!retention.has_value())));
   if (rows.Affected() > 0) return Status::OK();
   if (expected_attributes || expected_next_offset) {
     // Which condition failed, read back (another node may have changed the row meanwhile; the
