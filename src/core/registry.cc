@@ -8,6 +8,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "base/retry.h"
 #include "core/subscription_hub.h"
 #include "runnel/log_store.h"
 #include "runnel/postgres_store.h"
@@ -107,10 +108,6 @@ class RegistryCore {
 }  // namespace internal
 
 namespace {
-
-// How often a read-modify-write of a stream's attributes is tried when other writers of a
-// shared store keep changing them in between.
-constexpr int kMaxMetaAttempts = 8;
 
 StreamDescriptor ToDescriptor(const StreamScope& scope, const StreamInfo& info) {
   StreamDescriptor d;
@@ -477,13 +474,12 @@ Status StreamRegistry::SetRetention(const StreamScope& scope, std::string_view n
   // The attributes are written back as read, on the condition that they are still those: a
   // change made meanwhile by another writer of a shared store (a Stream-Seq append) is not
   // undone, and the update is tried again over it.
-  for (int attempt = 1;; ++attempt) {
+  return RetryOnConflict([&]() -> Status {
     RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, core_->Lookup(scope, name));
-    Status s =
-        core_->store().UpdateStream(info.id, retention, info.spec.attributes, info.spec.attributes,
-                                    /*expected_next_offset=*/std::nullopt);
-    if (s.code() != StatusCode::kConflict || attempt == kMaxMetaAttempts) return s;
-  }
+    return core_->store().UpdateStream(info.id, retention, info.spec.attributes,
+                                       info.spec.attributes,
+                                       /*expected_next_offset=*/std::nullopt);
+  });
 }
 
 Status StreamRegistry::Flush() { return core_->store().Flush(); }

@@ -11,6 +11,7 @@
 #include <random>
 #include <utility>
 
+#include "base/retry.h"
 #include "base/utf8.h"
 #include "core/attributes.h"
 #include "runnel/channel.h"
@@ -26,9 +27,6 @@ namespace {
 using json = nlohmann::json;
 
 constexpr uint64_t kMaxSafeInteger = (1ULL << 53) - 1;
-// How often a read-modify-write of a stream's attributes is tried when other nodes sharing the
-// store keep changing them in between.
-constexpr int kMaxMetaAttempts = 8;
 // A stream still being created this long after its creation began was left so by a stopped
 // node (StreamService::Meta::creating).
 constexpr uint64_t kStaleCreationMs = 10'000;
@@ -468,23 +466,22 @@ Status StreamService::UpdateMeta(StreamId id, const std::function<void(Meta*)>& 
   meta_cv_.wait(lock, [&] { return meta_in_flight_.count(id) == 0; });
   // A compare-and-set of the attributes: another node sharing the store may change them
   // between the read and the write (a fork's reference count, a Stream-Seq); then read again.
-  for (int attempt = 1;; ++attempt) {
+  return RetryOnConflict([&]() -> Status {
     RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
     Meta meta = Meta::Parse(info.spec.attributes);
     change(&meta);
     RUNNEL_ASSIGN_OR_RETURN(std::string attrs, attributes::Set(info.spec.attributes,
                                                                Meta::kAttributeKey, meta.Stored()));
     // The retention is left as stored: a PATCH racing this write must not be undone by it.
-    Status s =
-        registry_.store().UpdateStream(id, std::nullopt, attrs, info.spec.attributes, std::nullopt);
-    if (s.code() != StatusCode::kConflict || attempt == kMaxMetaAttempts) return s;
-  }
+    return registry_.store().UpdateStream(id, std::nullopt, attrs, info.spec.attributes,
+                                          std::nullopt);
+  });
 }
 
 Status StreamService::SoftDelete(StreamId id) {
   std::unique_lock<std::mutex> lock(meta_mu_);
   meta_cv_.wait(lock, [&] { return meta_in_flight_.count(id) == 0; });
-  for (int attempt = 1;; ++attempt) {  // a compare-and-set, as in UpdateMeta
+  return RetryOnConflict([&]() -> Status {  // a compare-and-set, as in UpdateMeta
     RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
     Meta meta = Meta::Parse(info.spec.attributes);
     meta.soft_deleted = true;
@@ -512,8 +509,8 @@ Status StreamService::SoftDelete(StreamId id) {
       s = registry_.store().UpdateStream(id, std::nullopt, attrs, info.spec.attributes,
                                          std::nullopt);
     }
-    if (s.code() != StatusCode::kConflict || attempt == kMaxMetaAttempts) return s;
-  }
+    return s;
+  });
 }
 
 Result<StreamService::MetaAppend> StreamService::BeginMetaAppend(StreamId id,

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "base/retry.h"
 #include "core/attributes.h"
 #include "core/channel/checkpoint_format.h"
 #include "core/channel/envelope_format.h"
@@ -119,13 +120,7 @@ Result<TaggedStream> OpenTaggedOnce(StreamRegistry& registry, const StreamScope&
 Result<TaggedStream> OpenTagged(StreamRegistry& registry, const StreamScope& scope,
                                 const std::string& key, const std::string& tag,
                                 std::string_view role, const std::string& what) {
-  constexpr int kMaxAttempts = 8;
-  for (int attempt = 1;; ++attempt) {
-    auto opened = OpenTaggedOnce(registry, scope, key, tag, role, what);
-    if (opened.ok() || opened.status().code() != StatusCode::kConflict || attempt == kMaxAttempts) {
-      return opened;
-    }
-  }
+  return RetryOnConflict([&] { return OpenTaggedOnce(registry, scope, key, tag, role, what); });
 }
 
 std::string Where(std::string_view stream_key, uint64_t sequence) {
