@@ -31,6 +31,7 @@ struct ServeFlags {
   size_t threads = 0;
   size_t max_body_bytes = 64u << 20;
   size_t max_fork_bytes = 64u << 20;
+  size_t max_forks_per_stream = 1000;
   size_t max_header_bytes = 16u << 10;
   size_t max_url_bytes = 8u << 10;
   uint64_t idle_timeout_ms = 60000;
@@ -178,6 +179,7 @@ int RunServe(const ServeFlags& flags) {
   options.tls_handshake_timeout_ms = flags.tls_handshake_timeout_ms;
   options.service.long_poll_timeout_ms = flags.long_poll_timeout_ms;
   options.service.max_fork_bytes = flags.max_fork_bytes;
+  options.service.max_forks_per_stream = flags.max_forks_per_stream;
   options.dashboard = flags.dashboard;
   options.info = {
       {"version", RUNNEL_VERSION},
@@ -271,6 +273,11 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--max-fork-bytes", flags->max_fork_bytes,
                   "Most record bytes a fork copies from its source (else 413)")
       ->envname("RUNNEL_MAX_FORK_BYTES")
+      ->check(Unsigned())
+      ->capture_default_str();
+  cmd->add_option("--max-forks-per-stream", flags->max_forks_per_stream,
+                  "Most live forks of one stream (else 409)")
+      ->envname("RUNNEL_MAX_FORKS_PER_STREAM")
       ->check(Unsigned())
       ->capture_default_str();
   cmd->add_option("--max-header-bytes", flags->max_header_bytes, "Largest header block (else 431)")

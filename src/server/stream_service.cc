@@ -205,6 +205,12 @@ struct StreamService::Meta {
   std::optional<std::string> fork_name;
   uint64_t fork_position = 0;
   uint64_t fork_sub_offset = 0;
+  // On a fork: its source's id. Forks created before sources listed their forks lack it; those
+  // find their source by name and count themselves in its fork_refs.
+  std::optional<StreamId> fork_source_id;
+  // On a source: its live forks' ids, ascending (see StreamService::Remove), and how many forks
+  // from before the list count themselves here instead.
+  std::vector<StreamId> fork_ids;
   uint64_t fork_refs = 0;
   bool soft_deleted = false;
   // Created, its initial records (body, fork inheritance) or close not yet committed: it does
@@ -247,6 +253,8 @@ struct StreamService::Meta {
     if (j.contains("fork_name")) m.fork_name = j["fork_name"].get<std::string>();
     m.fork_position = j.value("fork_position", uint64_t{0});
     m.fork_sub_offset = j.value("fork_sub_offset", uint64_t{0});
+    if (j.contains("fork_source")) m.fork_source_id = j["fork_source"].get<StreamId>();
+    if (j.contains("forks")) m.fork_ids = j["forks"].get<std::vector<StreamId>>();
     m.fork_refs = j.value("fork_refs", uint64_t{0});
     m.soft_deleted = j.value("soft_deleted", false);
     m.creating = j.value("creating", false);
@@ -263,12 +271,16 @@ struct StreamService::Meta {
     if (fork_name) j["fork_name"] = *fork_name;
     if (fork_ns) j["fork_position"] = fork_position;
     if (fork_sub_offset) j["fork_sub_offset"] = fork_sub_offset;
+    if (fork_source_id) j["fork_source"] = *fork_source_id;
+    if (!fork_ids.empty()) j["forks"] = fork_ids;
     if (fork_refs) j["fork_refs"] = fork_refs;
     if (soft_deleted) j["soft_deleted"] = true;
     if (creating) j["creating"] = true;
     if (touched_ms) j["touched_ms"] = touched_ms;
     return j.dump(-1, ' ', false, json::error_handler_t::replace);
   }
+
+  bool HasForks() const { return fork_refs > 0 || !fork_ids.empty(); }
 
   // What the "ds" key holds: nothing for a stream without metadata (most streams), so the
   // store keeps no attributes for it at all.
@@ -541,13 +553,22 @@ void StreamService::MetaAppendDone(StreamId id) {
   meta_cv_.notify_all();
 }
 
+// A source lists its forks by id, and a fork names its source by id: adding a fork to the list
+// and removing it are idempotent, so a node that stops anywhere between a fork's creation and
+// its listing, or between a fork's removal and its unlisting, leaves nothing that miscounts. A
+// fork created but never listed unlists nothing when it is removed (a count would have been
+// decremented for it, releasing a source that other forks still hold); a fork removed but left
+// listed is found dead (ForgetDeadForks) the next time its source's forks decide anything.
 Status StreamService::Remove(const StreamInfo& first, const Meta& first_meta) {
   // A loop, not recursion: removing the last fork of a chain of soft-deleted forks collects the
   // whole chain, however long.
   StreamInfo info = first;
   Meta meta = first_meta;
   for (;;) {
-    if (meta.fork_refs > 0) return SoftDelete(info.id);
+    if (meta.HasForks()) {
+      RUNNEL_RETURN_IF_ERROR(ForgetDeadForks(info.id, &meta));
+      if (meta.HasForks()) return meta.soft_deleted ? Status::OK() : SoftDelete(info.id);
+    }
     RUNNEL_RETURN_IF_ERROR(registry_.store().DeleteStream(info.id));
     registry_.WakeReaders(info.id);  // live readers end now, not at their timeout
     {
@@ -555,23 +576,50 @@ Status StreamService::Remove(const StreamInfo& first, const Meta& first_meta) {
       last_access_ms_.erase(info.id);
       recorded_access_ms_.erase(info.id);
     }
-    if (!meta.fork_ns || !meta.fork_name) return Status::OK();
-    // Drop this fork's reference on its source; collect a soft-deleted source with no forks left.
-    auto source = registry_.store().GetStream(*meta.fork_ns, *meta.fork_name);
+    // Drop this fork from its source; collect a soft-deleted source with no forks left.
+    Result<StreamInfo> source = Status::NotFound("");
+    if (meta.fork_source_id) {
+      source = registry_.store().GetStreamById(*meta.fork_source_id);
+    } else if (meta.fork_ns && meta.fork_name) {  // a fork from before the list: by name
+      source = registry_.store().GetStream(*meta.fork_ns, *meta.fork_name);
+    }
     if (!source.ok()) return Status::OK();
-    uint64_t refs_left = 0;
-    bool soft_deleted = false;
+    const StreamId fork = info.id;
+    const bool listed = meta.fork_source_id.has_value();
+    Meta after;
     RUNNEL_RETURN_IF_ERROR(UpdateMeta(source->id, [&](Meta* m) {
-      if (m->fork_refs > 0) --m->fork_refs;
-      refs_left = m->fork_refs;
-      soft_deleted = m->soft_deleted;
+      if (listed) {
+        std::erase(m->fork_ids, fork);
+      } else if (m->fork_refs > 0) {
+        --m->fork_refs;
+      }
+      after = *m;
     }));
-    if (!soft_deleted || refs_left != 0) return Status::OK();
+    if (!after.soft_deleted) return Status::OK();
     auto again = registry_.store().GetStreamById(source->id);
     if (!again.ok()) return Status::OK();
     info = *again;
     meta = Meta::Parse(again->spec.attributes);
   }
+}
+
+Status StreamService::ForgetDeadForks(StreamId id, Meta* meta) {
+  std::vector<StreamId> dead;
+  for (StreamId fork : meta->fork_ids) {
+    auto found = registry_.store().GetStreamById(fork);
+    if (found.ok()) {
+      if (Meta::Parse(found->spec.attributes).fork_source_id == id) continue;
+    } else if (found.status().code() != StatusCode::kNotFound) {
+      return found.status();
+    }
+    dead.push_back(fork);
+  }
+  if (dead.empty()) return Status::OK();
+  return UpdateMeta(id, [&](Meta* m) {
+    std::erase_if(m->fork_ids,
+                  [&](StreamId f) { return std::find(dead.begin(), dead.end(), f) != dead.end(); });
+    *meta = *m;
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -862,6 +910,15 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   }
 
   auto existing = Lookup(route.scope, route.name);
+  if (existing.ok() && existing->meta.soft_deleted) {
+    // Its forks may all be gone, the last one removed by a node that stopped before unlisting
+    // it (see Remove): then the name is free, once the source is collected.
+    Meta meta = existing->meta;
+    Status pruned = ForgetDeadForks(existing->info.id, &meta);
+    if (pruned.ok() && !meta.HasForks()) pruned = Remove(existing->info, meta);
+    if (!pruned.ok()) return finish(ErrorResponse(pruned));
+    if (!meta.HasForks()) existing = Status::NotFound("stream '" + route.name + "' was collected");
+  }
   if (existing.ok()) {
     const Found& f = *existing;
     if (f.meta.soft_deleted) {
@@ -944,6 +1001,12 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
       meta.expires_at = source->meta.expires_at;
       meta.expires_at_ms = source->meta.expires_at_ms;
     }
+    if (source->meta.fork_ids.size() + source->meta.fork_refs >= options_.max_forks_per_stream) {
+      return finish(ErrorResponse(Status::FailedPrecondition(
+          "stream '" + source_name + "' already has " +
+          std::to_string(options_.max_forks_per_stream) + " forks, the most a stream may have")));
+    }
+    meta.fork_source_id = sinfo.id;
     meta.fork_ns = source_scope->Label();
     meta.fork_name = source_name;
     meta.fork_position = position;
@@ -1055,8 +1118,18 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   Touch(*info, meta);
 
   if (source) {
-    Status counted = UpdateMeta(source->info.id, [](Meta* m) { ++m->fork_refs; });
-    if (!counted.ok()) return finish(ErrorResponse(counted));
+    // Listed after it exists, under its id (see Remove); listing it twice keeps one entry.
+    const StreamId fork = info->id;
+    Status listed = UpdateMeta(source->info.id, [fork](Meta* m) {
+      auto at = std::lower_bound(m->fork_ids.begin(), m->fork_ids.end(), fork);
+      if (at == m->fork_ids.end() || *at != fork) m->fork_ids.insert(at, fork);
+    });
+    if (!listed.ok()) {
+      // Not answered as created, so not left behind (it is not listed: nothing to unlist).
+      Status removed = registry_.store().DeleteStream(fork);
+      (void)removed;  // if that fails too, the stale creating mark or a DELETE removes it
+      return finish(ErrorResponse(listed));
+    }
   }
   // Inherited records and the initial body commit as one atomic batch.
   std::vector<AppendRecord> batch = std::move(inherited);

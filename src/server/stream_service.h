@@ -91,6 +91,9 @@ struct StreamServiceOptions {
   // inherited records into the new stream as one atomic batch, held in memory until it commits,
   // like a request body; a larger fork is refused with 413 before it is created.
   size_t max_fork_bytes = 64u << 20;
+  // The most live forks one stream may have: a source lists its forks' ids in its metadata,
+  // which every fork created or removed rewrites. One more is refused with 409.
+  size_t max_forks_per_stream = 1000;
 };
 
 enum class LiveMode { kNone, kLongPoll, kSse };
@@ -231,6 +234,9 @@ class StreamService {
   bool Expired(const StreamInfo& info, const Meta& meta);
   // Removes a stream, or soft-deletes it while forks reference it; cascades to fork sources.
   Status Remove(const StreamInfo& info, const Meta& meta);
+  // Drops from source `id`'s fork list the forks that no longer exist; `*meta` becomes the
+  // source's metadata as written (or as read, when every listed fork lives).
+  Status ForgetDeadForks(StreamId id, Meta* meta);
   Status UpdateMeta(StreamId id, const std::function<void(Meta*)>& change);
   // The attributes of stream `id` with the last Stream-Seq set to `seq`, computed from the
   // stored ones (kConflict when those already hold a Stream-Seq >= `seq`); marks the stream's

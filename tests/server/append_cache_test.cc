@@ -16,6 +16,7 @@
 
 #include "core/attributes.h"
 #include "runnel/channel.h"
+#include "runnel/clock.h"
 #include "runnel/registry.h"
 #include "runnel/store.h"
 #include "server/stream_service.h"
@@ -58,8 +59,21 @@ class CountingStore : public testing::ForwardingStore {
     if (id == update_target_) {
       if (auto fn = std::exchange(before_update_, nullptr)) fn();
     }
+    if (id == fail_update_) {
+      fail_update_ = 0;
+      return Status::Unavailable("injected: the node stopped before this update");
+    }
     return ForwardingStore::UpdateStream(id, retention, attributes, expected_attributes,
                                          expected_next_offset);
+  }
+  // The next catalog update of stream `id` fails (and changes nothing), as if this node
+  // stopped just before it.
+  void FailNextUpdate(StreamId id) { fail_update_ = id; }
+  // Every delete fails while set: a node that stopped does not clean up after itself.
+  void FailDeletes(bool fail) { fail_deletes_ = fail; }
+  Status DeleteStream(StreamId id) override {
+    if (fail_deletes_) return Status::Unavailable("injected: the node stopped");
+    return ForwardingStore::DeleteStream(id);
   }
 
  private:
@@ -68,6 +82,8 @@ class CountingStore : public testing::ForwardingStore {
   std::function<void()> before_append_;  // test thread only
   StreamId update_target_ = 0;
   std::function<void()> before_update_;
+  StreamId fail_update_ = 0;
+  bool fail_deletes_ = false;
 };
 
 class AppendCacheTest : public ::testing::Test {
@@ -75,7 +91,7 @@ class AppendCacheTest : public ::testing::Test {
   AppendCacheTest() {
     auto store = std::make_unique<CountingStore>();
     store_ = store.get();
-    StreamRegistry registry(std::move(store));
+    StreamRegistry registry(std::move(store), &clock_);
     registry_ = std::make_unique<StreamRegistry>(registry);
     node_a_ = std::make_unique<StreamService>(registry, StreamServiceOptions{}, nullptr);
     node_b_ = std::make_unique<StreamService>(registry, StreamServiceOptions{}, nullptr);
@@ -96,6 +112,13 @@ class AppendCacheTest : public ::testing::Test {
   uint64_t EventCount(const std::string& name) {
     auto info = store_->GetStream("global", name);
     return info.ok() ? info->event_count : 0;
+  }
+
+  ManualClock clock_{Clock::Real()->NowMs()};
+  // The protocol's metadata ("ds") in a stream's attributes, as stored.
+  static std::string Meta(const StreamInfo& info) {
+    auto ds = attributes::Get(info.spec.attributes, "ds");
+    return ds.ok() && ds->has_value() ? **ds : std::string();
   }
 
   CountingStore* store_ = nullptr;
@@ -393,6 +416,120 @@ TEST_F(AppendCacheTest, ARetentionChangeRacingAForkCountIsKept) {
   // The fork was counted too: deleting the source keeps its data for the fork.
   ASSERT_EQ(Write(*node_a_, "DELETE", "/v1/stream/src", "").status, 204);
   EXPECT_EQ(EventCount("src"), 1u);
+}
+
+// A fork's node stops after creating the fork (marked creating) but before listing it on its
+// source. When the stale fork is removed later, it must not release a source that another fork
+// still holds: a count decremented for it would have let the source's DELETE collect it.
+TEST_F(AppendCacheTest, AForkWhoseNodeStoppedBeforeListingItReleasesNothing) {
+  ASSERT_EQ(Write(*node_a_, "PUT", "/v1/stream/src", "a").status, 201);
+  const std::map<std::string, std::string> fork_src = {{"stream-forked-from", "/v1/stream/src"}};
+  ASSERT_EQ(Write(*node_a_, "PUT", "/v1/stream/f1", "", fork_src).status, 201);
+  auto src = store_->GetStream("global", "src");
+  ASSERT_TRUE(src.ok());
+  store_->FailNextUpdate(src->id);
+  store_->FailDeletes(true);
+  EXPECT_EQ(Write(*node_b_, "PUT", "/v1/stream/f2", "", fork_src).status, 503);
+  store_->FailDeletes(false);
+  EXPECT_TRUE(store_->GetStream("global", "f2").ok());  // left behind, still marked creating
+  // Past the stale-creation age, the next lookup of its name removes it.
+  clock_.Advance(11'000);
+  EXPECT_EQ(Write(*node_a_, "POST", "/v1/stream/f2", "x").status, 404);
+  EXPECT_EQ(store_->GetStream("global", "f2").status().code(), StatusCode::kNotFound);
+  // f1 still holds the source: its DELETE soft-deletes it, keeping its records.
+  ASSERT_EQ(Write(*node_a_, "DELETE", "/v1/stream/src", "").status, 204);
+  EXPECT_EQ(EventCount("src"), 1u);
+  EXPECT_EQ(Write(*node_a_, "PUT", "/v1/stream/src", "").status, 409);
+  // The last fork's removal collects it.
+  ASSERT_EQ(Write(*node_a_, "DELETE", "/v1/stream/f1", "").status, 204);
+  EXPECT_EQ(store_->GetStream("global", "src").status().code(), StatusCode::kNotFound);
+}
+
+// A fork's listing fails while its creator is still running: the fork is not answered as
+// created, so it is not left behind either.
+TEST_F(AppendCacheTest, AForkThatCouldNotBeListedIsNotLeftBehind) {
+  ASSERT_EQ(Write(*node_a_, "PUT", "/v1/stream/src", "a").status, 201);
+  auto src = store_->GetStream("global", "src");
+  ASSERT_TRUE(src.ok());
+  store_->FailNextUpdate(src->id);
+  EXPECT_EQ(
+      Write(*node_a_, "PUT", "/v1/stream/f", "", {{"stream-forked-from", "/v1/stream/src"}}).status,
+      503);
+  EXPECT_EQ(store_->GetStream("global", "f").status().code(), StatusCode::kNotFound);
+  // Nothing holds the source: its DELETE removes it at once.
+  ASSERT_EQ(Write(*node_a_, "DELETE", "/v1/stream/src", "").status, 204);
+  EXPECT_EQ(store_->GetStream("global", "src").status().code(), StatusCode::kNotFound);
+}
+
+// A node removes a soft-deleted source's last fork and stops before unlisting it: the source
+// must not keep its name forever. A create of that name finds the listed fork gone and
+// collects the source first.
+TEST_F(AppendCacheTest, AForkRemovedButStillListedDoesNotHoldItsSourceForever) {
+  ASSERT_EQ(Write(*node_a_, "PUT", "/v1/stream/src", "a").status, 201);
+  ASSERT_EQ(
+      Write(*node_a_, "PUT", "/v1/stream/f", "", {{"stream-forked-from", "/v1/stream/src"}}).status,
+      201);
+  ASSERT_EQ(Write(*node_a_, "DELETE", "/v1/stream/src", "").status, 204);
+  auto src = store_->GetStream("global", "src");
+  ASSERT_TRUE(src.ok());
+  store_->FailNextUpdate(src->id);
+  EXPECT_EQ(Write(*node_b_, "DELETE", "/v1/stream/f", "").status, 503);
+  EXPECT_EQ(store_->GetStream("global", "f").status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(store_->GetStream("global", "src").ok());  // soft-deleted, listing a dead fork
+  HttpResponse r = Write(*node_a_, "PUT", "/v1/stream/src", "new");
+  EXPECT_EQ(r.status, 201) << r.body;
+  auto fresh = store_->GetStream("global", "src");
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_NE(fresh->id, src->id);
+  EXPECT_EQ(fresh->event_count, 1u);
+  EXPECT_EQ(Meta(*fresh).find("forks"), std::string::npos) << Meta(*fresh);
+}
+
+// The fork list is bounded (StreamServiceOptions::max_forks_per_stream): one more is refused
+// with a clear 409, and removing a fork makes room again.
+TEST_F(AppendCacheTest, ForksPerStreamAreBounded) {
+  StreamServiceOptions options;
+  options.max_forks_per_stream = 2;
+  StreamService node(*registry_, options, nullptr);
+  ASSERT_EQ(Write(node, "PUT", "/v1/stream/src", "a").status, 201);
+  const std::map<std::string, std::string> fork_src = {{"stream-forked-from", "/v1/stream/src"}};
+  ASSERT_EQ(Write(node, "PUT", "/v1/stream/f1", "", fork_src).status, 201);
+  ASSERT_EQ(Write(node, "PUT", "/v1/stream/f2", "", fork_src).status, 201);
+  HttpResponse r = Write(node, "PUT", "/v1/stream/f3", "", fork_src);
+  EXPECT_EQ(r.status, 409);
+  EXPECT_NE(r.body.find("already has 2 forks"), std::string::npos) << r.body;
+  EXPECT_EQ(store_->GetStream("global", "f3").status().code(), StatusCode::kNotFound);
+  ASSERT_EQ(Write(node, "DELETE", "/v1/stream/f1", "").status, 204);
+  EXPECT_EQ(Write(node, "PUT", "/v1/stream/f3", "", fork_src).status, 201);
+}
+
+// Streams stored before sources listed their forks: the source counts its forks in
+// "fork_refs", a fork names its source alone. Those forks still hold and release their source.
+TEST_F(AppendCacheTest, ForksStoredBeforeTheListStillHoldTheirSource) {
+  ASSERT_EQ(Write(*node_a_, "PUT", "/v1/stream/src", "a").status, 201);
+  ASSERT_EQ(Write(*node_a_, "PUT", "/v1/stream/old", "a").status, 201);
+  auto src = store_->GetStream("global", "src");
+  auto old = store_->GetStream("global", "old");
+  ASSERT_TRUE(src.ok() && old.ok());
+  // The metadata as the earlier format wrote it.
+  auto src_attrs = attributes::Set("", "ds", R"({"fork_refs":1})");
+  auto old_attrs =
+      attributes::Set("", "ds", R"({"fork_ns":"global","fork_name":"src","fork_position":1})");
+  ASSERT_TRUE(src_attrs.ok() && old_attrs.ok());
+  ASSERT_TRUE(
+      store_->UpdateStream(src->id, std::nullopt, *src_attrs, std::nullopt, std::nullopt).ok());
+  ASSERT_TRUE(
+      store_->UpdateStream(old->id, std::nullopt, *old_attrs, std::nullopt, std::nullopt).ok());
+  // A new fork joins the list next to the old count.
+  ASSERT_EQ(Write(*node_a_, "PUT", "/v1/stream/new", "", {{"stream-forked-from", "/v1/stream/src"}})
+                .status,
+            201);
+  ASSERT_EQ(Write(*node_a_, "DELETE", "/v1/stream/src", "").status, 204);
+  EXPECT_TRUE(store_->GetStream("global", "src").ok());
+  ASSERT_EQ(Write(*node_a_, "DELETE", "/v1/stream/new", "").status, 204);
+  EXPECT_TRUE(store_->GetStream("global", "src").ok());  // the old fork still counts
+  ASSERT_EQ(Write(*node_a_, "DELETE", "/v1/stream/old", "").status, 204);
+  EXPECT_EQ(store_->GetStream("global", "src").status().code(), StatusCode::kNotFound);
 }
 
 }  // namespace
