@@ -208,6 +208,10 @@ class StreamRegistry {
   Result<uint64_t> Prune(const StreamScope& scope, std::string_view name, uint64_t through);
   Result<std::vector<ConsumerGroupStatus>> ConsumerGroupInfo(const StreamScope& scope,
                                                              std::string_view name) const;
+  // Forgets a group (an extension: the seeds have no delete). kNotFound when the stream has no
+  // such group. It no longer pins Prune (P8) or counts in ConsumerGroupInfo; a later Ack of
+  // the name registers a new group at that offset, however small (C4).
+  Status DeleteGroup(const StreamScope& scope, std::string_view name, std::string_view group);
   // Wake-up hints for appends to this stream only (N4). `group` is accepted for the seed's
   // signature and ignored (N3). If last_seq is below the tail, one hint is pending at once.
   Result<Subscription> Subscribe(const StreamScope& scope, std::string_view name,
@@ -266,6 +270,8 @@ class StreamRegistry {
                                    std::string_view name, uint64_t through);
   Result<std::vector<ConsumerGroupStatus>> ConsumerGroupInfoAuthorized(
       const Principal& who, const StreamScope& target, std::string_view name) const;
+  Status DeleteGroupAuthorized(const Principal& who, const StreamScope& target,
+                               std::string_view name, std::string_view group);
   Result<Subscription> SubscribeAuthorized(const Principal& who, const StreamScope& target,
                                            std::string_view name, std::string_view group,
                                            std::optional<uint64_t> last_seq);

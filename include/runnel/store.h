@@ -232,6 +232,10 @@ class Store {
   virtual Result<std::optional<CursorState>> GetCursor(StreamId id, std::string_view consumer) = 0;
   // Every cursor of the stream, ascending by name.
   virtual Result<std::vector<CursorState>> ListCursors(StreamId id) = 0;
+  // Removes a named cursor: true if it existed, false if there was none (nothing changes).
+  // Atomic with respect to CommitCursor and to TruncatePrefix(respect_cursors): a commit after
+  // the removal registers the cursor afresh, from its own offset.
+  virtual Result<bool> DeleteCursor(StreamId id, std::string_view consumer) = 0;
 
   virtual Result<std::optional<ProducerState>> GetProducer(StreamId id,
                                                            std::string_view producer_id) = 0;

@@ -57,6 +57,10 @@ int Call(const GroupArgs& a, const std::string& method, const std::string& query
     std::fprintf(stderr, "runnel: %s\n", r.status().ToString().c_str());
     return r.status().code() == StatusCode::kUnavailable ? kExitUnavailable : kExitFailure;
   }
+  if (r->status == 204) {  // a delete: nothing to parse
+    *body = json::object();
+    return kExitOk;
+  }
   *body = json::parse(r->body, nullptr, false);
   if (r->status != 200) {
     std::string message = r->body;
@@ -161,6 +165,18 @@ int Prune(const GroupArgs& a) {
   return kExitOk;
 }
 
+int Remove(const GroupArgs& a) {
+  json body;
+  int code = Call(a, "DELETE", "?" + Query("group", a.group), &body);
+  if (code != kExitOk) return code;
+  if (a.json_output) {
+    std::printf("%s\n", json({{"ok", true}, {"group", a.group}}).dump().c_str());
+  } else {
+    std::printf("deleted group %s\n", a.group.c_str());
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 void AddGroupCommand(CLI::App& app, int* exit_code) {
@@ -209,6 +225,14 @@ void AddGroupCommand(CLI::App& app, int* exit_code) {
         ->required()
         ->check(Unsigned());
     cmd->callback([a, exit_code] { *exit_code = Prune(*a); });
+  }
+  {
+    auto a = std::make_shared<GroupArgs>();
+    auto* cmd = group->add_subcommand(
+        "rm", "Delete a group: it no longer holds back prune; a later ack starts it afresh");
+    AddCommon(cmd, a.get());
+    cmd->add_option("group", a->group, "Group name")->required();
+    cmd->callback([a, exit_code] { *exit_code = Remove(*a); });
   }
 }
 

@@ -430,6 +430,18 @@ Result<uint64_t> StreamRegistry::Prune(const StreamScope& scope, std::string_vie
   return core_->store().TruncatePrefix(info->id, through, /*respect_cursors=*/true);
 }
 
+Status StreamRegistry::DeleteGroup(const StreamScope& scope, std::string_view name,
+                                   std::string_view group) {
+  if (group.empty()) return Status::InvalidArgument("group name must not be empty");
+  RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, core_->Lookup(scope, name));
+  RUNNEL_ASSIGN_OR_RETURN(bool existed, core_->store().DeleteCursor(info.id, group));
+  if (!existed) {
+    return Status::NotFound("stream '" + std::string(name) + "' has no group '" +
+                            std::string(group) + "'");
+  }
+  return Status::OK();
+}
+
 Result<std::vector<ConsumerGroupStatus>> StreamRegistry::ConsumerGroupInfo(
     const StreamScope& scope, std::string_view name) const {
   RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, core_->Lookup(scope, name));
@@ -577,6 +589,12 @@ Result<std::vector<ConsumerGroupStatus>> StreamRegistry::ConsumerGroupInfoAuthor
     const Principal& who, const StreamScope& target, std::string_view name) const {
   RUNNEL_RETURN_IF_ERROR(CheckStreamAccess(who, target, name));
   return ConsumerGroupInfo(target, name);
+}
+
+Status StreamRegistry::DeleteGroupAuthorized(const Principal& who, const StreamScope& target,
+                                             std::string_view name, std::string_view group) {
+  RUNNEL_RETURN_IF_ERROR(CheckStreamAccess(who, target, name));
+  return DeleteGroup(target, name, group);
 }
 
 Result<Subscription> StreamRegistry::SubscribeAuthorized(const Principal& who,

@@ -157,12 +157,16 @@ HttpResponse GroupService::HandleRequest(const Principal& who, const HttpRequest
   StreamRegistry& registry = streams_->registry();
   const bool get = request.method == "GET" || request.method == "HEAD";
   const bool post = request.method == "POST";
-  if (!get && !post) {
+  const bool del = request.method == "DELETE";
+  if (!get && !post && !del) {
     HttpResponse r = StreamService::ErrorResponse(
         Status::InvalidArgument("method " + request.method + " is not allowed on groups"));
     r.status = 405;
-    r.Set("Allow", "GET, POST");
+    r.Set("Allow", "GET, POST, DELETE");
     return r;
+  }
+  if (del && !group) {
+    return StreamService::ErrorResponse(Status::InvalidArgument("DELETE needs ?group=G"));
   }
   if (post && !group && !request.Query("prune")) {
     return StreamService::ErrorResponse(
@@ -183,6 +187,13 @@ HttpResponse GroupService::HandleRequest(const Principal& who, const HttpRequest
   }
   const uint64_t tail = info->next_offset - 1;
 
+  if (del) {
+    Status deleted = registry.DeleteGroup(route.scope, route.name, *group);
+    if (!deleted.ok()) return StreamService::ErrorResponse(deleted);
+    HttpResponse r;
+    r.status = 204;
+    return r;
+  }
   if (post && group) {
     auto offset = ParseAck(*request.Query("ack"));
     if (!offset) {

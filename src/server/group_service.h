@@ -26,6 +26,9 @@
 //                                 N may also be an offset token (a streamNextOffset of the SSE
 //                                 form), meaning its position
 //   POST ...?prune=N              consumer-aware prune through N: {"removed"}
+//   DELETE ...?group=G            forgets the group: 204, or 404 when the stream has no such
+//                                 group. It no longer pins prune or counts against the limit;
+//                                 a later ack registers the name afresh at that offset
 // Offsets are registry offsets: the k-th record ever appended has offset k, which is also the
 // protocol position just after it, so "ack N" means "the first N records are done".
 //
@@ -64,8 +67,8 @@ class GroupService {
   using Done = std::function<void(GroupAnswer)>;
 
   // The default of the most consumer groups one stream may have: an ack that would add one
-  // more answers 429 resource_exhausted (each group is kept, and listed, for the life of the
-  // stream).
+  // more answers 429 resource_exhausted (each group is kept, and listed, until it is deleted
+  // or the stream is).
   static constexpr size_t kDefaultMaxGroupsPerStream = 10000;
 
   // `streams` is not owned and must outlive this. `worker_threads` (at least one) run Handle.

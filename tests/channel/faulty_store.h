@@ -210,6 +210,10 @@ class FaultyStore final : public Store {
     ++calls_;
     return inner_->ListCursors(id);
   }
+  Result<bool> DeleteCursor(StreamId id, std::string_view consumer) override {
+    ++calls_;
+    return inner_->DeleteCursor(id, consumer);
+  }
   Result<std::optional<ProducerState>> GetProducer(StreamId id,
                                                    std::string_view producer_id) override {
     ++calls_;

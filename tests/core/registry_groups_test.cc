@@ -120,6 +120,28 @@ TEST_P(RegistryGroupsTest, P8_WithoutGroupsThroughIsTheCutoffAndAGroupAtZeroPins
   EXPECT_EQ(reg().Describe(global_, "pinned")->event_count, 5u);
 }
 
+// An extension past the seeds (which have no delete): a retired group is deleted, so it stops
+// pinning prune (P8) and leaves the group list (C7); an ack of its name registers it afresh.
+TEST_P(RegistryGroupsTest, P8_ADeletedGroupNoLongerPins) {
+  MustCreate(global_, "s");
+  for (int i = 0; i < 5; ++i) MustAppend(global_, "s");
+  ASSERT_TRUE(reg().Ack(global_, "s", "idle", 0).ok());
+  ASSERT_TRUE(reg().Ack(global_, "s", "busy", 4).ok());
+  EXPECT_EQ(*reg().Prune(global_, "s", 5), 0u);
+  ASSERT_TRUE(reg().DeleteGroup(global_, "s", "idle").ok());
+  EXPECT_EQ(reg().DeleteGroup(global_, "s", "idle").code(), StatusCode::kNotFound);
+  EXPECT_EQ(reg().DeleteGroup(global_, "s", "").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(reg().DeleteGroup(global_, "ghost", "busy").code(), StatusCode::kNotFound);
+  auto groups = reg().ConsumerGroupInfo(global_, "s");
+  ASSERT_TRUE(groups.ok());
+  ASSERT_EQ(groups->size(), 1u);
+  EXPECT_EQ((*groups)[0].group, "busy");
+  EXPECT_EQ(*reg().Prune(global_, "s", 5), 4u);
+  EXPECT_EQ(*reg().GetOffset(global_, "s", "idle"), 0u);  // C1 again: never saved
+  ASSERT_TRUE(reg().Ack(global_, "s", "idle", 1).ok());
+  EXPECT_EQ(*reg().GetOffset(global_, "s", "idle"), 1u);
+}
+
 TEST_P(RegistryGroupsTest, P9_PruneNeverMovesGroupsAndIsZeroOnUnknownEmptyOrRepeat) {
   MustCreate(global_, "s");
   for (int i = 0; i < 6; ++i) MustAppend(global_, "s");

@@ -68,6 +68,14 @@ expect_rc 2 "$R" group ack events fast 0x10
 expect_rc 2 "$R" group next events fast --limit -1
 expect_eq "$("$R" group ack events fast 006)" "fast	last_acked=6" "leading zeros are decimal"
 expect_eq "$("$R" group next events slow --limit 2 | cut -f1 | tr '\n' ' ')" "3 4 " "nothing pruned by the refused commands"
+# A retired group stops holding prune back once deleted; a later ack starts it afresh.
+expect_eq "$("$R" group rm events slow)" "deleted group slow" "group rm"
+expect_rc 3 "$R" group rm events slow
+expect_eq "$("$R" group ls events | cut -f1 | tr '\n' ' ')" "fast " "the deleted group is not listed"
+expect_eq "$("$R" group prune events 5)" "removed 3" "prune goes past the deleted group"
+expect_eq "$("$R" group ack events slow 5)" "slow	last_acked=5" "an ack registers the name afresh"
+expect_eq "$("$R" group rm --json events slow)" '{"group":"slow","ok":true}' "group rm --json"
+expect_eq "$(status -X DELETE "$RUNNEL_URL/v1/groups/stream/events" -H "Authorization: Bearer $platform")" 400 "DELETE without ?group"
 
 # Tenant scope: the platform token may not touch acme's streams, acme may.
 export RUNNEL_TOKEN="$acme"

@@ -308,6 +308,33 @@ TEST_P(StoreContractTest, CursorsAreMonotonicMaxMerges) {  // C1, C2, C3, S5
   EXPECT_EQ((*list)[1].consumer, "c1");
 }
 
+// Deleting a group (an extension; the seeds have none): it stops pinning a consumer-aware
+// truncation (P8), and a later commit registers it afresh from its own offset (C4).
+TEST_P(StoreContractTest, DeletedCursorsAreGoneAndRegisterAfresh) {
+  StreamInfo s = Create("s");
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(Append(s.id, {"x"}).ok());
+  ASSERT_TRUE(store_->CommitCursor(s.id, "stuck", 0, 1).ok());
+  ASSERT_TRUE(store_->CommitCursor(s.id, "live", 5, 1).ok());
+  EXPECT_EQ(*store_->TruncatePrefix(s.id, 4, true), 0u);  // P8: a cursor at 0 pins
+  EXPECT_EQ(*store_->DeleteCursor(s.id, "stuck"), true);
+  EXPECT_EQ(*store_->DeleteCursor(s.id, "stuck"), false);
+  EXPECT_EQ(*store_->DeleteCursor(s.id, "never"), false);
+  EXPECT_FALSE(store_->GetCursor(s.id, "stuck")->has_value());
+  auto list = store_->ListCursors(s.id);
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].consumer, "live");
+  EXPECT_EQ(*store_->TruncatePrefix(s.id, 4, true), 4u);
+  // Registered again: from the new commit, not the maximum of before.
+  ASSERT_TRUE(store_->CommitCursor(s.id, "live", 5, 1).ok());
+  EXPECT_TRUE(*store_->DeleteCursor(s.id, "live"));
+  EXPECT_EQ(*store_->CommitCursor(s.id, "live", 2, 7), 2u);
+  EXPECT_EQ((*store_->GetCursor(s.id, "live"))->updated_at_ms, 7u);
+  EXPECT_EQ(store_->DeleteCursor(s.id + 1000, "live").status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(store_->DeleteStream(s.id).ok());
+  EXPECT_EQ(store_->DeleteCursor(s.id, "live").status().code(), StatusCode::kNotFound);
+}
+
 TEST_P(StoreContractTest, ConcurrentCursorCommitsKeepTheMaximum) {  // S5
   StreamInfo s = Create("s");
   std::vector<std::thread> threads;
@@ -743,6 +770,24 @@ TEST_P(PersistentStoreTest, RegistryConsumerOffsetsSurviveARestart) {  // V5, C6
   ASSERT_TRUE(next.ok());
   ASSERT_EQ(next->size(), 2u);
   EXPECT_EQ((*next)[0].offset, 4u);
+}
+
+TEST_P(PersistentStoreTest, DeletedCursorsStayDeletedAfterAReopen) {
+  StreamInfo s = Create("s");
+  ASSERT_TRUE(store_->CommitCursor(s.id, "gone", 3, 1).ok());
+  ASSERT_TRUE(store_->CommitCursor(s.id, "kept", 4, 1).ok());
+  ASSERT_TRUE(*store_->DeleteCursor(s.id, "gone"));
+  ASSERT_TRUE(store_->CommitCursor(s.id, "again", 2, 1).ok());
+  ASSERT_TRUE(*store_->DeleteCursor(s.id, "again"));
+  ASSERT_TRUE(store_->CommitCursor(s.id, "again", 1, 2).ok());
+  ASSERT_TRUE(store_->Flush().ok());
+  Reopen();
+  auto list = store_->ListCursors(s.id);
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].consumer, "again");
+  EXPECT_EQ((*list)[0].offset, 1u);
+  EXPECT_EQ((*list)[1].consumer, "kept");
 }
 
 }  // namespace

@@ -65,6 +65,9 @@ class ForwardingStore : public Store {
   Result<std::vector<CursorState>> ListCursors(StreamId id) override {
     return inner_->ListCursors(id);
   }
+  Result<bool> DeleteCursor(StreamId id, std::string_view consumer) override {
+    return inner_->DeleteCursor(id, consumer);
+  }
   Result<std::optional<ProducerState>> GetProducer(StreamId id,
                                                    std::string_view producer_id) override {
     return inner_->GetProducer(id, producer_id);

@@ -1,8 +1,8 @@
 // The differential driver: the same random operations (creates with retention and first
 // offsets; appends with keys, offset and attribute conditions, producers, attribute changes and
-// closes; reads; prefix truncation; cursor commits; retention and attribute changes, plain or
-// compare-and-set; deletes; reopening) against a reference store and the stores under test,
-// requiring identical answers after every step. Stream ids are each store's own and are not
+// closes; reads; prefix truncation; cursor commits and deletes; retention and attribute changes,
+// plain or compare-and-set; deletes; reopening) against a reference store and the stores under
+// test, requiring identical answers after every step. Stream ids are each store's own and are not
 // compared; names are. A subject may inject faults between steps and have some of its
 // refusals (the injected ones) not shared by the reference: such an operation is not applied
 // to the reference, so a refused write must leave no trace in the subject either.
@@ -141,12 +141,21 @@ inline void Step(Store& reference, Store& subject, const std::string& name, int 
     auto got = subject.TruncatePrefix(sid, through, respect);
     if (skip(got.status())) return;
     ASSERT_EQ(Show(reference.TruncatePrefix(rid, through, respect)), Show(got));
-  } else if (dice < 84) {
+  } else if (dice < 82) {
     const std::string consumer = "g" + std::to_string(pick(3));
     const uint64_t offset = pick(bound - 1);
     auto got = subject.CommitCursor(sid, consumer, offset, now);
     if (skip(got.status())) return;
     ASSERT_EQ(Show(reference.CommitCursor(rid, consumer, offset, now)), Show(got));
+  } else if (dice < 84) {
+    const std::string consumer = "g" + std::to_string(pick(3));
+    auto got = subject.DeleteCursor(sid, consumer);
+    if (skip(got.status())) return;
+    auto want = reference.DeleteCursor(rid, consumer);
+    ASSERT_EQ(want.status().code(), got.status().code());
+    if (want.ok()) {
+      ASSERT_EQ(*want, *got) << consumer;
+    }
   } else if (dice < 90) {
     StreamRetention r;
     if (pick(2) == 0) r.max_events = 1 + pick(8);

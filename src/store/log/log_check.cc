@@ -42,6 +42,7 @@ std::string_view TypeName(FrameType t) {
     case FrameType::kDeleteStream: return "delete";
     case FrameType::kAppendBatch: return "append";
     case FrameType::kCursorCommit: return "cursor";
+    case FrameType::kCursorDelete: return "cursor-delete";
     case FrameType::kTruncateHead: return "truncate";
     case FrameType::kCheckpointMarker: return "checkpoint-marker";
     case FrameType::kRelocatedBatch: return "relocated";

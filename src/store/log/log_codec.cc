@@ -225,6 +225,13 @@ std::string EncodeCursorCommit(StreamId id, std::string_view consumer, uint64_t 
   return b;
 }
 
+std::string EncodeCursorDelete(StreamId id, std::string_view consumer) {
+  std::string b;
+  PutU64(&b, id);
+  PutString(&b, consumer);
+  return b;
+}
+
 std::string EncodeTruncateHead(StreamId id, uint64_t new_head) {
   std::string b;
   PutU64(&b, id);
@@ -358,6 +365,9 @@ std::string DescribeFrame(FrameType type, std::string_view body) {
       if (!r.U64(&id) || !r.String(&s1) || !r.U64(&a) || !r.U64(&b)) return "cursor (malformed)";
       return "cursor-commit id=" + std::to_string(id) + " consumer=" + s1 +
              " offset=" + std::to_string(a) + " ts=" + std::to_string(b);
+    case FrameType::kCursorDelete:
+      if (!r.U64(&id) || !r.String(&s1)) return "cursor-delete (malformed)";
+      return "cursor-delete id=" + std::to_string(id) + " consumer=" + s1;
     case FrameType::kTruncateHead:
       if (!r.U64(&id) || !r.U64(&a)) return "truncate-head (malformed)";
       return "truncate-head id=" + std::to_string(id) + " new_head=" + std::to_string(a);

@@ -134,6 +134,7 @@ std::string EncodeUpdateStream(StreamId id, const StreamRetention& r, std::strin
 std::string EncodeDeleteStream(StreamId id);
 std::string EncodeCursorCommit(StreamId id, std::string_view consumer, uint64_t offset,
                                uint64_t now_ms);
+std::string EncodeCursorDelete(StreamId id, std::string_view consumer);
 std::string EncodeTruncateHead(StreamId id, uint64_t new_head);
 std::string EncodeCheckpointMarker(uint64_t seq);
 // Appends the kAppendBatch body to dst.

@@ -82,8 +82,11 @@ enum class FrameType : uint8_t {
   // segment. Replay points the stream's index entry for that first offset at this frame (and
   // ignores it when those records are gone by then); offsets do not change.
   kRelocatedBatch = 8,
+  // u64 stream id, string consumer: the cursor is removed (Store::DeleteCursor). Binaries
+  // that predate it refuse a segment holding one as damaged.
+  kCursorDelete = 9,
 };
-inline constexpr uint8_t kMaxFrameType = 8;
+inline constexpr uint8_t kMaxFrameType = 9;
 
 // Retention: u8 flags (bit 0 max_events, bit 1 max_age_ms, bit 2 max_bytes), then a u64 for
 // each set flag, in that order.

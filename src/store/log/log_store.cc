@@ -1104,6 +1104,15 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
       }
       return Status::OK();
     }
+    case FrameType::kCursorDelete: {
+      std::string consumer;
+      if (!r.String(&consumer) || !r.done()) {
+        return Status::Corruption("malformed cursor-delete frame");
+      }
+      auto& cursors = s->mut().cursors;
+      if (auto it = cursors.find(consumer); it != cursors.end()) cursors.erase(it);
+      return Status::OK();
+    }
     case FrameType::kRelocatedBatch: {
       AppendBatchHeader h;
       if (!DecodeAppendBatch(body, &h, nullptr, nullptr) ||
@@ -1225,7 +1234,7 @@ void LogStore::WriterLoop() {
     uint64_t group_bytes = 0;
     for (auto& op : ops) {
       if (op->kind == OpKind::kAppend || op->kind == OpKind::kCursor ||
-          op->kind == OpKind::kCreate) {
+          op->kind == OpKind::kCursorDelete || op->kind == OpKind::kCreate) {
         Prepare(*op);
         group_bytes += op->frame_len;
         group.push_back(std::move(op));
@@ -1302,6 +1311,15 @@ void LogStore::WaitForFullerGroup(std::unique_lock<std::mutex>& lock) {
       queue_cv_, lock, last_group_ops_, std::chrono::microseconds(bound),
       std::chrono::microseconds(options_.group_arrival_gap_us), &group_target_,
       [&] { return queue_.size(); }, [&] { return stopping_; });
+}
+
+std::optional<uint64_t> LogStore::PendingCursor(const StreamState& s,
+                                                const std::pair<StreamId, std::string>& key) const {
+  if (auto pit = pending_cursors_.find(key); pit != pending_cursors_.end()) return pit->second;
+  if (auto it = s.view().cursors.find(key.second); it != s.view().cursors.end()) {
+    return it->second.offset;
+  }
+  return std::nullopt;
 }
 
 void LogStore::Prepare(Op& op) {
@@ -1388,14 +1406,8 @@ void LogStore::EncodeOp(Op& op) {
     case OpKind::kCursor: {
       StreamState* s = FindLocked(op.stream);
       if (s == nullptr) return refuse(StreamNotFound(op.stream));
-      std::optional<uint64_t> current;
       auto key = std::make_pair(op.stream, op.consumer);
-      auto pit = pending_cursors_.find(key);
-      if (pit != pending_cursors_.end()) {
-        current = pit->second;
-      } else if (auto it = s->view().cursors.find(op.consumer); it != s->view().cursors.end()) {
-        current = it->second.offset;
-      }
+      const std::optional<uint64_t> current = PendingCursor(*s, key);
       if (current && *current >= op.offset) {
         op.u64_result = *current;
         return;  // nothing changes, nothing to write
@@ -1404,6 +1416,20 @@ void LogStore::EncodeOp(Op& op) {
       pending_cursors_[key] = op.offset;
       AppendFrame(&group_buf_, FrameType::kCursorCommit,
                   EncodeCursorCommit(op.stream, op.consumer, op.offset, op.now_ms));
+      return;
+    }
+    case OpKind::kCursorDelete: {
+      StreamState* s = FindLocked(op.stream);
+      if (s == nullptr) return refuse(StreamNotFound(op.stream));
+      auto key = std::make_pair(op.stream, op.consumer);
+      if (!PendingCursor(*s, key)) {
+        op.u64_result = 0;
+        return;  // there is none: nothing to write
+      }
+      op.u64_result = 1;
+      pending_cursors_[key] = std::nullopt;
+      AppendFrame(&group_buf_, FrameType::kCursorDelete,
+                  EncodeCursorDelete(op.stream, op.consumer));
       return;
     }
     case OpKind::kCreate: {
@@ -2248,6 +2274,15 @@ Result<uint64_t> LogStore::CommitCursor(StreamId id, std::string_view consumer, 
   op->now_ms = now_ms;
   RUNNEL_RETURN_IF_ERROR(Submit(op));
   return op->u64_result;
+}
+
+Result<bool> LogStore::DeleteCursor(StreamId id, std::string_view consumer) {
+  auto op = std::make_shared<Op>();
+  op->kind = OpKind::kCursorDelete;
+  op->stream = id;
+  op->consumer = std::string(consumer);
+  RUNNEL_RETURN_IF_ERROR(Submit(op));
+  return op->u64_result != 0;
 }
 
 Result<std::optional<CursorState>> LogStore::GetCursor(StreamId id, std::string_view consumer) {

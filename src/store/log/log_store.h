@@ -76,6 +76,7 @@ class LogStore final : public Store {
                                 uint64_t now_ms) override;
   Result<std::optional<CursorState>> GetCursor(StreamId id, std::string_view consumer) override;
   Result<std::vector<CursorState>> ListCursors(StreamId id) override;
+  Result<bool> DeleteCursor(StreamId id, std::string_view consumer) override;
   Result<std::optional<ProducerState>> GetProducer(StreamId id,
                                                    std::string_view producer_id) override;
   // Waits until everything acknowledged before the call is durable (fdatasync), in every mode.
@@ -259,7 +260,17 @@ class LogStore final : public Store {
     uint64_t live_bytes = 0;  // bytes of frames still referenced by some BatchRef
     uint64_t end = 0;         // end of written frames (known for replayed and written ones)
   };
-  enum class OpKind { kAppend, kCursor, kCreate, kUpdate, kDelete, kTruncate, kFlush, kCheckpoint };
+  enum class OpKind {
+    kAppend,
+    kCursor,
+    kCursorDelete,
+    kCreate,
+    kUpdate,
+    kDelete,
+    kTruncate,
+    kFlush,
+    kCheckpoint
+  };
   struct Op;
 
   explicit LogStore(const LogStoreOptions& options);
@@ -301,6 +312,9 @@ class LogStore final : public Store {
   // Checks `op` against the reserved state and appends its frame (if any) to group_buf_.
   void Prepare(Op& op);
   void EncodeOp(Op& op);  // Prepare's work, less the bookkeeping of where the frame is
+  // A cursor's offset as the group being prepared leaves it (nullopt: none, or removed).
+  std::optional<uint64_t> PendingCursor(const StreamState& s,
+                                        const std::pair<StreamId, std::string>& key) const;
   void CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_sync);
   // Writes `pieces` (`total` bytes holding `records` appended records) at the end of the log,
   // syncing when `sync` (or when the interval mode's deadline passed).
@@ -429,7 +443,8 @@ class LogStore final : public Store {
   std::thread background_checkpoint_thread_;
   // Body size of the last checkpoint loaded or written: the next one reserves about that much.
   uint64_t checkpoint_body_bytes_ = 0;
-  std::map<std::pair<StreamId, std::string>, uint64_t> pending_cursors_;
+  // nullopt: removed by an op of the group.
+  std::map<std::pair<StreamId, std::string>, std::optional<uint64_t>> pending_cursors_;
   // Creates queued in the current group: their names, and the id the next one gets.
   std::set<std::pair<std::string, std::string>> pending_names_;
   // Attributes set by appends queued in the current group, for expected_attributes.

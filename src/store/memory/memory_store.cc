@@ -352,6 +352,17 @@ Result<std::vector<CursorState>> MemoryStore::ListCursors(StreamId id) {
   return out;
 }
 
+Result<bool> MemoryStore::DeleteCursor(StreamId id, std::string_view consumer) {
+  auto s = Find(id);
+  if (!s) return StreamNotFound(id);
+  std::lock_guard lock(s->mu);
+  if (s->deleted) return StreamNotFound(id);
+  auto it = s->cursors.find(consumer);
+  if (it == s->cursors.end()) return false;
+  s->cursors.erase(it);
+  return true;
+}
+
 Result<std::optional<ProducerState>> MemoryStore::GetProducer(StreamId id,
                                                               std::string_view producer_id) {
   auto s = Find(id);

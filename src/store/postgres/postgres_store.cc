@@ -561,6 +561,20 @@ Result<std::vector<CursorState>> PostgresStore::ListCursors(StreamId id) {
   return out;
 }
 
+Result<bool> PostgresStore::DeleteCursor(StreamId id, std::string_view consumer) {
+  RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
+  // FOR SHARE on the stream row, as CommitCursor: ordered with a TruncatePrefix in progress.
+  RUNNEL_ASSIGN_OR_RETURN(
+      Rows rows,
+      conn->Exec("WITH s AS (SELECT id FROM streams WHERE id = $1 AND NOT deleted FOR SHARE), "
+                 "d AS (DELETE FROM cursors c USING s WHERE c.stream_id = s.id "
+                 "AND c.consumer = $2 RETURNING 1) "
+                 "SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM d)",
+                 Params().Int8(BitsToDb(id)).Bytes(consumer)));
+  if (rows.size() == 0 || rows.Int8(0, 0) == 0) return StreamNotFound(id);
+  return rows.Int8(0, 1) > 0;
+}
+
 Result<std::optional<ProducerState>> PostgresStore::GetProducer(StreamId id,
                                                                 std::string_view producer_id) {
   RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());

@@ -61,6 +61,7 @@ class PostgresStore final : public Store {
                                 uint64_t now_ms) override;
   Result<std::optional<CursorState>> GetCursor(StreamId id, std::string_view consumer) override;
   Result<std::vector<CursorState>> ListCursors(StreamId id) override;
+  Result<bool> DeleteCursor(StreamId id, std::string_view consumer) override;
   Result<std::optional<ProducerState>> GetProducer(StreamId id,
                                                    std::string_view producer_id) override;
   Status Flush() override;
