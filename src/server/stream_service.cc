@@ -1125,7 +1125,8 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
       if (at == m->fork_ids.end() || *at != fork) m->fork_ids.insert(at, fork);
     });
     if (!listed.ok()) {
-      // Not answered as created, so not left behind (it is not listed: nothing to unlist).
+      // Not answered as created, so not left behind. Nothing to unlist, unless the listing
+      // committed after all (an unknown outcome): that entry is then found dead later.
       Status removed = registry_.store().DeleteStream(fork);
       (void)removed;  // if that fails too, the stale creating mark or a DELETE removes it
       return finish(ErrorResponse(listed));
