@@ -316,19 +316,17 @@ Status DurableChannel::OpenPartitions() {
   // Refuse before creating anything: an untagged stream holding records (not envelopes) where a
   // partition belongs. Found only in the loop below, it would leave the partitions before it
   // created and tagged, half a channel.
-  for (const std::string& key : stream_keys_) {
+  auto check_untagged = [&](const std::string& key, std::string_view role) -> Status {
     auto info = store.GetStream(ns, key);
-    if (!info.ok()) continue;
+    if (!info.ok()) return Status::OK();  // missing: created below
     auto found = attributes::Get(info->spec.attributes, kAttributeKey);
-    if (!found.ok() || found->has_value()) continue;
-    RUNNEL_RETURN_IF_ERROR(CheckAdoptable(*info, key, kPartitionRole));
+    if (!found.ok() || found->has_value()) return Status::OK();  // tagged: checked below
+    return CheckAdoptable(*info, key, role);
+  };
+  for (const std::string& key : stream_keys_) {
+    RUNNEL_RETURN_IF_ERROR(check_untagged(key, kPartitionRole));
   }
-  if (auto info = store.GetStream(ns, checkpoint_key_); info.ok()) {
-    auto found = attributes::Get(info->spec.attributes, kAttributeKey);
-    if (found.ok() && !found->has_value()) {
-      RUNNEL_RETURN_IF_ERROR(CheckAdoptable(*info, checkpoint_key_, kCheckpointRole));
-    }
-  }
+  RUNNEL_RETURN_IF_ERROR(check_untagged(checkpoint_key_, kCheckpointRole));
   for (size_t i = 0; i < stream_keys_.size(); ++i) {
     const std::string tag = PartitionTag(stream_keys_.size(), i);
     RUNNEL_ASSIGN_OR_RETURN(TaggedStream partition,
