@@ -10,8 +10,6 @@
 #ifndef RUNNEL_BASE_RETRY_H_
 #define RUNNEL_BASE_RETRY_H_
 
-#include <utility>
-
 #include "runnel/status.h"
 
 namespace runnel {

@@ -558,7 +558,9 @@ void StreamService::MetaAppendDone(StreamId id) {
 // its listing, or between a fork's removal and its unlisting, leaves nothing that miscounts. A
 // fork created but never listed unlists nothing when it is removed (a count would have been
 // decremented for it, releasing a source that other forks still hold); a fork removed but left
-// listed is found dead (ForgetDeadForks) the next time its source's forks decide anything.
+// listed is found dead (ForgetDeadForks) when the source itself is acted on: its DELETE, or a
+// PUT of its name while it is soft-deleted. Not at every removal of another of its forks: that
+// would read every remaining fork each time, quadratic in the forks of one source.
 Status StreamService::Remove(const StreamInfo& first, const Meta& first_meta) {
   // A loop, not recursion: removing the last fork of a chain of soft-deleted forks collects the
   // whole chain, however long.
@@ -595,7 +597,7 @@ Status StreamService::Remove(const StreamInfo& first, const Meta& first_meta) {
       }
       after = *m;
     }));
-    if (!after.soft_deleted) return Status::OK();
+    if (!after.soft_deleted || after.HasForks()) return Status::OK();
     auto again = registry_.store().GetStreamById(source->id);
     if (!again.ok()) return Status::OK();
     info = *again;

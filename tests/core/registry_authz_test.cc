@@ -107,6 +107,7 @@ TEST(AuthzTest, Z6_EveryOperationHasAGatedVariant) {
   expect_denied(reg.PruneAuthorized(denied, kGlobex, "s", 1).status(), "prune");
   expect_denied(reg.ConsumerGroupInfoAuthorized(denied, kGlobex, "s").status(), "group_info");
   expect_denied(reg.SubscribeAuthorized(denied, kGlobex, "s", "g", 0).status(), "subscribe");
+  expect_denied(reg.DeleteGroupAuthorized(denied, kGlobex, "s", "c"), "delete_group");
   expect_denied(reg.DeleteStreamAuthorized(denied, kGlobex, "s"), "delete");
   // Nothing changed.
   EXPECT_FALSE(reg.Exists(kGlobex, "t"));
@@ -128,6 +129,8 @@ TEST(AuthzTest, Z6_EveryOperationHasAGatedVariant) {
   EXPECT_EQ(*reg.PruneAuthorized(allowed, kGlobex, "s", 2), 2u);
   EXPECT_EQ(reg.ConsumerGroupInfoAuthorized(allowed, kGlobex, "s")->size(), 1u);
   EXPECT_TRUE(reg.SubscribeAuthorized(allowed, kGlobex, "s", "g", 0).ok());
+  EXPECT_TRUE(reg.DeleteGroupAuthorized(allowed, kGlobex, "s", "c").ok());
+  EXPECT_TRUE(reg.ConsumerGroupInfo(kGlobex, "s")->empty());
   EXPECT_TRUE(reg.DeleteStreamAuthorized(allowed, kGlobex, "t").ok());
 }
 
