@@ -70,7 +70,10 @@ struct LogStoreOptions {
   // Pre-fill new segments with zeros (faster syncs later; costs one sequential write).
   bool prezero_segments = true;
   // A checkpoint is written after this many log bytes, and at close. Restart time is bounded by
-  // replaying at most this much.
+  // replaying about this much. A periodic checkpoint's file is written in the background; if
+  // appends outrun it, so that four times this much is logged since the last checkpoint that
+  // landed, commits wait for it. So a restart never replays more than about four times this
+  // much, and old segments are never kept for longer than that.
   uint64_t checkpoint_interval_bytes = 64ull << 20;
   // Old segments whose live bytes fall below this fraction are compacted by the cleaner, which
   // copies their live records to the head of the log (grouped by stream). 0 disables it.

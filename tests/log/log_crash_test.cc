@@ -630,5 +630,48 @@ TEST_F(LogFaultTest, AppendsGoOnConcurrentlyWithACheckpointBeingWritten) {
   EXPECT_NE(checkpoints(), before);
 }
 
+// The other side of the test above: a checkpoint that falls far behind (its fdatasync stalled
+// while appends keep coming) holds commits back once four checkpoint intervals are logged since
+// the last checkpoint that landed, so the log a restart replays and the dead segments waiting
+// for a checkpoint stay bounded. Releasing the stall lets every held append through.
+TEST_F(LogFaultTest, AppendsWaitForACheckpointThatFallsFourIntervalsBehind) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  auto info = store->CreateStream(Spec("s"));
+  ASSERT_TRUE(info.ok());
+  faults_.HoldSyncs(".ckpt.tmp");
+  // 1 KB appends; the interval is 40 KiB, so the bound is about 160 appends after the
+  // checkpoint began (about the 40th): 400 cannot all commit while it is held.
+  constexpr int kAppends = 400;
+  std::atomic<int> acked{0};
+  auto more = std::async(std::launch::async, [&] {
+    for (int i = 0; i < kAppends; ++i) {
+      if (!AppendPayloads(*store, info->id, {std::string(1000, 'x')}).ok()) return false;
+      acked.fetch_add(1);
+    }
+    return true;
+  });
+  // Waits until the acknowledgements stop for a while (the writer is waiting) or all arrive.
+  int seen = -1;
+  for (int i = 0; i < 200 && seen != acked.load() && acked.load() < kAppends; ++i) {
+    seen = acked.load();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const int held_back_at = acked.load();
+  EXPECT_EQ(faults_.HeldSyncs(), 1) << "the checkpoint is stalled in its fdatasync";
+  EXPECT_LT(held_back_at, kAppends) << "commits went on with the checkpoint five intervals behind";
+  // Stopped near the bound: 4 intervals (164 KB) since the store opened, less what the
+  // stream's creation and frame headers took.
+  EXPECT_GE(held_back_at, 140);
+  EXPECT_LE(held_back_at, 170);
+  faults_.ReleaseSyncs();
+  ASSERT_EQ(more.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_TRUE(more.get());
+  EXPECT_EQ(acked.load(), kAppends);
+  auto recs = store->Read(info->id, 1, kAppends + 1, 1 << 30);
+  ASSERT_TRUE(recs.ok());
+  EXPECT_EQ(recs->size(), static_cast<size_t>(kAppends));
+}
+
 }  // namespace
 }  // namespace runnel::testing

@@ -1273,7 +1273,12 @@ void LogStore::WriterLoop() {
     const bool freeing = segment_freed_ && bytes_since_checkpoint_ > 0 &&
                          now - last_freeing_checkpoint_ >= std::chrono::seconds(10);
     // A checkpoint written in the background is finished first; none starts while it is not.
-    const bool checkpoint_idle = PollBackgroundCheckpoint(false);
+    // Appends that outrun it (kMaxCheckpointBacklog intervals logged since the last durable
+    // one) wait for it here: otherwise what a restart replays, and the dead segments only a
+    // checkpoint can delete, would grow without bound while its file is slow to land.
+    const bool backlogged =
+        bytes_since_checkpoint_ >= kMaxCheckpointBacklog * options_.checkpoint_interval_bytes;
+    const bool checkpoint_idle = PollBackgroundCheckpoint(backlogged);
     if ((bytes_since_checkpoint_ >= options_.checkpoint_interval_bytes || freeing) &&
         now >= checkpoint_retry_at_ && checkpoint_idle) {
       const bool periodic = bytes_since_checkpoint_ >= options_.checkpoint_interval_bytes;

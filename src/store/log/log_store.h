@@ -343,6 +343,9 @@ class LogStore final : public Store {
   Status WriteCheckpoint();
   // Periodic checkpoints (writer thread): Begin here, the file in the background (a million
   // streams make a 100+ MB file, which appends need not wait for), Finish at a later round.
+  // Once this many checkpoint intervals are logged since the last durable checkpoint, the
+  // writer waits for the one in the background before it commits more.
+  static constexpr uint64_t kMaxCheckpointBacklog = 4;
   void StartBackgroundCheckpoint();
   // Writer thread: finishes a background checkpoint that is done (or, with `wait`, waits for
   // it). False while one is still being written.
