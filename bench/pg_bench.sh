@@ -6,7 +6,9 @@
 #   3. runnel's store alone (BUILD_DIR/bin/pg_append_bench), 64 threads, one record per append;
 #   4. `runnel serve --store postgres://...`: 100-byte HTTP appends (wrk, 64 connections over 16
 #      streams), all through one node;
-#   5. the same 64 connections spread over three nodes on the same database.
+#   5. the same 64 connections spread over three nodes on the same database;
+#   6. the same again, but each node on 16 streams of its own: no stream is written through two
+#      nodes, which is the best that forwarding each stream to one owner node could do.
 # Then (1) once more. Prints rows/s, transactions/s seen by the server (reads count too), and
 # the ratios against the targets, using the mean of the two unbatched pgbench runs: one node
 # >= 3x the unbatched pgbench rate; three nodes within 10% of one node.
@@ -114,13 +116,16 @@ for i in 0 1 2; do
   urls+=("$url")
 done
 for s in $(seq 0 15); do
-  curl -sf -o /dev/null -X PUT -H 'Content-Type: text/plain' "${urls[0]}/v1/stream/bench-$s"
+  for prefix in bench own0 own1 own2; do
+    curl -sf -o /dev/null -X PUT -H 'Content-Type: text/plain' "${urls[0]}/v1/stream/$prefix-$s"
+  done
 done
 
-# wrk_run URL CONNECTIONS OUT: 100-byte appends over the 16 streams; writes requests/s to OUT.
+# wrk_run URL CONNECTIONS OUT [PREFIX]: 100-byte appends over the 16 streams PREFIX-0..15
+# (PREFIX defaults to bench); writes requests/s to OUT.
 wrk_run() {
   local threads=$(( $2 < 32 ? 1 : 2 ))
-  STREAM_PREFIX=/v1/stream/bench- STREAMS=16 wrk -t"$threads" -c"$2" -d"${seconds}s" \
+  STREAM_PREFIX="/v1/stream/${4:-bench}-" STREAMS=16 wrk -t"$threads" -c"$2" -d"${seconds}s" \
     -s "$root/bench/http/append_streams.lua" "$1" > "$3.full"
   awk '/Requests\/sec/ {print int($2)}' "$3.full" > "$3"
   if grep -q 'Non-2xx' "$3.full"; then
@@ -153,6 +158,21 @@ three=$(( $(cat "$work/three-0") + $(cat "$work/three-1") + $(cat "$work/three-2
 echo "runnel serve, 3 nodes, 64 connections: ${three} appends/s ($(( (after - before) / seconds )) commits/s," \
      "$(per_txn "$c0" "$c1") records per append transaction)"
 
+before=$(xacts)
+c0=$(node_commits "${urls[@]}")
+wrk_run "${urls[0]}" 22 "$work/own-0" own0 &
+w0=$!
+wrk_run "${urls[1]}" 21 "$work/own-1" own1 &
+w1=$!
+wrk_run "${urls[2]}" 21 "$work/own-2" own2 &
+w2=$!
+wait "$w0" "$w1" "$w2"
+after=$(xacts)
+c1=$(node_commits "${urls[@]}")
+own=$(( $(cat "$work/own-0") + $(cat "$work/own-1") + $(cat "$work/own-2") ))
+echo "runnel serve, 3 nodes, 64 connections, no stream shared: ${own} appends/s" \
+     "($(( (after - before) / seconds )) commits/s, $(per_txn "$c0" "$c1") records per append transaction)"
+
 # The unbatched rate again, so that load from outside the benchmark during the runs shows up
 # in both sides of the ratio: the ratios use the mean of the two pgbench runs.
 pgbench_unbatched " (again)"
@@ -164,3 +184,4 @@ three_ratio=$(ratio "$three" "$one")
 echo "one node / pgbench unbatched  = ${one_ratio}x (target >= 3x)"
 echo "one node / pgbench 100-row    = $(ratio "$one" "$pg_batched")x (the batched ceiling)"
 echo "three nodes / one node        = ${three_ratio}x (target >= 0.90x)"
+echo "three nodes, no stream shared / one node = $(ratio "$own" "$one")x (what one owner node per stream could at best give)"
