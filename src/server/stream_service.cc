@@ -474,6 +474,13 @@ Result<StreamInfo> StreamService::LookupLive(const StreamScope& scope, std::stri
 }
 
 Status StreamService::UpdateMeta(StreamId id, const std::function<void(Meta*)>& change) {
+  return UpdateMetaIf(id, [&](Meta* m) {
+    change(m);
+    return Status::OK();
+  });
+}
+
+Status StreamService::UpdateMetaIf(StreamId id, const std::function<Status(Meta*)>& change) {
   std::unique_lock<std::mutex> lock(meta_mu_);
   meta_cv_.wait(lock, [&] { return meta_in_flight_.count(id) == 0; });
   // A compare-and-set of the attributes: another node sharing the store may change them
@@ -481,7 +488,7 @@ Status StreamService::UpdateMeta(StreamId id, const std::function<void(Meta*)>& 
   return RetryOnConflict([&]() -> Status {
     RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
     Meta meta = Meta::Parse(info.spec.attributes);
-    change(&meta);
+    RUNNEL_RETURN_IF_ERROR(change(&meta));
     RUNNEL_ASSIGN_OR_RETURN(std::string attrs, attributes::Set(info.spec.attributes,
                                                                Meta::kAttributeKey, meta.Stored()));
     // The retention is left as stored: a PATCH racing this write must not be undone by it.
@@ -603,6 +610,12 @@ Status StreamService::Remove(const StreamInfo& first, const Meta& first_meta) {
     info = *again;
     meta = Meta::Parse(again->spec.attributes);
   }
+}
+
+Status StreamService::TooManyForks(std::string_view source_name) const {
+  return Status::FailedPrecondition("stream '" + std::string(source_name) + "' already has " +
+                                    std::to_string(options_.max_forks_per_stream) +
+                                    " forks, the most a stream may have");
 }
 
 Status StreamService::ForgetDeadForks(StreamId id, Meta* meta) {
@@ -1003,10 +1016,10 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
       meta.expires_at = source->meta.expires_at;
       meta.expires_at_ms = source->meta.expires_at_ms;
     }
+    // Checked before any record is copied, and again as the fork is listed (forks created
+    // meanwhile, through another node too, count there).
     if (source->meta.fork_ids.size() + source->meta.fork_refs >= options_.max_forks_per_stream) {
-      return finish(ErrorResponse(Status::FailedPrecondition(
-          "stream '" + source_name + "' already has " +
-          std::to_string(options_.max_forks_per_stream) + " forks, the most a stream may have")));
+      return finish(ErrorResponse(TooManyForks(source_name)));
     }
     meta.fork_source_id = sinfo.id;
     meta.fork_ns = source_scope->Label();
@@ -1122,9 +1135,14 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   if (source) {
     // Listed after it exists, under its id (see Remove); listing it twice keeps one entry.
     const StreamId fork = info->id;
-    Status listed = UpdateMeta(source->info.id, [fork](Meta* m) {
+    Status listed = UpdateMetaIf(source->info.id, [&](Meta* m) {
       auto at = std::lower_bound(m->fork_ids.begin(), m->fork_ids.end(), fork);
-      if (at == m->fork_ids.end() || *at != fork) m->fork_ids.insert(at, fork);
+      if (at != m->fork_ids.end() && *at == fork) return Status::OK();
+      if (m->fork_ids.size() + m->fork_refs >= options_.max_forks_per_stream) {
+        return TooManyForks(source_name);
+      }
+      m->fork_ids.insert(at, fork);
+      return Status::OK();
     });
     if (!listed.ok()) {
       // Not answered as created, so not left behind. Nothing to unlist, unless the listing

@@ -238,6 +238,11 @@ class StreamService {
   // source's metadata as written (or as read, when every listed fork lives).
   Status ForgetDeadForks(StreamId id, Meta* meta);
   Status UpdateMeta(StreamId id, const std::function<void(Meta*)>& change);
+  // As UpdateMeta, but `change` may refuse (with any code but kConflict, which means "read
+  // again"): its error is returned and nothing is written.
+  Status UpdateMetaIf(StreamId id, const std::function<Status(Meta*)>& change);
+  // The answer to one fork too many of `source_name`.
+  Status TooManyForks(std::string_view source_name) const;
   // The attributes of stream `id` with the last Stream-Seq set to `seq`, computed from the
   // stored ones (kConflict when those already hold a Stream-Seq >= `seq`); marks the stream's
   // metadata in flight (see meta_in_flight_) until MetaAppendDone(id).

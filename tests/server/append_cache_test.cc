@@ -503,6 +503,37 @@ TEST_F(AppendCacheTest, ForksPerStreamAreBounded) {
   EXPECT_EQ(Write(node, "PUT", "/v1/stream/f3", "", fork_src).status, 201);
 }
 
+// Two nodes forking one source at the same time: both pass the early check (one fork of two),
+// and the second to list its fork finds the list full in the compare-and-set, so it answers
+// 409 and removes its fork. The limit holds across nodes, not just within one.
+TEST_F(AppendCacheTest, ForksRacingThroughTwoNodesDoNotPassTheLimit) {
+  StreamServiceOptions options;
+  options.max_forks_per_stream = 2;
+  StreamService a(*registry_, options, nullptr);
+  StreamService b(*registry_, options, nullptr);
+  ASSERT_EQ(Write(a, "PUT", "/v1/stream/src", "a").status, 201);
+  const std::map<std::string, std::string> fork_src = {{"stream-forked-from", "/v1/stream/src"}};
+  ASSERT_EQ(Write(a, "PUT", "/v1/stream/f1", "", fork_src).status, 201);
+  auto src = store_->GetStream("global", "src");
+  ASSERT_TRUE(src.ok());
+  // Node b creates and lists f2 just before node a lists f3 (a has checked the limit already).
+  int raced = 0;
+  store_->BeforeNextUpdate(src->id,
+                           [&] { raced = Write(b, "PUT", "/v1/stream/f2", "", fork_src).status; });
+  HttpResponse r = Write(a, "PUT", "/v1/stream/f3", "", fork_src);
+  EXPECT_EQ(raced, 201);
+  EXPECT_EQ(r.status, 409) << r.body;
+  EXPECT_NE(r.body.find("already has 2 forks"), std::string::npos) << r.body;
+  EXPECT_EQ(store_->GetStream("global", "f3").status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(store_->GetStream("global", "f2").ok());
+  // The list holds exactly the two live forks: deleting both lets the source go.
+  ASSERT_EQ(Write(a, "DELETE", "/v1/stream/src", "").status, 204);
+  EXPECT_TRUE(store_->GetStream("global", "src").ok()) << "held by f1 and f2";
+  ASSERT_EQ(Write(b, "DELETE", "/v1/stream/f1", "").status, 204);
+  ASSERT_EQ(Write(a, "DELETE", "/v1/stream/f2", "").status, 204);
+  EXPECT_EQ(store_->GetStream("global", "src").status().code(), StatusCode::kNotFound);
+}
+
 // Streams stored before sources listed their forks: the source counts its forks in
 // "fork_refs", a fork names its source alone. Those forks still hold and release their source.
 TEST_F(AppendCacheTest, ForksStoredBeforeTheListStillHoldTheirSource) {
