@@ -9,7 +9,8 @@
 #   5. the same 64 connections spread over three nodes on the same database;
 #   6. the same again, but each node on 16 streams of its own: no stream is written through two
 #      nodes, which is the best that forwarding each stream to one owner node could do.
-# Then (1) once more. Prints rows/s, transactions/s seen by the server (reads count too), and
+# Then (1) once more. Prints rows/s, transactions/s seen by the server (reads count too), the
+# CPU per append of the runnel nodes and of PostgreSQL (every process named postgres), and
 # the ratios against the targets, using the mean of the two unbatched pgbench runs: one node
 # >= 3x the unbatched pgbench rate; three nodes within 10% of one node.
 #
@@ -54,6 +55,24 @@ node_commits() {
 per_txn() {  # per_txn "T0 R0" "T1 R1": records per append transaction in between
   awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ");
     t = y[1] - x[1]; if (t > 0) printf "%.1f", (y[2] - x[2]) / t; else print "n/a" }'
+}
+# CPU jiffies used so far by the runnel nodes ($pids) and by every postgres process, as "R P".
+cpu_jiffies() {
+  local r=0 p=0 f line pid
+  for pid in "${pids[@]}"; do
+    r=$(( r + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0) ))
+  done
+  for f in /proc/[0-9]*/stat; do
+    { read -r line < "$f"; } 2>/dev/null || continue
+    case "$line" in *" (postgres) "*) p=$(( p + $(echo "$line" | awk '{print $14 + $15}') )) ;; esac
+  done
+  echo "$r $p"
+}
+cpu_per_append() {  # cpu_per_append "R0 P0" "R1 P1" APPENDS_PER_S: µs of CPU per append
+  awk -v a="$1" -v b="$2" -v n="$3" -v s="$seconds" -v hz="$(getconf CLK_TCK)" 'BEGIN {
+    split(a, x, " "); split(b, y, " "); t = n * s; if (t <= 0) { print "n/a"; exit }
+    printf "CPU per append: runnel %.1f µs, postgres %.1f µs", (y[1] - x[1]) * 1e6 / hz / t,
+      (y[2] - x[2]) * 1e6 / hz / t }'
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
@@ -136,15 +155,18 @@ wrk_run() {
 
 before=$(xacts)
 c0=$(node_commits "${urls[@]}")
+j0=$(cpu_jiffies)
 wrk_run "${urls[0]}" 64 "$work/one"
+j1=$(cpu_jiffies)
 after=$(xacts)
 c1=$(node_commits "${urls[@]}")
 one=$(cat "$work/one")
 echo "runnel serve, 1 node,  64 connections: ${one} appends/s ($(( (after - before) / seconds )) commits/s," \
-     "$(per_txn "$c0" "$c1") records per append transaction)"
+     "$(per_txn "$c0" "$c1") records per append transaction; $(cpu_per_append "$j0" "$j1" "$one"))"
 
 before=$(xacts)
 c0=$(node_commits "${urls[@]}")
+j0=$(cpu_jiffies)
 wrk_run "${urls[0]}" 22 "$work/three-0" &
 w0=$!
 wrk_run "${urls[1]}" 21 "$work/three-1" &
@@ -152,14 +174,16 @@ w1=$!
 wrk_run "${urls[2]}" 21 "$work/three-2" &
 w2=$!
 wait "$w0" "$w1" "$w2"
+j1=$(cpu_jiffies)
 after=$(xacts)
 c1=$(node_commits "${urls[@]}")
 three=$(( $(cat "$work/three-0") + $(cat "$work/three-1") + $(cat "$work/three-2") ))
 echo "runnel serve, 3 nodes, 64 connections: ${three} appends/s ($(( (after - before) / seconds )) commits/s," \
-     "$(per_txn "$c0" "$c1") records per append transaction)"
+     "$(per_txn "$c0" "$c1") records per append transaction; $(cpu_per_append "$j0" "$j1" "$three"))"
 
 before=$(xacts)
 c0=$(node_commits "${urls[@]}")
+j0=$(cpu_jiffies)
 wrk_run "${urls[0]}" 22 "$work/own-0" own0 &
 w0=$!
 wrk_run "${urls[1]}" 21 "$work/own-1" own1 &
@@ -167,11 +191,13 @@ w1=$!
 wrk_run "${urls[2]}" 21 "$work/own-2" own2 &
 w2=$!
 wait "$w0" "$w1" "$w2"
+j1=$(cpu_jiffies)
 after=$(xacts)
 c1=$(node_commits "${urls[@]}")
 own=$(( $(cat "$work/own-0") + $(cat "$work/own-1") + $(cat "$work/own-2") ))
 echo "runnel serve, 3 nodes, 64 connections, no stream shared: ${own} appends/s" \
-     "($(( (after - before) / seconds )) commits/s, $(per_txn "$c0" "$c1") records per append transaction)"
+     "($(( (after - before) / seconds )) commits/s, $(per_txn "$c0" "$c1") records per append transaction;" \
+     "$(cpu_per_append "$j0" "$j1" "$own"))"
 
 # The unbatched rate again, so that load from outside the benchmark during the runs shows up
 # in both sides of the ratio: the ratios use the mean of the two pgbench runs.
