@@ -148,6 +148,10 @@ struct StoreCommitStats {
   // kRecordBuckets[i] records durable; the extra last entry counts the syncs above the last
   // bound. (Not cumulative.)
   std::array<uint64_t, kRecordBuckets.size() + 1> records_per_sync{};
+  // Log store: times the writer held commits back for a checkpoint still being written in the
+  // background (appends had outrun it by four checkpoint intervals), and how long in all.
+  uint64_t checkpoint_waits = 0;
+  uint64_t checkpoint_wait_micros = 0;
 
   // Counts one sync that made `synced_records` records (`synced_bytes` bytes) durable in
   // `micros` microseconds.

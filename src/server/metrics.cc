@@ -85,6 +85,15 @@ std::string RenderStoreCommitStats(const StoreCommitStats& stats) {
   out += fmt::format("runnel_store_records_per_sync_bucket{{le=\"+Inf\"}} {}\n", stats.syncs);
   out += fmt::format("runnel_store_records_per_sync_sum {}\n", stats.records);
   out += fmt::format("runnel_store_records_per_sync_count {}\n", stats.syncs);
+  out +=
+      "# HELP runnel_store_checkpoint_waits_total Times commits waited for a checkpoint still "
+      "being written, because appends had outrun it by four checkpoint intervals (log store).\n";
+  out += "# TYPE runnel_store_checkpoint_waits_total counter\n";
+  out += fmt::format("runnel_store_checkpoint_waits_total {}\n", stats.checkpoint_waits);
+  out += "# HELP runnel_store_checkpoint_wait_seconds_total Time commits spent in those waits.\n";
+  out += "# TYPE runnel_store_checkpoint_wait_seconds_total counter\n";
+  out += fmt::format("runnel_store_checkpoint_wait_seconds_total {}\n",
+                     static_cast<double>(stats.checkpoint_wait_micros) / 1e6);
   return out;
 }
 

@@ -664,10 +664,16 @@ TEST_F(LogFaultTest, AppendsWaitForACheckpointThatFallsFourIntervalsBehind) {
   // stream's creation and frame headers took.
   EXPECT_GE(held_back_at, 140);
   EXPECT_LE(held_back_at, 170);
+  EXPECT_EQ(store->CommitStats().checkpoint_waits, 0u) << "counted once the wait is over";
   faults_.ReleaseSyncs();
   ASSERT_EQ(more.wait_for(std::chrono::seconds(20)), std::future_status::ready);
   EXPECT_TRUE(more.get());
   EXPECT_EQ(acked.load(), kAppends);
+  // The wait is in the commit stats (/metrics): it lasted at least the 100 ms in which the
+  // acknowledgements were seen to stop.
+  const StoreCommitStats stats = store->CommitStats();
+  EXPECT_GE(stats.checkpoint_waits, 1u);
+  EXPECT_GE(stats.checkpoint_wait_micros, 50000u);
   auto recs = store->Read(info->id, 1, kAppends + 1, 1 << 30);
   ASSERT_TRUE(recs.ok());
   EXPECT_EQ(recs->size(), static_cast<size_t>(kAppends));

@@ -101,7 +101,11 @@ TEST(StoreCommitMetricsTest, RendersCumulativeBucketsAndNothingWhenUnavailable) 
   stats.CountSync(1, 100, 250);
   stats.CountSync(3, 300, 750);
   stats.CountSync(5000, 1, 1);  // above the last bound
+  stats.checkpoint_waits = 2;
+  stats.checkpoint_wait_micros = 1500000;
   const std::string text = RenderStoreCommitStats(stats);
+  EXPECT_NE(text.find("runnel_store_checkpoint_waits_total 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("runnel_store_checkpoint_wait_seconds_total 1.5\n"), std::string::npos);
   EXPECT_NE(text.find("runnel_store_syncs_total 3\n"), std::string::npos) << text;
   EXPECT_NE(text.find("runnel_store_synced_bytes_total 401\n"), std::string::npos) << text;
   EXPECT_NE(text.find("runnel_store_sync_seconds_total 0.001001\n"), std::string::npos) << text;

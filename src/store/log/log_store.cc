@@ -1277,8 +1277,10 @@ void LogStore::WriterLoop() {
     // one) wait for it here: otherwise what a restart replays, and the dead segments only a
     // checkpoint can delete, would grow without bound while its file is slow to land.
     const bool backlogged =
+        background_checkpoint_ != nullptr &&
         bytes_since_checkpoint_ >= kMaxCheckpointBacklog * options_.checkpoint_interval_bytes;
-    const bool checkpoint_idle = PollBackgroundCheckpoint(backlogged);
+    if (backlogged) WaitForBackgroundCheckpoint();
+    const bool checkpoint_idle = PollBackgroundCheckpoint(false);
     if ((bytes_since_checkpoint_ >= options_.checkpoint_interval_bytes || freeing) &&
         now >= checkpoint_retry_at_ && checkpoint_idle) {
       const bool periodic = bytes_since_checkpoint_ >= options_.checkpoint_interval_bytes;
@@ -1948,6 +1950,29 @@ bool LogStore::PollBackgroundCheckpoint(bool wait) {
   }
   background_checkpoint_.reset();
   return true;
+}
+
+void LogStore::WaitForBackgroundCheckpoint() {
+  const auto start = std::chrono::steady_clock::now();
+  PollBackgroundCheckpoint(true);
+  const auto now = std::chrono::steady_clock::now();
+  const uint64_t waited_us = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(now - start).count());
+  {
+    std::lock_guard lock(stats_mu_);
+    ++stats_.checkpoint_waits;
+    stats_.checkpoint_wait_micros += waited_us;
+  }
+  // Said at most once a minute: a disk too slow for the checkpoints of this append rate.
+  if (now - last_checkpoint_wait_warning_ >= std::chrono::minutes(1)) {
+    last_checkpoint_wait_warning_ = now;
+    std::fprintf(stderr,
+                 "runnel: WARN log store %s: appends waited %.1f ms for a checkpoint being "
+                 "written (%llu bytes logged since the last one that landed; a restart replays "
+                 "them)\n",
+                 options_.dir.c_str(), static_cast<double>(waited_us) / 1000.0,
+                 static_cast<unsigned long long>(bytes_since_checkpoint_));
+  }
 }
 
 void LogStore::CheckpointFailed(const Status& s) {

@@ -350,6 +350,9 @@ class LogStore final : public Store {
   // Writer thread: finishes a background checkpoint that is done (or, with `wait`, waits for
   // it). False while one is still being written.
   bool PollBackgroundCheckpoint(bool wait);
+  // Writer thread, with a checkpoint in the background: waits for it to be written and
+  // finished, counts the wait in the commit stats, and warns (at most once a minute).
+  void WaitForBackgroundCheckpoint();
   void CheckpointFailed(const Status& s);
   void DeleteDeadSegments(const std::vector<uint64_t>& dead);
   // The cleaner: copies the live batches of mostly-dead old segments to the head of the log,
@@ -442,6 +445,7 @@ class LogStore final : public Store {
   // Writer thread only: the checkpoint whose file is being written in the background, and the
   // result of that write.
   std::unique_ptr<CheckpointJob> background_checkpoint_;
+  std::chrono::steady_clock::time_point last_checkpoint_wait_warning_{};  // writer thread
   std::future<Status> background_checkpoint_done_;
   std::thread background_checkpoint_thread_;
   // Body size of the last checkpoint loaded or written: the next one reserves about that much.
