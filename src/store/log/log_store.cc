@@ -1276,9 +1276,11 @@ void LogStore::WriterLoop() {
     // Appends that outrun it (kMaxCheckpointBacklog intervals logged since the last durable
     // one) wait for it here: otherwise what a restart replays, and the dead segments only a
     // checkpoint can delete, would grow without bound while its file is slow to land.
-    const bool backlogged =
-        background_checkpoint_ != nullptr &&
-        bytes_since_checkpoint_ >= kMaxCheckpointBacklog * options_.checkpoint_interval_bytes;
+    const uint64_t interval = options_.checkpoint_interval_bytes;
+    const uint64_t backlog = interval > UINT64_MAX / kMaxCheckpointBacklog
+                                 ? UINT64_MAX
+                                 : kMaxCheckpointBacklog * interval;  // never wraps to 0
+    const bool backlogged = background_checkpoint_ != nullptr && bytes_since_checkpoint_ >= backlog;
     if (backlogged) WaitForBackgroundCheckpoint();
     const bool checkpoint_idle = PollBackgroundCheckpoint(false);
     if ((bytes_since_checkpoint_ >= options_.checkpoint_interval_bytes || freeing) &&
