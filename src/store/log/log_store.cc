@@ -1956,6 +1956,7 @@ bool LogStore::PollBackgroundCheckpoint(bool wait) {
 
 void LogStore::WaitForBackgroundCheckpoint() {
   const auto start = std::chrono::steady_clock::now();
+  const uint64_t behind = bytes_since_checkpoint_;  // what a crash now would replay
   PollBackgroundCheckpoint(true);
   const auto now = std::chrono::steady_clock::now();
   const uint64_t waited_us = static_cast<uint64_t>(
@@ -1970,10 +1971,10 @@ void LogStore::WaitForBackgroundCheckpoint() {
     last_checkpoint_wait_warning_ = now;
     std::fprintf(stderr,
                  "runnel: WARN log store %s: appends waited %.1f ms for a checkpoint being "
-                 "written (%llu bytes logged since the last one that landed; a restart replays "
-                 "them)\n",
+                 "written (%llu bytes had been logged since the last one that landed, which a "
+                 "restart would have replayed)\n",
                  options_.dir.c_str(), static_cast<double>(waited_us) / 1000.0,
-                 static_cast<unsigned long long>(bytes_since_checkpoint_));
+                 static_cast<unsigned long long>(behind));
   }
 }
 

@@ -445,9 +445,9 @@ class LogStore final : public Store {
   // Writer thread only: the checkpoint whose file is being written in the background, and the
   // result of that write.
   std::unique_ptr<CheckpointJob> background_checkpoint_;
-  std::chrono::steady_clock::time_point last_checkpoint_wait_warning_{};  // writer thread
   std::future<Status> background_checkpoint_done_;
   std::thread background_checkpoint_thread_;
+  std::chrono::steady_clock::time_point last_checkpoint_wait_warning_{};  // writer thread
   // Body size of the last checkpoint loaded or written: the next one reserves about that much.
   uint64_t checkpoint_body_bytes_ = 0;
   // nullopt: removed by an op of the group.
