@@ -634,7 +634,7 @@ TEST_F(LogFaultTest, AppendsGoOnConcurrentlyWithACheckpointBeingWritten) {
 // while appends keep coming) holds commits back once four checkpoint intervals are logged since
 // the last checkpoint that landed, so the log a restart replays and the dead segments waiting
 // for a checkpoint stay bounded. Releasing the stall lets every held append through.
-TEST_F(LogFaultTest, AppendsWaitForACheckpointThatFallsFourIntervalsBehind) {
+TEST_F(LogFaultTest, ConcurrentAppendsWaitForACheckpointThatFallsFourIntervalsBehind) {
   auto store = Open();
   ASSERT_NE(store, nullptr);
   auto info = store->CreateStream(Spec("s"));
