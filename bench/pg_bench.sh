@@ -153,51 +153,39 @@ wrk_run() {
   fi
 }
 
-before=$(xacts)
-c0=$(node_commits "${urls[@]}")
-j0=$(cpu_jiffies)
-wrk_run "${urls[0]}" 64 "$work/one"
-j1=$(cpu_jiffies)
-after=$(xacts)
-c1=$(node_commits "${urls[@]}")
-one=$(cat "$work/one")
-echo "runnel serve, 1 node,  64 connections: ${one} appends/s ($(( (after - before) / seconds )) commits/s," \
-     "$(per_txn "$c0" "$c1") records per append transaction; $(cpu_per_append "$j0" "$j1" "$one"))"
-
-before=$(xacts)
-c0=$(node_commits "${urls[@]}")
-j0=$(cpu_jiffies)
-wrk_run "${urls[0]}" 22 "$work/three-0" &
-w0=$!
-wrk_run "${urls[1]}" 21 "$work/three-1" &
-w1=$!
-wrk_run "${urls[2]}" 21 "$work/three-2" &
-w2=$!
-wait "$w0" "$w1" "$w2"
-j1=$(cpu_jiffies)
-after=$(xacts)
-c1=$(node_commits "${urls[@]}")
-three=$(( $(cat "$work/three-0") + $(cat "$work/three-1") + $(cat "$work/three-2") ))
-echo "runnel serve, 3 nodes, 64 connections: ${three} appends/s ($(( (after - before) / seconds )) commits/s," \
-     "$(per_txn "$c0" "$c1") records per append transaction; $(cpu_per_append "$j0" "$j1" "$three"))"
-
-before=$(xacts)
-c0=$(node_commits "${urls[@]}")
-j0=$(cpu_jiffies)
-wrk_run "${urls[0]}" 22 "$work/own-0" own0 &
-w0=$!
-wrk_run "${urls[1]}" 21 "$work/own-1" own1 &
-w1=$!
-wrk_run "${urls[2]}" 21 "$work/own-2" own2 &
-w2=$!
-wait "$w0" "$w1" "$w2"
-j1=$(cpu_jiffies)
-after=$(xacts)
-c1=$(node_commits "${urls[@]}")
-own=$(( $(cat "$work/own-0") + $(cat "$work/own-1") + $(cat "$work/own-2") ))
-echo "runnel serve, 3 nodes, 64 connections, no stream shared: ${own} appends/s" \
-     "($(( (after - before) / seconds )) commits/s, $(per_txn "$c0" "$c1") records per append transaction;" \
-     "$(cpu_per_append "$j0" "$j1" "$own"))"
+# http_run MODE LABEL: one timed run of 64 connections, its line printed and its appends/s left
+# in $run_rate. MODE one: all to the first node; shared: 22 + 21 + 21 to the three nodes, all on
+# bench-*; own: the same, node i on own<i>-* alone.
+http_run() {
+  local before after c0 c1 j0 j1 i prefix f rate=0 waits=()
+  before=$(xacts)
+  c0=$(node_commits "${urls[@]}")
+  j0=$(cpu_jiffies)
+  if [ "$1" = one ]; then
+    wrk_run "${urls[0]}" 64 "$work/$1-0"
+  else
+    for i in 0 1 2; do
+      prefix=bench
+      [ "$1" = own ] && prefix=own$i
+      wrk_run "${urls[$i]}" $(( i == 0 ? 22 : 21 )) "$work/$1-$i" "$prefix" &
+      waits+=($!)
+    done
+    wait "${waits[@]}"
+  fi
+  j1=$(cpu_jiffies)
+  after=$(xacts)
+  c1=$(node_commits "${urls[@]}")
+  for f in "$work/$1"-[0-9]; do rate=$(( rate + $(cat "$f") )); done
+  run_rate=$rate
+  echo "runnel serve, $2: ${rate} appends/s ($(( (after - before) / seconds )) commits/s," \
+       "$(per_txn "$c0" "$c1") records per append transaction; $(cpu_per_append "$j0" "$j1" "$rate"))"
+}
+http_run one "1 node,  64 connections"
+one=$run_rate
+http_run shared "3 nodes, 64 connections"
+three=$run_rate
+http_run own "3 nodes, 64 connections, no stream shared"
+own=$run_rate
 
 # The unbatched rate again, so that load from outside the benchmark during the runs shows up
 # in both sides of the ratio: the ratios use the mean of the two pgbench runs.
