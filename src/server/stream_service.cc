@@ -280,7 +280,9 @@ struct StreamService::Meta {
     return j.dump(-1, ' ', false, json::error_handler_t::replace);
   }
 
-  bool HasForks() const { return fork_refs > 0 || !fork_ids.empty(); }
+  // Forks that hold this source: listed ones and, from before the list, counted ones.
+  uint64_t Forks() const { return fork_refs + fork_ids.size(); }
+  bool HasForks() const { return Forks() > 0; }
 
   // What the "ds" key holds: nothing for a stream without metadata (most streams), so the
   // store keeps no attributes for it at all.
@@ -1018,7 +1020,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
     }
     // Checked before any record is copied, and again as the fork is listed (forks created
     // meanwhile, through another node too, count there).
-    if (source->meta.fork_ids.size() + source->meta.fork_refs >= options_.max_forks_per_stream) {
+    if (source->meta.Forks() >= options_.max_forks_per_stream) {
       return finish(ErrorResponse(TooManyForks(source_name)));
     }
     meta.fork_source_id = sinfo.id;
@@ -1138,7 +1140,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
     Status listed = UpdateMetaIf(source->info.id, [&](Meta* m) {
       auto at = std::lower_bound(m->fork_ids.begin(), m->fork_ids.end(), fork);
       if (at != m->fork_ids.end() && *at == fork) return Status::OK();
-      if (m->fork_ids.size() + m->fork_refs >= options_.max_forks_per_stream) {
+      if (m->Forks() >= options_.max_forks_per_stream) {
         return TooManyForks(source_name);
       }
       m->fork_ids.insert(at, fork);

@@ -164,7 +164,13 @@ struct LogStore::Op {
 };
 
 LogStore::LogStore(const LogStoreOptions& options)
-    : options_(options), env_(options.env ? options.env : env::Env::Posix()) {}
+    : options_(options),
+      env_(options.env ? options.env : env::Env::Posix()),
+      // Saturates instead of wrapping (to 0: always behind) for a huge interval.
+      checkpoint_backlog_bytes_(options.checkpoint_interval_bytes >
+                                        UINT64_MAX / kMaxCheckpointBacklog
+                                    ? UINT64_MAX
+                                    : kMaxCheckpointBacklog * options.checkpoint_interval_bytes) {}
 
 LogStore::StreamState* LogStore::StreamTable::Insert(std::unique_ptr<StreamState> s) {
   if ((count_ + 1) * 4 > slots_.size() * 3) Rehash(std::max<size_t>(16, slots_.size() * 2));
@@ -1276,12 +1282,9 @@ void LogStore::WriterLoop() {
     // Appends that outrun it (kMaxCheckpointBacklog intervals logged since the last durable
     // one) wait for it here: otherwise what a restart replays, and the dead segments only a
     // checkpoint can delete, would grow without bound while its file is slow to land.
-    const uint64_t interval = options_.checkpoint_interval_bytes;
-    const uint64_t backlog = interval > UINT64_MAX / kMaxCheckpointBacklog
-                                 ? UINT64_MAX
-                                 : kMaxCheckpointBacklog * interval;  // never wraps to 0
-    const bool backlogged = background_checkpoint_ != nullptr && bytes_since_checkpoint_ >= backlog;
-    if (backlogged) WaitForBackgroundCheckpoint();
+    if (background_checkpoint_ != nullptr && bytes_since_checkpoint_ >= checkpoint_backlog_bytes_) {
+      WaitForBackgroundCheckpoint();
+    }
     const bool checkpoint_idle = PollBackgroundCheckpoint(false);
     if ((bytes_since_checkpoint_ >= options_.checkpoint_interval_bytes || freeing) &&
         now >= checkpoint_retry_at_ && checkpoint_idle) {

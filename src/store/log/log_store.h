@@ -448,6 +448,8 @@ class LogStore final : public Store {
   std::future<Status> background_checkpoint_done_;
   std::thread background_checkpoint_thread_;
   std::chrono::steady_clock::time_point last_checkpoint_wait_warning_{};  // writer thread
+  // kMaxCheckpointBacklog checkpoint intervals, in bytes.
+  const uint64_t checkpoint_backlog_bytes_;
   // Body size of the last checkpoint loaded or written: the next one reserves about that much.
   uint64_t checkpoint_body_bytes_ = 0;
   // nullopt: removed by an op of the group.
