@@ -1556,35 +1556,51 @@ HttpResponse StreamService::HandleList(const Route& route, const HttpRequest& re
     limit = *parsed;
   }
   json streams = json::array();
-  std::string cursor = after;
   bool more = false;
-  while (streams.size() < limit) {
-    auto page = registry_.store().ListStreams(route.scope.Label(), cursor, 1000);
+  // Adds `info` to the page unless it is hidden; false once the page is full (`more` set).
+  auto add = [&](const StreamInfo& info) {
+    Meta meta = Meta::Parse(info.spec.attributes);
+    if (meta.soft_deleted || meta.creating || Expired(info, meta)) return true;
+    if (streams.size() == limit) {
+      more = true;
+      return false;
+    }
+    streams.push_back({{"name", info.spec.name},
+                       {"content_type", info.spec.content_type},
+                       {"next_offset", FormatOffset(TailPosition(info))},
+                       {"closed", info.closed},
+                       {"event_count", info.event_count},
+                       {"retained_bytes", info.retained_bytes}});
+    return true;
+  };
+  const std::string ns = route.scope.Label();
+  // Names with the prefix are contiguous and follow the prefix itself, so the scan starts
+  // there, not at the scope's first name: a prefix costs the streams it matches, not the
+  // streams before it. The prefix as a name of its own is the one match a listing after it
+  // cannot return.
+  std::string cursor = after;
+  if (!prefix.empty() && cursor < prefix) {
+    auto exact = registry_.store().GetStream(ns, prefix);
+    if (exact.ok()) {
+      add(*exact);
+    } else if (exact.status().code() != StatusCode::kNotFound) {
+      return ErrorResponse(exact.status());
+    }
+    cursor = prefix;
+  }
+  while (!more) {
+    auto page = registry_.store().ListStreams(ns, cursor, std::min<size_t>(limit + 1, 1000));
     if (!page.ok()) return ErrorResponse(page.status());
     if (page->empty()) break;
     for (const StreamInfo& info : *page) {
       cursor = info.spec.name;
       if (!info.spec.name.starts_with(prefix)) {
-        if (info.spec.name > prefix) {
-          page->clear();
-          break;
-        }
-        continue;
-      }
-      Meta meta = Meta::Parse(info.spec.attributes);
-      if (meta.soft_deleted || meta.creating || Expired(info, meta)) continue;
-      if (streams.size() == limit) {
-        more = true;
+        page->clear();
         break;
       }
-      streams.push_back({{"name", info.spec.name},
-                         {"content_type", info.spec.content_type},
-                         {"next_offset", FormatOffset(TailPosition(info))},
-                         {"closed", info.closed},
-                         {"event_count", info.event_count},
-                         {"retained_bytes", info.retained_bytes}});
+      if (!add(info)) break;
     }
-    if (more || page->empty()) break;
+    if (page->empty()) break;
   }
   json body = {{"streams", streams}};
   if (more && !streams.empty()) body["next_after"] = streams.back()["name"];
