@@ -281,6 +281,7 @@ int List(const Common& c, const std::string& prefix) {
   if (!client.ok()) return FailStatus(client.status());
   std::string after;
   json all = json::array();
+  bool listed_any = false;
   for (;;) {
     std::string target = ScopePrefix(c) + "streams?prefix=" + UrlEncode(prefix, false);
     if (!after.empty()) target += "&after=" + UrlEncode(after, false);
@@ -293,6 +294,7 @@ int List(const Common& c, const std::string& prefix) {
       return kExitFailure;
     }
     for (auto& s : body["streams"]) {
+      listed_any = true;
       if (c.json_output) {
         all.push_back(s);
       } else {
@@ -304,7 +306,15 @@ int List(const Common& c, const std::string& prefix) {
     if (!body.contains("next_after")) break;
     after = body["next_after"].get<std::string>();
   }
-  if (c.json_output) std::printf("%s\n", all.dump().c_str());
+  if (c.json_output) {
+    std::printf("%s\n", all.dump().c_str());
+  } else if (!listed_any) {
+    // On stderr, so that a script reading the list still reads an empty one.
+    std::string what = "runnel: no streams";
+    if (!prefix.empty()) what += " with the prefix '" + prefix + "'";
+    if (!c.tenant.empty()) what += " in tenant '" + c.tenant + "'";
+    std::fprintf(stderr, "%s\n", what.c_str());
+  }
   return kExitOk;
 }
 
@@ -320,12 +330,45 @@ int Describe(const Common& c, const std::string& name) {
             {"closed", r->Header("stream-closed") == "true"}};
   if (!r->Header("stream-ttl").empty()) d["ttl_seconds"] = r->Header("stream-ttl");
   if (!r->Header("stream-expires-at").empty()) d["expires_at"] = r->Header("stream-expires-at");
+  // Retention caps, as the server states them (decimal digits; anything else is left out).
+  json retention = json::object();
+  for (const auto& [header, key] : {std::pair{"stream-retention-max-events", "max_events"},
+                                    std::pair{"stream-retention-max-age-ms", "max_age_ms"},
+                                    std::pair{"stream-retention-max-bytes", "max_bytes"}}) {
+    const std::string v = r->Header(header);
+    if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos) {
+      continue;
+    }
+    retention[key] = std::stoull(v);
+  }
+  if (!retention.empty()) d["retention"] = retention;
+  // The counts are in the listing, not in HEAD's headers: the stream is the listing's first
+  // entry with its own name as the prefix. A listing the server refuses leaves them out.
+  auto listed =
+      client->Send("GET", ScopePrefix(c) + "streams?limit=1&prefix=" + UrlEncode(name, false), {});
+  if (listed.ok() && listed->status == 200) {
+    auto body = json::parse(listed->body, nullptr, false);
+    if (body.is_object() && body["streams"].is_array() && !body["streams"].empty() &&
+        body["streams"][0].value("name", "") == name) {
+      const json& s = body["streams"][0];
+      for (const char* key : {"event_count", "retained_bytes"}) {
+        if (s.contains(key) && s[key].is_number_unsigned()) d[key] = s[key];
+      }
+    }
+  }
   if (c.json_output) {
     std::printf("%s\n", d.dump().c_str());
   } else {
     for (auto& [key, value] : d.items()) {
-      std::printf("%-13s %s\n", (key + ":").c_str(),
-                  value.is_string() ? value.get<std::string>().c_str() : value.dump().c_str());
+      std::string text;
+      if (value.is_string()) {
+        text = value.get<std::string>();
+      } else if (value.is_object()) {
+        for (auto& [k, v] : value.items()) text += (text.empty() ? "" : " ") + k + "=" + v.dump();
+      } else {
+        text = value.dump();
+      }
+      std::printf("%-15s %s\n", (key + ":").c_str(), text.c_str());
     }
   }
   return kExitOk;

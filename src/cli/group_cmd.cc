@@ -108,6 +108,10 @@ int List(const GroupArgs& a, bool only_lag) {
                   static_cast<unsigned long long>(g.value("lag", uint64_t{0})));
     }
   }
+  if (a.group.empty() && !found) {
+    // On stderr, so that a script reading the list still reads an empty one.
+    std::fprintf(stderr, "runnel: stream '%s' has no consumer groups\n", a.stream.c_str());
+  }
   if (!a.group.empty() && !found) {
     // A group that never acked is at 0: its lag is the whole tail.
     std::printf("%s\t%s%llu\n", a.group.c_str(), only_lag ? "" : "last_acked=0\tlag=",

@@ -48,6 +48,9 @@ expect_rc 0 "$R" ls --token "$platform"
 export RUNNEL_TOKEN="$platform"
 "$R" create events -t application/json >/dev/null
 "$R" append events '[{"n":1},{"n":2},{"n":3},{"n":4},{"n":5},{"n":6}]' >/dev/null
+expect_eq "$("$R" group ls events 2>/dev/null)" "" "group ls of a stream without groups prints no line"
+expect_eq "$("$R" group ls events 2>&1 >/dev/null)" "runnel: stream 'events' has no consumer groups" \
+  "group ls without groups says so on stderr"
 expect_eq "$("$R" group ack events fast 5)" "fast	last_acked=5" "ack"
 expect_eq "$("$R" group ack events slow 2)" "slow	last_acked=2" "ack slow"
 expect_eq "$("$R" group ack events slow 1)" "slow	last_acked=2" "ack is monotonic"

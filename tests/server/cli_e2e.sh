@@ -100,6 +100,13 @@ expect_eq "$("$R" append big -f "$workdir/big" 2>&1 >/dev/null | cut -c1-36)" \
 
 expect_eq "$("$R" ls | cut -f1 | tr '\n' ' ')" "events notes " "ls"
 expect_eq "$("$R" ls no | cut -f1 | tr '\n' ' ')" "notes " "ls with prefix"
+# Nothing matches: stdout stays empty (a script reads an empty list), stderr says so.
+expect_eq "$("$R" ls zz 2>/dev/null)" "" "ls without a match prints no line"
+expect_eq "$("$R" ls zz 2>&1 >/dev/null)" "runnel: no streams with the prefix 'zz'" \
+  "ls without a match says so on stderr"
+# describe adds the counts of the listing to HEAD's metadata.
+expect_eq "$("$R" describe notes | grep -E '^(event_count|retained_bytes):' | tr -s ' ')" \
+  $'event_count: 5\nretained_bytes: 18' "describe counts"
 
 # tail follows live data and ends when the stream closes.
 "$R" tail notes >"$workdir/tail.out" &
