@@ -152,6 +152,10 @@ struct StoreCommitStats {
   // background (appends had outrun it by four checkpoint intervals), and how long in all.
   uint64_t checkpoint_waits = 0;
   uint64_t checkpoint_wait_micros = 0;
+  // Log store: checkpoints whose contents the writer built, and the time those builds took in
+  // all. Commits wait while the writer builds (80-130 ms for a million idle streams).
+  uint64_t checkpoints = 0;
+  uint64_t checkpoint_build_micros = 0;
 
   // Counts one sync that made `synced_records` records (`synced_bytes` bytes) durable in
   // `micros` microseconds.

@@ -58,22 +58,22 @@ std::string Metrics::Render() const {
 std::string RenderStoreCommitStats(const StoreCommitStats& stats) {
   if (!stats.available) return "";
   std::string out;
-  out +=
-      "# HELP runnel_store_syncs_total Durable group commits (log store: fdatasync of the log; "
-      "postgres: committed append transaction).\n";
-  out += "# TYPE runnel_store_syncs_total counter\n";
-  out += fmt::format("runnel_store_syncs_total {}\n", stats.syncs);
-  out +=
-      "# HELP runnel_store_synced_bytes_total Bytes made durable by those commits (log store: "
-      "log bytes; postgres: record keys and payloads).\n";
-  out += "# TYPE runnel_store_synced_bytes_total counter\n";
-  out += fmt::format("runnel_store_synced_bytes_total {}\n", stats.bytes);
-  out +=
-      "# HELP runnel_store_sync_seconds_total Time spent in those commits (log store: the "
-      "fdatasync; postgres: the write and COMMIT round trip).\n";
-  out += "# TYPE runnel_store_sync_seconds_total counter\n";
-  out += fmt::format("runnel_store_sync_seconds_total {}\n",
-                     static_cast<double>(stats.sync_micros) / 1e6);
+  auto counter = [&out](std::string_view name, std::string_view help, auto value) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{} {}\n", name, help, name, name, value);
+  };
+  auto seconds = [](uint64_t micros) { return static_cast<double>(micros) / 1e6; };
+  counter("runnel_store_syncs_total",
+          "Durable group commits (log store: fdatasync of the log; postgres: committed append "
+          "transaction).",
+          stats.syncs);
+  counter("runnel_store_synced_bytes_total",
+          "Bytes made durable by those commits (log store: log bytes; postgres: record keys and "
+          "payloads).",
+          stats.bytes);
+  counter("runnel_store_sync_seconds_total",
+          "Time spent in those commits (log store: the fdatasync; postgres: the write and COMMIT "
+          "round trip).",
+          seconds(stats.sync_micros));
   out += "# HELP runnel_store_records_per_sync Appended records made durable by one commit.\n";
   out += "# TYPE runnel_store_records_per_sync histogram\n";
   uint64_t cumulative = 0;
@@ -85,15 +85,17 @@ std::string RenderStoreCommitStats(const StoreCommitStats& stats) {
   out += fmt::format("runnel_store_records_per_sync_bucket{{le=\"+Inf\"}} {}\n", stats.syncs);
   out += fmt::format("runnel_store_records_per_sync_sum {}\n", stats.records);
   out += fmt::format("runnel_store_records_per_sync_count {}\n", stats.syncs);
-  out +=
-      "# HELP runnel_store_checkpoint_waits_total Times commits waited for a checkpoint still "
-      "being written, because appends had outrun it by four checkpoint intervals (log store).\n";
-  out += "# TYPE runnel_store_checkpoint_waits_total counter\n";
-  out += fmt::format("runnel_store_checkpoint_waits_total {}\n", stats.checkpoint_waits);
-  out += "# HELP runnel_store_checkpoint_wait_seconds_total Time commits spent in those waits.\n";
-  out += "# TYPE runnel_store_checkpoint_wait_seconds_total counter\n";
-  out += fmt::format("runnel_store_checkpoint_wait_seconds_total {}\n",
-                     static_cast<double>(stats.checkpoint_wait_micros) / 1e6);
+  counter("runnel_store_checkpoint_waits_total",
+          "Times commits waited for a checkpoint still being written, because appends had "
+          "outrun it by four checkpoint intervals (log store).",
+          stats.checkpoint_waits);
+  counter("runnel_store_checkpoint_wait_seconds_total", "Time commits spent in those waits.",
+          seconds(stats.checkpoint_wait_micros));
+  counter("runnel_store_checkpoints_total",
+          "Checkpoints whose contents the writer built (log store).", stats.checkpoints);
+  counter("runnel_store_checkpoint_build_seconds_total",
+          "Time the writer spent building them; commits wait meanwhile.",
+          seconds(stats.checkpoint_build_micros));
   return out;
 }
 

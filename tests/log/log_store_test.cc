@@ -326,6 +326,15 @@ TEST_F(LogStoreTest, CommitStatsCountSyncsRecordsAndBytes) {
   EXPECT_EQ(histogram_total, after.syncs);
   // Three records per sync land in the "<= 4" bucket (index 2).
   EXPECT_EQ(after.records_per_sync[2] - created.records_per_sync[2], 5u);
+  // Each checkpoint the writer builds is counted with its build time (commits wait for it):
+  // a thousand streams take it well past a microsecond.
+  std::vector<StreamId> ids;
+  ASSERT_NO_FATAL_FAILURE(CreateStreams(*store, 1000, &ids));
+  const StoreCommitStats filled = store->CommitStats();
+  ASSERT_TRUE(dynamic_cast<log::LogStore&>(*store).CheckpointNow().ok());
+  const StoreCommitStats checkpointed = store->CommitStats();
+  EXPECT_EQ(checkpointed.checkpoints - filled.checkpoints, 1u);
+  EXPECT_GT(checkpointed.checkpoint_build_micros, filled.checkpoint_build_micros);
   // The memory store has no commit log to report.
   EXPECT_FALSE(NewMemoryStore()->CommitStats().available);
 }

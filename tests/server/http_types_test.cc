@@ -103,7 +103,11 @@ TEST(StoreCommitMetricsTest, RendersCumulativeBucketsAndNothingWhenUnavailable) 
   stats.CountSync(5000, 1, 1);  // above the last bound
   stats.checkpoint_waits = 2;
   stats.checkpoint_wait_micros = 1500000;
+  stats.checkpoints = 7;
+  stats.checkpoint_build_micros = 250000;
   const std::string text = RenderStoreCommitStats(stats);
+  EXPECT_NE(text.find("runnel_store_checkpoints_total 7\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("runnel_store_checkpoint_build_seconds_total 0.25\n"), std::string::npos);
   EXPECT_NE(text.find("runnel_store_checkpoint_waits_total 2\n"), std::string::npos) << text;
   EXPECT_NE(text.find("runnel_store_checkpoint_wait_seconds_total 1.5\n"), std::string::npos);
   EXPECT_NE(text.find("runnel_store_syncs_total 3\n"), std::string::npos) << text;
