@@ -198,6 +198,13 @@ class Store {
   virtual Result<std::vector<StreamInfo>> ListStreams(std::string_view ns,
                                                       std::string_view start_after,
                                                       size_t limit) = 0;
+  // Streams of `ns` whose names start with `prefix` and sort after `start_after`, ascending,
+  // at most `limit`; shorter only when no more match. Starts at the prefix (the exact name
+  // first: a listing after it cannot return it), so it costs the matches, not every name
+  // before them. Built on GetStream and ListStreams.
+  Result<std::vector<StreamInfo>> ListStreamsWithPrefix(std::string_view ns,
+                                                        std::string_view prefix,
+                                                        std::string_view start_after, size_t limit);
   // Replaces retention and attributes; a `retention` of nullopt keeps the stream's own (an update
   // of the attributes alone, which then cannot undo a retention change that raced it). Retention
   // takes effect at the next append. When

@@ -234,30 +234,12 @@ std::vector<StreamDescriptor> StreamRegistry::ListStreams(const StreamScope& sco
 Result<std::vector<StreamDescriptor>> StreamRegistry::ListStreamsPage(
     const StreamScope& scope, const ListStreamsOptions& options) const {
   const size_t limit = std::clamp<size_t>(options.limit, 1, kMaxReadLimit);
-  const std::string ns = scope.Label();
-  const std::string& prefix = options.prefix;
+  RUNNEL_ASSIGN_OR_RETURN(auto page,
+                          core_->store().ListStreamsWithPrefix(scope.Label(), options.prefix,
+                                                               options.start_after, limit));
   std::vector<StreamDescriptor> out;
-  // Names with the prefix are contiguous and all sort after the prefix itself, so start there;
-  // the prefix as a name of its own is the one match ListStreams(after = prefix) cannot return.
-  std::string after = options.start_after;
-  if (!prefix.empty() && after < prefix) {
-    auto exact = core_->store().GetStream(ns, prefix);
-    if (exact.ok()) {
-      out.push_back(ToDescriptor(scope, *exact));
-    } else if (exact.status().code() != StatusCode::kNotFound) {
-      return exact.status();
-    }
-    after = prefix;
-  }
-  while (out.size() < limit) {
-    RUNNEL_ASSIGN_OR_RETURN(auto page, core_->store().ListStreams(ns, after, limit - out.size()));
-    if (page.empty()) break;
-    for (const StreamInfo& info : page) {
-      if (info.spec.name.compare(0, prefix.size(), prefix) != 0) return out;
-      out.push_back(ToDescriptor(scope, info));
-    }
-    after = page.back().spec.name;
-  }
+  out.reserve(page.size());
+  for (const StreamInfo& info : page) out.push_back(ToDescriptor(scope, info));
   return out;
 }
 

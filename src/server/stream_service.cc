@@ -1573,34 +1573,18 @@ HttpResponse StreamService::HandleList(const Route& route, const HttpRequest& re
                        {"retained_bytes", info.retained_bytes}});
     return true;
   };
-  const std::string ns = route.scope.Label();
-  // Names with the prefix are contiguous and follow the prefix itself, so the scan starts
-  // there, not at the scope's first name: a prefix costs the streams it matches, not the
-  // streams before it. The prefix as a name of its own is the one match a listing after it
-  // cannot return.
+  // From the prefix on (Store::ListStreamsWithPrefix): a listing costs the streams it matches,
+  // not every name before them. One more than the page, so that `more` is known.
   std::string cursor = after;
-  if (!prefix.empty() && cursor < prefix) {
-    auto exact = registry_.store().GetStream(ns, prefix);
-    if (exact.ok()) {
-      add(*exact);
-    } else if (exact.status().code() != StatusCode::kNotFound) {
-      return ErrorResponse(exact.status());
-    }
-    cursor = prefix;
-  }
   while (!more) {
-    auto page = registry_.store().ListStreams(ns, cursor, std::min<size_t>(limit + 1, 1000));
+    const size_t want = std::min<size_t>(limit + 1, 1000);
+    auto page = registry_.store().ListStreamsWithPrefix(route.scope.Label(), prefix, cursor, want);
     if (!page.ok()) return ErrorResponse(page.status());
-    if (page->empty()) break;
     for (const StreamInfo& info : *page) {
       cursor = info.spec.name;
-      if (!info.spec.name.starts_with(prefix)) {
-        page->clear();
-        break;
-      }
       if (!add(info)) break;
     }
-    if (page->empty()) break;
+    if (page->size() < want) break;
   }
   json body = {{"streams", streams}};
   if (more && !streams.empty()) body["next_after"] = streams.back()["name"];
