@@ -10,6 +10,7 @@
 
 #include "runnel/registry.h"
 #include "runnel/store.h"
+#include "server/http_types.h"
 #include "server/stream_service.h"
 #include "support/forwarding_store.h"
 #include "support/protocol_differential.h"
@@ -52,14 +53,7 @@ class StreamListTest : public ::testing::Test {
     HttpRequest r;
     r.method = "GET";
     r.path = "/v1/streams";
-    for (size_t at = 0; at < query.size();) {
-      size_t amp = query.find('&', at);
-      if (amp == std::string::npos) amp = query.size();
-      const std::string pair = query.substr(at, amp - at);
-      const size_t eq = pair.find('=');
-      r.query.emplace(pair.substr(0, eq), pair.substr(eq + 1));
-      at = amp + 1;
-    }
+    EXPECT_TRUE(ParseQuery(query, &r.query)) << query;
     HttpResponse got = service_.HandleList(ParseRoute(r.path), r);
     EXPECT_EQ(got.status, 200) << got.body;
     auto body = json::parse(got.body, nullptr, false);
