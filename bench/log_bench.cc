@@ -40,8 +40,8 @@ constexpr const char* kUsage =
     "usage: log_bench [--dir DIR] [--seconds S] [--quick] [--only SECTIONS]\n"
     "                 [--size BYTES] [--appenders N] [--restart-gb GB]\n"
     "                 [--group-commit-wait-us US]\n"
-    "  SECTIONS: comma-separated from appends,rocksdb,catchup,tail,memory,restart (default:\n"
-    "            all; rocksdb runs inside appends, when built with RocksDB)\n"
+    "  SECTIONS: comma-separated from appends,rocksdb,catchup,tail,memory,rolls,restart\n"
+    "            (default: all; rocksdb runs inside appends, when built with RocksDB)\n"
     "  --restart-gb GB (or RUNNEL_BENCH_RESTART_GB): also time the restart of a data directory\n"
     "            grown to 1 GB and then GB gigabytes (off by default: it writes GB to --dir)\n"
     "  --size/--appenders restrict the appends matrix to one record size / appender count\n"
@@ -151,6 +151,27 @@ Result<AppendResult> AppendOne(runnel::Store& store, StreamId id, const std::str
   std::unique_lock lock(mu);
   cv.wait(lock, [&] { return out.has_value(); });
   return std::move(*out);
+}
+
+// Appends `count` copies of `payload` to `id`, one at a time, each waiting for its
+// acknowledgement: the latencies (ms, sorted) and the elapsed time.
+struct SerialRun {
+  std::vector<double> lat_ms;
+  double secs = 0;
+};
+SerialRun SerialAppends(runnel::Store& store, StreamId id, const std::string& payload,
+                        uint64_t count) {
+  SerialRun run;
+  run.lat_ms.reserve(count);
+  const auto start = Clock::now();
+  for (uint64_t i = 0; i < count; ++i) {
+    const auto t = Clock::now();
+    if (!AppendOne(store, id, payload).ok()) std::abort();
+    run.lat_ms.push_back(Seconds(Clock::now() - t) * 1e3);
+  }
+  run.secs = Seconds(Clock::now() - start);
+  std::sort(run.lat_ms.begin(), run.lat_ms.end());
+  return run;
 }
 
 // Runs `appenders` threads for `seconds`, each calling append(thread, seq) with seq = 1, 2, ...
@@ -690,17 +711,10 @@ int main(int argc, char** argv) {
       if (!id.ok()) std::abort();
       const std::string payload(64 << 10, 'p');
       const uint64_t count = 2 * o.checkpoint_interval_bytes / payload.size() + 16;
-      std::vector<double> lat;
-      lat.reserve(count);
       const runnel::StoreCommitStats before = store->CommitStats();
-      const auto a0 = Clock::now();
-      for (uint64_t i = 0; i < count; ++i) {
-        const auto t = Clock::now();
-        if (!AppendOne(*store, id->id, payload).ok()) std::abort();
-        lat.push_back(Seconds(Clock::now() - t) * 1e3);
-      }
-      const double total = Seconds(Clock::now() - a0);
-      std::sort(lat.begin(), lat.end());
+      const SerialRun run = SerialAppends(*store, id->id, payload, count);
+      const std::vector<double>& lat = run.lat_ms;
+      const double total = run.secs;
       const runnel::StoreCommitStats after = store->CommitStats();
       const uint64_t built = after.checkpoints - before.checkpoints;
       std::printf(
@@ -716,7 +730,39 @@ int main(int argc, char** argv) {
     store.reset();
     std::filesystem::remove_all(dir + "/log");
   }
-  // 5. Restart time of a large data directory (opt-in).
+  // 5. Appends across segment rolls: with durability none the writer outruns the thread that
+  // prepares (zeroes) the next segment, so this shows what a roll costs the append that meets it.
+  if (want("rolls")) {
+    std::filesystem::remove_all(dir + "/log");
+    LogStoreOptions o;
+    o.dir = dir + "/log";
+    o.durability.mode = runnel::LogDurability::kNone;
+    auto store = MustOpen(o);
+    const StreamId id = MustCreate(*store, "rolls");
+    const std::string payload(64 << 10, 'r');
+    const uint64_t segments = quick ? 8 : 32;
+    const uint64_t count = segments * o.segment_size / payload.size();
+    const runnel::StoreCommitStats before = store->CommitStats();
+    const SerialRun run = SerialAppends(*store, id, payload, count);
+    const std::vector<double>& lat = run.lat_ms;
+    const double total = run.secs;
+    const runnel::StoreCommitStats after = store->CommitStats();
+    const uint64_t rolls = after.segment_rolls - before.segment_rolls;
+    std::printf(
+        "appends across %llu segment rolls (64 KiB, durability none): %.0f MB/s, p50 %.3f ms, "
+        "p99 %.3f ms, worst %.0f ms; %llu rolls met an unprepared segment; %.1f ms per roll\n",
+        static_cast<unsigned long long>(rolls),
+        static_cast<double>(count * payload.size()) / total / 1e6, lat[lat.size() / 2],
+        lat[std::min(lat.size() - 1, lat.size() * 99 / 100)], lat.back(),
+        static_cast<unsigned long long>(after.segment_rolls_unprepared -
+                                        before.segment_rolls_unprepared),
+        rolls == 0 ? 0.0
+                   : static_cast<double>(after.segment_roll_micros - before.segment_roll_micros) /
+                         1e3 / static_cast<double>(rolls));
+    store.reset();
+    std::filesystem::remove_all(dir + "/log");
+  }
+  // 6. Restart time of a large data directory (opt-in).
   if (restart_gb > 0 && want("restart")) RestartLargeDir(dir, restart_gb);
   if (own_dir) std::filesystem::remove_all(dir);
   return 0;

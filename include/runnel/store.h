@@ -156,6 +156,12 @@ struct StoreCommitStats {
   // all. Commits wait while the writer builds (80-130 ms for a million idle streams).
   uint64_t checkpoints = 0;
   uint64_t checkpoint_build_micros = 0;
+  // Log store: segments the writer moved to (the first one at open included), those it had to
+  // create and zero itself because the preparer thread had not finished one ahead of it, and the
+  // time all rolls took. Commits wait while the writer rolls.
+  uint64_t segment_rolls = 0;
+  uint64_t segment_rolls_unprepared = 0;
+  uint64_t segment_roll_micros = 0;
 
   // Counts one sync that made `synced_records` records (`synced_bytes` bytes) durable in
   // `micros` microseconds.

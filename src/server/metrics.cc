@@ -96,6 +96,16 @@ std::string RenderStoreCommitStats(const StoreCommitStats& stats) {
   counter("runnel_store_checkpoint_build_seconds_total",
           "Time the writer spent building them; commits wait meanwhile.",
           seconds(stats.checkpoint_build_micros));
+  counter("runnel_store_segment_rolls_total",
+          "Log segments the writer moved to, the first one at open included (log store).",
+          stats.segment_rolls);
+  counter("runnel_store_segment_rolls_unprepared_total",
+          "Of those, segments the writer had to create and zero itself because none was "
+          "prepared in the background yet.",
+          stats.segment_rolls_unprepared);
+  counter("runnel_store_segment_roll_seconds_total",
+          "Time the writer spent moving to new segments; commits wait meanwhile.",
+          seconds(stats.segment_roll_micros));
   return out;
 }
 

@@ -105,7 +105,13 @@ TEST(StoreCommitMetricsTest, RendersCumulativeBucketsAndNothingWhenUnavailable) 
   stats.checkpoint_wait_micros = 1500000;
   stats.checkpoints = 7;
   stats.checkpoint_build_micros = 250000;
+  stats.segment_rolls = 9;
+  stats.segment_rolls_unprepared = 4;
+  stats.segment_roll_micros = 125000;
   const std::string text = RenderStoreCommitStats(stats);
+  EXPECT_NE(text.find("runnel_store_segment_rolls_total 9\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("runnel_store_segment_rolls_unprepared_total 4\n"), std::string::npos);
+  EXPECT_NE(text.find("runnel_store_segment_roll_seconds_total 0.125\n"), std::string::npos);
   EXPECT_NE(text.find("runnel_store_checkpoints_total 7\n"), std::string::npos) << text;
   EXPECT_NE(text.find("runnel_store_checkpoint_build_seconds_total 0.25\n"), std::string::npos);
   EXPECT_NE(text.find("runnel_store_checkpoint_waits_total 2\n"), std::string::npos) << text;

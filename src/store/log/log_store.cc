@@ -317,7 +317,11 @@ void LogStore::RequestPreparedSegment(uint64_t number) {
 }
 
 std::shared_ptr<env::File> LogStore::TakePreparedSegment(uint64_t number) {
-  std::lock_guard lock(prep_mu_);
+  std::unique_lock lock(prep_mu_);
+  // A preparation of this very segment still under way is waited for: it is further along than
+  // a second zeroing of the same segment here would be, and the two would share the disk.
+  prep_cv_.wait(lock,
+                [&] { return prep_stop_ || prep_wanted_ != number || prep_ready_ == number; });
   if (prep_ready_ != number || !prep_file_) return nullptr;
   prep_ready_ = 0;
   return std::move(prep_file_);
@@ -359,6 +363,7 @@ void LogStore::PreparerLoop() {
         prep_wanted_ = 0;  // failed: the roll creates the segment itself (and reports why)
       }
     }
+    prep_cv_.notify_all();  // a roll may be waiting for this segment
     if (!keep) {
       Status removed = env_->RemoveFile(path);
       (void)removed;
@@ -1702,28 +1707,39 @@ Status LogStore::WriteFrames(const std::vector<std::string_view>& pieces, uint64
 }
 
 Status LogStore::RollSegment(uint64_t min_capacity) {
+  const auto started = std::chrono::steady_clock::now();
   const uint64_t number = active_segment_ + 1;
   const std::string path = SegmentPath(number);
   const uint64_t capacity =
       std::max<uint64_t>(options_.segment_size, kSegmentHeaderSize + min_capacity);
+  auto install = [&](std::shared_ptr<env::File> file, bool prepared) {
+    {
+      std::unique_lock lock(state_mu_);
+      Segment& seg = segments_[number];
+      seg.number = number;
+      seg.file = std::move(file);
+      seg.end = kSegmentHeaderSize;
+    }
+    active_segment_ = number;
+    active_pos_ = kSegmentHeaderSize;
+    dirty_end_ = active_pos_;
+    active_capacity_ = capacity;
+    unsynced_ = false;
+    RequestPreparedSegment(number + 1);
+    std::lock_guard lock(stats_mu_);
+    ++stats_.segment_rolls;
+    if (!prepared) ++stats_.segment_rolls_unprepared;
+    stats_.segment_roll_micros +=
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                  std::chrono::steady_clock::now() - started)
+                                  .count());
+  };
   if (capacity == options_.segment_size) {
     if (auto prepared = TakePreparedSegment(number)) {
       Status s = env_->RenameFile(path + ".prep", path);
       if (s.ok()) s = env_->SyncDir(options_.dir);
       if (s.ok()) {
-        {
-          std::unique_lock lock(state_mu_);
-          Segment& seg = segments_[number];
-          seg.number = number;
-          seg.file = std::move(prepared);
-          seg.end = kSegmentHeaderSize;
-        }
-        active_segment_ = number;
-        active_pos_ = kSegmentHeaderSize;
-        dirty_end_ = active_pos_;
-        active_capacity_ = capacity;
-        unsynced_ = false;
-        RequestPreparedSegment(number + 1);
+        install(std::move(prepared), true);
         return Status::OK();
       }
       Status removed = env_->RemoveFile(env_->FileExists(path) ? path : path + ".prep");
@@ -1756,19 +1772,7 @@ Status LogStore::RollSegment(uint64_t min_capacity) {
   if (s.ok()) s = shared->Sync();
   if (s.ok()) s = env_->SyncDir(options_.dir);
   if (!s.ok()) return fail(s);
-  {
-    std::unique_lock lock(state_mu_);
-    Segment& seg = segments_[number];
-    seg.number = number;
-    seg.file = std::move(shared);
-    seg.end = kSegmentHeaderSize;
-  }
-  active_segment_ = number;
-  active_pos_ = kSegmentHeaderSize;
-  dirty_end_ = active_pos_;
-  active_capacity_ = capacity;
-  unsynced_ = false;
-  RequestPreparedSegment(number + 1);
+  install(std::move(shared), false);
   return Status::OK();
 }
 
