@@ -477,7 +477,8 @@ class LogStore final : public Store {
   // rename instead of a segment-sized write on the writer's path.
   void PreparerLoop();
   void RequestPreparedSegment(uint64_t number);
-  // The prepared file for `number`, or null when it is not ready (the caller creates it).
+  // The prepared file for `number`, waiting for it while the preparer is still writing it; null
+  // when no preparation of `number` is under way or it failed (the caller creates it).
   std::shared_ptr<env::File> TakePreparedSegment(uint64_t number);
   std::mutex prep_mu_;
   std::condition_variable prep_cv_;
