@@ -104,8 +104,18 @@ void FaultInjectionEnv::ClearFaults() {
 }
 
 Result<std::unique_ptr<File>> FaultInjectionEnv::OpenFile(const std::string& path, bool create) {
+  {
+    std::lock_guard lock(mu_);
+    ++opens_[path];
+  }
   RUNNEL_ASSIGN_OR_RETURN(auto file, base_->OpenFile(path, create));
   return std::unique_ptr<File>(std::make_unique<FaultFile>(this, path, std::move(file)));
+}
+
+int FaultInjectionEnv::Opens(const std::string& path) {
+  std::lock_guard lock(mu_);
+  const auto it = opens_.find(path);
+  return it == opens_.end() ? 0 : it->second;
 }
 
 Status FaultInjectionEnv::BeforeWrite(const std::string& path, size_t bytes, size_t fits,

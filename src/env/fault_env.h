@@ -26,6 +26,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -59,6 +60,8 @@ class FaultInjectionEnv final : public Env {
   uint64_t writes() const { return writes_.load(); }
   uint64_t syncs() const { return syncs_.load(); }
   uint64_t injected_faults() const { return injected_.load(); }
+  // How many times `path` has been opened through this env.
+  int Opens(const std::string& path);
 
   Result<std::unique_ptr<File>> OpenFile(const std::string& path, bool create) override;
   Status RemoveFile(const std::string& path) override { return base_->RemoveFile(path); }
@@ -95,6 +98,7 @@ class FaultInjectionEnv final : public Env {
   std::optional<std::string> hold_;      // GUARDED_BY(mu_): the suffix of held syncs
   int held_ = 0;                         // GUARDED_BY(mu_)
   std::condition_variable released_;
+  std::map<std::string, int> opens_;  // GUARDED_BY(mu_)
   std::atomic<int64_t> sync_delay_us_{0};
   std::atomic<uint64_t> writes_{0};
   std::atomic<uint64_t> syncs_{0};

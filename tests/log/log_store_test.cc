@@ -892,6 +892,67 @@ TEST(LogSegmentPreparationTest, RollWaitsForTheSegmentBeingPrepared) {
   EXPECT_EQ((*opened)->GetStreamById(info->id)->next_offset, 21u);
 }
 
+// Each request for a prepared segment is served by one preparation. The preparer used to see
+// a segment it had just handed to a waiting roll as wanted and not ready, and prepare it again:
+// reopening the file the roll was installing as the active segment, truncating and zeroing it,
+// so records appended there were gone after a power loss (LogFaultDifferentialTest, seed 2,
+// under ASan). That needs the preparer to look in the few microseconds between the roll taking
+// the segment and asking for the next, which this test does not force: with pauses added by
+// hand at those two points the old code failed in its first rounds, and this code does not.
+// What it checks every time: segment 2 is opened once (also when the open and the first roll
+// of a new directory both ask for it), and every acknowledged record survives the power loss.
+TEST(LogSegmentPreparationTest, ATakenSegmentIsNotPreparedAgain) {
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    env::MemEnv mem;
+    env::FaultInjectionEnv faulty(&mem);
+    ASSERT_TRUE(mem.CreateDir("/data").ok());
+    faulty.HoldSyncs(".prep");
+    LogStoreOptions o;
+    o.dir = "/data";
+    o.env = &faulty;
+    o.segment_size = 16 << 10;
+    auto opened = OpenLogStore(o);
+    ASSERT_TRUE(opened.ok());
+    Store& store = **opened;
+    for (int i = 0; i < 500 && faulty.HeldSyncs() == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    ASSERT_EQ(faulty.HeldSyncs(), 1) << "segment 2 is being prepared";
+    auto info = store.CreateStream(Spec("s"));
+    ASSERT_TRUE(info.ok());
+    auto appends = std::async(std::launch::async, [&] {
+      for (int i = 0; i < 20; ++i) {
+        Status s = AppendPayloads(store, info->id, {std::string(1000, 'a')}).status();
+        if (!s.ok()) return s;
+      }
+      return Status::OK();
+    });
+    // Long enough for the appends to fill segment 1 and the roll to wait for segment 2.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    faulty.ReleaseSyncs();
+    const Status appended = appends.get();
+    ASSERT_TRUE(appended.ok()) << appended.ToString();
+    // Until segment 3 is asked for and prepared, the preparer has had every chance to look.
+    for (int i = 0; i < 500 && !mem.FileExists("/data/00000000000000000003.log.prep"); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    EXPECT_EQ(faulty.Opens("/data/00000000000000000002.log.prep"), 1)
+        << "segment 2 was prepared again after the roll took it";
+    mem.DropUnsyncedData();
+    opened->reset();
+    opened = OpenLogStore(o);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    auto after = (*opened)->GetStreamById(info->id);
+    ASSERT_TRUE(after.ok());
+    EXPECT_EQ(after->next_offset, 21u) << "acknowledged records lost";
+    auto read = (*opened)->Read(info->id, 1, 100, 1 << 20);
+    ASSERT_TRUE(read.ok()) << read.status().ToString();
+    EXPECT_EQ(read->size(), 20u);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
 // A roll that does not use the prepared segment (a frame larger than a segment, a failed
 // rename) creates its segment itself; the segment the preparer then finishes for it must not
 // stay behind. Checks the invariant over many fast rolls (durability none, tiny segments): at

@@ -299,6 +299,8 @@ void LogStore::RequestPreparedSegment(uint64_t number) {
   uint64_t stale = 0;
   {
     std::lock_guard lock(prep_mu_);
+    // Asked for twice (by the first roll of a new directory and by the open): served once.
+    if (number == prep_busy_ || (prep_file_ && number == prep_ready_)) return;
     prep_wanted_ = number;
     // A segment prepared after the roll that needed it had already created the segment itself
     // is of no use any more: remove it, or it stays behind as a 64 MiB file until the next open
@@ -321,7 +323,7 @@ std::shared_ptr<env::File> LogStore::TakePreparedSegment(uint64_t number) {
   // A preparation of this very segment still under way is waited for: it is further along than
   // a second zeroing of the same segment here would be, and the two would share the disk.
   prep_cv_.wait(lock,
-                [&] { return prep_stop_ || prep_wanted_ != number || prep_ready_ == number; });
+                [&] { return prep_stop_ || (prep_wanted_ != number && prep_busy_ != number); });
   if (prep_ready_ != number || !prep_file_) return nullptr;
   prep_ready_ = 0;
   return std::move(prep_file_);
@@ -332,10 +334,11 @@ void LogStore::PreparerLoop() {
     uint64_t number;
     {
       std::unique_lock lock(prep_mu_);
-      prep_cv_.wait(
-          lock, [&] { return prep_stop_ || (prep_wanted_ != 0 && prep_wanted_ != prep_ready_); });
+      prep_cv_.wait(lock, [&] { return prep_stop_ || prep_wanted_ != 0; });
       if (prep_stop_) return;
       number = prep_wanted_;
+      prep_wanted_ = 0;  // served by this preparation, whatever becomes of it
+      prep_busy_ = number;
     }
     const std::string path = SegmentPath(number) + ".prep";
     std::shared_ptr<env::File> file;
@@ -355,12 +358,14 @@ void LogStore::PreparerLoop() {
     bool keep = false;
     {
       std::lock_guard lock(prep_mu_);
-      if (s.ok() && prep_wanted_ == number && !prep_stop_) {
+      prep_busy_ = 0;
+      // A newer request means the segment was rolled to without it (a roll that creates its
+      // own segment): it is of no use any more. A failure leaves the roll to create it itself
+      // (and report why).
+      if (s.ok() && prep_wanted_ == 0 && !prep_stop_) {
         prep_ready_ = number;
         prep_file_ = std::move(file);
         keep = true;
-      } else if (prep_wanted_ == number) {
-        prep_wanted_ = 0;  // failed: the roll creates the segment itself (and reports why)
       }
     }
     prep_cv_.notify_all();  // a roll may be waiting for this segment

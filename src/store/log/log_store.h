@@ -480,10 +480,14 @@ class LogStore final : public Store {
   // The prepared file for `number`, waiting for it while the preparer is still writing it; null
   // when no preparation of `number` is under way or it failed (the caller creates it).
   std::shared_ptr<env::File> TakePreparedSegment(uint64_t number);
+  // Each request is served by one preparation at most: the preparer consumes prep_wanted_ as
+  // it starts (prep_busy_ names the segment it is writing), so a segment handed to a roll is
+  // never wanted again and never written a second time under the roll's feet.
   std::mutex prep_mu_;
   std::condition_variable prep_cv_;
-  uint64_t prep_wanted_ = 0;              // GUARDED_BY(prep_mu_); 0 = nothing wanted
-  uint64_t prep_ready_ = 0;               // GUARDED_BY(prep_mu_)
+  uint64_t prep_wanted_ = 0;              // GUARDED_BY(prep_mu_); asked for, not started; 0 = none
+  uint64_t prep_busy_ = 0;                // GUARDED_BY(prep_mu_); being written; 0 = none
+  uint64_t prep_ready_ = 0;               // GUARDED_BY(prep_mu_); prep_file_'s segment
   std::shared_ptr<env::File> prep_file_;  // GUARDED_BY(prep_mu_)
   bool prep_stop_ = false;                // GUARDED_BY(prep_mu_)
   std::thread preparer_;
