@@ -30,9 +30,9 @@ int main() {
   Check(sub.ok(), "subscribe");
 
   for (int i = 1; i <= 3; ++i) {
-    auto offset = registry.Append(acme, "orders", "order-" + std::to_string(i),
-                                  "{\"amount\":" + std::to_string(i * 10) + "}",
-                                  registry.clock().NowMs());
+    auto offset =
+        registry.Append(acme, "orders", "order-" + std::to_string(i),
+                        "{\"amount\":" + std::to_string(i * 10) + "}", registry.clock().NowMs());
     Check(offset.ok() && *offset == static_cast<uint64_t>(i), "append");
   }
   Check(sub->WaitFor(std::chrono::seconds(1)), "wake-up hint");

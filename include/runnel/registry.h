@@ -264,12 +264,13 @@ class StreamRegistry {
                        std::string_view group, uint64_t offset);
   Result<std::vector<StreamEvent>> ReadNextAuthorized(const Principal& who,
                                                       const StreamScope& target,
-                                                      std::string_view name,
-                                                      std::string_view group, size_t limit) const;
+                                                      std::string_view name, std::string_view group,
+                                                      size_t limit) const;
   Result<uint64_t> PruneAuthorized(const Principal& who, const StreamScope& target,
                                    std::string_view name, uint64_t through);
-  Result<std::vector<ConsumerGroupStatus>> ConsumerGroupInfoAuthorized(
-      const Principal& who, const StreamScope& target, std::string_view name) const;
+  Result<std::vector<ConsumerGroupStatus>> ConsumerGroupInfoAuthorized(const Principal& who,
+                                                                       const StreamScope& target,
+                                                                       std::string_view name) const;
   Status DeleteGroupAuthorized(const Principal& who, const StreamScope& target,
                                std::string_view name, std::string_view group);
   Result<Subscription> SubscribeAuthorized(const Principal& who, const StreamScope& target,

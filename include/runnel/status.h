@@ -195,10 +195,10 @@ void Result<T>::CheckOk() const {
 #define RUNNEL_STATUS_CONCAT_(a, b) RUNNEL_STATUS_CONCAT_INNER_(a, b)
 
 // Returns the Status from the enclosing function when `expr` is not OK.
-#define RUNNEL_RETURN_IF_ERROR(expr)                          \
-  do {                                                        \
-    ::runnel::Status runnel_status_tmp_ = (expr);             \
-    if (!runnel_status_tmp_.ok()) return runnel_status_tmp_;  \
+#define RUNNEL_RETURN_IF_ERROR(expr)                         \
+  do {                                                       \
+    ::runnel::Status runnel_status_tmp_ = (expr);            \
+    if (!runnel_status_tmp_.ok()) return runnel_status_tmp_; \
   } while (false)
 
 // `RUNNEL_ASSIGN_OR_RETURN(auto x, Foo());` declares x from a Result, or returns its Status.

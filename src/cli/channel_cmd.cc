@@ -82,7 +82,9 @@ CLI::Validator NonEmpty() {
       "TEXT");
 }
 
-std::string Target(const Args& a) { return "/v1/channels/" + UrlEncode(a.channel, false); }
+std::string Target(const Args& a) {
+  return "/v1/channels/" + UrlEncode(a.channel, false);
+}
 
 int Create(const Args& a) {
   ClientResponse r;
@@ -158,8 +160,8 @@ int Read(const Args& a) {
 
 int Resolve(const Args& a) {
   ClientResponse r;
-  int rc = Send(a, "resolve", "GET", Target(a) + "/keys/" + UrlEncode(a.idempotency_key, false),
-                {}, "", &r);
+  int rc = Send(a, "resolve", "GET", Target(a) + "/keys/" + UrlEncode(a.idempotency_key, false), {},
+                "", &r);
   if (rc >= 0) return rc;
   auto j = json::parse(r.body, nullptr, false);
   const bool committed = j.is_object() && j.value("state", "") == "committed";

@@ -93,7 +93,9 @@ int FailStatus(const Status& status) {
   return status.code() == StatusCode::kUnavailable ? kExitUnavailable : kExitUsage;
 }
 
-bool IsTerminal(FILE* f) { return ::isatty(::fileno(f)) == 1; }
+bool IsTerminal(FILE* f) {
+  return ::isatty(::fileno(f)) == 1;
+}
 
 int Create(const Common& c, const std::string& name, const std::string& content_type,
            const std::string& ttl, const std::string& expires_at, bool closed,
@@ -416,8 +418,8 @@ void AddClientCommands(CLI::App& app) {
     cmd->add_option("--data", a->body, "Initial content");
     cmd->add_flag("--closed", a->closed, "Create the stream closed");
     cmd->callback([a] {
-      std::exit(Create(a->common, a->name, a->content_type, a->ttl, a->expires_at, a->closed,
-                       a->body));
+      std::exit(
+          Create(a->common, a->name, a->content_type, a->ttl, a->expires_at, a->closed, a->body));
     });
   }
   {

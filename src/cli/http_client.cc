@@ -213,7 +213,8 @@ Result<HttpClient> HttpClient::Create(const std::string& base_url, const std::st
   std::string digits;
   if (!rest.empty() && rest.front() == '[') {
     size_t close = rest.find(']');
-    if (close == std::string::npos) return Status::InvalidArgument("bad host in '" + base_url + "'");
+    if (close == std::string::npos)
+      return Status::InvalidArgument("bad host in '" + base_url + "'");
     host = rest.substr(1, close - 1);
     if (close + 1 < rest.size()) {
       if (rest[close + 1] != ':') return Status::InvalidArgument("bad host in '" + base_url + "'");

@@ -14,9 +14,8 @@ Status CheckStreamAccess(const Principal& principal, const StreamScope& target,
   // Z2: every other pair, including platform -> tenant, is denied. The message names only what
   // the caller already knows, never whether the stream exists (Z4).
   const std::string who = principal.tenant ? "tenant:" + *principal.tenant : "platform";
-  return Status::PermissionDenied(who + " may not access stream '" + std::string(stream) +
-                                  "' in " + target.Label() +
-                                  " without the stream:cross-tenant capability");
+  return Status::PermissionDenied(who + " may not access stream '" + std::string(stream) + "' in " +
+                                  target.Label() + " without the stream:cross-tenant capability");
 }
 
 }  // namespace runnel

@@ -81,8 +81,7 @@ class RegistryCore {
   }
 
   Result<Subscription> Subscribe(const StreamScope& scope, std::string_view name,
-                                 std::optional<uint64_t> last_seq,
-                                 std::function<void()> on_hint) {
+                                 std::optional<uint64_t> last_seq, std::function<void()> on_hint) {
     RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, Lookup(scope, name));
     auto subscriber = std::make_shared<Subscriber>(std::move(on_hint));
     hub_.Add(info.id, subscriber);
@@ -148,7 +147,9 @@ Subscription::~Subscription() = default;
 bool Subscription::WaitFor(std::chrono::milliseconds timeout) {
   return subscriber_ && subscriber_->WaitFor(timeout);
 }
-bool Subscription::TryConsume() { return subscriber_ && subscriber_->TryConsume(); }
+bool Subscription::TryConsume() {
+  return subscriber_ && subscriber_->TryConsume();
+}
 
 // ---- StreamRegistry ----
 
@@ -184,8 +185,12 @@ Result<StreamRegistry> StreamRegistry::Open(const RegistryOptions& options) {
                                  "' (known: memory, log, postgres://..., postgresql://...)");
 }
 
-Store& StreamRegistry::store() const { return core_->store(); }
-Clock& StreamRegistry::clock() const { return core_->clock(); }
+Store& StreamRegistry::store() const {
+  return core_->store();
+}
+Clock& StreamRegistry::clock() const {
+  return core_->clock();
+}
 
 Status StreamRegistry::CreateStream(const StreamScope& scope, std::string_view name,
                                     const StreamRetention& retention) {
@@ -257,15 +262,15 @@ Result<uint64_t> StreamRegistry::Append(const StreamScope& scope, std::string_vi
   records.push_back(AppendRecord{std::move(key), std::move(payload)});
   AppendOptions options;
   options.now_ms = now_ms;
-  RUNNEL_ASSIGN_OR_RETURN(AppendResult result, AppendBatch(scope, name, std::move(records), options));
+  RUNNEL_ASSIGN_OR_RETURN(AppendResult result,
+                          AppendBatch(scope, name, std::move(records), options));
   return result.first_offset;
 }
 
-Result<uint64_t> StreamRegistry::AppendAuthorized(const std::optional<std::string>& principal_tenant,
-                                                  const StreamScope& target, std::string_view name,
-                                                  std::optional<std::string> key,
-                                                  std::string payload, bool has_cross_tenant_cap,
-                                                  uint64_t now_ms) {
+Result<uint64_t> StreamRegistry::AppendAuthorized(
+    const std::optional<std::string>& principal_tenant, const StreamScope& target,
+    std::string_view name, std::optional<std::string> key, std::string payload,
+    bool has_cross_tenant_cap, uint64_t now_ms) {
   RUNNEL_RETURN_IF_ERROR(
       CheckStreamAccess(Principal{principal_tenant, has_cross_tenant_cap}, target, name));
   return Append(target, name, std::move(key), std::move(payload), now_ms);
@@ -313,37 +318,37 @@ void StreamRegistry::AppendBatchAsync(const StreamScope& scope, std::string_view
   request.stream = *cached;
   auto retry = std::make_shared<AppendRequest>(request);
   std::weak_ptr<internal::RegistryCore> weak = core_;
-  core_->store().Append(
-      std::move(request), [weak, retry, scope, name = std::string(name), key = std::move(key),
-                           done = std::move(done)](Result<AppendResult> r) mutable {
-        if (r.ok() || r.status().code() != StatusCode::kNotFound) {
-          done(std::move(r));
-          return;
-        }
-        // `done` runs only after the core is let go: the caller may drop the last registry
-        // handle as soon as it has its answer, and the core (which joins this store thread)
-        // must not be destroyed on this thread.
-        std::optional<Result<AppendResult>> answer;
-        {
-          auto core = weak.lock();
-          if (core == nullptr) {
-            answer.emplace(std::move(r));
-          } else {
-            core->ForgetId(key);
-            auto info = core->Lookup(scope, name);
-            if (!info.ok()) {
-              answer.emplace(info.status());
-            } else if (info->id == retry->stream) {
-              answer.emplace(std::move(r));
-            } else {
-              retry->stream = info->id;
-              core->store().Append(std::move(*retry), std::move(done));
-              return;
-            }
-          }
-        }
-        done(std::move(*answer));
-      });
+  core_->store().Append(std::move(request),
+                        [weak, retry, scope, name = std::string(name), key = std::move(key),
+                         done = std::move(done)](Result<AppendResult> r) mutable {
+                          if (r.ok() || r.status().code() != StatusCode::kNotFound) {
+                            done(std::move(r));
+                            return;
+                          }
+                          // `done` runs only after the core is let go: the caller may drop the last
+                          // registry handle as soon as it has its answer, and the core (which joins
+                          // this store thread) must not be destroyed on this thread.
+                          std::optional<Result<AppendResult>> answer;
+                          {
+                            auto core = weak.lock();
+                            if (core == nullptr) {
+                              answer.emplace(std::move(r));
+                            } else {
+                              core->ForgetId(key);
+                              auto info = core->Lookup(scope, name);
+                              if (!info.ok()) {
+                                answer.emplace(info.status());
+                              } else if (info->id == retry->stream) {
+                                answer.emplace(std::move(r));
+                              } else {
+                                retry->stream = info->id;
+                                core->store().Append(std::move(*retry), std::move(done));
+                                return;
+                              }
+                            }
+                          }
+                          done(std::move(*answer));
+                        });
 }
 
 Result<std::vector<StreamEvent>> StreamRegistry::ReadSince(const StreamScope& scope,
@@ -352,9 +357,8 @@ Result<std::vector<StreamEvent>> StreamRegistry::ReadSince(const StreamScope& sc
   RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, core_->Lookup(scope, name));
   if (limit == 0) return std::vector<StreamEvent>{};
   limit = std::min(limit, kMaxReadLimit);
-  RUNNEL_ASSIGN_OR_RETURN(auto records,
-                          core_->store().Read(info.id, std::max<uint64_t>(from, 1), limit,
-                                              kMaxReadBytes));
+  RUNNEL_ASSIGN_OR_RETURN(auto records, core_->store().Read(info.id, std::max<uint64_t>(from, 1),
+                                                            limit, kMaxReadBytes));
   return ToEvents(scope, name, std::move(records));
 }
 
@@ -390,8 +394,8 @@ Result<uint64_t> StreamRegistry::GetOffset(const StreamScope& scope, std::string
   return cursor ? cursor->offset : 0;
 }
 
-Status StreamRegistry::Ack(const StreamScope& scope, std::string_view name,
-                           std::string_view group, uint64_t offset) {
+Status StreamRegistry::Ack(const StreamScope& scope, std::string_view name, std::string_view group,
+                           uint64_t offset) {
   return SaveOffset(scope, name, group, offset).status();
 }
 
@@ -431,8 +435,8 @@ Result<std::vector<ConsumerGroupStatus>> StreamRegistry::ConsumerGroupInfo(
   std::vector<ConsumerGroupStatus> out;
   out.reserve(cursors.size());
   for (CursorState& c : cursors) {
-    out.push_back(ConsumerGroupStatus{std::move(c.consumer), std::string(name), c.offset,
-                                      c.updated_at_ms});
+    out.push_back(
+        ConsumerGroupStatus{std::move(c.consumer), std::string(name), c.offset, c.updated_at_ms});
   }
   return out;
 }
@@ -476,7 +480,9 @@ Status StreamRegistry::SetRetention(const StreamScope& scope, std::string_view n
   });
 }
 
-Status StreamRegistry::Flush() { return core_->store().Flush(); }
+Status StreamRegistry::Flush() {
+  return core_->store().Flush();
+}
 
 // ---- Authorized variants: access first, existence second (Z4) ----
 

@@ -32,8 +32,7 @@ std::string Hex(const unsigned char* data, size_t n) {
 }
 
 std::string Base64Url(const unsigned char* data, size_t n) {
-  static const char* alphabet =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  static const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
   std::string out;
   uint32_t acc = 0;
   int bits = 0;
@@ -121,7 +120,8 @@ Status ValidateTenantId(std::string_view tenant) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     c == '.' || c == '_' || c == '-';
     if (!ok) {
-      return Status::InvalidArgument("tenant id may contain only letters, digits, '.', '_' and '-'");
+      return Status::InvalidArgument(
+          "tenant id may contain only letters, digits, '.', '_' and '-'");
     }
   }
   return Status::OK();
@@ -204,7 +204,8 @@ Status TokenStore::Load() {
 }
 
 Status TokenStore::Persist(const std::map<std::string, StoredToken>& entries) const {
-  std::string text = "# runnel tokens: only hashes are stored. Format: docs in core/token_store.h\n";
+  std::string text =
+      "# runnel tokens: only hashes are stored. Format: docs in core/token_store.h\n";
   for (const auto& [id, e] : entries) {
     const TokenGrant& g = e.info.grant;
     text += "v1 " + id + " " + e.hash_hex + " " + (g.tenant ? *g.tenant : "-") + " " +

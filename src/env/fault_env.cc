@@ -18,7 +18,8 @@ class FaultFile final : public File {
     size_t allowed = total;
     size_t fits = 0;
     auto size = base_->Size();
-    if (size.ok() && *size > offset) fits = static_cast<size_t>(std::min<uint64_t>(total, *size - offset));
+    if (size.ok() && *size > offset)
+      fits = static_cast<size_t>(std::min<uint64_t>(total, *size - offset));
     Status fault = env_->BeforeWrite(path_, total, fits, &allowed);
     if (fault.ok()) return base_->WriteAt(offset, pieces);
     if (allowed > 0) {
@@ -86,7 +87,8 @@ void FaultInjectionEnv::SetExemptPathSuffix(std::string suffix) {
 
 namespace {
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 }  // namespace
 

@@ -88,15 +88,15 @@ class FaultInjectionEnv final : public Env {
  private:
   Env* base_;
   std::mutex mu_;
-  uint64_t fail_write_in_ = 0;  // GUARDED_BY(mu_); 0 = no fault armed
-  uint64_t fail_sync_in_ = 0;   // GUARDED_BY(mu_)
-  bool no_space_ = false;       // GUARDED_BY(mu_)
-  std::string suffix_;          // GUARDED_BY(mu_)
-  std::string exempt_;          // GUARDED_BY(mu_)
-  uint64_t sync_action_in_ = 0;          // GUARDED_BY(mu_)
-  std::function<void()> sync_action_;    // GUARDED_BY(mu_)
-  std::optional<std::string> hold_;      // GUARDED_BY(mu_): the suffix of held syncs
-  int held_ = 0;                         // GUARDED_BY(mu_)
+  uint64_t fail_write_in_ = 0;         // GUARDED_BY(mu_); 0 = no fault armed
+  uint64_t fail_sync_in_ = 0;          // GUARDED_BY(mu_)
+  bool no_space_ = false;              // GUARDED_BY(mu_)
+  std::string suffix_;                 // GUARDED_BY(mu_)
+  std::string exempt_;                 // GUARDED_BY(mu_)
+  uint64_t sync_action_in_ = 0;        // GUARDED_BY(mu_)
+  std::function<void()> sync_action_;  // GUARDED_BY(mu_)
+  std::optional<std::string> hold_;    // GUARDED_BY(mu_): the suffix of held syncs
+  int held_ = 0;                       // GUARDED_BY(mu_)
   std::condition_variable released_;
   std::map<std::string, int> opens_;  // GUARDED_BY(mu_)
   std::atomic<int64_t> sync_delay_us_{0};

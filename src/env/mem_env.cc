@@ -13,9 +13,9 @@ struct MemEnv::Node {
     std::string bytes;
   };
   std::mutex mu;
-  std::string data;     // GUARDED_BY(mu): what reads see
-  std::string durable;  // GUARDED_BY(mu): what survives a crash
-  std::vector<Op> pending;  // GUARDED_BY(mu): operations since the last Sync
+  std::string data;               // GUARDED_BY(mu): what reads see
+  std::string durable;            // GUARDED_BY(mu): what survives a crash
+  std::vector<Op> pending;        // GUARDED_BY(mu): operations since the last Sync
   bool creation_durable = false;  // GUARDED_BY(MemEnv::mu_)
 
   static void Apply(std::string& s, const Op& op, size_t limit) {
@@ -129,7 +129,9 @@ class MemLock final : public FileLock {
 
 }  // namespace
 
-MemEnv::MemEnv() : live_(std::make_shared<Liveness>()) { dirs_.insert("/"); }
+MemEnv::MemEnv() : live_(std::make_shared<Liveness>()) {
+  dirs_.insert("/");
+}
 
 Result<std::unique_ptr<File>> MemEnv::OpenFile(const std::string& raw_path, bool create) {
   const std::string path = Normalize(raw_path);

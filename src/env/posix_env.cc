@@ -197,7 +197,8 @@ class PosixEnv final : public Env {
       if (err == EWOULDBLOCK) {
         return Status::Unavailable("data directory '" + dir +
                                    "' is in use: another process or store has it locked (its "
-                                   "lock file '" + path + "' may have been removed)");
+                                   "lock file '" +
+                                   path + "' may have been removed)");
       }
       return PosixError("lock", dir, err);
     }

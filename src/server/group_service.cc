@@ -207,12 +207,13 @@ HttpResponse GroupService::HandleRequest(const Principal& who, const HttpRequest
     if (*current == 0) {
       auto groups = registry.ConsumerGroupInfo(route.scope, route.name);
       if (!groups.ok()) return StreamService::ErrorResponse(groups.status());
-      const bool known = std::any_of(groups->begin(), groups->end(),
-                                     [&](const ConsumerGroupStatus& g) { return g.group == *group; });
+      const bool known =
+          std::any_of(groups->begin(), groups->end(),
+                      [&](const ConsumerGroupStatus& g) { return g.group == *group; });
       if (!known && groups->size() >= max_groups_per_stream_) {
-        return StreamService::ErrorResponse(Status::ResourceExhausted(
-            "stream '" + route.name + "' has reached its limit of " +
-            std::to_string(max_groups_per_stream_) + " consumer groups"));
+        return StreamService::ErrorResponse(
+            Status::ResourceExhausted("stream '" + route.name + "' has reached its limit of " +
+                                      std::to_string(max_groups_per_stream_) + " consumer groups"));
       }
     }
     // SaveOffset is Ack with the stored value returned (C2, C4).

@@ -6,32 +6,23 @@ namespace runnel::server {
 
 int HttpStatusFor(const Status& status, bool payload_limit) {
   switch (status.code()) {
-    case StatusCode::kOk:
-      return 200;
-    case StatusCode::kNotFound:
-      return 404;
+    case StatusCode::kOk: return 200;
+    case StatusCode::kNotFound: return 404;
     case StatusCode::kAlreadyExists:
     case StatusCode::kConflict:
-    case StatusCode::kFailedPrecondition:
-      return 409;
+    case StatusCode::kFailedPrecondition: return 409;
     case StatusCode::kInvalidArgument:
-    case StatusCode::kOutOfRange:
-      return 400;
-    case StatusCode::kPermissionDenied:
-      return 403;
-    case StatusCode::kUnauthenticated:
-      return 401;
-    case StatusCode::kResourceExhausted:
-      return payload_limit ? 413 : 429;
-    case StatusCode::kUnavailable:
-      return 503;
+    case StatusCode::kOutOfRange: return 400;
+    case StatusCode::kPermissionDenied: return 403;
+    case StatusCode::kUnauthenticated: return 401;
+    case StatusCode::kResourceExhausted: return payload_limit ? 413 : 429;
+    case StatusCode::kUnavailable: return 503;
     case StatusCode::kOutcomeUnknown:
       // The write may or may not have happened: like a gateway that got no answer upstream.
       return 504;
     case StatusCode::kCorruption:
     case StatusCode::kIOError:
-    case StatusCode::kInternal:
-      return 500;
+    case StatusCode::kInternal: return 500;
   }
   return 500;
 }

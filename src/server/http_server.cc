@@ -1351,7 +1351,7 @@ class HttpServer::Impl {
   std::atomic<int64_t> in_flight_{0};
   std::mutex live_mu_;
   std::vector<std::weak_ptr<Waker>> live_;  // GUARDED_BY(live_mu_)
-  size_t live_after_sweep_ = 0;              // GUARDED_BY(live_mu_)
+  size_t live_after_sweep_ = 0;             // GUARDED_BY(live_mu_)
 };
 
 Result<std::unique_ptr<HttpServer>> HttpServer::Start(StreamRegistry registry,

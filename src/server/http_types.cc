@@ -182,8 +182,8 @@ bool ParseQuery(std::string_view query, std::map<std::string, std::string>* out)
     if (part.empty()) continue;
     size_t eq = part.find('=');
     auto key = PercentDecode(part.substr(0, eq), true);
-    auto value = PercentDecode(eq == std::string_view::npos ? std::string_view() : part.substr(eq + 1),
-                               true);
+    auto value = PercentDecode(
+        eq == std::string_view::npos ? std::string_view() : part.substr(eq + 1), true);
     if (!key || !value) return false;
     out->emplace(std::move(*key), std::move(*value));
   }

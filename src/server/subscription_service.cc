@@ -246,7 +246,7 @@ struct SubscriptionService::ScopeState {
   std::string token_key;       // the global scope only: the deployment's token key
   // The global scope only: the public signing keys nodes recorded, kid -> (x, recorded at ms).
   std::map<std::string, std::pair<std::string, uint64_t>> public_keys;
-  bool loaded = false;         // read successfully at least once
+  bool loaded = false;  // read successfully at least once
   // Pattern subscriptions another node created after this node loaded the scope: streams
   // written through this node before it read them were not linked by those writes (Tick).
   std::vector<std::string> arrived;

@@ -75,8 +75,8 @@ class TenantQuota {
   const QuotaOptions options_;
   StreamRegistry registry_;
   std::mutex mu_;
-  std::map<std::string, Bucket> buckets_;  // GUARDED_BY(mu_), by tenant
-  std::map<std::string, Usage> usage_;     // GUARDED_BY(mu_), by tenant
+  std::map<std::string, Bucket> buckets_;     // GUARDED_BY(mu_), by tenant
+  std::map<std::string, Usage> usage_;        // GUARDED_BY(mu_), by tenant
   std::map<std::string, uint64_t> creating_;  // GUARDED_BY(mu_): reservations, by tenant
 };
 

@@ -70,10 +70,10 @@ bool PublicV6(const uint8_t a[16]) {
   // 2001::/23 IETF protocol assignments (Teredo 2001::/32 hides an IPv4 address, and more).
   if (a[0] == 0x20 && a[1] == 0x01 && (a[2] & 0xfe) == 0) return false;
   if (a[0] == 0x3f && a[1] == 0xff && (a[2] & 0xf0) == 0) return false;  // 3fff::/20 docs
-  if ((a[0] & 0xfe) == 0xfc) return false;                  // fc00::/7 unique local
-  if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80) return false;  // fe80::/10 link-local
-  if (a[0] == 0xfe && (a[1] & 0xc0) == 0xc0) return false;  // fec0::/10 site-local
-  if (a[0] == 0xff) return false;                           // multicast
+  if ((a[0] & 0xfe) == 0xfc) return false;                               // fc00::/7 unique local
+  if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80) return false;               // fe80::/10 link-local
+  if (a[0] == 0xfe && (a[1] & 0xc0) == 0xc0) return false;               // fec0::/10 site-local
+  if (a[0] == 0xff) return false;                                        // multicast
   if (a[0] == 0x20 && a[1] == 0x01 && a[2] == 0x0d && a[3] == 0xb8) return false;  // docs
   return true;
 }

@@ -96,9 +96,9 @@ TEST(AuthzTest, Z6_EveryOperationHasAGatedVariant) {
   expect_denied(reg.ExistsAuthorized(denied, kGlobex, "s").status(), "exists");
   expect_denied(reg.ListStreamsAuthorized(denied, kGlobex).status(), "list");
   expect_denied(reg.DescribeAuthorized(denied, kGlobex, "s").status(), "describe");
-  expect_denied(reg.AppendBatchAuthorized(denied, kGlobex, "s", {AppendRecord{std::nullopt, "y"}})
-                    .status(),
-                "append");
+  expect_denied(
+      reg.AppendBatchAuthorized(denied, kGlobex, "s", {AppendRecord{std::nullopt, "y"}}).status(),
+      "append");
   expect_denied(reg.ReadAfterAuthorized(denied, kGlobex, "s", 0, 10).status(), "read_after");
   expect_denied(reg.SaveOffsetAuthorized(denied, kGlobex, "s", "c", 1).status(), "save_offset");
   expect_denied(reg.GetOffsetAuthorized(denied, kGlobex, "s", "c").status(), "get_offset");

@@ -87,7 +87,8 @@ TEST_P(RegistryRulesTest, R3_ListStreamsPageFiltersByPrefixAndResumesAfterAName)
             (std::vector<std::string>{"ord", "order-1", "order-2", "order-3", "ordinal"}));
   o.prefix = "order-";
   o.limit = 2;
-  EXPECT_EQ(names(reg().ListStreamsPage(acme_, o)), (std::vector<std::string>{"order-1", "order-2"}));
+  EXPECT_EQ(names(reg().ListStreamsPage(acme_, o)),
+            (std::vector<std::string>{"order-1", "order-2"}));
   o.start_after = "order-2";
   EXPECT_EQ(names(reg().ListStreamsPage(acme_, o)), (std::vector<std::string>{"order-3"}));
   o = {};
@@ -322,7 +323,8 @@ TEST_P(RegistryRulesTest, P6_ZeroCapsAreRefusedAtCreate) {
 TEST_P(RegistryRulesTest, P10_RetentionChangesApplyAtTheNextAppend) {
   MustCreate(global_, "s");
   for (int i = 0; i < 5; ++i) MustAppend(global_, "s");
-  ASSERT_TRUE(reg().SetRetention(global_, "s", StreamRetention{2, std::nullopt, std::nullopt}).ok());
+  ASSERT_TRUE(
+      reg().SetRetention(global_, "s", StreamRetention{2, std::nullopt, std::nullopt}).ok());
   EXPECT_EQ(reg().Describe(global_, "s")->event_count, 5u);
   MustAppend(global_, "s");
   EXPECT_EQ(OffsetsOf(reg().ReadSince(global_, "s", 0, 10)), (std::vector<uint64_t>{5, 6}));
@@ -409,7 +411,8 @@ TEST_P(RegistryRulesTest, D6_ConcurrentReadsSeeAGapFreePrefix) {
   std::vector<std::thread> writers;
   for (int t = 0; t < 4; ++t) {
     writers.emplace_back([&] {
-      for (int i = 0; i < 200; ++i) ASSERT_TRUE(reg().Append(global_, "s", std::nullopt, "p", 1).ok());
+      for (int i = 0; i < 200; ++i)
+        ASSERT_TRUE(reg().Append(global_, "s", std::nullopt, "p", 1).ok());
     });
   }
   for (auto& w : writers) w.join();

@@ -150,8 +150,7 @@ class Ledger {
           ASSERT_FALSE(present) << "batch " << b.id << " was refused but is present";
           break;
         case Batch::kPending:
-        case Batch::kUnknown:
-          break;
+        case Batch::kUnknown: break;
       }
       if (present) {
         b.state = Batch::kAcked;
@@ -381,7 +380,8 @@ TEST(LogCrashTest, CleanCloseThenPowerLossKeepsEverything) {
     auto info = store->CreateStream(Spec("s"));
     ASSERT_TRUE(info.ok());
     id = info->id;
-    for (int i = 0; i < 50; ++i) ASSERT_TRUE(AppendPayloads(*store, id, {std::string(500, 'x')}).ok());
+    for (int i = 0; i < 50; ++i)
+      ASSERT_TRUE(AppendPayloads(*store, id, {std::string(500, 'x')}).ok());
   }
   mem.DropUnsyncedData();
   auto store = MustOpen(o);

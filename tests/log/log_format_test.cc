@@ -278,9 +278,8 @@ TEST_F(LogDamageTest, CorruptionBeforeTheTailIsReportedByNameAndRefused) {
   // starts past the damage even if this process dies before a clean close.
   auto names = env::Env::Posix()->ListDir(dir_.path());
   ASSERT_TRUE(names.ok());
-  EXPECT_TRUE(std::any_of(names->begin(), names->end(), [](const std::string& n) {
-    return n.rfind("checkpoint-", 0) == 0;
-  }));
+  EXPECT_TRUE(std::any_of(names->begin(), names->end(),
+                          [](const std::string& n) { return n.rfind("checkpoint-", 0) == 0; }));
 }
 
 // A segment cut shorter than data a verified checkpoint recorded as durable lost acknowledged
@@ -774,9 +773,7 @@ class ReadOnlyEnv final : public env::Env {
   Result<std::vector<std::string>> ListDir(const std::string& dir) override {
     return env::Env::Posix()->ListDir(dir);
   }
-  bool FileExists(const std::string& path) override {
-    return env::Env::Posix()->FileExists(path);
-  }
+  bool FileExists(const std::string& path) override { return env::Env::Posix()->FileExists(path); }
   Result<uint64_t> FileSize(const std::string& path) override {
     return env::Env::Posix()->FileSize(path);
   }

@@ -42,7 +42,9 @@ LogStoreOptions ChildOptions(const std::string& dir) {
   return o;
 }
 
-std::string StreamName(int i) { return "p" + std::to_string(i); }
+std::string StreamName(int i) {
+  return "p" + std::to_string(i);
+}
 
 std::string Payload(uint64_t seed, uint64_t n, size_t size) {
   std::string p = std::to_string(seed) + ":" + std::to_string(n) + ":";

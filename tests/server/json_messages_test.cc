@@ -46,8 +46,8 @@ TEST(JsonMessagesTest, InvalidJsonIsRejected) {
 // one anywhere is refused (stored, it would make every read of the stream invalid JSON).
 TEST(JsonMessagesTest, ANulByteAnywhereIsRejected) {
   using namespace std::string_view_literals;
-  for (std::string_view bad : {"{\"b\":2}\0"sv, "1\0"sv, "\"a\"\0\0\0"sv, "1 \0 "sv,
-                               "[1,2]\0"sv, "\0{}"sv, "{\"a\":\"x\0y\"}"sv}) {
+  for (std::string_view bad : {"{\"b\":2}\0"sv, "1\0"sv, "\"a\"\0\0\0"sv, "1 \0 "sv, "[1,2]\0"sv,
+                               "\0{}"sv, "{\"a\":\"x\0y\"}"sv}) {
     auto m = SplitJsonMessages(bad, false);
     ASSERT_FALSE(m.ok()) << "a body of " << bad.size() << " bytes";
     EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);

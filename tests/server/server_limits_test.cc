@@ -111,8 +111,8 @@ class ServerLimitsTest : public ::testing::Test {
   static std::string WithBody(const std::string& method, const std::string& path,
                               const std::string& body, const std::string& extra,
                               const std::string& content_type) {
-    return method + " " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: " + content_type +
-           "\r\n" + extra + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    return method + " " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: " + content_type + "\r\n" +
+           extra + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   }
   static std::string Put(const std::string& path, const std::string& body = "",
                          const std::string& extra = "",

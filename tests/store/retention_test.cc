@@ -36,8 +36,8 @@ TEST(RetentionTest, ByteCapKeepsNewestThatFitAndAlwaysTheLast) {
 TEST(RetentionTest, AgeCapIsStrictSaturatingAndStopsAtFirstFresh) {
   const StreamRetention r{std::nullopt, 1000, std::nullopt};
   EXPECT_EQ(Drop(r, 10000, {0, 500, 10000}, {1, 1, 1}), 2u);
-  EXPECT_EQ(Drop(r, 2000, {1000, 2000}, {1, 1}), 0u);   // exactly at the cutoff stays
-  EXPECT_EQ(Drop(r, 500, {0, 500}, {1, 1}), 0u);        // now - age saturates at 0
+  EXPECT_EQ(Drop(r, 2000, {1000, 2000}, {1, 1}), 0u);  // exactly at the cutoff stays
+  EXPECT_EQ(Drop(r, 500, {0, 500}, {1, 1}), 0u);       // now - age saturates at 0
   EXPECT_EQ(Drop(r, 10000, {9500, 0, 10000}, {1, 1, 1}), 0u);
 }
 
@@ -48,8 +48,10 @@ TEST(RetentionTest, TheNewestRecordIsNeverDropped) {
 }
 
 TEST(RetentionTest, ZeroCapsAreInvalidButZeroAgeIsAllowed) {
-  EXPECT_EQ(ValidateRetention({0, std::nullopt, std::nullopt}).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(ValidateRetention({std::nullopt, std::nullopt, 0}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateRetention({0, std::nullopt, std::nullopt}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateRetention({std::nullopt, std::nullopt, 0}).code(),
+            StatusCode::kInvalidArgument);
   EXPECT_TRUE(ValidateRetention({std::nullopt, 0, std::nullopt}).ok());
   EXPECT_TRUE(ValidateRetention({}).ok());
   EXPECT_EQ(ValidateStreamName("").code(), StatusCode::kInvalidArgument);

@@ -37,7 +37,9 @@ inline std::string StoreParamName(const ::testing::TestParamInfo<StoreParam>& in
   return info.param.name;
 }
 
-inline void PrintTo(const StoreParam& p, std::ostream* os) { *os << p.name; }
+inline void PrintTo(const StoreParam& p, std::ostream* os) {
+  *os << p.name;
+}
 
 StoreParam MemoryStoreParam();
 

@@ -161,8 +161,8 @@ Result<CheckReport> CheckLogDirectory(env::Env* env, const std::string& dir) {
             covered && std::make_pair(segs[i], static_cast<uint64_t>(pos)) < *covered;
         if (last && !valid_after && !before_checkpoint) {
           report.torn_tail = true;
-          report.lines.push_back(std::string(fname) + ": torn tail at byte " +
-                                 std::to_string(pos) + " (" + std::string(FrameCheckName(c)) +
+          report.lines.push_back(std::string(fname) + ": torn tail at byte " + std::to_string(pos) +
+                                 " (" + std::string(FrameCheckName(c)) +
                                  "); the next open truncates it");
         } else {
           std::string who;
@@ -197,8 +197,8 @@ Result<CheckReport> CheckLogDirectory(env::Env* env, const std::string& dir) {
       } else if (f.type == FrameType::kAppendBatch) {
         AppendBatchHeader h;
         if (!DecodeAppendBatch(f.body, &h, nullptr, nullptr)) {
-          problem = path + " at byte " + std::to_string(pos) + ": malformed append batch of stream #" +
-                    std::to_string(id);
+          problem = path + " at byte " + std::to_string(pos) +
+                    ": malformed append batch of stream #" + std::to_string(id);
           break;
         }
         report.records += h.count;

@@ -751,8 +751,7 @@ Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
               "segment " + path + " at byte " + std::to_string(pos) +
               ": zero frame header followed by written bytes; open with salvage to skip them");
           if (!options_.salvage) return corrupt;
-          SalvageNote("salvage dropped the rest of the segment: " +
-                                    corrupt.ToString());
+          SalvageNote("salvage dropped the rest of the segment: " + corrupt.ToString());
           seg.end = pos;
           if (last) return ScrubTail(seg, pos);
           return Status::OK();
@@ -799,8 +798,8 @@ Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
     if (!options_.salvage) return corrupt;
     if (next) {
       // Salvage keeps what is intact: replay goes on at the next frame that verifies.
-      SalvageNote("salvage skipped bytes " + std::to_string(pos) + " to " +
-                                std::to_string(*next) + ": " + corrupt.ToString());
+      SalvageNote("salvage skipped bytes " + std::to_string(pos) + " to " + std::to_string(*next) +
+                  ": " + corrupt.ToString());
       pos = *next;
       continue;
     }
@@ -1051,9 +1050,8 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
         // A stream holds no gap: what it kept before the lost frames goes with them, and its
         // offsets still only grow.
         SalvageNote("salvage: stream #" + std::to_string(id) + " resumes at offset " +
-                                  std::to_string(h.first_offset) + "; offsets " +
-                                  std::to_string(s->head) + " to " +
-                                  std::to_string(h.first_offset - 1) + " are lost");
+                    std::to_string(h.first_offset) + "; offsets " + std::to_string(s->head) +
+                    " to " + std::to_string(h.first_offset - 1) + " are lost");
         DropHead(*s, s->next - s->head);
         s->head = s->next = h.first_offset;
       }

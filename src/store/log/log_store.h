@@ -406,8 +406,8 @@ class LogStore final : public Store {
   // never merges: every frame it applies starts a reference, so the cleaner's relocations
   // (which move whole live references, frame by frame) always find their frame at the start of
   // one. Only what was appended since the last checkpoint is indexed frame by frame.
-  uint32_t merge_floor_pos_ = 0;                            // GUARDED_BY(state_mu_)
-  uint64_t cache_bytes_ = 0;                                // GUARDED_BY(state_mu_)
+  uint32_t merge_floor_pos_ = 0;  // GUARDED_BY(state_mu_)
+  uint64_t cache_bytes_ = 0;      // GUARDED_BY(state_mu_)
 
   // writer-only
   std::string group_buf_;  // the frames of the group being prepared, in log order

@@ -57,27 +57,27 @@ class MemoryStore final : public Store {
   struct Stream {
     std::mutex mu;
     StreamId id = 0;
-    StreamSpec spec;          // GUARDED_BY(mu) for retention and attributes
-    uint64_t next_offset = 1; // GUARDED_BY(mu)
-    uint64_t bytes = 0;       // GUARDED_BY(mu)
-    bool closed = false;      // GUARDED_BY(mu)
-    bool deleted = false;     // GUARDED_BY(mu)
+    StreamSpec spec;           // GUARDED_BY(mu) for retention and attributes
+    uint64_t next_offset = 1;  // GUARDED_BY(mu)
+    uint64_t bytes = 0;        // GUARDED_BY(mu)
+    bool closed = false;       // GUARDED_BY(mu)
+    bool deleted = false;      // GUARDED_BY(mu)
     // Invariant: dense and ascending; records.front().offset is the head.
-    std::deque<StoredRecord> records;                         // GUARDED_BY(mu)
-    std::map<std::string, CursorState, std::less<>> cursors;  // GUARDED_BY(mu)
+    std::deque<StoredRecord> records;                             // GUARDED_BY(mu)
+    std::map<std::string, CursorState, std::less<>> cursors;      // GUARDED_BY(mu)
     std::map<std::string, ProducerState, std::less<>> producers;  // GUARDED_BY(mu)
   };
 
   std::shared_ptr<Stream> Find(StreamId id);
-  static StreamInfo Snapshot(const Stream& s);  // REQUIRES: s.mu held
+  static StreamInfo Snapshot(const Stream& s);             // REQUIRES: s.mu held
   static void ApplyRetention(Stream& s, uint64_t now_ms);  // REQUIRES: s.mu held
-  static void DropOldest(Stream& s, size_t n);  // REQUIRES: s.mu held
+  static void DropOldest(Stream& s, size_t n);             // REQUIRES: s.mu held
 
   std::shared_mutex catalog_mu_;
   StreamId next_id_ = 1;  // GUARDED_BY(catalog_mu_)
   // ns -> name -> stream
   std::map<std::string, std::map<std::string, std::shared_ptr<Stream>, std::less<>>, std::less<>>
-      by_name_;  // GUARDED_BY(catalog_mu_)
+      by_name_;                                                  // GUARDED_BY(catalog_mu_)
   std::unordered_map<StreamId, std::shared_ptr<Stream>> by_id_;  // GUARDED_BY(catalog_mu_)
 
   std::mutex listener_mu_;
