@@ -89,8 +89,8 @@ if [[ ! -d "$here/reference/node_modules/@durable-streams/server" ]]; then
 fi
 start_server ref_mem node "$here/reference/serve.mjs"
 start_server ref_file node "$here/reference/serve.mjs" "$workdir/ref-data"
-stream_servers=(runnel ref_mem ref_file)
-names=(runnel ref_mem ref_file)
+stream_servers=(runnel ref_mem ref_file)  # the ones that speak the protocol
+names=("${stream_servers[@]}")
 if command -v nginx >/dev/null; then
   port="$(free_port)"
   mkdir -p "$workdir/nginx"
