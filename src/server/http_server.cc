@@ -432,7 +432,7 @@ class HttpServer::Impl {
       if (tls_) {
         net::co_spawn(ex, TlsSession(beast::tcp_stream(std::move(socket)), busy), on_error);
       } else {
-        net::co_spawn(ex, Session(beast::tcp_stream(std::move(socket)), beast::flat_buffer()),
+        net::co_spawn(ex, Session(beast::tcp_stream(std::move(socket)), MakeReadBuffer()),
                       on_error);
       }
     }
@@ -441,7 +441,7 @@ class HttpServer::Impl {
   // A connection to a TLS listener: answers a plain-HTTP request with a clear 400, otherwise
   // completes the handshake (bounded by tls_handshake_timeout_ms) and serves the session.
   net::awaitable<void> TlsSession(beast::tcp_stream tcp, bool busy) {
-    beast::flat_buffer buffer;
+    beast::flat_buffer buffer = MakeReadBuffer();
     boost::system::error_code ec;
     tcp.expires_after(std::chrono::milliseconds(options_.tls_handshake_timeout_ms));
     bool is_tls =
@@ -1114,6 +1114,143 @@ class HttpServer::Impl {
     co_return co_await Write(stream, std::move(r), keep_alive, false, route.label, method);
   }
 
+  // How a request body was read (ReadBody).
+  enum class BodyRead {
+    kOk,
+    kMalformed,    // unparsable framing, or the peer closed mid-body: `ec` says which
+    kTooLarge,     // the body passed max_body_bytes
+    kExtensions,   // chunk extensions and trailer fields passed max_header_bytes
+    kFraming,      // chunk framing passed its share (ChunkFramingLimit)
+    kLineTooLong,  // one chunk-size line or the trailer section did not fit the read buffer
+  };
+  struct BodyOutcome {
+    BodyRead kind = BodyRead::kOk;
+    boost::system::error_code ec;
+  };
+
+  static std::string BodyReadMessage(BodyRead kind) {
+    switch (kind) {
+      case BodyRead::kTooLarge: return "request body is larger than the server's limit";
+      case BodyRead::kExtensions:
+        return "chunk extensions and trailer fields are larger than the server's header limit";
+      case BodyRead::kFraming:
+        return "the chunked body's framing (chunk-size lines) is too large for its data; "
+               "send larger chunks";
+      case BodyRead::kLineTooLong: return "a chunk-size line or the trailer section is too long";
+      default: return "malformed request body";
+    }
+  }
+
+  // The most a connection's read buffer holds: enough for a whole head (which the parser
+  // limits to max_header_bytes), and for one chunk-size line or one trailer section, which must
+  // fit whole. Body bytes pass through it into the request.
+  size_t ReadBufferLimit() const {
+    return std::max<size_t>(options_.max_header_bytes + 1024, 64u << 10);
+  }
+  beast::flat_buffer MakeReadBuffer() const { return beast::flat_buffer(ReadBufferLimit()); }
+  // How much one read may add to `buffer` (at least 1: a full buffer is refused before reading).
+  static size_t ReadSize(const beast::flat_buffer& buffer) {
+    return std::max<size_t>(
+        1, std::min<size_t>(64u << 10,
+                            buffer.max_size() - std::min(buffer.max_size(), buffer.size())));
+  }
+  // The bytes of a chunked body that are not data (size lines, CRLFs, extensions, trailers):
+  // a fixed allowance plus an eighth of the body limit, so chunks of 64 bytes or more always
+  // fit, and tiny chunks cannot make a request cost many times its body.
+  size_t ChunkFramingLimit() const {
+    return options_.max_header_bytes + options_.max_body_bytes / 8;
+  }
+
+  // Reads the body of the request whose head `parser` holds. Every byte after the head counts:
+  // data against max_body_bytes, chunk extensions and trailer fields against max_header_bytes,
+  // chunk framing in all against ChunkFramingLimit(), and nothing waits in `buffer` beyond its
+  // maximum (ReadBufferLimit), so a client cannot make the server hold more than these limits
+  // before its request is authorized.
+  template <typename Stream>
+  net::awaitable<BodyOutcome> ReadBody(Stream& stream, beast::flat_buffer& buffer,
+                                       http::request_parser<http::string_body>& parser,
+                                       size_t header_fields) {
+    BodyOutcome out;
+    size_t metadata = 0;  // extension bytes so far; trailer bytes are added at the end
+    bool metadata_over = false;
+    auto on_chunk_header = [&](std::uint64_t, beast::string_view extensions,
+                               boost::system::error_code& ec) {
+      metadata += extensions.size();
+      if (metadata > options_.max_header_bytes) {
+        metadata_over = true;
+        ec = http::error::header_limit;
+      }
+    };
+    parser.on_chunk_header(on_chunk_header);
+    parser.eager(true);
+    const size_t framing_limit = ChunkFramingLimit();
+    size_t consumed = 0;
+    boost::system::error_code& ec = out.ec;
+    for (;;) {
+      while (!parser.is_done() && buffer.size() > 0) {
+        const size_t used = parser.put(buffer.data(), ec);
+        buffer.consume(used);
+        consumed += used;
+        if (ec == http::error::need_more) {
+          ec = {};
+          break;
+        }
+        if (ec || used == 0) break;
+      }
+      if (metadata_over) {
+        out.kind = BodyRead::kExtensions;
+        co_return out;
+      }
+      if (ec == http::error::body_limit) {
+        out.kind = BodyRead::kTooLarge;
+        co_return out;
+      }
+      if (ec) {
+        out.kind = BodyRead::kMalformed;
+        co_return out;
+      }
+      if (consumed - std::min(consumed, parser.get().body().size()) > framing_limit) {
+        out.kind = BodyRead::kFraming;
+        co_return out;
+      }
+      if (parser.is_done()) break;
+      if (buffer.size() >= buffer.max_size()) {
+        out.kind = BodyRead::kLineTooLong;
+        co_return out;
+      }
+      const size_t n = co_await stream.async_read_some(buffer.prepare(ReadSize(buffer)),
+                                                       net::redirect_error(net::use_awaitable, ec));
+      buffer.commit(n);
+      if (ec == net::error::eof || ec == ssl::error::stream_truncated) {
+        parser.put_eof(ec);
+        if (!ec) ec = http::error::partial_message;
+      }
+      if (ec) {
+        out.kind = BodyRead::kMalformed;
+        co_return out;
+      }
+    }
+    // Trailer fields (the parser adds them after the head's `header_fields`) count with the
+    // extensions.
+    size_t i = 0;
+    for (const auto& field : parser.get()) {
+      if (i++ < header_fields) continue;
+      metadata += field.name_string().size() + field.value().size() + 4;
+    }
+    if (metadata > options_.max_header_bytes) out.kind = BodyRead::kExtensions;
+    co_return out;
+  }
+
+  // Answers a request that passed a limit (413, 414, 431) with the JSON error, then drains and
+  // closes the connection: what follows cannot be framed.
+  template <typename Stream>
+  net::awaitable<void> RefuseAndClose(Stream& stream, unsigned status, std::string message) {
+    HttpResponse r = StreamService::ErrorResponse(Status::ResourceExhausted(std::move(message)));
+    r.status = status;
+    co_await Write(stream, std::move(r), false, false, "other", "-");
+    co_await DiscardInput(stream);
+  }
+
   // After an error response on a connection we are closing: stop sending, then read and discard
   // (bounded in bytes and time) what the client still sends, so closing does not reset the
   // connection before the client has read the response.
@@ -1177,23 +1314,31 @@ class HttpServer::Impl {
       http::request_parser<http::string_body> parser;
       parser.header_limit(static_cast<uint32_t>(options_.max_header_bytes));
       parser.body_limit(options_.max_body_bytes);
-      Tcp(stream).expires_after(std::chrono::milliseconds(options_.idle_timeout_ms));
+      // Between requests the connection may idle for idle_timeout_ms; once a request's first
+      // byte is here, the whole request (its head too) must arrive within request_timeout_ms.
+      if (buffer.size() == 0) {
+        Tcp(stream).expires_after(std::chrono::milliseconds(options_.idle_timeout_ms));
+        const size_t n = co_await stream.async_read_some(
+            buffer.prepare(ReadSize(buffer)), net::redirect_error(net::use_awaitable, ec));
+        buffer.commit(n);
+        if (ec) break;  // a close or an idle connection between requests: nothing to answer
+      }
+      Tcp(stream).expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
       co_await http::async_read_header(stream, buffer, parser,
                                        net::redirect_error(net::use_awaitable, ec));
-      if (ec == http::error::header_limit) {
-        HttpResponse r = StreamService::ErrorResponse(
-            Status::ResourceExhausted("request headers are too large"));
-        r.status = 431;
-        co_await Write(stream, std::move(r), false, false, "other", "-");
-        co_await DiscardInput(stream);
+      if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
+        // The head did not fit. When the request line alone is longer than a URL may be, say
+        // that (414) rather than blaming the header fields.
+        const std::string_view head(static_cast<const char*>(buffer.data().data()), buffer.size());
+        const bool long_url =
+            head.substr(0, head.find("\r\n")).size() > options_.max_url_bytes + 32;
+        co_await RefuseAndClose(
+            stream, long_url ? 414 : 431,
+            long_url ? "request URL is too long" : "request headers are too large");
         break;
       }
-      if (ec == http::error::body_limit) {
-        HttpResponse r = StreamService::ErrorResponse(
-            Status::ResourceExhausted("request body is larger than the server's limit"));
-        r.status = 413;
-        co_await Write(stream, std::move(r), false, false, "other", "-");
-        co_await DiscardInput(stream);
+      if (ec == http::error::body_limit) {  // a Content-Length above the limit
+        co_await RefuseAndClose(stream, 413, "request body is larger than the server's limit");
         break;
       }
       if (ec) {
@@ -1201,11 +1346,7 @@ class HttpServer::Impl {
         break;
       }
       if (parser.get().target().size() > options_.max_url_bytes) {
-        HttpResponse r =
-            StreamService::ErrorResponse(Status::ResourceExhausted("request URL is too long"));
-        r.status = 414;
-        co_await Write(stream, std::move(r), false, false, "other", "-");
-        co_await DiscardInput(stream);
+        co_await RefuseAndClose(stream, 414, "request URL is too long");
         break;
       }
       // Only the chunked transfer coding is understood. A body in another coding (gzip, ...)
@@ -1226,42 +1367,27 @@ class HttpServer::Impl {
         break;
       }
       if (auto length = parser.content_length(); length && *length > options_.max_body_bytes) {
-        HttpResponse r = StreamService::ErrorResponse(
-            Status::ResourceExhausted("request body is larger than the server's limit"));
-        r.status = 413;
-        co_await Write(stream, std::move(r), false, false, "other", "-");
-        co_await DiscardInput(stream);
+        co_await RefuseAndClose(stream, 413, "request body is larger than the server's limit");
         break;
       }
-      Tcp(stream).expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
       if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
         static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
         co_await net::async_write(stream, net::buffer(kContinue.data(), kContinue.size()),
                                   net::redirect_error(net::use_awaitable, ec));
         if (ec) break;
       }
-      // A small body usually arrived with the head: parse it from the buffer, and read
-      // asynchronously only when more is needed.
-      while (!parser.is_done() && buffer.size() > 0) {
-        const size_t used = parser.put(buffer.data(), ec);
-        buffer.consume(used);
-        if (ec == http::error::need_more) ec = {};
-        if (ec || used == 0) break;
-      }
-      if (!ec && !parser.is_done()) {
-        co_await http::async_read(stream, buffer, parser,
-                                  net::redirect_error(net::use_awaitable, ec));
-      }
-      if (ec == http::error::body_limit) {
-        HttpResponse r = StreamService::ErrorResponse(
-            Status::ResourceExhausted("request body is larger than the server's limit"));
-        r.status = 413;
-        co_await Write(stream, std::move(r), false, false, "other", "-");
-        co_await DiscardInput(stream);
+      // Fields after this many are trailer fields of a chunked body: counted, never merged
+      // into the request's headers.
+      const size_t header_fields =
+          static_cast<size_t>(std::distance(parser.get().begin(), parser.get().end()));
+      const BodyOutcome body = co_await ReadBody(stream, buffer, parser, header_fields);
+      if (body.kind == BodyRead::kMalformed) {
+        co_await RefuseMalformed(stream, body.ec);
         break;
       }
-      if (ec) {
-        co_await RefuseMalformed(stream, ec);
+      if (body.kind != BodyRead::kOk) {
+        co_await RefuseAndClose(stream, body.kind == BodyRead::kTooLarge ? 413 : 431,
+                                BodyReadMessage(body.kind));
         break;
       }
       auto& req = parser.get();
@@ -1276,7 +1402,13 @@ class HttpServer::Impl {
       const bool absolute_form = origin_form.has_value();
       if (absolute_form) target = *origin_form;
       size_t hosts = 0;
-      for (const auto& field : req) hosts += field.name() == http::field::host ? 1 : 0;
+      {
+        size_t i = 0;
+        for (const auto& field : req) {
+          if (i++ == header_fields) break;
+          hosts += field.name() == http::field::host ? 1 : 0;
+        }
+      }
       const bool bad_host = hosts > 1 || (hosts == 0 && req.version() >= 11 && !absolute_form);
       size_t question = target.find('?');
       auto path = PercentDecode(target.substr(0, question), false);
@@ -1292,7 +1424,9 @@ class HttpServer::Impl {
       for (const auto& [key, value] : request.query) {
         not_utf8 = not_utf8 || !IsValidUtf8(key) || !IsValidUtf8(value);
       }
+      size_t field_index = 0;
       for (const auto& field : req) {
+        if (field_index++ == header_fields) break;
         std::string name(field.name_string());
         for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
         std::string value(field.value());

@@ -9,10 +9,17 @@
 // thread; long-polls and SSE (of streams and of groups alike) wait on a timer that a registry
 // subscription hint (posted to the connection's thread) cancels.
 //
-// Limits: request bodies above max_body_bytes get 413, headers above max_header_bytes 431,
-// targets above max_url_bytes 414; a connection idle for idle_timeout_ms between requests, or
-// slower than request_timeout_ms to send one, is closed; connections above max_connections get
-// 503 with Retry-After.
+// Limits: every byte a client sends counts against one before its request is authorized or
+// dispatched. Request bodies above max_body_bytes get 413; a head above max_header_bytes 431
+// (414 when its request line alone is longer than max_url_bytes allows); targets above
+// max_url_bytes 414. In a chunked body, chunk extensions and trailer fields together count
+// against max_header_bytes (431; trailer fields are never taken as header fields), and all of
+// its framing (size lines, CRLFs, extensions, trailers) against max_header_bytes +
+// max_body_bytes / 8 (431). A connection's read buffer holds at most max(max_header_bytes +
+// 1 KiB, 64 KiB): one chunk-size line or trailer section must fit in it (431). After any of
+// these the connection closes. A connection idle for idle_timeout_ms between requests, or
+// slower than request_timeout_ms to send one (counted from its first byte, head included), is
+// closed; connections above max_connections get 503 with Retry-After.
 //
 // TLS (ServerOptions::tls_cert_file/tls_key_file): every connection is TLS (OpenSSL through
 // Asio; TLS 1.2 or later) and runs the same request handling as plain HTTP, templated on the

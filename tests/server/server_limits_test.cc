@@ -540,6 +540,130 @@ TEST_F(ServerLimitsTest, OverlongUrlGets414) {
   EXPECT_EQ(c.Request(Get("/v1/stream/" + std::string(1000, 'u'))).status, 414);
 }
 
+// A URL too long for the header block is still a long URL: 414, not 431.
+TEST_F(ServerLimitsTest, UrlLongerThanTheHeaderLimitGets414) {
+  StartServer({});  // 16 KiB of header, 8 KiB of URL
+  Connection c(port());
+  auto r = c.Request(Get("/v1/stream/" + std::string(20000, 'u')));
+  EXPECT_EQ(r.status, 414);
+  ExpectJsonError(r, "resource_exhausted");
+}
+
+// The head of a chunked POST, for the chunk framing tests.
+std::string ChunkedPost(const std::string& path) {
+  return "POST " + path +
+         " HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+         "Transfer-Encoding: chunked\r\n\r\n";
+}
+
+// One chunk-size line with an endless extension: refused once it passes what the read buffer
+// holds, long before the request timeout, so a client cannot make the server buffer it.
+TEST_F(ServerLimitsTest, AnEndlessChunkExtensionGets431AtOnce) {
+  ServerOptions options;
+  options.request_timeout_ms = 20000;
+  StartServer(options);
+  Connection setup(port());
+  ASSERT_EQ(setup.Request(Put("/v1/stream/s")).status, 201);
+  Connection c(port());
+  const auto started = std::chrono::steady_clock::now();
+  // 1 MiB of extension and no end of line: the server answers, then drains what follows.
+  c.Send(ChunkedPost("/v1/stream/s") + "3;x=" + std::string(1u << 20, 'e'));
+  auto r = c.Receive();
+  EXPECT_EQ(r.status, 431);
+  ExpectJsonError(r, "resource_exhausted");
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
+  EXPECT_EQ(setup.Request(Get("/v1/stream/s?offset=-1")).body, "");
+}
+
+// Extensions spread over many chunks count together, with the trailer fields, against the
+// header limit.
+TEST_F(ServerLimitsTest, ChunkExtensionsAndTrailersCountAgainstTheHeaderLimit) {
+  ServerOptions options;
+  options.max_header_bytes = 4096;
+  StartServer(options);
+  Connection setup(port());
+  ASSERT_EQ(setup.Request(Put("/v1/stream/s")).status, 201);
+  {
+    Connection c(port());
+    std::string request = ChunkedPost("/v1/stream/s");
+    for (int i = 0; i < 8; ++i) request += "1;ext=" + std::string(1000, 'e') + "\r\nx\r\n";
+    request += "0\r\n\r\n";
+    auto r = c.Request(request);
+    EXPECT_EQ(r.status, 431);
+    ExpectJsonError(r, "resource_exhausted");
+  }
+  {
+    Connection c(port());
+    std::string request = ChunkedPost("/v1/stream/s") + "1\r\nx\r\n0\r\n";
+    for (int i = 0; i < 8; ++i)
+      request += "X-Trailer-" + std::to_string(i) + ": " + std::string(1000, 't') + "\r\n";
+    request += "\r\n";
+    auto r = c.Request(request);
+    EXPECT_EQ(r.status, 431);
+  }
+  // Nothing of either request was appended.
+  EXPECT_EQ(setup.Request(Get("/v1/stream/s?offset=-1")).body, "");
+}
+
+// A small trailer is accepted and ignored: a trailer field never acts as a header field.
+TEST_F(ServerLimitsTest, TrailerFieldsAreNotTakenAsHeaders) {
+  StartServer({});
+  Connection c(port());
+  ASSERT_EQ(c.Request(Put("/v1/stream/t")).status, 201);
+  auto r = c.Request(ChunkedPost("/v1/stream/t") + "2\r\nab\r\n0\r\nStream-Closed: true\r\n\r\n");
+  EXPECT_EQ(r.status, 204);
+  EXPECT_EQ(HeaderOf(r, "Stream-Closed"), "(none)");
+  EXPECT_EQ(c.Request(Post("/v1/stream/t", "cd")).status, 204);  // still open
+  EXPECT_EQ(c.Request(Get("/v1/stream/t?offset=-1")).body, "abcd");
+}
+
+// Chunks of one byte cost five bytes of framing each: a body made of them passes the framing
+// allowance (max_header_bytes + max_body_bytes / 8) long before the body limit.
+TEST_F(ServerLimitsTest, TinyChunksPassTheFramingAllowanceAndGet431) {
+  ServerOptions options;
+  options.max_header_bytes = 1024;
+  options.max_body_bytes = 8192;  // allowance: 1024 + 1024 bytes of framing
+  StartServer(options);
+  Connection setup(port());
+  ASSERT_EQ(setup.Request(Put("/v1/stream/s")).status, 201);
+  {
+    Connection c(port());
+    std::string request = ChunkedPost("/v1/stream/s");
+    for (int i = 0; i < 600; ++i) request += "1\r\nx\r\n";  // 600 bytes of data, 3000 of framing
+    request += "0\r\n\r\n";
+    auto r = c.Request(request);
+    EXPECT_EQ(r.status, 431);
+    ExpectJsonError(r, "resource_exhausted");
+  }
+  // Chunks of 64 bytes up to the body limit fit the allowance.
+  Connection c(port());
+  std::string request = ChunkedPost("/v1/stream/s");
+  for (int i = 0; i < 128; ++i) request += "40\r\n" + std::string(64, 'y') + "\r\n";
+  request += "0\r\n\r\n";
+  EXPECT_EQ(c.Request(request).status, 204);
+  EXPECT_EQ(c.Request(Get("/v1/stream/s?offset=-1")).body.size(), 8192u);
+}
+
+// The request timeout covers the head: a client that sends its header one byte at a time is
+// cut off after request_timeout_ms, not after the (longer) idle timeout.
+TEST_F(ServerLimitsTest, TheRequestTimeoutCoversTheHead) {
+  ServerOptions options;
+  options.idle_timeout_ms = 60000;
+  options.request_timeout_ms = 500;
+  StartServer(options);
+  Connection c(port());
+  const std::string head = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+  const auto started = std::chrono::steady_clock::now();
+  bool cut_off = false;
+  for (size_t i = 0; i < 200 && !cut_off; ++i) {  // at most 200 x 50 ms
+    cut_off = !c.Send(std::string(1, i < head.size() ? head[i] : 's'));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!cut_off) c.Receive();  // the server's close shows as end of stream
+  EXPECT_TRUE(cut_off || c.PeerClosed());
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(9));
+}
+
 TEST_F(ServerLimitsTest, ConnectionsAboveTheCapGet503WithRetryAfter) {
   ServerOptions options;
   options.max_connections = 1;
