@@ -59,6 +59,9 @@ struct ServeFlags {
   bool salvage = false;
   // Empty: http:// plus the request's Host header.
   std::string public_url;
+  // Scopes ("global", "tenant:<id>") whose catch-up reads shared caches may keep even when
+  // they needed a token.
+  std::vector<std::string> public_cache_scopes;
 };
 
 bool IsLoopback(const std::string& host) {
@@ -181,6 +184,8 @@ int RunServe(const ServeFlags& flags) {
   options.service.max_fork_bytes = flags.max_fork_bytes;
   options.service.max_forks_per_stream = flags.max_forks_per_stream;
   options.dashboard = flags.dashboard;
+  options.public_cache_scopes.insert(flags.public_cache_scopes.begin(),
+                                     flags.public_cache_scopes.end());
   options.info = {
       {"version", RUNNEL_VERSION},
       {"store",
@@ -364,6 +369,15 @@ void AddServeCommand(CLI::App& app) {
                   "Scheme and authority for URLs the server hands out (callback_url, jwks_url), "
                   "e.g. https://streams.example (default: http:// + the request's Host)")
       ->envname("RUNNEL_PUBLIC_URL");
+  cmd->add_option("--public-cache-scope", flags->public_cache_scopes,
+                  "A scope (global or tenant:<id>, repeatable) whose catch-up reads are "
+                  "Cache-Control: public even when they needed a token; other reads that needed "
+                  "one are private, so shared caches never give them to another caller")
+      ->envname("RUNNEL_PUBLIC_CACHE_SCOPE")
+      ->check([](const std::string& v) -> std::string {
+        if (v == "global" || (v.starts_with("tenant:") && v.size() > 7)) return "";
+        return "a scope is global or tenant:<id>";
+      });
   cmd->callback([flags] { std::exit(RunServe(*flags)); });
 }
 

@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -96,6 +97,11 @@ struct ServerOptions {
   // The reserved `__ds` subscription API (subscription_service.h), routed before the stream
   // operations. Null answers `__ds` paths as ordinary stream names.
   std::shared_ptr<SubscriptionService> subscriptions;
+  // Scopes (StreamScope::Label(): "global", "tenant:<id>") whose catch-up reads answer
+  // `Cache-Control: public` even when they needed a token. Any other read that needed a token
+  // answers `private` (with `Vary: Authorization`), so a shared cache never hands it to another
+  // caller.
+  std::set<std::string> public_cache_scopes;
   // The built-in dashboard at `/` (dashboard.h); false answers its paths with 404.
   bool dashboard = true;
   // Labels of the `runnel_info` gauge on /metrics (for example version and store), next to the

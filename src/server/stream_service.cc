@@ -1749,7 +1749,12 @@ HttpResponse StreamService::ReadResponse(const ReadState& state, const ReadChunk
     std::string etag = "\"" + std::to_string(state.id) + ":" + std::to_string(chunk.start) + ":" +
                        std::to_string(chunk.next) + (chunk.closed ? ":c" : "") + "\"";
     r.Set("ETag", etag);
-    r.Set("Cache-Control", "public, max-age=60, stale-while-revalidate=300");
+    if (state.shared_cache) {
+      r.Set("Cache-Control", "public, max-age=60, stale-while-revalidate=300");
+    } else {
+      r.Set("Cache-Control", "private, max-age=60, stale-while-revalidate=300");
+      r.Set("Vary", "Authorization");
+    }
     if (state.if_none_match && NoneMatchHits(*state.if_none_match, etag)) {
       r.status = 304;
       return r;

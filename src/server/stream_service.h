@@ -112,6 +112,9 @@ struct ReadState {
   uint64_t position = 0;
   std::optional<std::string> client_cursor;
   std::optional<std::string> if_none_match;
+  // Whether a shared cache (a CDN, a caching proxy) may store the answer and give it to anyone:
+  // false for a read that needed a token, whose answers are `private`.
+  bool shared_cache = true;
 };
 
 // One read from a ReadState's position.

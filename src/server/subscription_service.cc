@@ -637,6 +637,12 @@ Status SubscriptionService::EnsureTokenKey() {
   return Status::Unavailable("the subscription state is changing too fast to create a token key");
 }
 
+Status SubscriptionService::LoadTokenKey() {
+  ScopeState& global = LoadScope(StreamScope::Global());
+  if (!global.token_key.empty()) return Status::OK();
+  return Refresh(global);
+}
+
 Status SubscriptionService::EnsurePublicKeyShared() {
   if (!registry_.store().SharedWithOtherNodes()) return Status::OK();
   ScopeState& global = LoadScope(StreamScope::Global());
@@ -1126,22 +1132,24 @@ HttpResponse SubscriptionService::Handle(const Route& route, const HttpRequest& 
                  "a subscription id is 1-200 characters of letters, digits and - _ . : ~");
   }
   std::unique_lock<std::mutex> lock(mu_);
-  if (SelfAuthenticated(route) || route.name.ends_with("/claim")) {
+  if (SelfAuthenticated(route)) {
+    // The wake token is checked before anything is written, the scope is loaded or the
+    // subscription looked up: a caller without one learns nothing (which ids exist, of which
+    // kind) and makes the server write, load or remember nothing (any tenant name would
+    // otherwise add a scope to memory). The token key is only read here: without one, no
+    // token was ever issued.
+    if (Status key = LoadTokenKey(); !key.ok()) return FromStatus(key);
+    const char* kind = route.name.ends_with("/callback") ? "callback" : "claim";
+    if (auto refused = CheckWakeToken(request, route.scope.Label(), id, kind, nullptr)) {
+      return *refused;
+    }
+  } else if (route.name.ends_with("/claim")) {
     // Loaded before any scope is walked (see EnsureTokenKey); the handlers only read it.
     if (Status key = EnsureTokenKey(); !key.ok()) return FromStatus(key);
   }
   // Before this node signs anything another node's key set should vouch for.
   if (Status shared = EnsurePublicKeyShared(); !shared.ok()) {
     spdlog::warn("subscriptions: cannot record this node's signing key: {}", shared.ToString());
-  }
-  if (SelfAuthenticated(route)) {
-    // The wake token is checked before the scope is loaded or the subscription looked up: a
-    // caller without one learns nothing (which ids exist, of which kind) and makes the server
-    // load or remember nothing (any tenant name would otherwise add a scope to memory).
-    const char* kind = route.name.ends_with("/callback") ? "callback" : "claim";
-    if (auto refused = CheckWakeToken(request, route.scope.Label(), id, kind, nullptr)) {
-      return *refused;
-    }
   }
   ScopeState& scope = LoadScope(route.scope);
   HttpResponse r;
@@ -1413,7 +1421,8 @@ std::optional<HttpResponse> SubscriptionService::CheckWakeToken(const HttpReques
   if (!token.starts_with("Bearer ")) {
     return Error(401, "UNAUTHORIZED", "send the wake's token as Authorization: Bearer <token>");
   }
-  auto claims_text = VerifyToken(token_key(), token.substr(7));  // loaded by Handle
+  // Loaded by Handle; empty when no token was ever issued (then none is valid).
+  auto claims_text = token_key().empty() ? std::nullopt : VerifyToken(token_key(), token.substr(7));
   json claims = claims_text ? ParseJsonBounded(*claims_text) : json();
   const uint64_t now = registry_.clock().NowMs();
   if (!claims.is_object() || claims.value("k", "") != kind ||

@@ -193,13 +193,16 @@ class SubscriptionService {
   // scope's state, so it is called before a request or an engine pass walks any scope, never
   // in the middle of one.
   Status EnsureTokenKey();
+  // Reads the store's token key if one exists, never creating it (nor anything else): for
+  // requests whose wake token must be checked before they may cause a write.
+  Status LoadTokenKey();
   // On a store shared with other nodes: records this node's public signing key in the global
   // scope's state stream (once), so that every node's `__ds/jwks.json` lists the keys of all
   // nodes, whichever node signed a delivery. Called where EnsureTokenKey is.
   Status EnsurePublicKeyShared();
   // The JWK Set: this node's key, then the other nodes' recorded keys (newest first).
   std::string JwksJson();
-  // The token key once EnsureTokenKey succeeded, else empty.
+  // The token key once EnsureTokenKey or LoadTokenKey found or made one, else empty.
   const std::string& token_key();
   uint64_t TailOf(const StreamScope& scope, const std::string& path) const;
   bool Pending(const ScopeState& scope, const Sub& sub) const;

@@ -585,6 +585,32 @@ TEST_F(SubscriptionServiceTest, GenerationFencingRefusesStaleAndMismatchedReques
   EXPECT_EQ(Call("POST", "__ds/subscriptions/p1/ack", ack, c2["token"]).status, 404);
 }
 
+// Ack, release and callback authenticate with a wake token alone (no bearer token passes the
+// access gate first): without a valid one they are refused before anything is written, so an
+// anonymous caller cannot make the server create state streams in any scope.
+TEST_F(SubscriptionServiceTest, CallsWithoutAValidWakeTokenCreateNoStreams) {
+  Start();
+  const json settle = {{"wake_id", "w"}, {"generation", 1}};
+  for (const std::string root : {"/v1/stream/", "/v1/tenants/acme/stream/"}) {
+    for (const std::string op : {"ack", "release", "callback"}) {
+      for (const std::string token : {"", "forged.token"}) {
+        HttpRequest request;
+        request.method = "POST";
+        request.path = root + "__ds/subscriptions/s1/" + op;
+        request.headers["host"] = "streams.test";
+        if (!token.empty()) request.headers["authorization"] = "Bearer " + token;
+        request.body = settle.dump();
+        HttpResponse r = service_->Handle(ParseRoute(request.path, true), request);
+        EXPECT_EQ(r.status, 401) << request.path << " " << r.body;
+      }
+    }
+  }
+  for (const StreamScope& scope : {StreamScope::Global(), StreamScope::Tenant("acme")}) {
+    auto state = registry_.ReadSince(scope, "__ds/subscriptions", 1, 10);
+    EXPECT_EQ(state.status().code(), StatusCode::kNotFound) << scope.Label();
+  }
+}
+
 TEST_F(SubscriptionServiceTest, WebhookIsSignedWithTheJwksKeyAndDoneAutoAcks) {
   Start();
   reply_.body = R"({"done":true})";

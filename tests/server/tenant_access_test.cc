@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -75,6 +76,18 @@ bool HasHeader(const Response& r, std::string_view name) {
   return lower.find("\r\n" + std::string(name) + ":") != std::string::npos;
 }
 
+// The value of header `name` (lower-case) in a response head, or "".
+std::string HeaderValue(const Response& r, std::string_view name) {
+  std::string lower = r.head;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string key = "\r\n" + std::string(name) + ":";
+  const size_t at = lower.find(key);
+  if (at == std::string::npos) return "";
+  size_t from = at + key.size();
+  while (from < r.head.size() && r.head[from] == ' ') ++from;
+  return r.head.substr(from, r.head.find("\r\n", from) - from);
+}
+
 class TenantServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -109,8 +122,10 @@ class TenantServerTest : public ::testing::Test {
   // auth: true = an AccessGate over the token file (re-read on every request).
   void StartServer(bool auth, uint64_t long_poll_timeout_ms = 200,
                    size_t max_groups_per_stream = GroupService::kDefaultMaxGroupsPerStream,
-                   uint64_t sse_max_duration_ms = 1000) {
+                   uint64_t sse_max_duration_ms = 1000,
+                   std::set<std::string> public_cache_scopes = {}) {
     ServerOptions options;
+    options.public_cache_scopes = std::move(public_cache_scopes);
     options.host = "127.0.0.1";
     options.port = 0;
     options.threads = 2;
@@ -145,6 +160,40 @@ class TenantServerTest : public ::testing::Test {
   std::unique_ptr<HttpServer> server_;
   std::thread thread_;
 };
+
+// A catch-up read that needed a token is `private` (a shared cache must not give it to another
+// caller) unless the operator declared its scope public; on an open server, and for a declared
+// scope, it stays `public` so caches in front of runnel fan out reads.
+TEST_F(TenantServerTest, ReadsThatNeededATokenArePrivateUnlessTheScopeIsDeclaredPublic) {
+  const std::string acme = NewToken("acme", false);
+  const std::string globex = NewToken("globex", false);
+  StartServer(true, 200, GroupService::kDefaultMaxGroupsPerStream, 1000, {"tenant:globex"});
+  for (const auto& [tenant, token] : {std::pair{"acme", acme}, std::pair{"globex", globex}}) {
+    const std::string path = std::string("/v1/tenants/") + tenant + "/stream/s";
+    ASSERT_EQ(Send(port(), "PUT", path, {Bearer(token), "Content-Type: text/plain"}).status, 201);
+    ASSERT_EQ(Send(port(), "POST", path, {Bearer(token), "Content-Type: text/plain"}, "x").status,
+              204);
+  }
+  Response private_read =
+      Send(port(), "GET", "/v1/tenants/acme/stream/s?offset=-1", {Bearer(acme)});
+  ASSERT_EQ(private_read.status, 200);
+  EXPECT_EQ(HeaderValue(private_read, "cache-control"),
+            "private, max-age=60, stale-while-revalidate=300");
+  EXPECT_EQ(HeaderValue(private_read, "vary"), "Authorization");
+  Response public_read =
+      Send(port(), "GET", "/v1/tenants/globex/stream/s?offset=-1", {Bearer(globex)});
+  ASSERT_EQ(public_read.status, 200);
+  EXPECT_EQ(HeaderValue(public_read, "cache-control"),
+            "public, max-age=60, stale-while-revalidate=300");
+}
+
+TEST_F(TenantServerTest, AnOpenServersReadsStayPublic) {
+  StartServer(false);
+  ASSERT_EQ(Send(port(), "PUT", "/v1/stream/s", {"Content-Type: text/plain"}, "x").status, 201);
+  Response r = Send(port(), "GET", "/v1/stream/s?offset=-1", {});
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(HeaderValue(r, "cache-control"), "public, max-age=60, stale-while-revalidate=300");
+}
 
 // Strings only the owners may ever see.
 constexpr const char* kAcmeSecretName = "hidden-acme-name";
@@ -274,6 +323,13 @@ TEST_F(TenantServerTest, IsolationMatrix) {
             EXPECT_NE(r.status, 0) << context;
             EXPECT_NE(r.status, 401) << context;
             EXPECT_NE(r.status, 403) << context;
+            // What needed a token is never offered to shared caches.
+            EXPECT_EQ(HeaderValue(r, "cache-control").find("public"), std::string::npos)
+                << context << "\n"
+                << r.head;
+            if (op.label == "read" && r.status == 200) {
+              EXPECT_TRUE(HeaderValue(r, "cache-control").starts_with("private")) << context;
+            }
           } else {
             EXPECT_EQ(r.status, expected) << context << "\n" << r.body;
             if (expected == 401) {
@@ -664,18 +720,6 @@ TEST_F(GroupHttpTest, ReadOfAStreamPrunedEmptyStandsAtTheTailP8) {
 
 namespace runnel::server {
 namespace {
-
-std::string HeaderValue(const Response& r, std::string_view name) {
-  std::string lower = r.head;
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  size_t at = lower.find("\r\n" + std::string(name) + ":");
-  if (at == std::string::npos) return "";
-  size_t start = at + 3 + name.size();
-  size_t end = r.head.find("\r\n", start);
-  std::string value = r.head.substr(start, end - start);
-  while (!value.empty() && value.front() == ' ') value.erase(0, 1);
-  return value;
-}
 
 TEST_F(TenantServerTest, RetentionSetAtCreateVisibleOnHeadAndChangeable) {
   StartServer(false);
