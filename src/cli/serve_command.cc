@@ -32,6 +32,7 @@ struct ServeFlags {
   size_t max_body_bytes = 64u << 20;
   size_t max_fork_bytes = 64u << 20;
   size_t max_forks_per_stream = 1000;
+  size_t max_append_messages = 100000;
   size_t max_header_bytes = 16u << 10;
   size_t max_url_bytes = 8u << 10;
   uint64_t idle_timeout_ms = 60000;
@@ -183,6 +184,7 @@ int RunServe(const ServeFlags& flags) {
   options.service.long_poll_timeout_ms = flags.long_poll_timeout_ms;
   options.service.max_fork_bytes = flags.max_fork_bytes;
   options.service.max_forks_per_stream = flags.max_forks_per_stream;
+  options.service.max_append_messages = flags.max_append_messages;
   options.dashboard = flags.dashboard;
   options.public_cache_scopes.insert(flags.public_cache_scopes.begin(),
                                      flags.public_cache_scopes.end());
@@ -284,6 +286,11 @@ void AddServeCommand(CLI::App& app) {
                   "Most live forks of one stream (else 409)")
       ->envname("RUNNEL_MAX_FORKS_PER_STREAM")
       ->check(Unsigned())
+      ->capture_default_str();
+  cmd->add_option("--max-append-messages", flags->max_append_messages,
+                  "Most messages one JSON-mode append may carry (else 413)")
+      ->envname("RUNNEL_MAX_APPEND_MESSAGES")
+      ->check(CLI::Range(size_t{1}, size_t{100000000}))
       ->capture_default_str();
   cmd->add_option("--max-header-bytes", flags->max_header_bytes, "Largest header block (else 431)")
       ->envname("RUNNEL_MAX_HEADER_BYTES")

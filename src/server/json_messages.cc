@@ -14,12 +14,17 @@ namespace {
 // measures the deepest nesting.
 struct Scanned {
   std::string compact;
-  std::vector<size_t> element_ends;
+  std::vector<uint32_t> element_ends;
   size_t depth = 0;
+  bool too_many = false;  // the top-level array has more than max_elements elements
 };
 
-Scanned Scan(std::string_view text) {
+// Stops early (too_many) once the top-level array has more than `max_elements` elements.
+Scanned Scan(std::string_view text, size_t max_elements) {
   Scanned out;
+  // Only the elements of a top-level array are counted (not the members of an object).
+  const size_t first = text.find_first_not_of(" \t\n\r");
+  const bool array = first != std::string_view::npos && text[first] == '[';
   out.compact.reserve(text.size());
   size_t depth = 0;
   bool in_string = false;
@@ -44,10 +49,18 @@ Scanned Scan(std::string_view text) {
       case '{': out.depth = std::max(out.depth, ++depth); break;
       case ']':
       case '}':
-        if (depth-- == 1) out.element_ends.push_back(out.compact.size());
+        if (depth-- == 1 && array) {
+          out.element_ends.push_back(static_cast<uint32_t>(out.compact.size()));
+        }
         break;
       case ',':
-        if (depth == 1) out.element_ends.push_back(out.compact.size());
+        if (depth == 1 && array) {
+          out.element_ends.push_back(static_cast<uint32_t>(out.compact.size()));
+          if (out.element_ends.size() >= max_elements) {
+            out.too_many = true;
+            return out;
+          }
+        }
         break;
       default: break;
     }
@@ -58,9 +71,12 @@ Scanned Scan(std::string_view text) {
 
 }  // namespace
 
-Result<std::vector<std::string>> SplitJsonMessages(std::string_view body, bool allow_empty_array) {
+Result<std::vector<std::string>> SplitJsonMessages(std::string_view body, bool allow_empty_array,
+                                                   size_t max_messages) {
   // The parser skips a UTF-8 byte order mark; so does the copy.
   if (body.starts_with("\xEF\xBB\xBF")) body.remove_prefix(3);
+  // Positions in the compacted copy are 32-bit.
+  if (body.size() > UINT32_MAX) return Status::ResourceExhausted("a JSON body of 4 GiB or more");
   // accept() runs without recursion, so any depth is safe to validate; the depth is then
   // bounded like all JSON from outside (base/json_depth.h).
   // A NUL byte is never valid JSON (a string must escape it), but the parser takes one for the
@@ -70,7 +86,12 @@ Result<std::vector<std::string>> SplitJsonMessages(std::string_view body, bool a
       !nlohmann::json::accept(body.begin(), body.end())) {
     return Status::InvalidArgument("body is not valid JSON");
   }
-  Scanned scanned = Scan(body);
+  Scanned scanned = Scan(body, max_messages);
+  if (scanned.too_many) {
+    return Status::ResourceExhausted("the JSON array holds more than " +
+                                     std::to_string(max_messages) +
+                                     " messages, the most one append may carry; send it in parts");
+  }
   if (scanned.depth > kMaxJsonDepth) {
     return Status::InvalidArgument("body nests arrays or objects deeper than " +
                                    std::to_string(kMaxJsonDepth) + " levels");
@@ -88,7 +109,7 @@ Result<std::vector<std::string>> SplitJsonMessages(std::string_view body, bool a
   // One level of flattening: each element of the outer array is one message.
   messages.reserve(scanned.element_ends.size());
   size_t start = 1;
-  for (size_t end : scanned.element_ends) {
+  for (uint32_t end : scanned.element_ends) {
     messages.emplace_back(compact, start, end - start);
     start = end + 1;
   }

@@ -5,6 +5,8 @@
 #ifndef RUNNEL_SERVER_JSON_MESSAGES_H_
 #define RUNNEL_SERVER_JSON_MESSAGES_H_
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,8 +21,13 @@ namespace runnel::server {
 // their key order, strings their escapes (parsing into a JSON library and serializing back would
 // round large integers to doubles and sort keys). An empty array is kInvalidArgument unless
 // `allow_empty_array` (PUT may create an empty stream with `[]`). Invalid JSON, JSON nested past
-// kMaxJsonDepth and numbers outside the range of a double are kInvalidArgument.
-Result<std::vector<std::string>> SplitJsonMessages(std::string_view body, bool allow_empty_array);
+// kMaxJsonDepth and numbers outside the range of a double are kInvalidArgument. An array of more
+// than `max_messages` elements is kResourceExhausted, found before any message is made.
+//
+// Memory: besides the result (the compacted text of the messages, each a std::string), a
+// transient copy of the compacted body and 4 bytes per message; no DOM of the body is built.
+Result<std::vector<std::string>> SplitJsonMessages(std::string_view body, bool allow_empty_array,
+                                                   size_t max_messages = SIZE_MAX);
 
 // "[m1,m2,...]" from stored messages (each already a serialized JSON value).
 std::string JoinJsonMessages(const std::vector<std::string_view>& messages);

@@ -709,6 +709,12 @@ HttpResponse StreamService::ErrorResponse(const Status& status) {
   return r;
 }
 
+HttpResponse StreamService::PayloadErrorResponse(const Status& status) {
+  HttpResponse r = ErrorResponse(status);
+  if (status.code() == StatusCode::kResourceExhausted) r.status = 413;
+  return r;
+}
+
 std::string StreamService::NextCursor(const std::optional<std::string>& client_cursor,
                                       uint64_t now_ms) {
   uint64_t current = now_ms > kCursorEpochMs ? (now_ms - kCursorEpochMs) / kCursorIntervalMs : 0;
@@ -1091,8 +1097,9 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   std::vector<AppendRecord> initial;
   if (IsJsonContentType(content_type)) {
     if (!request.body.empty()) {
-      auto messages = SplitJsonMessages(request.body, /*allow_empty_array=*/true);
-      if (!messages.ok()) return finish(ErrorResponse(messages.status()));
+      auto messages =
+          SplitJsonMessages(request.body, /*allow_empty_array=*/true, options_.max_append_messages);
+      if (!messages.ok()) return finish(PayloadErrorResponse(messages.status()));
       for (std::string& m : *messages) initial.push_back(AppendRecord{std::nullopt, std::move(m)});
     }
   } else if (!request.body.empty()) {
@@ -1377,8 +1384,9 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
   std::vector<AppendRecord> records;
   if (!request.body.empty()) {
     if (json_mode) {
-      auto messages = SplitJsonMessages(request.body, /*allow_empty_array=*/false);
-      if (!messages.ok()) return finish(ErrorResponse(messages.status()));
+      auto messages = SplitJsonMessages(request.body, /*allow_empty_array=*/false,
+                                        options_.max_append_messages);
+      if (!messages.ok()) return finish(PayloadErrorResponse(messages.status()));
       records.reserve(messages->size());
       for (std::string& m : *messages) records.push_back(AppendRecord{std::nullopt, std::move(m)});
     } else {

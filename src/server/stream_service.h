@@ -94,6 +94,11 @@ struct StreamServiceOptions {
   // The most live forks one stream may have: a source lists its forks' ids in its metadata,
   // which every fork created or removed rewrites. One more is refused with 409.
   size_t max_forks_per_stream = 1000;
+  // The most messages one JSON-mode append (or create with a body) may carry: a top-level array
+  // of more elements is refused with 413 before any message is made. Each message costs about
+  // 100 bytes of memory on top of its text while the append runs, so this bounds what a body of
+  // tiny messages (`[1,1,1,...]`) can cost.
+  size_t max_append_messages = 100000;
 };
 
 enum class LiveMode { kNone, kLongPoll, kSse };
@@ -206,6 +211,9 @@ class StreamService {
   static HttpResponse Preflight(const HttpRequest& request);
   // An error response with the JSON body from the one Status mapping.
   static HttpResponse ErrorResponse(const Status& status);
+  // The same for a refused request body: kResourceExhausted (a limit of the body's size or
+  // message count) is 413, not 429.
+  static HttpResponse PayloadErrorResponse(const Status& status);
   // 409 failed_precondition for a write, trim or delete of a channel's stream (its partitions
   // and checkpoint hold the channel's rows; see runnel/channel.h).
   static HttpResponse ChannelOwned(std::string_view name);

@@ -34,6 +34,26 @@ TEST(JsonMessagesTest, EmptyArrayIsRejectedForAppendsOnly) {
   EXPECT_TRUE(create->empty());
 }
 
+// The message limit counts the elements of a top-level array only: an object's members and
+// nested arrays are one message each.
+TEST(JsonMessagesTest, TheMessageLimitCountsTopLevelArrayElementsOnly) {
+  auto at_limit = SplitJsonMessages("[1, 2, 3]", false, 3);
+  ASSERT_TRUE(at_limit.ok()) << at_limit.status().ToString();
+  EXPECT_EQ(at_limit->size(), 3u);
+  auto over = SplitJsonMessages("[1, 2, 3, 4]", false, 3);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(over.status().message().find("more than 3 messages"), std::string::npos);
+  EXPECT_TRUE(SplitJsonMessages(R"({"a":1,"b":2,"c":3,"d":4})", false, 1).ok());
+  EXPECT_TRUE(SplitJsonMessages("[[1,2,3,4,5]]", false, 1).ok());
+  EXPECT_TRUE(SplitJsonMessages(R"(  [{"a":[1,2,3]},{"b":{"c":1,"d":2}}])", false, 2).ok());
+  // Far past the limit: refused, not split.
+  std::string many = "[1";
+  for (int i = 0; i < 100000; ++i) many += ",1";
+  many += "]";
+  EXPECT_EQ(SplitJsonMessages(many, false, 1000).status().code(), StatusCode::kResourceExhausted);
+}
+
 TEST(JsonMessagesTest, InvalidJsonIsRejected) {
   for (std::string_view bad : {"{", "[1,", "nope", "{\"a\":}", ""}) {
     auto m = SplitJsonMessages(bad, false);

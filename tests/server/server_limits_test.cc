@@ -509,6 +509,29 @@ TEST_F(ServerLimitsTest, OversizedBodyGets413WithJsonError) {
   ExpectJsonError(r, "resource_exhausted");
 }
 
+// A JSON array of more messages than one append may carry is refused whole with 413.
+TEST_F(ServerLimitsTest, AJsonArrayOfTooManyMessagesGets413) {
+  ServerOptions options;
+  options.service.max_append_messages = 1000;
+  StartServer(options);
+  Connection c(port());
+  ASSERT_EQ(c.Request(Put("/v1/stream/j", "", "", "application/json")).status, 201);
+  auto array_of = [](int n) {
+    std::string body = "[";
+    for (int i = 0; i < n; ++i) body += (i ? ",1" : "1");
+    return body + "]";
+  };
+  auto r = c.Request(Post("/v1/stream/j", array_of(1001), "", "application/json"));
+  EXPECT_EQ(r.status, 413);
+  ExpectJsonError(r, "resource_exhausted");
+  auto create = c.Request(Put("/v1/stream/k", array_of(1001), "", "application/json"));
+  EXPECT_EQ(create.status, 413);
+  EXPECT_EQ(c.Request(Get("/v1/stream/k")).status, 404);  // not created
+  EXPECT_EQ(c.Request(Post("/v1/stream/j", array_of(1000), "", "application/json")).status, 204);
+  auto head = c.Request("HEAD /v1/stream/j HTTP/1.1\r\nHost: x\r\n\r\n", /*head=*/true);
+  EXPECT_EQ(HeaderOf(head, "Stream-Next-Offset"), "0000000000000000_0000000000001000");
+}
+
 TEST_F(ServerLimitsTest, OversizedChunkedBodyGets413) {
   ServerOptions options;
   options.max_body_bytes = 1024;
