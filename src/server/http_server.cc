@@ -124,7 +124,17 @@ struct Waker {
   bool watching = false;        // connection thread only: a hang-up watch is pending
   bool sse = false;             // connection thread only: an SSE reader whose access is rechecked
   bool recheck = false;         // connection thread only: its caller's token must be rechecked
+  // Connection thread only: set while the reader waits in an asynchronous write to a full
+  // socket. A hang-up or a shutdown cancels that write instead of waiting for its timeout.
+  tcp::socket* writing = nullptr;
 };
+
+// Cancels the asynchronous write a live reader is stuck in, if any (connection thread only).
+void CancelStuckWrite(Waker& waker) {
+  if (waker.writing == nullptr) return;
+  boost::system::error_code ec;
+  waker.writing->cancel(ec);
+}
 
 // Whether a Transfer-Encoding list item (surrounding blanks allowed) is "chunked".
 bool IsChunked(std::string_view coding) {
@@ -155,6 +165,8 @@ void WatchHangUp(tcp::socket& socket, const std::shared_ptr<Waker>& waker) {
     }
     w->hung_up = true;
     w->timer.cancel();
+    // A reader blocked on a full socket whose peer is gone: the write can never finish.
+    CancelStuckWrite(*w);
   });
 }
 
@@ -339,6 +351,9 @@ class HttpServer::Impl {
           net::post(waker->timer.get_executor(), [waker] {
             waker->stopped = true;
             waker->timer.cancel();
+            // A reader that does not drain its socket would hold the drain for its whole
+            // write timeout.
+            CancelStuckWrite(*waker);
           });
         }
       }
@@ -804,9 +819,11 @@ class HttpServer::Impl {
   // Writes `buffers` on a live response. On plain TCP the bytes usually fit the socket's send
   // buffer and are written in place, with no asynchronous operation and no timeout to arm and
   // cancel; whatever does not fit (a slow reader) is written asynchronously under
-  // request_timeout_ms, which sets *timed. Returns false when the connection failed.
+  // request_timeout_ms, which sets *timed; `waker` (if any) can cancel that write (a hang-up,
+  // shutdown). Returns false when the connection failed or the write was cancelled.
   template <typename Stream, typename Buffers>
-  net::awaitable<bool> WriteLive(Stream& stream, const Buffers& buffers, bool* timed) {
+  net::awaitable<bool> WriteLive(Stream& stream, const Buffers& buffers, bool* timed,
+                                 Waker* waker = nullptr) {
     boost::system::error_code ec;
     size_t written = 0;
     const size_t total = net::buffer_size(buffers);
@@ -826,9 +843,12 @@ class HttpServer::Impl {
     }
     beast::buffers_suffix<Buffers> rest(buffers);
     rest.consume(written);
+    if (waker != nullptr && (waker->hung_up || waker->stopped)) co_return false;
     Tcp(stream).expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
     *timed = true;
+    if (waker != nullptr) waker->writing = &Tcp(stream).socket();
     co_await net::async_write(stream, rest, net::redirect_error(net::use_awaitable, ec));
+    if (waker != nullptr) waker->writing = nullptr;
     co_return !ec;
   }
 
@@ -878,6 +898,8 @@ class HttpServer::Impl {
         std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.sse_max_duration_ms);
     bool first = true;
     bool timed = false;  // a write timeout is armed on the connection
+    // A write failed or was cancelled: the response cannot be ended cleanly, only closed.
+    bool write_failed = false;
     SseParked parked;
     parked.state = &state;
     if constexpr (std::is_same_v<Stream, beast::tcp_stream>) parked.socket = &stream.socket();
@@ -888,7 +910,10 @@ class HttpServer::Impl {
       if (!parked.pending.empty()) {
         std::string pending = std::move(parked.pending);
         parked.pending.clear();
-        if (!co_await WriteLive(stream, net::buffer(pending), &timed)) break;
+        if (!co_await WriteLive(stream, net::buffer(pending), &timed, waker.get())) {
+          write_failed = true;
+          break;
+        }
       }
       // The data event is shared with the stream's other SSE readers at this position; only
       // the control event is this reader's own.
@@ -899,7 +924,10 @@ class HttpServer::Impl {
         std::array<net::const_buffer, 2> events{
             step.data ? net::buffer(*step.data) : net::const_buffer(), net::buffer(control)};
         metrics_.AddBytesOut(net::buffer_size(events));
-        if (!co_await WriteLive(stream, http::make_chunk(events), &timed)) break;
+        if (!co_await WriteLive(stream, http::make_chunk(events), &timed, waker.get())) {
+          write_failed = true;
+          break;
+        }
         first = false;
         state.position = step.next;
       }
@@ -921,7 +949,7 @@ class HttpServer::Impl {
     }
     StopWatchingHangUp(Tcp(stream).socket(), *waker);
     metrics_.LiveReaderEnded();
-    if (waker->hung_up) co_return;
+    if (waker->hung_up || write_failed || parked.failed) co_return;
     Tcp(stream).expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
     co_await net::async_write(stream, http::make_chunk_last(),
                               net::redirect_error(net::use_awaitable, ec));

@@ -1001,6 +1001,45 @@ TEST_F(ServerLimitsTest, LiveReadersThatHangUpAreReleasedAtOnce) {
   EXPECT_TRUE(WaitForLiveReaders(port(), 0));
 }
 
+// An SSE reader that stops reading fills its socket, and the server waits in a write. When
+// the reader then hangs up (here: shuts down its sending half) that write is cancelled at once,
+// not left to the (here 60 s) write timeout; and a stop does not wait for such a writer either.
+TEST_F(ServerLimitsTest, AnSseReaderStuckOnAFullSocketIsReleasedWhenItHangsUpOrTheServerStops) {
+  ServerOptions options;
+  options.request_timeout_ms = 60000;
+  options.sse_max_duration_ms = 600000;
+  StartServer(options);
+  Connection setup(port());
+  ASSERT_EQ(setup.Request(Put("/v1/stream/full")).status, 201);
+  // Readers whose sockets take little and who never read.
+  auto stuck_reader = [&] {
+    const int fd = testing::ConnectLoopback(port(), 10, /*receive_buffer=*/4096);
+    EXPECT_GE(fd, 0);
+    EXPECT_TRUE(testing::SendAll(fd, Get("/v1/stream/full?offset=-1&live=sse")));
+    return fd;
+  };
+  const int first = stuck_reader();
+  const int second = stuck_reader();
+  ASSERT_TRUE(WaitForLiveReaders(port(), 2));
+  // 16 MiB of records: far more than the sockets' buffers hold.
+  const std::string record(1u << 20, 'r');
+  for (int i = 0; i < 16; ++i) {
+    ASSERT_EQ(setup.Request(Post("/v1/stream/full", record)).status, 204);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the writes block
+  ::shutdown(first, SHUT_WR);
+  const auto hung_up = std::chrono::steady_clock::now();
+  EXPECT_TRUE(WaitForLiveReaders(port(), 1));  // polls for at most about 5 s
+  EXPECT_LT(std::chrono::steady_clock::now() - hung_up, std::chrono::seconds(10));
+  const auto stopping = std::chrono::steady_clock::now();
+  server_->Stop();
+  thread_.join();
+  server_.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - stopping, std::chrono::seconds(8));
+  ::close(first);
+  ::close(second);
+}
+
 // The hang-up watch of a long-poll ends with the poll: the keep-alive connection then serves
 // its next request normally.
 TEST_F(ServerLimitsTest, LongPollThatGetsRecordsKeepsItsConnectionUsable) {
