@@ -1361,10 +1361,12 @@ class HttpServer::Impl {
       co_await http::async_read_header(stream, buffer, parser,
                                        net::redirect_error(net::use_awaitable, ec));
       if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
-        // The head did not fit. When the request line alone is longer than a URL may be, say
-        // that (414) rather than blaming the header fields.
+        // The head did not fit. When it is the request line that did not (the parser has no
+        // target yet, and the buffer starts with that line) and that line is longer than a URL
+        // may be, say so (414) rather than blaming the header fields.
         const std::string_view head(static_cast<const char*>(buffer.data().data()), buffer.size());
         const bool long_url =
+            parser.get().target().empty() &&
             head.substr(0, head.find("\r\n")).size() > options_.max_url_bytes + 32;
         co_await RefuseAndClose(
             stream, long_url ? 414 : 431,

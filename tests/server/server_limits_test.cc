@@ -570,6 +570,9 @@ TEST_F(ServerLimitsTest, UrlLongerThanTheHeaderLimitGets414) {
   auto r = c.Request(Get("/v1/stream/" + std::string(20000, 'u')));
   EXPECT_EQ(r.status, 414);
   ExpectJsonError(r, "resource_exhausted");
+  // A short URL followed by one long header field is a header problem.
+  Connection d(port());
+  EXPECT_EQ(d.Request(Get("/healthz", "X-Big: " + std::string(20000, 'h') + "\r\n")).status, 431);
 }
 
 // The head of a chunked POST, for the chunk framing tests.
