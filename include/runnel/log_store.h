@@ -20,6 +20,12 @@
 // the damaged bytes are skipped (replay goes on at the next frame that verifies) and reported by
 // RecoveryNotes() of the store. Offsets never go backwards across a restart.
 //
+// Damage in bytes a checkpoint covers is not read at Open. A background scrub re-reads sealed
+// segments at a bounded rate and reports damaged frames (LogStoreOptions::on_damage, and
+// CommitStats().damaged_frames). A read that meets damage answers the records before it; a read
+// that starts at damaged records fails with Status::Unreadable naming the offsets that cannot be
+// read and where reading goes on.
+//
 // A data directory can be opened by one store at a time: a second Open (in this or another
 // process) fails with kUnavailable while the first is alive.
 #ifndef RUNNEL_LOG_STORE_H_
@@ -27,6 +33,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -78,6 +85,17 @@ struct LogStoreOptions {
   // Old segments whose live bytes fall below this fraction are compacted by the cleaner, which
   // copies their live records to the head of the log (grouped by stream). 0 disables it.
   double cleaner_live_ratio = 0.5;
+  // Written segments (and the written part of the one being written) are re-read in the
+  // background and their frames' checksums verified, at most this many bytes per second, so
+  // damage in data that a checkpoint covers (which a restart never reads) is found where it
+  // sits rather than by the first reader. The first pass starts at open; the next one
+  // scrub_pass_interval_ms after the last one ended. 0 turns the scrub off.
+  uint64_t scrub_bytes_per_sec = 16ull << 20;
+  uint64_t scrub_pass_interval_ms = 3600000;
+  // Called on the scrub's thread with one sentence per damaged frame it finds (the segment file,
+  // the byte, and the streams and offsets whose records it held), once per frame for the life
+  // of the store. The count is in CommitStats().damaged_frames either way.
+  std::function<void(const std::string&)> on_damage;
   // Bytes of recently written batches kept in memory, so live readers (long-poll, SSE) are
   // served without a pread. 0 disables the cache.
   uint64_t tail_cache_bytes = 32ull << 20;

@@ -124,6 +124,10 @@ struct RegistryOptions {
   uint32_t group_commit_wait_us = 200;
   // For "log": open a directory with corruption before the tail, skipping the corrupt bytes.
   bool salvage = false;
+  // For "log": LogStoreOptions::scrub_bytes_per_sec (0 turns the background scrub off) and
+  // LogStoreOptions::on_damage (called with each damaged frame the scrub finds).
+  uint64_t scrub_bytes_per_sec = 16ull << 20;
+  std::function<void(const std::string&)> on_damage;
   // Not owned; must outlive the registry. Null means Clock::Real().
   Clock* clock = nullptr;
 };

@@ -92,6 +92,9 @@ class [[nodiscard]] Status {
   }
   static Status OutOfRange(std::string_view msg) { return {StatusCode::kOutOfRange, msg}; }
   static Status Corruption(std::string_view msg) { return {StatusCode::kCorruption, msg}; }
+  // kCorruption for stored records that cannot be read: offsets [first, end) of one stream
+  // (1-based record offsets). A read from `end` on goes past them.
+  static Status Unreadable(std::string_view msg, uint64_t first, uint64_t end);
   static Status IOError(std::string_view msg) { return {StatusCode::kIOError, msg}; }
   static Status ResourceExhausted(std::string_view msg) {
     return {StatusCode::kResourceExhausted, msg};
@@ -110,6 +113,8 @@ class [[nodiscard]] Status {
   // For kConflict: the expected and actual positions. Empty for every other code.
   std::optional<uint64_t> conflict_expected() const noexcept;
   std::optional<uint64_t> conflict_actual() const noexcept;
+  // For a Status made by Unreadable(): the offsets [first, end) that cannot be read.
+  std::optional<std::pair<uint64_t, uint64_t>> unreadable_range() const noexcept;
 
   // "not_found: stream 'orders' does not exist in tenant:acme", or "ok".
   std::string ToString() const;

@@ -162,6 +162,13 @@ struct StoreCommitStats {
   uint64_t segment_rolls = 0;
   uint64_t segment_rolls_unprepared = 0;
   uint64_t segment_roll_micros = 0;
+  // Log store: bytes of sealed segments the background scrub verified, the passes it finished
+  // over all of them, the damaged frames it found (each counted once), and reads that failed on
+  // damaged records.
+  uint64_t scrubbed_bytes = 0;
+  uint64_t scrub_passes = 0;
+  uint64_t damaged_frames = 0;
+  uint64_t unreadable_reads = 0;
 
   // Counts one sync that made `synced_records` records (`synced_bytes` bytes) durable in
   // `micros` microseconds.

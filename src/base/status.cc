@@ -47,16 +47,30 @@ Status Status::Conflict(std::string_view msg, uint64_t expected, uint64_t actual
   return s;
 }
 
+Status Status::Unreadable(std::string_view msg, uint64_t first, uint64_t end) {
+  Status s(StatusCode::kCorruption, msg);
+  s.rep_->expected = first;
+  s.rep_->actual = end;
+  return s;
+}
+
 std::string_view Status::message() const noexcept {
   return rep_ ? std::string_view(rep_->message) : std::string_view();
 }
 
 std::optional<uint64_t> Status::conflict_expected() const noexcept {
-  return rep_ ? rep_->expected : std::nullopt;
+  return rep_ && rep_->code == StatusCode::kConflict ? rep_->expected : std::nullopt;
 }
 
 std::optional<uint64_t> Status::conflict_actual() const noexcept {
-  return rep_ ? rep_->actual : std::nullopt;
+  return rep_ && rep_->code == StatusCode::kConflict ? rep_->actual : std::nullopt;
+}
+
+std::optional<std::pair<uint64_t, uint64_t>> Status::unreadable_range() const noexcept {
+  if (!rep_ || rep_->code != StatusCode::kCorruption || !rep_->expected || !rep_->actual) {
+    return std::nullopt;
+  }
+  return std::pair<uint64_t, uint64_t>(*rep_->expected, *rep_->actual);
 }
 
 std::string Status::ToString() const {

@@ -58,6 +58,8 @@ struct ServeFlags {
   bool dashboard = true;
   // Open a log whose written data is damaged, skipping the damaged bytes (reported at start).
   bool salvage = false;
+  // Log store: the background scrub's rate (0: off).
+  uint64_t scrub_bytes_per_sec = 16ull << 20;
   // Empty: http:// plus the request's Host header.
   std::string public_url;
   // Scopes ("global", "tenant:<id>") whose catch-up reads shared caches may keep even when
@@ -115,6 +117,8 @@ int RunServe(const ServeFlags& flags) {
   registry_options.durability = flags.durability;
   registry_options.group_commit_wait_us = flags.group_commit_wait_us;
   registry_options.salvage = flags.salvage;
+  registry_options.scrub_bytes_per_sec = flags.scrub_bytes_per_sec;
+  registry_options.on_damage = [](const std::string& line) { spdlog::error("{}", line); };
   // A durable store that cannot open (locked, corrupt, unwritable) is an error, never a silent
   // fallback to memory: serving an empty store would look like data loss.
   auto registry = StreamRegistry::Open(registry_options);
@@ -365,6 +369,12 @@ void AddServeCommand(CLI::App& app) {
                 "Serve the built-in dashboard at / (on by default; it reads the API with the "
                 "token typed into the page)")
       ->envname("RUNNEL_DASHBOARD");
+  cmd->add_option("--scrub-bytes-per-sec", flags->scrub_bytes_per_sec,
+                  "log store: re-read and verify sealed segments in the background at most this "
+                  "fast, reporting damage by name in the log and /metrics (0: off)")
+      ->envname("RUNNEL_SCRUB_BYTES_PER_SEC")
+      ->check(Unsigned())
+      ->capture_default_str();
   cmd->add_flag("--salvage", flags->salvage,
                 "log store: open a data directory whose written data is damaged, skipping the "
                 "damaged bytes (each skip is printed; back the directory up first)")

@@ -170,6 +170,8 @@ Result<StreamRegistry> StreamRegistry::Open(const RegistryOptions& options) {
     log_options.clock = options.clock;
     log_options.salvage = options.salvage;
     log_options.group_commit_wait_us = options.group_commit_wait_us;
+    log_options.scrub_bytes_per_sec = options.scrub_bytes_per_sec;
+    log_options.on_damage = options.on_damage;
     RUNNEL_ASSIGN_OR_RETURN(auto store, OpenLogStore(log_options));
     return StreamRegistry(std::move(store), options.clock);
   }

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/offset_token.h"
+
 namespace runnel::server {
 
 int HttpStatusFor(const Status& status, bool payload_limit) {
@@ -31,6 +33,12 @@ std::string ErrorBody(const Status& status) {
   nlohmann::json body = {{"error",
                           {{"code", std::string(StatusCodeName(status.code()))},
                            {"message", std::string(status.message())}}}};
+  if (auto range = status.unreadable_range()) {
+    // Records [first, end) cannot be read: reading at the offset before `first` fails, and
+    // reading from the offset before `end` goes on past them.
+    body["error"]["unreadable"] = {{"offset", FormatOffset(range->first - 1)},
+                                   {"next_offset", FormatOffset(range->second - 1)}};
+  }
   return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

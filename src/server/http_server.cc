@@ -918,7 +918,18 @@ class HttpServer::Impl {
       // The data event is shared with the stream's other SSE readers at this position; only
       // the control event is this reader's own.
       SseStep step = co_await StoreCall(read);
-      if (step.gone) break;
+      if (step.gone) {
+        // A read that failed (damaged records, a store error) says so before the response
+        // ends, so the reader does not wait on a stream that went silent.
+        if (!step.error.ok()) {
+          const std::string event = StreamService::SseError(step.error);
+          if (!co_await WriteLive(stream, http::make_chunk(net::buffer(event)), &timed,
+                                  waker.get())) {
+            write_failed = true;
+          }
+        }
+        break;
+      }
       if (first || step.data || step.closed) {
         std::string control = service_.SseControl(state, step);
         std::array<net::const_buffer, 2> events{

@@ -106,6 +106,18 @@ std::string RenderStoreCommitStats(const StoreCommitStats& stats) {
   counter("runnel_store_segment_roll_seconds_total",
           "Time the writer spent moving to new segments; commits wait meanwhile.",
           seconds(stats.segment_roll_micros));
+  counter("runnel_store_scrubbed_bytes_total",
+          "Bytes of sealed log segments the background scrub re-read and verified (log store).",
+          stats.scrubbed_bytes);
+  counter("runnel_store_scrub_passes_total",
+          "Passes of the background scrub over every sealed segment (log store).",
+          stats.scrub_passes);
+  counter("runnel_store_damaged_frames_total",
+          "Damaged frames the background scrub found in sealed segments, each counted once; the "
+          "server log names each (log store).",
+          stats.damaged_frames);
+  counter("runnel_store_unreadable_reads_total",
+          "Reads that started at damaged records and failed (log store).", stats.unreadable_reads);
   return out;
 }
 

@@ -1837,6 +1837,7 @@ SseStep StreamService::ReadSse(const ReadState& state) {
                                             options_.max_read_bytes);
       if (!records.ok()) {
         step.gone = true;
+        if (records.status().code() != StatusCode::kNotFound) step.error = records.status();
         return step;
       }
       if (!records->empty()) {
@@ -1893,6 +1894,10 @@ std::string StreamService::SseControl(const ReadState& state, const SseStep& ste
   if (step.up_to_date) out += ",\"upToDate\":true";
   out += "}\n\n";
   return out;
+}
+
+std::string StreamService::SseError(const Status& error) {
+  return "event: error\ndata:" + ErrorBody(error) + "\n\n";
 }
 
 Result<Subscription> StreamService::Watch(const ReadState& state, std::function<void()> on_hint) {

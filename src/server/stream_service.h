@@ -141,8 +141,11 @@ struct ReadChunk {
 // One step of an SSE response at a reader's position: the records there, framed once as an
 // "event: data" block that every SSE reader of the stream at the same position shares.
 struct SseStep {
-  // Set when the stream vanished (deleted or expired) since BeginRead.
+  // Set when the stream vanished (deleted or expired) since BeginRead, or the read failed.
   bool gone = false;
+  // Why, when the read failed for another reason than the stream being gone (damaged records
+  // read as `corruption` with their offsets): the response sends it as an error event.
+  Status error;
   uint64_t start = 0;
   uint64_t next = 0;
   bool up_to_date = false;
@@ -194,6 +197,9 @@ class StreamService {
   // The "event: control" block that follows a step (PROTOCOL.md 10.2): its next offset, a
   // cursor unless closed, upToDate and streamClosed.
   std::string SseControl(const ReadState& state, const SseStep& step);
+  // The "event: error" block that ends an SSE response whose read failed: the JSON error body
+  // of the same failure as a catch-up read (ErrorBody), as its data.
+  static std::string SseError(const Status& error);
   // The stream if it exists and is live (not expired, not soft-deleted), else kNotFound. For
   // runnel extensions (consumer groups, group_service.h) that address protocol streams.
   Result<StreamInfo> LookupLive(const StreamScope& scope, std::string_view name);

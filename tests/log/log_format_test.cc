@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -258,28 +259,46 @@ TEST_F(LogDamageTest, CorruptionBeforeTheTailIsReportedByNameAndRefused) {
   auto info = (*salvaged)->GetStream("global", "s");
   ASSERT_TRUE(info.ok());
   // Salvage goes on at the next frame that verifies, so the frames after the damage (of every
-  // stream) are kept. A stream holds no gap: the damaged stream resumes after the lost batch
-  // (offset 4), its records before it are dropped with it, and the notes say so.
+  // stream) are kept, and so are the damaged stream's records before it: the lost batch
+  // (offset 4) becomes a hole that reads name, and the notes say so.
   EXPECT_EQ(info->next_offset, 11u) << "salvage keeps the frames after the corruption";
   const auto notes = dynamic_cast<log::LogStore&>(**salvaged).RecoveryNotes();
   ASSERT_EQ(notes.size(), 2u);
   EXPECT_NE(notes[0].find("salvage skipped bytes " + std::to_string(pos)), std::string::npos)
       << notes[0];
-  EXPECT_NE(notes[1].find("stream #1 resumes at offset 5"), std::string::npos) << notes[1];
-  auto kept = (*salvaged)->Read(info->id, 1, 100, 1 << 20);
-  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
-  std::vector<uint64_t> offsets;
-  for (const auto& rec : *kept) offsets.push_back(rec.offset);
-  EXPECT_EQ(offsets, (std::vector<uint64_t>{5, 6, 7, 8, 9, 10}));
+  EXPECT_NE(notes[1].find("stream 's' (#1) lost records 4 to 4"), std::string::npos) << notes[1];
+  auto offsets_from = [&](Store& store, uint64_t from) {
+    std::vector<uint64_t> offsets;
+    auto kept = store.Read(info->id, from, 100, 1 << 20);
+    EXPECT_TRUE(kept.ok()) << kept.status().ToString();
+    if (kept.ok()) {
+      for (const auto& rec : *kept) offsets.push_back(rec.offset);
+    }
+    return offsets;
+  };
+  auto check_reads = [&](Store& store, std::vector<uint64_t> after_hole) {
+    EXPECT_EQ(offsets_from(store, 1), (std::vector<uint64_t>{1, 2, 3}));
+    auto hole = store.Read(info->id, 4, 100, 1 << 20);
+    ASSERT_FALSE(hole.ok());
+    ASSERT_TRUE(hole.status().unreadable_range().has_value()) << hole.status().ToString();
+    EXPECT_EQ(*hole.status().unreadable_range(), std::make_pair(uint64_t{4}, uint64_t{5}));
+    EXPECT_EQ(offsets_from(store, 5), after_hole);
+  };
+  check_reads(**salvaged, {5, 6, 7, 8, 9, 10});
   auto r = AppendPayloads(**salvaged, info->id, {"after salvage"});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->first_offset, 11u);
   // The salvaging open checkpointed at once (Populate removed every checkpoint), so replay
-  // starts past the damage even if this process dies before a clean close.
+  // starts past the damage even if this process dies before a clean close; the hole is in that
+  // checkpoint, and a plain open reads as the salvaging one did.
   auto names = env::Env::Posix()->ListDir(dir_.path());
   ASSERT_TRUE(names.ok());
   EXPECT_TRUE(std::any_of(names->begin(), names->end(),
                           [](const std::string& n) { return n.rfind("checkpoint-", 0) == 0; }));
+  salvaged->reset();
+  auto plain = OpenLogStore(SmallLogOptions(dir_.path()));
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  check_reads(**plain, {5, 6, 7, 8, 9, 10, 11});
 }
 
 // A segment cut shorter than data a verified checkpoint recorded as durable lost acknowledged
@@ -534,7 +553,7 @@ TEST_F(LogWindowTest, BytesFarBeyondTheEndOfTheLogAreFoundAndZeroed) {
       << "the stray bytes survived the open";
 }
 
-TEST_F(LogDamageTest, CheckpointVersionsOneAndTwoAreReadAndOthersRefused) {
+TEST_F(LogDamageTest, CheckpointVersionsOneToThreeAreReadAndOthersRefused) {
   Populate(5);
   {
     auto store = OpenLogStore(SmallLogOptions(dir_.path()));
@@ -548,17 +567,19 @@ TEST_F(LogDamageTest, CheckpointVersionsOneAndTwoAreReadAndOthersRefused) {
   };
   ASSERT_FALSE(checkpoint().empty());
   EXPECT_EQ(ReadFile(checkpoint()).substr(8, 4), std::string("\x02\0\0\0", 4));
-  for (char version : {'\x01', '\x03'}) {
+  // Version 3 (holes salvage left) has the same layout: a checkpoint without holes reads the
+  // same under it. Version 4 is unknown.
+  for (char version : {'\x01', '\x03', '\x04'}) {
     SCOPED_TRACE(static_cast<int>(version));
     Poke(checkpoint(), 8, version);
     auto store = OpenLogStore(SmallLogOptions(dir_.path()));
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     auto notes = dynamic_cast<log::LogStore&>(**store).RecoveryNotes();
-    if (version == '\x01') {
+    if (version != '\x04') {
       for (const auto& note : notes) EXPECT_EQ(note.find("checkpoint"), std::string::npos) << note;
     } else {
       ASSERT_FALSE(notes.empty());
-      EXPECT_NE(notes[0].find("unsupported version 3"), std::string::npos) << notes[0];
+      EXPECT_NE(notes[0].find("unsupported version 4"), std::string::npos) << notes[0];
     }
     auto info = (*store)->GetStream("global", "s");
     ASSERT_TRUE(info.ok());
@@ -900,6 +921,73 @@ TEST_F(LogDamageTest, CheckFindsDamageACheckpointCoversThatAnOpenDoesNotRead) {
   ASSERT_FALSE(at_end->corruption.empty());
   EXPECT_NE(at_end->corruption[0].find("at byte " + std::to_string(last)), std::string::npos)
       << at_end->corruption[0];
+}
+
+// Damage a checkpoint covers, found where it sits: the scrub reports the damaged frame once,
+// by segment, byte, stream and offsets; reads answer the records before it, a read that starts
+// at it fails with the unreadable offsets, and reading from the end of that range goes on.
+TEST_F(LogDamageTest, TheScrubFindsDamageACheckpointCoversAndReadsGoAroundIt) {
+  auto store = OpenLogStore(SmallLogOptions(dir_.path()));
+  ASSERT_TRUE(store.ok());
+  auto info = (*store)->CreateStream(Spec("s"));
+  ASSERT_TRUE(info.ok());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(AppendPayloads(**store, info->id, {"payload"}).ok());
+  store->reset();  // a clean close writes a checkpoint covering everything
+  const std::string seg = dir_.path() + "/00000000000000000001.log";
+  const size_t pos = FramePos(seg, 3);  // the third batch: offset 3
+  Poke(seg, pos + log::kFrameHeaderSize + 30, 'Z');
+
+  std::vector<std::string> reports;
+  std::mutex reports_mu;
+  LogStoreOptions options = SmallLogOptions(dir_.path());
+  options.scrub_bytes_per_sec = 0;  // this test scrubs by hand
+  options.on_damage = [&](const std::string& line) {
+    std::lock_guard lock(reports_mu);
+    reports.push_back(line);
+  };
+  auto reopened = OpenLogStore(options);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  auto& log_store = dynamic_cast<log::LogStore&>(**reopened);
+  // More records after the damage, in segment 1 and the next (the one being written is
+  // scrubbed too, up to what it holds).
+  auto other = (*reopened)->CreateStream(Spec("other"));
+  ASSERT_TRUE(other.ok());
+  while (log_store.SegmentNumbers().back() == 1) {
+    ASSERT_TRUE(AppendPayloads(**reopened, other->id, {std::string(4096, 'o')}).ok());
+  }
+  ASSERT_TRUE(log_store.ScrubOnce().ok());
+  ASSERT_TRUE(log_store.ScrubOnce().ok());  // a second pass reports nothing new
+  {
+    std::lock_guard lock(reports_mu);
+    ASSERT_EQ(reports.size(), 1u);
+    EXPECT_NE(reports[0].find("00000000000000000001.log at byte " + std::to_string(pos)),
+              std::string::npos)
+        << reports[0];
+    EXPECT_NE(reports[0].find("stream 's' records 3 to 3"), std::string::npos) << reports[0];
+  }
+  EXPECT_EQ((*reopened)->CommitStats().damaged_frames, 1u);
+  EXPECT_EQ((*reopened)->CommitStats().scrub_passes, 2u);
+  EXPECT_GT((*reopened)->CommitStats().scrubbed_bytes, 0u);
+
+  // From the start: the records before the damage.
+  auto head = (*reopened)->Read(info->id, 1, 100, 1 << 20);
+  ASSERT_TRUE(head.ok()) << head.status().ToString();
+  ASSERT_EQ(head->size(), 2u);
+  EXPECT_EQ((*head)[1].offset, 2u);
+  // At the damage: which offsets cannot be read, and where reading goes on.
+  auto at = (*reopened)->Read(info->id, 3, 100, 1 << 20);
+  ASSERT_FALSE(at.ok());
+  EXPECT_EQ(at.status().code(), StatusCode::kCorruption);
+  ASSERT_TRUE(at.status().unreadable_range().has_value()) << at.status().ToString();
+  EXPECT_EQ(*at.status().unreadable_range(), std::make_pair(uint64_t{3}, uint64_t{4}));
+  EXPECT_NE(at.status().message().find("stream 's'"), std::string::npos);
+  EXPECT_EQ(at.status().message().find(dir_.path()), std::string::npos) << "no absolute paths";
+  EXPECT_EQ((*reopened)->CommitStats().unreadable_reads, 1u);
+  auto rest = (*reopened)->Read(info->id, 4, 100, 1 << 20);
+  ASSERT_TRUE(rest.ok()) << rest.status().ToString();
+  ASSERT_EQ(rest->size(), 2u);
+  EXPECT_EQ((*rest)[0].offset, 4u);
+  EXPECT_EQ((*rest)[1].payload, "payload");
 }
 
 }  // namespace

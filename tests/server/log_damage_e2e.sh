@@ -71,7 +71,9 @@ expect_has "$body" "record-20after" "the append after salvage survived"
 stop_server
 
 # Damage before the newest checkpoint's replay point: the store opens (replay does not read
-# those bytes), and a read of the damaged record answers 500 `corruption`, not 404.
+# those bytes); the background scrub finds it and names it; reads answer the records before it,
+# a read at it answers 500 `corruption` with the offsets that cannot be read and where reading
+# goes on (never 404), reading from there goes on, and SSE sends the error as an event and ends.
 rm -rf "$workdir/data"
 start_server
 curl -sf -o /dev/null -X PUT -H 'Content-Type: text/plain' "$RUNNEL_URL/v1/stream/c"
@@ -81,13 +83,32 @@ for i in 1 2 3; do
 done
 stop_server  # a clean stop: its checkpoint covers every frame
 create_len=$(od -An -t u4 -j 36 -N 4 "$seg" | tr -d ' ')
-at=$((32 + 9 + create_len + 9 + 12))  # inside the first append's body
+first_len=$(od -An -t u4 -j $((32 + 9 + create_len + 4)) -N 4 "$seg" | tr -d ' ')
+second=$((32 + 9 + create_len + 9 + first_len))  # the second append's frame
+at=$((second + 9 + 12))  # inside its body
 byte=$(od -An -t u1 -j "$at" -N 1 "$seg" | tr -d ' ')
 printf "$(printf '\\%03o' $((byte ^ 255)))" | dd of="$seg" bs=1 seek="$at" conv=notrunc status=none
 start_server
-read_body="$(curl -s -w ' %{http_code}' "$RUNNEL_URL/v1/stream/c?offset=-1")"
+for _ in $(seq 100); do
+  curl -s "$RUNNEL_URL/metrics" | grep -q '^runnel_store_damaged_frames_total 1$' && break
+  sleep 0.05
+done
+expect_has "$(curl -s "$RUNNEL_URL/metrics")" "runnel_store_damaged_frames_total 1" "the scrub counts the damage"
+expect_has "$(cat "$workdir/server.log")" "damaged log data: segment 00000000000000000001.log at byte $second" "the scrub names the damage"
+expect_has "$(cat "$workdir/server.log")" "stream 'c' records 2 to 2" "the scrub names the stream and records"
+expect_lacks "$(grep 'damaged log data' "$workdir/server.log")" "$workdir" "no absolute path in the damage report"
+first_read="$(curl -s -D "$workdir/h1" "$RUNNEL_URL/v1/stream/c?offset=-1")"
+expect_eq "$first_read" "payload-1" "the record before the damage is read"
+next="$(tr -d '\r' <"$workdir/h1" | awk -F': ' 'tolower($1) == "stream-next-offset" {print $2}')"
+read_body="$(curl -s -w ' %{http_code}' "$RUNNEL_URL/v1/stream/c?offset=$next")"
 expect_has "$read_body" '"code":"corruption"' "a damaged record reads as corruption"
 expect_has "$read_body" " 500" "status of a damaged read"
+expect_has "$read_body" "\"offset\":\"$next\"" "the error names where the damage starts"
+resume="$(echo "$read_body" | sed -n 's/.*"next_offset":"\([0-9_]*\)".*/\1/p')"
+expect_eq "$(curl -s "$RUNNEL_URL/v1/stream/c?offset=$resume")" "payload-3" "reading goes on past the damage"
+sse="$(curl -s -N --max-time 3 "$RUNNEL_URL/v1/stream/c?offset=$next&live=sse" || true)"
+expect_has "$sse" "event: error" "SSE sends the damage as an error event"
+expect_has "$sse" '"code":"corruption"' "the SSE error event carries the error"
 expect_eq "$(curl -s -o /dev/null -w '%{http_code}' -I "$RUNNEL_URL/v1/stream/c")" "200" "the stream still exists"
 stop_server
 

@@ -45,8 +45,12 @@ inline constexpr uint32_t kFormatVersion = 1;  // segments
 // Checkpoints. 2: a batch entry may cover several adjacent append frames of its stream (version 1
 // entries cover exactly one). The layout is the same, so version 1 is still read; a binary that
 // knows only version 1 refuses version 2 (its cleaner would move one frame of such an entry and
-// lose the rest) and replays the log instead, or reports the directory.
-inline constexpr uint32_t kCheckpointVersion = 2;
+// lose the rest) and replays the log instead, or reports the directory. 3: a batch entry in
+// segment 0 with position and length 0 is a hole, records salvage found lost to damage (their
+// sizes are 0). Only a checkpoint whose index holds a hole is written as version 3; the layout
+// is the same.
+inline constexpr uint32_t kCheckpointVersion = 3;
+inline constexpr uint32_t kCheckpointVersionWithoutHoles = 2;
 inline constexpr uint32_t kOldestCheckpointVersion = 1;
 inline constexpr std::string_view kSegmentMagic = "RUNNELWL";
 inline constexpr std::string_view kCheckpointMagic = "RUNNELCP";

@@ -269,10 +269,20 @@ Result<std::unique_ptr<LogStore>> LogStore::Open(const LogStoreOptions& options)
     SetThreadName(store->preparer_, "log-prepare");
     store->RequestPreparedSegment(store->active_segment_ + 1);
   }
+  if (options.scrub_bytes_per_sec > 0) {
+    store->scrubber_ = std::thread([s = store.get()] { s->ScrubLoop(); });
+    SetThreadName(store->scrubber_, "log-scrub");
+  }
   return store;
 }
 
 LogStore::~LogStore() {
+  {
+    std::lock_guard lock(scrub_mu_);
+    scrub_stop_ = true;
+  }
+  scrub_cv_.notify_all();
+  if (scrubber_.joinable()) scrubber_.join();
   {
     std::lock_guard lock(queue_mu_);
     stopping_ = true;
@@ -474,6 +484,7 @@ Status LogStore::Recover() {
   Status missing;
   streams_.ForEach([&](StreamState& s) {
     for (size_t i = s.batch_begin; i < s.batches.size(); ++i) {
+      if (s.batches[i].lost()) continue;
       auto it = segments_.find(s.batches[i].segment);
       if (it == segments_.end()) {
         missing = Status::Corruption("stream '" + s.name.str() + "' (#" + std::to_string(s.id) +
@@ -589,6 +600,13 @@ Status LogStore::LoadCheckpoint(const std::string& path, uint64_t* replay_segmen
     }
     for (size_t i = 0; i < s->batches.size(); ++i) {
       const BatchRef& b = s->batches[i];
+      if (b.lost()) {  // a hole salvage left (version 3)
+        if (version < 3 || b.pos != 0 || b.len != 0 ||
+            (i > 0 && b.first_offset <= s->batches[i - 1].first_offset)) {
+          return bad("bad batch entry");
+        }
+        continue;
+      }
       if ((i > 0 && b.first_offset <= s->batches[i - 1].first_offset) ||
           b.pos < kSegmentHeaderSize || b.len < kFrameHeaderSize + kMinBodySize ||
           b.len > kFrameHeaderSize + kMaxBodySize) {
@@ -1047,13 +1065,22 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
                                     " but the stream's next offset is " + std::to_string(s->next));
         }
         if (h.first_offset < s->next) return Status::OK();  // already present
-        // A stream holds no gap: what it kept before the lost frames goes with them, and its
-        // offsets still only grow.
-        SalvageNote("salvage: stream #" + std::to_string(id) + " resumes at offset " +
-                    std::to_string(h.first_offset) + "; offsets " + std::to_string(s->head) +
-                    " to " + std::to_string(h.first_offset - 1) + " are lost");
-        DropHead(*s, s->next - s->head);
-        s->head = s->next = h.first_offset;
+        // The records between were in the damaged bytes: they become a hole (offsets kept,
+        // reads of them fail), and every intact record before and after stays readable.
+        SalvageNote("salvage: stream '" + s->name.str() + "' (#" + std::to_string(id) +
+                    ") lost records " + std::to_string(s->next) + " to " +
+                    std::to_string(h.first_offset - 1) + " to the damage; the records before " +
+                    "and after them are kept");
+        if (s->head == s->next || h.first_offset - s->next > kMaxHoleRecords) {
+          // Nothing retained before (no hole needed), or a gap too wide to index record by
+          // record: the stream starts over at the intact frame.
+          DropHead(*s, s->next - s->head);
+          s->head = s->next = h.first_offset;
+        } else {
+          s->batches.push_back(BatchRef{s->next, h.timestamp, kLostSegment, 0, 0});
+          for (uint64_t o = s->next; o < h.first_offset; ++o) s->PushSize(0, 0);
+          s->next = h.first_offset;
+        }
       }
       if (h.count > 0) {
         for (const auto& [payload, key] : sizes) {
@@ -1617,9 +1644,19 @@ Status LogStore::SyncLog(env::File& file) {
 }
 
 StoreCommitStats LogStore::CommitStats() const {
-  std::lock_guard lock(stats_mu_);
-  StoreCommitStats out = stats_;
+  StoreCommitStats out;
+  {
+    std::lock_guard lock(stats_mu_);
+    out = stats_;
+  }
   out.available = true;
+  out.scrubbed_bytes = scrubbed_bytes_.load(std::memory_order_relaxed);
+  out.scrub_passes = scrub_passes_.load(std::memory_order_relaxed);
+  out.unreadable_reads = unreadable_reads_.load(std::memory_order_relaxed);
+  {
+    std::lock_guard lock(damage_mu_);
+    out.damaged_frames = damage_seen_.size();
+  }
   return out;
 }
 
@@ -1797,6 +1834,7 @@ Status LogStore::BeginCheckpoint(CheckpointJob* job) {
   body.clear();
   // Grown once instead of doubling through a 100+ MB body (a copy and fresh pages each time).
   body.reserve(static_cast<size_t>(checkpoint_body_bytes_ + checkpoint_body_bytes_ / 8));
+  bool has_holes = false;  // a version 3 checkpoint is needed
   OfferHugePages(body.data(), body.capacity());
   {
     std::shared_lock lock(state_mu_);
@@ -1811,6 +1849,11 @@ Status LogStore::BeginCheckpoint(CheckpointJob* job) {
     for (const auto& [ns, named] : names_) {
       for (const StreamState* s : named) {
         ++written;
+        if (s->batch_begin < s->batches.size()) {
+          has_holes =
+              has_holes || std::any_of(s->batches.begin() + s->batch_begin, s->batches.end(),
+                                       [](const BatchRef& b) { return b.lost(); });
+        }
         PutU64(&body, s->id);
         PutString(&body, *s->ns);
         PutString(&body, s->name.view());
@@ -1867,7 +1910,9 @@ Status LogStore::BeginCheckpoint(CheckpointJob* job) {
                                   .count());
   }
   job->header.assign(kCheckpointMagic);
-  PutU32(&job->header, kCheckpointVersion);
+  // Version 2 unless the index holds a hole (which only salvage makes): binaries that know no
+  // holes keep reading every other checkpoint.
+  PutU32(&job->header, has_holes ? kCheckpointVersion : kCheckpointVersionWithoutHoles);
   PutU32(&job->header, 0);
   PutU64(&job->header, body.size());
   PutU32(&job->header, MaskCrc(Crc32c(body)));
@@ -2227,6 +2272,23 @@ Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, siz
                                s->batches.end(), start,
                                [](uint64_t o, const BatchRef& b) { return o < b.first_offset; });
     for (--it; it != s->batches.end() && it->first_offset < end; ++it) {
+      if (it->lost()) {
+        // A hole salvage left: the read stops before it, or fails when it starts there.
+        const auto after = std::next(it);
+        const uint64_t lost_end = after == s->batches.end() ? s->next : after->first_offset;
+        if (it->first_offset > start) {
+          count = static_cast<size_t>(it->first_offset - start);
+          break;
+        }
+        unreadable_reads_.fetch_add(1, std::memory_order_relaxed);
+        return Status::Unreadable("records " + std::to_string(start) + " to " +
+                                      std::to_string(lost_end - 1) + " of stream '" +
+                                      s->name.str() +
+                                      "' were lost to damage (salvage skipped them); reading "
+                                      "goes on from record " +
+                                      std::to_string(lost_end),
+                                  start, lost_end);
+      }
       if (const CachedGroup* hit = FindCachedLocked(it->segment, it->pos, it->len)) {
         cache_hits_.fetch_add(1, std::memory_order_relaxed);
         if (!runs.empty() && runs.back().cached == hit->bytes &&
@@ -2271,18 +2333,46 @@ Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, siz
       // have rotted, so only they pay for the checksum.
       FrameCheck c = ParseFrame(data.substr(at), &f, /*verify_crc=*/!run.cached);
       AppendBatchHeader h;
+      const size_t decoded = out.size();
       if (c != FrameCheck::kOk ||
           (f.type != FrameType::kAppendBatch && f.type != FrameType::kRelocatedBatch) ||
           !DecodeAppendBatch(f.body, &h, nullptr, &out, start, count) || h.stream != id) {
-        return Status::Corruption(
-            "segment " + SegmentPath(run.segment) + " at byte " + std::to_string(run.pos + at) +
-            ", stream #" + std::to_string(id) + ": " +
-            std::string(c == FrameCheck::kOk ? "unexpected frame" : FrameCheckName(c)));
+        out.resize(decoded);
+        // The records read before the damage are answered; a read that starts at it learns
+        // which offsets cannot be read, and where reading goes on.
+        if (!out.empty()) return out;
+        return UnreadableAt(id, start + decoded, run.segment, run.pos + at,
+                            c == FrameCheck::kOk ? "unexpected frame" : FrameCheckName(c));
       }
       at += f.size;
     }
   }
   return out;
+}
+
+Status LogStore::UnreadableAt(StreamId id, uint64_t first, uint64_t segment, uint64_t pos,
+                              std::string_view why) {
+  unreadable_reads_.fetch_add(1, std::memory_order_relaxed);
+  uint64_t end = first + 1;
+  std::string name = "#" + std::to_string(id);
+  {
+    std::shared_lock lock(state_mu_);
+    if (const StreamState* s = FindLocked(id)) {
+      name = "'" + s->name.str() + "'";
+      // The damage reaches as far as the reference holding it: the next reference starts
+      // where reading can go on.
+      auto it = std::upper_bound(s->batches.begin() + static_cast<std::ptrdiff_t>(s->batch_begin),
+                                 s->batches.end(), first,
+                                 [](uint64_t o, const BatchRef& b) { return o < b.first_offset; });
+      end = it == s->batches.end() ? s->next : it->first_offset;
+      end = std::max(end, first + 1);
+    }
+  }
+  return Status::Unreadable(
+      "records " + std::to_string(first) + " to " + std::to_string(end - 1) + " of stream " + name +
+          " cannot be read (segment " + SegmentName(segment) + " at byte " + std::to_string(pos) +
+          ": " + std::string(why) + "); reading goes on from record " + std::to_string(end),
+      first, end);
 }
 
 const LogStore::CachedGroup* LogStore::FindCachedLocked(uint64_t segment, uint64_t pos,
@@ -2398,6 +2488,126 @@ std::vector<uint64_t> LogStore::SegmentNumbers() const {
   std::vector<uint64_t> out;
   for (const auto& [n, seg] : segments_) out.push_back(n);
   return out;
+}
+
+// ------------------------------------------------------------------------------------------
+// The scrub
+
+Status LogStore::ScrubOnce() {
+  std::vector<uint64_t> numbers = SegmentNumbers();
+  for (uint64_t n : numbers) ScrubSegment(n, 0);
+  scrub_passes_.fetch_add(1, std::memory_order_relaxed);
+  return Status::OK();
+}
+
+void LogStore::ScrubLoop() {
+  const auto pause = std::chrono::milliseconds(options_.scrub_pass_interval_ms);
+  // The first pass starts at once: damage a checkpoint covers is found soon after a start.
+  auto next_pass = std::chrono::steady_clock::now();
+  for (;;) {
+    {
+      std::unique_lock lock(scrub_mu_);
+      if (scrub_cv_.wait_until(lock, next_pass, [&] { return scrub_stop_; })) return;
+    }
+    for (uint64_t n : SegmentNumbers()) {
+      if (!ScrubSegment(n, options_.scrub_bytes_per_sec)) return;
+    }
+    scrub_passes_.fetch_add(1, std::memory_order_relaxed);
+    next_pass = std::chrono::steady_clock::now() + pause;
+  }
+}
+
+bool LogStore::ScrubSegment(uint64_t number, uint64_t rate) {
+  std::shared_ptr<env::File> file;
+  uint64_t end = 0;
+  {
+    std::shared_lock lock(state_mu_);
+    // Of the segment being written, the frames written so far (`end` when the scrub starts);
+    // the ones after it do not exist yet.
+    if (number > active_segment_) return true;
+    auto it = segments_.find(number);
+    if (it == segments_.end() || !it->second.file) return true;
+    file = it->second.file;  // keeps the file readable if the segment is deleted meanwhile
+    end = it->second.end;
+  }
+  if (end == 0) {  // a segment the checkpoint covers: its end is where the zeros begin
+    Result<uint64_t> size = file->Size();
+    if (!size.ok()) {
+      ReportDamage(number, 0, "cannot be read: " + size.status().ToString());
+      return true;
+    }
+    end = *size;
+  }
+  SegmentWindow window(*file, end);
+  auto view = [&](uint64_t a, uint64_t n) { return window.View(a, n); };
+  const auto started = std::chrono::steady_clock::now();
+  uint64_t pos = kSegmentHeaderSize;
+  uint64_t counted = pos;  // bytes of this segment added to scrubbed_bytes_ so far
+  while (pos < end) {
+    FrameView f;
+    Result<FrameCheck> c = window.ParseAt(pos, &f);
+    if (!c.ok()) {
+      ReportDamage(number, pos, "cannot be read: " + c.status().ToString());
+      break;
+    }
+    if (*c == FrameCheck::kOk) {
+      pos += f.size;
+    } else if (*c == FrameCheck::kEnd) {
+      // Zeros: the end of the written frames, if only zeros follow (segments are zero-filled
+      // ahead of their frames).
+      Result<bool> zero = window.ZeroFrom(pos);
+      if (zero.ok() && !*zero) ReportDamage(number, pos, "a zero frame header amid written bytes");
+      break;
+    } else {
+      ReportDamage(number, pos, FrameCheckName(*c));
+      Result<std::optional<uint64_t>> next = ValidFrameAfter(view, pos, end);
+      if (!next.ok() || !next->has_value()) break;
+      pos = **next;
+    }
+    if (pos - counted >= (1u << 20)) {
+      scrubbed_bytes_.fetch_add(pos - counted, std::memory_order_relaxed);
+      counted = pos;
+      if (rate > 0) {
+        // At most `rate` bytes per second: wait until this segment's bytes so far are due.
+        const auto due = started + std::chrono::microseconds(pos * 1000000 / rate);
+        std::unique_lock lock(scrub_mu_);
+        if (scrub_cv_.wait_until(lock, due, [&] { return scrub_stop_; })) return false;
+      }
+    }
+  }
+  scrubbed_bytes_.fetch_add(pos > counted ? pos - counted : 0, std::memory_order_relaxed);
+  std::lock_guard lock(scrub_mu_);
+  return !scrub_stop_;
+}
+
+void LogStore::ReportDamage(uint64_t segment, uint64_t pos, std::string_view why) {
+  {
+    std::lock_guard lock(damage_mu_);
+    if (!damage_seen_.insert({segment, pos}).second) return;
+  }
+  // Which live records the damaged frame held: the references that start at or before it in
+  // this segment and reach past it (a reference may span several frames).
+  std::string held;
+  {
+    std::shared_lock lock(state_mu_);
+    streams_.ForEach([&](const StreamState& st) {
+      for (size_t i = st.batch_begin; i < st.batches.size(); ++i) {
+        const BatchRef& b = st.batches[i];
+        if (b.segment != segment || b.pos > pos || uint64_t{b.pos} + b.len <= pos) continue;
+        const uint64_t last =
+            (i + 1 < st.batches.size() ? st.batches[i + 1].first_offset : st.next) - 1;
+        if (!held.empty()) held += ", ";
+        held += "stream '" + st.name.str() + "' records " + std::to_string(b.first_offset) +
+                " to " + std::to_string(last);
+      }
+    });
+  }
+  if (options_.on_damage) {
+    options_.on_damage(
+        "damaged log data: segment " + SegmentName(segment) + " at byte " + std::to_string(pos) +
+        ": " + std::string(why) + "; " +
+        (held.empty() ? std::string("no live record is in it") : "it holds " + held));
+  }
 }
 
 }  // namespace log

@@ -96,6 +96,10 @@ class LogStore final : public Store {
   Status CheckpointNow();
   // Numbers of the segment files currently in the directory.
   std::vector<uint64_t> SegmentNumbers() const;
+  // Verifies every written segment now, without the rate limit, reporting damage as the
+  // background scrub does (LogStoreOptions::on_damage, CommitStats().damaged_frames). Tests
+  // and tools; safe to call while the store serves.
+  Status ScrubOnce();
 
  private:
   // Where a stream's records [first_offset, the next reference's first_offset) are: one append
@@ -103,13 +107,22 @@ class LogStore final : public Store {
   // apply time, up to kMaxMergedBatchBytes), so a hot stream of small appends costs one
   // reference per run of frames instead of one per append. Frame boundaries stay known only on
   // disk: readers and the cleaner walk the frames of a reference.
+  //
+  // A reference in segment kLostSegment (with pos and len 0) is a hole: records that salvage
+  // found lost to damage. They keep their offsets and sizes (0), so the records before and after
+  // them stay readable; a read of them fails with Status::Unreadable.
   struct BatchRef {
     uint64_t first_offset = 0;
     uint64_t timestamp = 0;
     uint32_t segment = 0;
     uint32_t pos = 0;
     uint32_t len = 0;
+    bool lost() const { return segment == kLostSegment; }
   };
+  static constexpr uint32_t kLostSegment = 0;  // segment files are numbered from 1
+  // The widest hole salvage indexes (4 bytes per record); past it the stream starts over after
+  // the damage, as if its earlier records had been trimmed.
+  static constexpr uint64_t kMaxHoleRecords = 1u << 24;
   // A live read of one record at the end of a reference walks at most this many bytes of frames.
   static constexpr uint32_t kMaxMergedBatchBytes = 16u << 10;
   // The rarely set parts of a stream: retention, attributes, cursors, producers and the key
@@ -491,6 +504,28 @@ class LogStore final : public Store {
   std::shared_ptr<env::File> prep_file_;  // GUARDED_BY(prep_mu_)
   bool prep_stop_ = false;                // GUARDED_BY(prep_mu_)
   std::thread preparer_;
+
+  // The background scrub (LogStoreOptions::scrub_bytes_per_sec).
+  void ScrubLoop();
+  // Verifies segment `number` (if it is still sealed and present); `rate` bytes per second at
+  // most (0: no limit). Returns false when the store is stopping.
+  bool ScrubSegment(uint64_t number, uint64_t rate);
+  // Reports the damaged frame at (`segment`, `pos`) once: names the streams and offsets whose
+  // live records it held.
+  void ReportDamage(uint64_t segment, uint64_t pos, std::string_view why);
+  // The Status of a read that starts at record `first` of stream `id`, which lies in a damaged
+  // frame at (`segment`, `pos`).
+  Status UnreadableAt(StreamId id, uint64_t first, uint64_t segment, uint64_t pos,
+                      std::string_view why);
+  std::mutex scrub_mu_;
+  std::condition_variable scrub_cv_;
+  bool scrub_stop_ = false;  // GUARDED_BY(scrub_mu_)
+  std::thread scrubber_;
+  mutable std::mutex damage_mu_;
+  std::set<std::pair<uint64_t, uint64_t>> damage_seen_;  // GUARDED_BY(damage_mu_)
+  std::atomic<uint64_t> scrubbed_bytes_{0};
+  std::atomic<uint64_t> scrub_passes_{0};
+  std::atomic<uint64_t> unreadable_reads_{0};
 
   mutable std::mutex stats_mu_;
   StoreCommitStats stats_;  // GUARDED_BY(stats_mu_)
