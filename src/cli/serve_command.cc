@@ -119,8 +119,10 @@ int RunServe(const ServeFlags& flags) {
   // fallback to memory: serving an empty store would look like data loss.
   auto registry = StreamRegistry::Open(registry_options);
   if (!registry.ok()) {
-    std::fprintf(stderr, "runnel serve: cannot open the %s store: %s\n",
-                 registry_options.store.c_str(),
+    // The log store names its files relative to its directory: this line says which one.
+    const std::string where = registry_options.store == "log" ? " in " + flags.data : "";
+    std::fprintf(stderr, "runnel serve: cannot open the %s store%s: %s\n",
+                 registry_options.store.c_str(), TerminalSafe(where).c_str(),
                  TerminalSafe(registry.status().ToString()).c_str());
     if (registry.status().code() == StatusCode::kCorruption && !flags.salvage) {
       std::fprintf(stderr,

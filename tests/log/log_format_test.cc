@@ -250,6 +250,7 @@ TEST_F(LogDamageTest, CorruptionBeforeTheTailIsReportedByNameAndRefused) {
   EXPECT_NE(msg.find("at byte " + std::to_string(pos)), std::string::npos) << msg;
   EXPECT_NE(msg.find("stream #1"), std::string::npos) << msg;
   EXPECT_NE(msg.find("salvage"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find(dir_.path()), std::string::npos) << "files are named relative to it: " << msg;
 
   LogStoreOptions o = SmallLogOptions(dir_.path());
   o.salvage = true;
@@ -266,6 +267,9 @@ TEST_F(LogDamageTest, CorruptionBeforeTheTailIsReportedByNameAndRefused) {
   EXPECT_NE(notes[0].find("salvage skipped bytes " + std::to_string(pos)), std::string::npos)
       << notes[0];
   EXPECT_NE(notes[1].find("stream #1 resumes at offset 5"), std::string::npos) << notes[1];
+  for (const std::string& note : notes) {
+    EXPECT_EQ(note.find(dir_.path()), std::string::npos) << note;
+  }
   auto kept = (*salvaged)->Read(info->id, 1, 100, 1 << 20);
   ASSERT_TRUE(kept.ok()) << kept.status().ToString();
   std::vector<uint64_t> offsets;

@@ -4,8 +4,8 @@
 # in the segment file (damage to written data with intact frames after it, not a torn tail),
 # then:
 #   - `runnel check` reports corruption (exit 1), not a torn tail;
-#   - `runnel serve` refuses to open (exit 1), naming the byte and pointing at --salvage, and
-#     leaves the file as it was (nothing acknowledged is truncated away);
+#   - `runnel serve` refuses to open (exit 1), naming the data directory, the byte and
+#     --salvage, and leaves the file as it was (nothing acknowledged is truncated away);
 #   - `runnel serve --salvage` opens, prints what it skipped, and serves the records written
 #     after the damage.
 # Usage: log_damage_e2e.sh RUNNEL_BINARY
@@ -51,6 +51,8 @@ serve_rc=$?
 set -e
 expect_eq "$serve_rc" "1" "serve exit code on damaged data"
 expect_has "$(cat "$workdir/refused.log")" "at byte $((at - 4))" "serve names the damage"
+expect_has "$(cat "$workdir/refused.log")" "cannot open the log store in $workdir/data: corruption" \
+  "serve names the data directory"
 expect_has "$(cat "$workdir/refused.log")" "--salvage" "serve points at --salvage"
 cmp -s "$seg" "$workdir/damaged.log" || fail "a refused open changed the segment"
 
@@ -88,6 +90,9 @@ start_server
 read_body="$(curl -s -w ' %{http_code}' "$RUNNEL_URL/v1/stream/c?offset=-1")"
 expect_has "$read_body" '"code":"corruption"' "a damaged record reads as corruption"
 expect_has "$read_body" " 500" "status of a damaged read"
+# The client learns which file, relative to the data directory, and not where that lives.
+expect_has "$read_body" "segment 00000000000000000001.log at byte" "the damaged segment is named"
+expect_lacks "$read_body" "$workdir" "the error body does not hold the data directory"
 expect_eq "$(curl -s -o /dev/null -w '%{http_code}' -I "$RUNNEL_URL/v1/stream/c")" "200" "the stream still exists"
 stop_server
 
