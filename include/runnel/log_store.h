@@ -62,7 +62,10 @@ Result<LogDurabilityMode> ParseLogDurability(std::string_view text);
 std::string LogDurabilityName(const LogDurabilityMode& mode);
 
 struct LogStoreOptions {
-  // The data directory; created when missing. Required.
+  // The data directory; created when missing. Required. The store's Status messages and
+  // recovery notes name the files in it relative to it ("00000000000000000002.log", the
+  // directory itself as "."), never by this path, so that a caller may hand them to remote
+  // clients; its own warnings on stderr name the directory.
   std::string dir;
   LogDurabilityMode durability;
   // Not owned; null means Clock::Real(). Used for stream creation times.

@@ -11,6 +11,7 @@
 #include "cli/client_commands.h"
 #include "cli/http_client.h"
 #include "cli/load_driver.h"
+#include "cli/terminal_text.h"
 
 namespace runnel::cli {
 namespace {
@@ -56,7 +57,7 @@ std::string Target(const BenchArgs& a, const std::string& name) {
 }
 
 int Fail(const Status& s) {
-  std::fprintf(stderr, "runnel bench: %s\n", s.ToString().c_str());
+  std::fprintf(stderr, "runnel bench: %s\n", TerminalSafe(s.ToString()).c_str());
   switch (s.code()) {
     case StatusCode::kUnavailable: return kExitUnavailable;
     case StatusCode::kInvalidArgument: return kExitUsage;
@@ -70,12 +71,12 @@ int Create(const BenchArgs& a, const HttpClient& client, const std::string& name
   auto r = client.Send("PUT", Target(a, name), {{"Content-Type", a.content_type}}, "");
   if (!r.ok()) return Fail(r.status());
   if (r->status == 200 || r->status == 201) return kExitOk;
-  std::fprintf(stderr, "runnel bench: creating '%s' answered HTTP %d%s%s\n", name.c_str(),
-               r->status,
+  std::fprintf(stderr, "runnel bench: creating '%s' answered HTTP %d%s%s\n",
+               TerminalSafe(name).c_str(), r->status,
                r->status == 409 ? " (it exists with another content type or "
                                   "configuration; pick another name or --content-type)"
                                 : ": ",
-               r->status == 409 ? "" : r->body.c_str());
+               r->status == 409 ? "" : TerminalSafe(r->body).c_str());
   return ExitCodeForHttp(r->status);
 }
 

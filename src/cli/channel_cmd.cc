@@ -11,6 +11,7 @@
 #include "cli/client_commands.h"
 #include "cli/http_client.h"
 #include "cli/numbers.h"
+#include "cli/terminal_text.h"
 
 namespace runnel::cli {
 namespace {
@@ -50,12 +51,13 @@ int Send(const Args& a, const std::string& what, const std::string& method,
   auto client = HttpClient::Create(a.url, a.token, a.cacert);
   if (!client.ok()) {
     std::fprintf(stderr, "runnel channel %s: %s\n", what.c_str(),
-                 client.status().ToString().c_str());
+                 TerminalSafe(client.status().ToString()).c_str());
     return kExitUsage;
   }
   auto r = client->Send(method, target, h, body);
   if (!r.ok()) {
-    std::fprintf(stderr, "runnel channel %s: %s\n", what.c_str(), r.status().ToString().c_str());
+    std::fprintf(stderr, "runnel channel %s: %s\n", what.c_str(),
+                 TerminalSafe(r.status().ToString()).c_str());
     return kExitUnavailable;
   }
   *out = std::move(*r);
@@ -70,7 +72,7 @@ int Send(const Args& a, const std::string& what, const std::string& method,
                 json({{"ok", false}, {"status", out->status}, {"error", message}}).dump().c_str());
   } else {
     std::fprintf(stderr, "runnel channel %s failed: HTTP %d: %s\n", what.c_str(), out->status,
-                 message.c_str());
+                 TerminalSafe(message).c_str());
   }
   return ExitCodeForHttp(out->status);
 }
@@ -95,7 +97,7 @@ int Create(const Args& a) {
     std::printf("%s\n", r.body.c_str());
   } else {
     std::printf("%s channel %s with %zu partitions\n", r.status == 201 ? "created" : "exists",
-                a.channel.c_str(), a.partitions);
+                TerminalSafe(a.channel).c_str(), a.partitions);
   }
   return kExitOk;
 }
@@ -113,7 +115,7 @@ int Publish(const Args& a, bool data_given) {
       std::fprintf(stderr,
                    "the outcome is unknown: ask with `runnel channel resolve %s KEY`, or publish "
                    "again with the same --idempotency-key\n",
-                   a.channel.c_str());
+                   TerminalSafe(a.channel).c_str());
     }
     return rc;
   }
@@ -123,10 +125,11 @@ int Publish(const Args& a, bool data_given) {
   }
   auto j = json::parse(r.body, nullptr, false);
   if (!j.is_object()) {
-    std::fprintf(stderr, "runnel channel publish: unexpected answer: %s\n", r.body.c_str());
+    std::fprintf(stderr, "runnel channel publish: unexpected answer: %s\n",
+                 TerminalSafe(r.body).c_str());
     return kExitFailure;
   }
-  std::printf("%s partition %llu offset %llu%s\n", j.value("stream", "").c_str(),
+  std::printf("%s partition %llu offset %llu%s\n", TerminalSafe(j.value("stream", "")).c_str(),
               static_cast<unsigned long long>(j.value("partition", 0ull)),
               static_cast<unsigned long long>(j.value("offset", 0ull)),
               j.value("duplicate", false) ? " (duplicate: already published)" : "");
@@ -146,14 +149,17 @@ int Read(const Args& a) {
   }
   auto j = json::parse(r.body, nullptr, false);
   if (!j.is_object() || !j.contains("messages")) {
-    std::fprintf(stderr, "runnel channel read: unexpected answer: %s\n", r.body.c_str());
+    std::fprintf(stderr, "runnel channel read: unexpected answer: %s\n",
+                 TerminalSafe(r.body).c_str());
     return kExitFailure;
   }
+  // One line per message, its cells separated by tabs: key and payload may hold no line break
+  // or tab of their own (--json gives them exactly).
   for (const auto& m : j["messages"]) {
+    const std::string payload = m.contains("payload") ? m["payload"].get<std::string>()
+                                                      : "base64:" + m.value("payload_base64", "");
     std::printf("%llu\t%s\t%s\n", static_cast<unsigned long long>(m.value("offset", 0ull)),
-                m.value("key", "-").c_str(),
-                m.contains("payload") ? m["payload"].get<std::string>().c_str()
-                                      : ("base64:" + m.value("payload_base64", "")).c_str());
+                TerminalSafe(m.value("key", "-")).c_str(), TerminalSafe(payload).c_str());
   }
   return kExitOk;
 }
@@ -170,7 +176,7 @@ int Resolve(const Args& a) {
     return committed ? kExitOk : kExitNotFound;  // the same exit code as without --json
   }
   if (committed) {
-    std::printf("committed %s offset %llu\n", j.value("stream", "").c_str(),
+    std::printf("committed %s offset %llu\n", TerminalSafe(j.value("stream", "")).c_str(),
                 static_cast<unsigned long long>(j.value("offset", 0ull)));
     return kExitOk;
   }

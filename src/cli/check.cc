@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "cli/terminal_text.h"
 #include "env/env.h"
 #include "store/log/log_check.h"
 
@@ -16,19 +17,22 @@ void AddCheckCommand(CLI::App& app, int* exit_code) {
   cmd->callback([dir, exit_code] {
     auto report = log::CheckLogDirectory(env::Env::Posix(), *dir);
     if (!report.ok()) {
-      std::fprintf(stderr, "runnel check: %s\n", report.status().ToString().c_str());
+      std::fprintf(stderr, "runnel check: %s\n", TerminalSafe(report.status().ToString()).c_str());
       *exit_code = 2;
       return;
     }
-    std::printf("checking %s\n", dir->c_str());
-    for (const auto& line : report->lines) std::printf("  %s\n", line.c_str());
+    // Findings may quote stream names, which clients chose.
+    std::printf("checking %s\n", TerminalSafe(*dir).c_str());
+    for (const auto& line : report->lines) std::printf("  %s\n", TerminalSafe(line).c_str());
     std::printf("%llu segments, %llu frames, %llu records, %llu stream creations\n",
                 static_cast<unsigned long long>(report->segments),
                 static_cast<unsigned long long>(report->frames),
                 static_cast<unsigned long long>(report->records),
                 static_cast<unsigned long long>(report->streams_created));
     if (!report->corruption.empty()) {
-      for (const auto& c : report->corruption) std::printf("CORRUPTION: %s\n", c.c_str());
+      for (const auto& c : report->corruption) {
+        std::printf("CORRUPTION: %s\n", TerminalSafe(c).c_str());
+      }
       if (report->open.ok()) {
         std::printf(
             "result: corrupt (the store still opens, see the recovery lines above; reads of "

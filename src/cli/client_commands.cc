@@ -16,6 +16,7 @@
 
 #include "base/utf8.h"
 #include "cli/http_client.h"
+#include "cli/terminal_text.h"
 #include "server/sse_format.h"
 
 namespace runnel::cli {
@@ -83,13 +84,13 @@ int Fail(const std::string& what, const ClientResponse& r, bool json_output,
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::fprintf(stderr, "runnel: %s failed: HTTP %d%s%s\n", what.c_str(), r.status,
-                 message.empty() ? "" : ": ", message.c_str());
+                 message.empty() ? "" : ": ", TerminalSafe(message).c_str());
   }
   return ExitCodeForHttp(r.status);
 }
 
 int FailStatus(const Status& status) {
-  std::fprintf(stderr, "runnel: %s\n", status.ToString().c_str());
+  std::fprintf(stderr, "runnel: %s\n", TerminalSafe(status.ToString()).c_str());
   return status.code() == StatusCode::kUnavailable ? kExitUnavailable : kExitUsage;
 }
 
@@ -117,7 +118,7 @@ int Create(const Common& c, const std::string& name, const std::string& content_
                             .dump()
                             .c_str());
   } else {
-    std::printf("%s %s\n", r->status == 201 ? "created" : "exists", name.c_str());
+    std::printf("%s %s\n", r->status == 201 ? "created" : "exists", TerminalSafe(name).c_str());
   }
   return kExitOk;
 }
@@ -151,12 +152,13 @@ int Append(const Common& c, const std::string& name, const std::vector<std::stri
     if (!file.empty() && file != "-") {
       std::error_code ec;
       if (std::filesystem::is_directory(file, ec)) {
-        std::fprintf(stderr, "runnel: cannot read %s: it is a directory\n", file.c_str());
+        std::fprintf(stderr, "runnel: cannot read %s: it is a directory\n",
+                     TerminalSafe(file).c_str());
         return kExitUsage;
       }
       std::ifstream in(file, std::ios::binary);
       if (!in) {
-        std::fprintf(stderr, "runnel: cannot read %s\n", file.c_str());
+        std::fprintf(stderr, "runnel: cannot read %s\n", TerminalSafe(file).c_str());
         return kExitUsage;
       }
       input.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -218,7 +220,7 @@ int Append(const Common& c, const std::string& name, const std::vector<std::stri
                             .dump()
                             .c_str());
   } else {
-    std::printf("next offset %s\n", next_offset.c_str());
+    std::printf("next offset %s\n", TerminalSafe(next_offset).c_str());
   }
   return kExitOk;
 }
@@ -300,8 +302,11 @@ int List(const Common& c, const std::string& prefix) {
       if (c.json_output) {
         all.push_back(s);
       } else {
-        std::printf("%s\t%s\t%s%s\n", s.value("name", "").c_str(),
-                    s.value("content_type", "").c_str(), s.value("next_offset", "").c_str(),
+        // One line per stream, its cells separated by tabs: no cell may hold a tab or a line
+        // break of its own.
+        std::printf("%s\t%s\t%s%s\n", TerminalSafe(s.value("name", "")).c_str(),
+                    TerminalSafe(s.value("content_type", "")).c_str(),
+                    TerminalSafe(s.value("next_offset", "")).c_str(),
                     s.value("closed", false) ? "\tclosed" : "");
       }
     }
@@ -313,8 +318,8 @@ int List(const Common& c, const std::string& prefix) {
   } else if (!listed_any) {
     // On stderr, so that a script reading the list still reads an empty one.
     std::string what = "runnel: no streams";
-    if (!prefix.empty()) what += " with the prefix '" + prefix + "'";
-    if (!c.tenant.empty()) what += " in tenant '" + c.tenant + "'";
+    if (!prefix.empty()) what += " with the prefix '" + TerminalSafe(prefix) + "'";
+    if (!c.tenant.empty()) what += " in tenant '" + TerminalSafe(c.tenant) + "'";
     std::fprintf(stderr, "%s\n", what.c_str());
   }
   return kExitOk;
@@ -370,7 +375,7 @@ int Describe(const Common& c, const std::string& name) {
       } else {
         text = value.dump();
       }
-      std::printf("%-15s %s\n", (key + ":").c_str(), text.c_str());
+      std::printf("%-15s %s\n", (key + ":").c_str(), TerminalSafe(text).c_str());
     }
   }
   return kExitOk;
@@ -385,7 +390,7 @@ int Remove(const Common& c, const std::string& name) {
   if (c.json_output) {
     std::printf("%s\n", json({{"ok", true}, {"deleted", name}}).dump().c_str());
   } else {
-    std::printf("deleted %s\n", name.c_str());
+    std::printf("deleted %s\n", TerminalSafe(name).c_str());
   }
   return kExitOk;
 }

@@ -5,6 +5,9 @@
 // /v1/tenants/<tenant>/..., default global) and --json. Exit
 // codes (ExitCodeForHttp): 0 success, 1 other failure, 2 usage error, 3 stream not found,
 // 4 conflict (exists with another configuration, closed, sequence), 5 server unreachable.
+// Human-readable output prints names, header values and messages through TerminalSafe()
+// (terminal_text.h); --json prints them exactly, as JSON; `read` and `tail` print the stream's
+// data itself, unescaped.
 #ifndef RUNNEL_CLI_CLIENT_COMMANDS_H_
 #define RUNNEL_CLI_CLIENT_COMMANDS_H_
 

@@ -8,6 +8,7 @@
 #include "cli/client_commands.h"
 #include "cli/http_client.h"
 #include "cli/numbers.h"
+#include "cli/terminal_text.h"
 
 namespace runnel::cli {
 
@@ -49,12 +50,12 @@ std::string GroupTarget(const GroupArgs& a) {
 int Call(const GroupArgs& a, const std::string& method, const std::string& query, json* body) {
   auto client = HttpClient::Create(a.url, a.token, a.cacert);
   if (!client.ok()) {
-    std::fprintf(stderr, "runnel: %s\n", client.status().ToString().c_str());
+    std::fprintf(stderr, "runnel: %s\n", TerminalSafe(client.status().ToString()).c_str());
     return kExitUsage;
   }
   auto r = client->Send(method, GroupTarget(a) + query, {});
   if (!r.ok()) {
-    std::fprintf(stderr, "runnel: %s\n", r.status().ToString().c_str());
+    std::fprintf(stderr, "runnel: %s\n", TerminalSafe(r.status().ToString()).c_str());
     return r.status().code() == StatusCode::kUnavailable ? kExitUnavailable : kExitFailure;
   }
   if (r->status == 204) {  // a delete: nothing to parse
@@ -72,7 +73,7 @@ int Call(const GroupArgs& a, const std::string& method, const std::string& query
                   json({{"ok", false}, {"status", r->status}, {"error", message}}).dump().c_str());
     } else {
       std::fprintf(stderr, "runnel: group request failed: HTTP %d: %s\n", r->status,
-                   message.c_str());
+                   TerminalSafe(message).c_str());
     }
     return ExitCodeForHttp(r->status);
   }
@@ -100,21 +101,22 @@ int List(const GroupArgs& a, bool only_lag) {
     if (!a.group.empty() && name != a.group) continue;
     found = true;
     if (only_lag) {
-      std::printf("%s\t%llu\n", name.c_str(),
+      std::printf("%s\t%llu\n", TerminalSafe(name).c_str(),
                   static_cast<unsigned long long>(g.value("lag", uint64_t{0})));
     } else {
-      std::printf("%s\tlast_acked=%llu\tlag=%llu\n", name.c_str(),
+      std::printf("%s\tlast_acked=%llu\tlag=%llu\n", TerminalSafe(name).c_str(),
                   static_cast<unsigned long long>(g.value("last_acked", uint64_t{0})),
                   static_cast<unsigned long long>(g.value("lag", uint64_t{0})));
     }
   }
   if (a.group.empty() && !found) {
     // On stderr, so that a script reading the list still reads an empty one.
-    std::fprintf(stderr, "runnel: stream '%s' has no consumer groups\n", a.stream.c_str());
+    std::fprintf(stderr, "runnel: stream '%s' has no consumer groups\n",
+                 TerminalSafe(a.stream).c_str());
   }
   if (!a.group.empty() && !found) {
     // A group that never acked is at 0: its lag is the whole tail.
-    std::printf("%s\t%s%llu\n", a.group.c_str(), only_lag ? "" : "last_acked=0\tlag=",
+    std::printf("%s\t%s%llu\n", TerminalSafe(a.group).c_str(), only_lag ? "" : "last_acked=0\tlag=",
                 static_cast<unsigned long long>(body.value("tail", uint64_t{0})));
   }
   return kExitOk;
@@ -128,7 +130,7 @@ int Ack(const GroupArgs& a) {
   if (a.json_output) {
     std::printf("%s\n", body.dump().c_str());
   } else {
-    std::printf("%s\tlast_acked=%llu\n", a.group.c_str(),
+    std::printf("%s\tlast_acked=%llu\n", TerminalSafe(a.group).c_str(),
                 static_cast<unsigned long long>(body.value("last_acked", uint64_t{0})));
   }
   return kExitOk;
@@ -150,8 +152,10 @@ int Next(const GroupArgs& a) {
     } else {
       data = "base64:" + e.value("data_base64", "");
     }
+    // One line per event: its data may hold no line break or tab of its own (--json gives it
+    // exactly).
     std::printf("%llu\t%s\n", static_cast<unsigned long long>(e.value("offset", uint64_t{0})),
-                data.c_str());
+                TerminalSafe(data).c_str());
   }
   return kExitOk;
 }
@@ -176,7 +180,7 @@ int Remove(const GroupArgs& a) {
   if (a.json_output) {
     std::printf("%s\n", json({{"ok", true}, {"group", a.group}}).dump().c_str());
   } else {
-    std::printf("deleted group %s\n", a.group.c_str());
+    std::printf("deleted group %s\n", TerminalSafe(a.group).c_str());
   }
   return kExitOk;
 }

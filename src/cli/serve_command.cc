@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cli/numbers.h"
+#include "cli/terminal_text.h"
 #include "runnel/registry.h"
 #include "server/http_server.h"
 #include "store/log/log_store.h"
@@ -123,8 +124,11 @@ int RunServe(const ServeFlags& flags) {
   // fallback to memory: serving an empty store would look like data loss.
   auto registry = StreamRegistry::Open(registry_options);
   if (!registry.ok()) {
-    std::fprintf(stderr, "runnel serve: cannot open the %s store: %s\n",
-                 registry_options.store.c_str(), registry.status().ToString().c_str());
+    // The log store names its files relative to its directory: this line says which one.
+    const std::string where = registry_options.store == "log" ? " in " + flags.data : "";
+    std::fprintf(stderr, "runnel serve: cannot open the %s store%s: %s\n",
+                 registry_options.store.c_str(), TerminalSafe(where).c_str(),
+                 TerminalSafe(registry.status().ToString()).c_str());
     if (registry.status().code() == StatusCode::kCorruption && !flags.salvage) {
       std::fprintf(stderr,
                    "runnel serve: `runnel check %s` shows the damage; --salvage opens the "
@@ -136,7 +140,7 @@ int RunServe(const ServeFlags& flags) {
   // What recovery repaired or skipped (a torn tail, salvaged damage) is said, never silent.
   if (auto* log_store = dynamic_cast<log::LogStore*>(&registry->store())) {
     for (const std::string& note : log_store->RecoveryNotes()) {
-      std::fprintf(stderr, "runnel serve: recovery: %s\n", note.c_str());
+      std::fprintf(stderr, "runnel serve: recovery: %s\n", TerminalSafe(note).c_str());
     }
   }
 
@@ -148,7 +152,8 @@ int RunServe(const ServeFlags& flags) {
   auto access = server::AccessGate::Open(access_options);
   if (!access.ok()) {
     std::fprintf(stderr, "runnel serve: cannot load the token file %s: %s\n",
-                 access_options.tokens_path.c_str(), access.status().ToString().c_str());
+                 TerminalSafe(access_options.tokens_path).c_str(),
+                 TerminalSafe(access.status().ToString()).c_str());
     return 1;
   }
   const bool open = !(*access)->RequiresTokens();
@@ -209,14 +214,14 @@ int RunServe(const ServeFlags& flags) {
   auto subscriptions = server::SubscriptionService::Create(*registry, subscription_options);
   if (!subscriptions.ok()) {
     std::fprintf(stderr, "runnel serve: cannot set up webhook signing: %s\n",
-                 subscriptions.status().ToString().c_str());
+                 TerminalSafe(subscriptions.status().ToString()).c_str());
     return 1;
   }
   options.subscriptions = std::move(*subscriptions);
   std::string durability = registry->store().Durability();
   auto server = server::HttpServer::Start(std::move(*registry), options);
   if (!server.ok()) {
-    std::fprintf(stderr, "runnel serve: %s\n", server.status().ToString().c_str());
+    std::fprintf(stderr, "runnel serve: %s\n", TerminalSafe(server.status().ToString()).c_str());
     return 1;
   }
   const bool v6 = options.host.find(':') != std::string::npos;

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "cli/terminal_text.h"
 #include "core/token_store.h"
 
 namespace runnel::cli {
@@ -47,14 +48,14 @@ std::optional<uint64_t> ParseDuration(const std::string& text) {
 
 std::unique_ptr<TokenStore> OpenTokens(const std::string& data_dir, int* exit_code) {
   if (::mkdir(data_dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    std::fprintf(stderr, "runnel token: cannot create %s: %s\n", data_dir.c_str(),
+    std::fprintf(stderr, "runnel token: cannot create %s: %s\n", TerminalSafe(data_dir).c_str(),
                  std::strerror(errno));
     *exit_code = 1;
     return nullptr;
   }
   auto store = TokenStore::Open(data_dir + "/tokens");
   if (!store.ok()) {
-    std::fprintf(stderr, "runnel token: %s\n", store.status().ToString().c_str());
+    std::fprintf(stderr, "runnel token: %s\n", TerminalSafe(store.status().ToString()).c_str());
     *exit_code = 1;
     return nullptr;
   }
@@ -108,14 +109,15 @@ void AddTokenCommand(CLI::App& app, int* exit_code) {
     if (!store) return;
     auto text = store->Create(grant);
     if (!text.ok()) {
-      std::fprintf(stderr, "runnel token create: %s\n", text.status().ToString().c_str());
+      std::fprintf(stderr, "runnel token create: %s\n",
+                   TerminalSafe(text.status().ToString()).c_str());
       // A tenant id the store refuses is a usage error, like the other argument checks.
       *exit_code = text.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
       return;
     }
     std::printf("%s\n", text->c_str());
     std::fprintf(stderr, "This token is shown once; only its hash is stored in %s/tokens.\n",
-                 opts->data_dir.c_str());
+                 TerminalSafe(opts->data_dir).c_str());
   });
 
   auto* ls = token->add_subcommand("ls", "List tokens (ids and grants, never secrets)");
@@ -124,12 +126,14 @@ void AddTokenCommand(CLI::App& app, int* exit_code) {
     if (!store) return;
     std::printf("%-12s  %-20s  %-5s  %-15s  %s\n", "ID", "PRINCIPAL", "CROSS", "EXPIRES_AT_MS",
                 "NOTE");
+    // Ids, tenants and notes were chosen by whoever created the tokens (the file may be edited
+    // by hand): escaped, so that none can break the table or drive the terminal.
     for (const TokenInfo& t : store->List()) {
-      std::printf("%-12s  %-20s  %-5s  %-15s  %s\n", t.id.c_str(),
-                  t.grant.tenant ? ("tenant:" + *t.grant.tenant).c_str() : "platform",
+      std::printf("%-12s  %-20s  %-5s  %-15s  %s\n", TerminalSafe(t.id).c_str(),
+                  t.grant.tenant ? ("tenant:" + TerminalSafe(*t.grant.tenant)).c_str() : "platform",
                   t.grant.cross_tenant ? "yes" : "no",
                   t.grant.expires_at_ms ? std::to_string(*t.grant.expires_at_ms).c_str() : "never",
-                  t.grant.note.c_str());
+                  TerminalSafe(t.grant.note).c_str());
     }
   });
 
@@ -140,7 +144,7 @@ void AddTokenCommand(CLI::App& app, int* exit_code) {
     if (!store) return;
     Status s = store->Revoke(opts->id);
     if (!s.ok()) {
-      std::fprintf(stderr, "runnel token revoke: %s\n", s.ToString().c_str());
+      std::fprintf(stderr, "runnel token revoke: %s\n", TerminalSafe(s.ToString()).c_str());
       *exit_code = s.code() == StatusCode::kNotFound ? 3 : 1;
     }
   });

@@ -2,7 +2,8 @@
 //
 // Every byte the embedded log reads or writes goes through an Env, so tests can swap the real
 // file system (PosixEnv) for an in-memory one (MemEnv) that can simulate a crash, or wrap either
-// in a FaultInjectionEnv that fails chosen writes and syncs or reports a full disk.
+// in a FaultInjectionEnv that fails chosen opens, writes and syncs or reports a full disk. A
+// RelativeErrorsEnv wraps an Env so that its errors name files relative to a data directory.
 //
 // Durability vocabulary, used by every implementation:
 // - File::WriteAt() puts bytes in the file's volatile state (the page cache). They are visible

@@ -54,6 +54,11 @@ class FaultFile final : public File {
 
 FaultInjectionEnv::FaultInjectionEnv(Env* base) : base_(base) {}
 
+void FaultInjectionEnv::FailOpen(uint64_t n) {
+  std::lock_guard lock(mu_);
+  fail_open_in_ = n;
+}
+
 void FaultInjectionEnv::FailWrite(uint64_t n) {
   std::lock_guard lock(mu_);
   fail_write_in_ = n;
@@ -97,6 +102,7 @@ void FaultInjectionEnv::ClearFaults() {
     std::lock_guard lock(mu_);
     sync_action_in_ = 0;
     sync_action_ = nullptr;
+    fail_open_in_ = 0;
     fail_write_in_ = 0;
     fail_sync_in_ = 0;
     no_space_ = false;
@@ -109,6 +115,11 @@ Result<std::unique_ptr<File>> FaultInjectionEnv::OpenFile(const std::string& pat
   {
     std::lock_guard lock(mu_);
     ++opens_[path];
+    const bool faultable = EndsWith(path, suffix_) && (exempt_.empty() || !EndsWith(path, exempt_));
+    if (faultable && fail_open_in_ > 0 && --fail_open_in_ == 0) {
+      injected_.fetch_add(1);
+      return Status::IOError("open '" + path + "': Too many open files (injected)");
+    }
   }
   RUNNEL_ASSIGN_OR_RETURN(auto file, base_->OpenFile(path, create));
   return std::unique_ptr<File>(std::make_unique<FaultFile>(this, path, std::move(file)));

@@ -1,7 +1,9 @@
 // FaultInjectionEnv: wraps another Env and makes chosen file operations fail, the way a full
 // disk or a failing device would.
 //
-// Faults apply to File::WriteAt and File::Sync of files opened through this env:
+// Faults apply to OpenFile, and to File::WriteAt and File::Sync of files opened through this env:
+// - FailOpen(n): the n-th OpenFile from now fails with kIOError "Too many open files" (EMFILE),
+//   like a process out of file descriptors, and opens nothing.
 // - FailWrite(n): the n-th WriteAt from now (1 = the next one) fails with kIOError (EIO) and
 //   writes nothing.
 // - FailSync(n): the n-th Sync from now fails with kIOError (EIO); the data stays unsynced.
@@ -41,6 +43,7 @@ class FaultInjectionEnv final : public Env {
   // `base` is not owned and must outlive this env and every file opened through it.
   explicit FaultInjectionEnv(Env* base);
 
+  void FailOpen(uint64_t n);
   void FailWrite(uint64_t n);
   void FailSync(uint64_t n);
   void SetNoSpace(bool on);
@@ -49,7 +52,7 @@ class FaultInjectionEnv final : public Env {
   void HoldSyncs(std::string suffix);
   void ReleaseSyncs();
   int HeldSyncs();
-  // Restricts FailWrite, FailSync and SetNoSpace to files whose path ends with `suffix`
+  // Restricts FailOpen, FailWrite, FailSync and SetNoSpace to files whose path ends with `suffix`
   // (empty: every file). ClearFaults keeps it.
   void SetFaultPathSuffix(std::string suffix);
   // Files whose path ends with `suffix` are never faulted (empty: none exempt). ClearFaults
@@ -88,7 +91,8 @@ class FaultInjectionEnv final : public Env {
  private:
   Env* base_;
   std::mutex mu_;
-  uint64_t fail_write_in_ = 0;         // GUARDED_BY(mu_); 0 = no fault armed
+  uint64_t fail_open_in_ = 0;          // GUARDED_BY(mu_); 0 = no fault armed
+  uint64_t fail_write_in_ = 0;         // GUARDED_BY(mu_)
   uint64_t fail_sync_in_ = 0;          // GUARDED_BY(mu_)
   bool no_space_ = false;              // GUARDED_BY(mu_)
   std::string suffix_;                 // GUARDED_BY(mu_)

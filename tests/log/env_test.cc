@@ -8,6 +8,7 @@
 #include "env/fault_env.h"
 #include "env/mem_env.h"
 #include "env/overlay_env.h"
+#include "env/relative_errors_env.h"
 #include "log/log_harness.h"
 
 namespace runnel::env {
@@ -223,6 +224,113 @@ TEST(FaultInjectionEnvTest, FaultsCanBeLimitedToSomeFiles) {
   env.FailWrite(1);
   EXPECT_TRUE((*other)->WriteAt(0, std::string_view("x")).ok());
   EXPECT_FALSE((*seg)->WriteAt(0, std::string_view("x")).ok());
+}
+
+TEST(FaultInjectionEnvTest, FailsTheNthOpenOfTheChosenFiles) {
+  MemEnv mem;
+  FaultInjectionEnv env(&mem);
+  ASSERT_TRUE(env.CreateDir("/d").ok());
+  env.SetFaultPathSuffix(".log");
+  env.FailOpen(2);
+  EXPECT_TRUE(env.OpenFile("/d/1.log", true).ok());
+  EXPECT_TRUE(env.OpenFile("/d/1.log.prep", true).ok()) << "not a chosen file";
+  auto failed = env.OpenFile("/d/2.log", true);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), StatusCode::kIOError);
+  EXPECT_EQ(failed.status().message(), "open '/d/2.log': Too many open files (injected)");
+  EXPECT_FALSE(mem.FileExists("/d/2.log")) << "a failed open creates nothing";
+  EXPECT_TRUE(env.OpenFile("/d/2.log", true).ok()) << "one-shot fault";
+  EXPECT_EQ(env.injected_faults(), 1u);
+}
+
+TEST(RelativizePathsTest, PathsUnderTheRootBecomeRelativeToIt) {
+  const std::string root = "/var/lib/runnel/data";
+  EXPECT_EQ(RelativizePaths("open '/var/lib/runnel/data/00000000000000000002.log': Too many open "
+                            "files",
+                            root),
+            "open '00000000000000000002.log': Too many open files");
+  EXPECT_EQ(RelativizePaths("open directory '/var/lib/runnel/data': Too many open files", root),
+            "open directory '.': Too many open files");
+  EXPECT_EQ(RelativizePaths("data directory '/var/lib/runnel/data/' is in use", root),
+            "data directory '.' is in use");
+  EXPECT_EQ(RelativizePaths("/var/lib/runnel/data/a/b.tmp to /var/lib/runnel/data/a/b", root),
+            "a/b.tmp to a/b");
+  EXPECT_EQ(RelativizePaths("open '/var/lib/runnel/data/x': gone", root + "//"), "open 'x': gone");
+  EXPECT_EQ(RelativizePaths("open './data/1.log': gone", "./data"), "open '1.log': gone");
+  EXPECT_EQ(RelativizePaths("open '/1.log': gone", "/"), "open '1.log': gone");
+}
+
+TEST(RelativizePathsTest, TextThatIsNotAPathUnderTheRootIsKept) {
+  const std::string root = "/srv/data";
+  for (const std::string text : {"open '/srv/database/x': gone", "open '/srv/data-old/x': gone",
+                                 "copy/srv/data/x", "open '/srv/dat': gone", "open 'x': gone"}) {
+    EXPECT_EQ(RelativizePaths(text, root), text);
+  }
+  EXPECT_EQ(RelativizePaths("open '/srv/data/x'", ""), "open '/srv/data/x'");
+}
+
+TEST(RelativizePathsTest, AStatusKeepsItsCode) {
+  EXPECT_TRUE(RelativizePaths(Status::OK(), "/d").ok());
+  const Status io = RelativizePaths(Status::IOError("write '/d/1.log': No space left"), "/d");
+  EXPECT_EQ(io.code(), StatusCode::kIOError);
+  EXPECT_EQ(io.message(), "write '1.log': No space left");
+  const Status conflict = RelativizePaths(Status::Conflict("at '/d/x'", 3, 4), "/d");
+  EXPECT_EQ(conflict.message(), "at 'x'");
+  EXPECT_EQ(conflict.conflict_expected(), 3u);
+  EXPECT_EQ(conflict.conflict_actual(), 4u);
+}
+
+TEST(RelativeErrorsEnvTest, PosixErrorsNameFilesRelativeToTheRoot) {
+  TempDir dir;
+  RelativeErrorsEnv env(Env::Posix(), dir.path());
+  auto missing = env.OpenFile(JoinPath(dir.path(), "00000000000000000002.log"), false);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(missing.status().message(),
+            "open '00000000000000000002.log': No such file or directory");
+  EXPECT_EQ(env.SyncDir(JoinPath(dir.path(), "gone")).message(),
+            "open directory 'gone': No such file or directory");
+  auto lock = env.LockFile(JoinPath(dir.path(), "LOCK"));
+  ASSERT_TRUE(lock.ok()) << lock.status().ToString();
+  auto again = env.LockFile(JoinPath(dir.path(), "LOCK"));
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(again.status().message().find(dir.path()), std::string_view::npos)
+      << again.status().message();
+  EXPECT_NE(again.status().message().find("'LOCK'"), std::string_view::npos)
+      << again.status().message();
+  // What succeeds is the base env's doing, paths as given.
+  auto f = env.OpenFile(JoinPath(dir.path(), "a"), true);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_TRUE((*f)->WriteAt(0, std::string_view("abc")).ok());
+  EXPECT_EQ(ReadAll(**f), "abc");
+  EXPECT_TRUE(Env::Posix()->FileExists(JoinPath(dir.path(), "a")));
+  auto names = env.ListDir(dir.path());
+  ASSERT_TRUE(names.ok());
+  std::sort(names->begin(), names->end());
+  EXPECT_EQ(*names, (std::vector<std::string>{"LOCK", "a"}));
+}
+
+TEST(RelativeErrorsEnvTest, ErrorsOfItsFilesAreRelativeToo) {
+  MemEnv mem;
+  FaultInjectionEnv faults(&mem);
+  RelativeErrorsEnv env(&faults, "/srv/data");
+  ASSERT_TRUE(env.CreateDir("/srv/data").ok());
+  auto f = env.OpenFile("/srv/data/00000000000000000001.log", true);
+  ASSERT_TRUE(f.ok());
+  faults.FailWrite(1);
+  EXPECT_EQ((*f)->WriteAt(0, std::string_view("x")).message(),
+            "write '00000000000000000001.log': Input/output error (injected)");
+  faults.FailSync(1);
+  EXPECT_EQ((*f)->Sync().message(),
+            "fdatasync '00000000000000000001.log': Input/output error (injected)");
+  faults.SetNoSpace(true);
+  EXPECT_EQ((*f)->WriteAt(0, std::string_view("xyz")).message(),
+            "write '00000000000000000001.log': No space left on device (injected)");
+  faults.ClearFaults();
+  faults.FailOpen(1);
+  EXPECT_EQ(env.OpenFile("/srv/data/00000000000000000002.log", true).status().message(),
+            "open '00000000000000000002.log': Too many open files (injected)");
 }
 
 }  // namespace

@@ -251,6 +251,7 @@ TEST_F(LogDamageTest, CorruptionBeforeTheTailIsReportedByNameAndRefused) {
   EXPECT_NE(msg.find("at byte " + std::to_string(pos)), std::string::npos) << msg;
   EXPECT_NE(msg.find("stream #1"), std::string::npos) << msg;
   EXPECT_NE(msg.find("salvage"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find(dir_.path()), std::string::npos) << "files are named relative to it: " << msg;
 
   LogStoreOptions o = SmallLogOptions(dir_.path());
   o.salvage = true;
@@ -267,6 +268,9 @@ TEST_F(LogDamageTest, CorruptionBeforeTheTailIsReportedByNameAndRefused) {
   EXPECT_NE(notes[0].find("salvage skipped bytes " + std::to_string(pos)), std::string::npos)
       << notes[0];
   EXPECT_NE(notes[1].find("stream 's' (#1) lost records 4 to 4"), std::string::npos) << notes[1];
+  for (const std::string& note : notes) {
+    EXPECT_EQ(note.find(dir_.path()), std::string::npos) << note;
+  }
   auto offsets_from = [&](Store& store, uint64_t from) {
     std::vector<uint64_t> offsets;
     auto kept = store.Read(info->id, from, 100, 1 << 20);

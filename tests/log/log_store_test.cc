@@ -8,6 +8,7 @@
 #include <functional>
 #include <future>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -988,6 +989,90 @@ TEST(LogSegmentPreparationTest, FastRollsLeaveNoStalePreparedSegments) {
   EXPECT_LE(most, 2u) << "prepared segments pile up";
   opened->reset();
   EXPECT_EQ(count_prep(), 0u) << "a prepared segment outlived the store";
+}
+
+// Errors the store returns may reach remote clients (the HTTP server puts them in error bodies):
+// they name the files of the data directory relative to it, never by the directory's path.
+class LogStoreErrorPathTest : public ::testing::Test {
+ protected:
+  // The store in dir_ through faults_ (over the real file system). Segments are made on demand
+  // (not prepared ahead), so a roll opens the new segment itself.
+  Result<std::unique_ptr<Store>> Open() {
+    LogStoreOptions o = SmallLogOptions(dir_.path());
+    o.env = &faults_;
+    o.prezero_segments = false;
+    return OpenLogStore(o);
+  }
+  // `s` failed with `code`, its message holds `expected` and not the directory's path.
+  void ExpectRelative(const Status& s, StatusCode code, const std::string& expected) {
+    EXPECT_EQ(s.code(), code) << s.ToString();
+    EXPECT_NE(s.message().find(expected), std::string_view::npos) << s.ToString();
+    EXPECT_EQ(s.message().find(dir_.path()), std::string_view::npos) << s.ToString();
+  }
+  TempDir dir_;
+  env::FaultInjectionEnv faults_{env::Env::Posix()};
+};
+
+TEST_F(LogStoreErrorPathTest, ASegmentThatCannotBeOpenedIsNamedRelativeToTheDirectory) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto info = (*store)->CreateStream(Spec("s"));
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  faults_.SetFaultPathSuffix(".log");
+  faults_.FailOpen(1);  // the next segment: the process is out of file descriptors (EMFILE)
+  Status failed;
+  for (int i = 0; i < 200 && failed.ok(); ++i) {
+    auto r = AppendPayloads(**store, info->id, {std::string(1024, 'x')});
+    if (!r.ok()) failed = r.status();
+  }
+  ASSERT_FALSE(failed.ok()) << "200 KiB of appends roll a 64 KiB segment";
+  ExpectRelative(failed, StatusCode::kIOError,
+                 "open '00000000000000000002.log': Too many open files");
+  faults_.ClearFaults();
+}
+
+TEST_F(LogStoreErrorPathTest, AFullDiskIsReportedWithTheSegmentNamedRelativeToTheDirectory) {
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto info = (*store)->CreateStream(Spec("s"));
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  faults_.SetNoSpace(true);
+  auto r = AppendPayloads(**store, info->id, {"no room"});
+  ASSERT_FALSE(r.ok());
+  ExpectRelative(r.status(), StatusCode::kIOError,
+                 "write '00000000000000000001.log': No space left on device");
+  faults_.ClearFaults();
+}
+
+TEST_F(LogStoreErrorPathTest, ACorruptRecordIsReportedWithTheSegmentNamedRelativeToTheDirectory) {
+  StreamId id;
+  {
+    auto store = Open();
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto info = (*store)->CreateStream(Spec("s"));
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    id = info->id;
+    ASSERT_TRUE(AppendPayloads(**store, id, {"the-damaged-record", "the-next-one"}).ok());
+  }  // a clean close: the checkpoint covers every frame, so the open does not read them again
+  const std::string seg = env::JoinPath(dir_.path(), "00000000000000000001.log");
+  std::string data;
+  {
+    std::ifstream in(seg, std::ios::binary);
+    data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const size_t at = data.find("the-damaged-record");
+  ASSERT_NE(at, std::string::npos);
+  data[at] = 'T';
+  {
+    std::ofstream out(seg, std::ios::binary | std::ios::trunc);
+    out << data;
+  }
+  auto store = Open();
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto read = (*store)->Read(id, 1, 10, 1 << 20);
+  ASSERT_FALSE(read.ok());
+  ExpectRelative(read.status(), StatusCode::kCorruption,
+                 "segment 00000000000000000001.log at byte ");
 }
 
 }  // namespace

@@ -108,6 +108,49 @@ expect_eq "$("$R" ls zz 2>&1 >/dev/null)" "runnel: no streams with the prefix 'z
 expect_eq "$("$R" describe notes | grep -E '^(event_count|retained_bytes):' | tr -s ' ')" \
   $'event_count: 5\nretained_bytes: 18' "describe counts"
 
+# Names chosen by a hostile client: a stream (created over HTTP, percent-encoded) whose name holds
+# ESC sequences (set the title, clear the screen), BEL, CR LF (a fake line), TAB (a fake column), a
+# C1 CSI in UTF-8 and DEL, and a consumer group with a C1 CSI. Human-readable output prints them
+# escaped, one line per row, printable UTF-8 kept; --json keeps the exact name.
+evil=$'evil\x1b]0;pwned\x07\x1b[2J\r\nfake\trow\xc2\x9b1m\x7f-caf\xc3\xa9'
+evil_url='evil%1B%5D0%3Bpwned%07%1B%5B2J%0D%0Afake%09row%C2%9B1m%7F-caf%C3%A9'
+evil_shown='evil\x1b]0;pwned\x07\x1b[2J\x0d\x0afake\x09row\u009b1m\x7f-café'
+# The bytes of $1 a terminal would act on, other than the TAB and LF that the output itself uses
+# between cells and rows (empty when there are none), as od shows them.
+raw_controls() {
+  printf '%s' "$1" | LC_ALL=C tr -d '\t\n\040-\176\200-\377' | od -An -c | tr -d ' \n'
+  printf '%s' "$1" | LC_ALL=C grep -o $'\xc2[\x80-\x9f]' | od -An -c | tr -d ' \n' || true
+}
+[[ "$(curl -s -o /dev/null -w '%{http_code}' -X PUT -H 'Content-Type: text/plain' \
+  "$RUNNEL_URL/v1/stream/$evil_url")" == 201 ]] || fail "create the hostile stream"
+ls_out="$("$R" ls evil)"
+expect_eq "$(raw_controls "$ls_out")" "" "ls prints no raw control bytes"
+expect_eq "$(printf '%s\n' "$ls_out" | wc -l | tr -d ' ')" "1" "ls prints one line for the stream"
+expect_eq "$(cut -f1 <<<"$ls_out")" "$evil_shown" "ls shows the name escaped"
+expect_eq "$(cut -f2- <<<"$ls_out")" $'text/plain\t0000000000000000_0000000000000000' \
+  "ls keeps its columns"
+# --json stays JSON and carries the exact bytes of the name.
+"$R" ls evil --json | node -e '
+  const list = JSON.parse(require("fs").readFileSync(0, "utf8"));
+  process.stdout.write(list[0].name);' >"$workdir/evil.json-name"
+cmp -s "$workdir/evil.json-name" <(printf '%s' "$evil") || fail "ls --json keeps the exact name"
+describe_out="$("$R" describe "$evil")"
+expect_eq "$(raw_controls "$describe_out")" "" "describe prints no raw control bytes"
+expect_has "$describe_out" "name:           $evil_shown" "describe shows the name escaped"
+# Group names may not hold C0 controls or DEL (the server refuses them), but may hold C1 ones.
+evil_group=$'grp\xc2\x9b2J-caf\xc3\xa9'
+"$R" append "$evil" x >/dev/null
+expect_eq "$("$R" group ack "$evil" "$evil_group" 1)" 'grp\u009b2J-café	last_acked=1' \
+  "group ack shows the group escaped"
+group_out="$("$R" group ls "$evil")"
+expect_eq "$(raw_controls "$group_out")" "" "group ls prints no raw control bytes"
+expect_eq "$group_out" 'grp\u009b2J-café	last_acked=1	lag=0' "group ls shows the group escaped"
+err_out="$("$R" create "$evil" -t application/json 2>&1 >/dev/null || true)"
+expect_has "$err_out" "HTTP 409: stream '$evil_shown' already exists" \
+  "an error message quotes the name escaped"
+expect_eq "$(raw_controls "$err_out")" "" "an error message prints no raw control bytes"
+expect_eq "$("$R" rm "$evil")" "deleted $evil_shown" "rm shows the name escaped"
+
 # tail follows live data and ends when the stream closes.
 "$R" tail notes >"$workdir/tail.out" &
 tail_pid=$!

@@ -4,8 +4,8 @@
 # in the segment file (damage to written data with intact frames after it, not a torn tail),
 # then:
 #   - `runnel check` reports corruption (exit 1), not a torn tail;
-#   - `runnel serve` refuses to open (exit 1), naming the byte and pointing at --salvage, and
-#     leaves the file as it was (nothing acknowledged is truncated away);
+#   - `runnel serve` refuses to open (exit 1), naming the data directory, the byte and
+#     --salvage, and leaves the file as it was (nothing acknowledged is truncated away);
 #   - `runnel serve --salvage` opens, prints what it skipped, and serves the records written
 #     after the damage.
 # Usage: log_damage_e2e.sh RUNNEL_BINARY
@@ -51,6 +51,8 @@ serve_rc=$?
 set -e
 expect_eq "$serve_rc" "1" "serve exit code on damaged data"
 expect_has "$(cat "$workdir/refused.log")" "at byte $((at - 4))" "serve names the damage"
+expect_has "$(cat "$workdir/refused.log")" "cannot open the log store in $workdir/data: corruption" \
+  "serve names the data directory"
 expect_has "$(cat "$workdir/refused.log")" "--salvage" "serve points at --salvage"
 cmp -s "$seg" "$workdir/damaged.log" || fail "a refused open changed the segment"
 
@@ -109,6 +111,9 @@ expect_eq "$(curl -s "$RUNNEL_URL/v1/stream/c?offset=$resume")" "payload-3" "rea
 sse="$(curl -s -N --max-time 3 "$RUNNEL_URL/v1/stream/c?offset=$next&live=sse" || true)"
 expect_has "$sse" "event: error" "SSE sends the damage as an error event"
 expect_has "$sse" '"code":"corruption"' "the SSE error event carries the error"
+# The client learns which file, relative to the data directory, and not where that lives.
+expect_has "$read_body" "segment 00000000000000000001.log at byte" "the damaged segment is named"
+expect_lacks "$read_body" "$workdir" "the error body does not hold the data directory"
 expect_eq "$(curl -s -o /dev/null -w '%{http_code}' -I "$RUNNEL_URL/v1/stream/c")" "200" "the stream still exists"
 stop_server
 

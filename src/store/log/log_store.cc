@@ -165,7 +165,8 @@ struct LogStore::Op {
 
 LogStore::LogStore(const LogStoreOptions& options)
     : options_(options),
-      env_(options.env ? options.env : env::Env::Posix()),
+      relative_env_(options.env ? options.env : env::Env::Posix(), options.dir),
+      env_(&relative_env_),
       // Saturates instead of wrapping (to 0: always behind) for a huge interval.
       checkpoint_backlog_bytes_(options.checkpoint_interval_bytes >
                                         UINT64_MAX / kMaxCheckpointBacklog
@@ -415,9 +416,8 @@ Status LogStore::Recover() {
   uint64_t replay_pos = kSegmentHeaderSize;
   bool have_checkpoint = false;
   for (uint64_t seq : ckpts) {
-    const std::string path = env::JoinPath(options_.dir, CheckpointName(seq));
     bool segment_short = false;
-    Status s = LoadCheckpoint(path, &replay_seg, &replay_pos, &segment_short);
+    Status s = LoadCheckpoint(seq, &replay_seg, &replay_pos, &segment_short);
     if (s.ok()) {
       have_checkpoint = true;
       checkpoint_seq_ = seq;
@@ -441,8 +441,8 @@ Status LogStore::Recover() {
   if (!ckpts.empty() && !have_checkpoint) {
     // Without a checkpoint the whole history must still be there (segment 1 on).
     if (segs.empty() || segs.front() != 1) {
-      return Status::Corruption("no valid checkpoint in " + options_.dir +
-                                " and older segments are gone (" + recovery_notes_.back() + ")");
+      return Status::Corruption("no valid checkpoint, and older segments are gone (" +
+                                recovery_notes_.back() + ")");
     }
     recovery_notes_.push_back("no valid checkpoint: replaying the whole log");
     replay_seg = 1;
@@ -516,15 +516,16 @@ Status LogStore::Recover() {
   return Status::OK();
 }
 
-Status LogStore::LoadCheckpoint(const std::string& path, uint64_t* replay_segment,
-                                uint64_t* replay_pos, bool* segment_short) {
-  RUNNEL_ASSIGN_OR_RETURN(auto file, env_->OpenFile(path, false));
+Status LogStore::LoadCheckpoint(uint64_t file_seq, uint64_t* replay_segment, uint64_t* replay_pos,
+                                bool* segment_short) {
+  const std::string name = CheckpointName(file_seq);
+  RUNNEL_ASSIGN_OR_RETURN(auto file, env_->OpenFile(env::JoinPath(options_.dir, name), false));
   RUNNEL_ASSIGN_OR_RETURN(uint64_t size, file->Size());
   const auto bytes = NewReadBuffer(static_cast<size_t>(size));
   RUNNEL_ASSIGN_OR_RETURN(size_t got, file->ReadAt(0, size, bytes.get()));
   const std::string_view buf(bytes.get(), got);
   auto bad = [&](std::string_view why) {
-    return Status::Corruption("checkpoint '" + path + "': " + std::string(why));
+    return Status::Corruption("checkpoint '" + name + "': " + std::string(why));
   };
   if (got != size || size < kCheckpointHeaderSize) return bad("shorter than its header");
   if (std::string_view(buf).substr(0, 8) != kCheckpointMagic) return bad("wrong magic");
@@ -720,8 +721,9 @@ class SegmentWindow {
 }  // namespace
 
 Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
-  const std::string path = SegmentPath(number);
-  RUNNEL_ASSIGN_OR_RETURN(auto file, env_->OpenFile(path, false));
+  // Messages and notes name the file relative to the data directory.
+  const std::string name = SegmentName(number);
+  RUNNEL_ASSIGN_OR_RETURN(auto file, env_->OpenFile(SegmentPath(number), false));
   RUNNEL_ASSIGN_OR_RETURN(uint64_t size, file->Size());
   // The header (and the first frame header after it), then frames from `from` on: the frames
   // before `from` were replayed before the checkpoint was taken, so restart reads at most one
@@ -740,15 +742,15 @@ Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
     return true;
   };
   if (last && (head.size() < kSegmentHeaderSize ||
-               (!CheckSegmentHeader(head, number, path).ok() && untouched()))) {
+               (!CheckSegmentHeader(head, number, name).ok() && untouched()))) {
     // A crash while creating the segment: its header never became durable, and no frame can
     // have been written after it (frames follow only once the header is synced).
-    recovery_notes_.push_back(path + ": incomplete header, segment reinitialised");
+    recovery_notes_.push_back(name + ": incomplete header, segment reinitialised");
     std::string header = EncodeSegmentHeader(number);
     RUNNEL_RETURN_IF_ERROR(seg.file->WriteAt(0, header));
     return ScrubTail(seg, kSegmentHeaderSize);
   }
-  RUNNEL_RETURN_IF_ERROR(CheckSegmentHeader(head, number, path));
+  RUNNEL_RETURN_IF_ERROR(CheckSegmentHeader(head, number, name));
   SegmentWindow window(*seg.file, size);
   uint64_t pos = std::max<uint64_t>(from, kSegmentHeaderSize);
   while (pos <= size) {
@@ -766,7 +768,7 @@ Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
         RUNNEL_ASSIGN_OR_RETURN(std::string_view sector, window.View(pos, kTornSectorSize));
         if (!last || !ZeroToSectorEnd(sector, pos)) {
           Status corrupt = Status::Corruption(
-              "segment " + path + " at byte " + std::to_string(pos) +
+              "segment " + name + " at byte " + std::to_string(pos) +
               ": zero frame header followed by written bytes; open with salvage to skip them");
           if (!options_.salvage) return corrupt;
           SalvageNote("salvage dropped the rest of the segment: " + corrupt.ToString());
@@ -774,7 +776,7 @@ Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
           if (last) return ScrubTail(seg, pos);
           return Status::OK();
         }
-        recovery_notes_.push_back(path + ": bytes after the end of the log at byte " +
+        recovery_notes_.push_back(name + ": bytes after the end of the log at byte " +
                                   std::to_string(pos) + " (a write that landed in part), zeroed");
         seg.end = pos;
         return ScrubTail(seg, pos);
@@ -785,7 +787,7 @@ Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
       Status s = ApplyFrame(f.type, f.body, static_cast<uint32_t>(number),
                             static_cast<uint32_t>(pos), static_cast<uint32_t>(f.size), true);
       if (!s.ok()) {
-        s = Status::Corruption(path + " at byte " + std::to_string(pos) + ": " +
+        s = Status::Corruption(name + " at byte " + std::to_string(pos) + ": " +
                                std::string(s.message()));
         if (!options_.salvage) return s;
         SalvageNote("salvage skipped a frame: " + s.ToString());
@@ -805,13 +807,13 @@ Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
         std::optional<uint64_t> next,
         ValidFrameAfter([&](uint64_t a, uint64_t n) { return window.View(a, n); }, pos, size));
     if (last && !next) {
-      recovery_notes_.push_back(path + ": torn tail at byte " + std::to_string(pos) + " (" +
+      recovery_notes_.push_back(name + ": torn tail at byte " + std::to_string(pos) + " (" +
                                 std::string(FrameCheckName(c)) + "), truncated");
       seg.end = pos;
       return ScrubTail(seg, pos);
     }
     Status corrupt =
-        Status::Corruption("segment " + path + " at byte " + std::to_string(pos) + ": " +
+        Status::Corruption("segment " + name + " at byte " + std::to_string(pos) + ": " +
                            std::string(FrameCheckName(c)) + who + "; open with salvage to skip it");
     if (!options_.salvage) return corrupt;
     if (next) {
@@ -2139,7 +2141,7 @@ Status LogStore::Clean() {
     buf.resize(item.len);
     RUNNEL_ASSIGN_OR_RETURN(size_t got, item.file->ReadAt(item.pos, item.len, buf.data()));
     if (got != item.len) {
-      return Status::Corruption("segment " + SegmentPath(item.segment) + " at byte " +
+      return Status::Corruption("segment " + SegmentName(item.segment) + " at byte " +
                                 std::to_string(item.pos) + ", stream #" +
                                 std::to_string(item.stream) + ": live batch is cut short");
     }
@@ -2148,7 +2150,7 @@ Status LogStore::Clean() {
       FrameView f;
       if (ParseFrame(std::string_view(buf.data() + at, item.len - at), &f) != FrameCheck::kOk ||
           (f.type != FrameType::kAppendBatch && f.type != FrameType::kRelocatedBatch)) {
-        return Status::Corruption("segment " + SegmentPath(item.segment) + " at byte " +
+        return Status::Corruption("segment " + SegmentName(item.segment) + " at byte " +
                                   std::to_string(item.pos + at) + ", stream #" +
                                   std::to_string(item.stream) + ": live batch is unreadable");
       }

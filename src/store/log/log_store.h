@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "env/env.h"
+#include "env/relative_errors_env.h"
 #include "runnel/log_store.h"
 #include "runnel/store.h"
 #include "store/log/log_format.h"
@@ -290,12 +291,13 @@ class LogStore final : public Store {
 
   // --- recovery ---
   Status Recover();
-  // *segment_short is set when the checkpoint verifies but names bytes past the end of a
-  // segment file: the segment lost synced data (the checkpoint is written after its frames are
-  // durable), which is damage, not a checkpoint to pass over.
   // Records a recovery note about damage salvage skipped, and that it did.
   void SalvageNote(std::string note);
-  Status LoadCheckpoint(const std::string& path, uint64_t* replay_segment, uint64_t* replay_pos,
+  // Loads the checkpoint file numbered `file_seq`. *segment_short is set when the checkpoint
+  // verifies but names bytes past the end of a segment file: the segment lost synced data (the
+  // checkpoint is written after its frames are durable), which is damage, not a checkpoint to
+  // pass over.
+  Status LoadCheckpoint(uint64_t file_seq, uint64_t* replay_segment, uint64_t* replay_pos,
                         bool* segment_short);
   Status ReplaySegment(uint64_t number, uint64_t from, bool last);
   Status ScrubTail(Segment& seg, uint64_t from);
@@ -378,6 +380,9 @@ class LogStore final : public Store {
   std::shared_ptr<const TailListener> Listener() const;
 
   const LogStoreOptions options_;
+  // options_.env (or the real file system) with its errors naming files relative to
+  // options_.dir; every file access goes through it (env_ points at it).
+  env::RelativeErrorsEnv relative_env_;
   env::Env* const env_;
   std::unique_ptr<env::FileLock> lock_;
   std::vector<std::string> recovery_notes_;  // written by Open only
