@@ -1702,9 +1702,10 @@ ReadChunk StreamService::Read(const ReadState& state) {
   auto info = registry_.store().GetStreamById(state.id);
   if (!info.ok() || !records.ok()) {
     chunk.gone = true;
-    if (info.ok() && records.status().code() != StatusCode::kNotFound) {
-      chunk.error = records.status();
-    }
+    // Only a stream the store says is gone was deleted; any other failure (a store that cannot
+    // be reached, damaged records) is answered as what it is, never as a deletion.
+    const Status& failed = !info.ok() ? info.status() : records.status();
+    if (failed.code() != StatusCode::kNotFound) chunk.error = failed;
     return chunk;
   }
   if (state.offset_now && state.mode == LiveMode::kNone) records->clear();
@@ -1818,6 +1819,7 @@ SseStep StreamService::ReadSse(const ReadState& state) {
   auto info = registry_.store().GetStreamById(state.id);
   if (!info.ok()) {
     step.gone = true;
+    if (info.status().code() != StatusCode::kNotFound) step.error = info.status();
     return step;
   }
   const uint64_t tail = TailPosition(*info);
