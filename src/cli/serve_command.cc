@@ -13,6 +13,7 @@
 #include "cli/numbers.h"
 #include "cli/terminal_text.h"
 #include "runnel/registry.h"
+#include "server/fd_budget.h"
 #include "server/http_server.h"
 #include "store/log/log_store.h"
 
@@ -111,6 +112,13 @@ int RunServe(const ServeFlags& flags) {
     return 2;
   }
   const bool tls = !flags.tls_cert.empty();
+
+  // Before anything is opened, so the store may use the whole limit too.
+  const server::FdLimit fd_limit = server::RaiseFdLimit();
+  if (!fd_limit.error.empty()) {
+    std::fprintf(stderr, "runnel serve: cannot raise the descriptor limit: %s\n",
+                 fd_limit.error.c_str());
+  }
 
   RegistryOptions registry_options;
   registry_options.data_dir = flags.data;
@@ -224,6 +232,41 @@ int RunServe(const ServeFlags& flags) {
     std::fprintf(stderr, "runnel serve: %s\n", TerminalSafe(server.status().ToString()).c_str());
     return 1;
   }
+  // Everything the server holds at start is open now (the store, the listener, the io threads'
+  // descriptors): the rest of the limit is split between the store's reserve and clients.
+  const uint64_t fds_in_use = server::CountOpenFds();
+  const server::FdBudget budget =
+      server::PlanFdBudget(fd_limit.soft, fds_in_use, flags.max_connections);
+  if (budget.fitting_connections == 0 && flags.max_connections > 0) {
+    std::fprintf(stderr,
+                 "runnel serve: the descriptor limit %llu leaves no room for connections (%llu in "
+                 "use, %llu reserved for the store, %llu for refusing connections); raise it "
+                 "(ulimit -n) to at least %llu\n",
+                 static_cast<unsigned long long>(fd_limit.soft),
+                 static_cast<unsigned long long>(fds_in_use),
+                 static_cast<unsigned long long>(budget.store_reserve),
+                 static_cast<unsigned long long>(budget.reject_slots),
+                 static_cast<unsigned long long>(server::FdLimitNeeded(fds_in_use, 1)));
+    return 1;
+  }
+  (*server)->SetMaxConnections(budget.max_connections);
+  const std::string raised = fd_limit.soft_before < fd_limit.soft
+                                 ? " (raised from " + std::to_string(fd_limit.soft_before) + ")"
+                                 : "";
+  std::printf(
+      "runnel serve: descriptor limit %llu%s: %llu in use, %llu reserved for the store, %llu for "
+      "refusing connections, up to %zu connections\n",
+      static_cast<unsigned long long>(fd_limit.soft), raised.c_str(),
+      static_cast<unsigned long long>(fds_in_use),
+      static_cast<unsigned long long>(budget.store_reserve),
+      static_cast<unsigned long long>(budget.reject_slots), budget.max_connections);
+  if (budget.lowered) {
+    std::fprintf(stderr,
+                 "runnel serve: --max-connections lowered from %zu to %zu to fit the descriptor "
+                 "limit %llu (raise it with ulimit -n, or set --max-connections to %zu or less)\n",
+                 flags.max_connections, budget.max_connections,
+                 static_cast<unsigned long long>(fd_limit.soft), budget.max_connections);
+  }
   const bool v6 = options.host.find(':') != std::string::npos;
   const std::string base = std::string(tls ? "https" : "http") + "://" + (v6 ? "[" : "") +
                            options.host + (v6 ? "]" : "") + ":" + std::to_string((*server)->port());
@@ -320,7 +363,9 @@ void AddServeCommand(CLI::App& app) {
       ->check(Unsigned())
       ->capture_default_str();
   cmd->add_option("--max-connections", flags->max_connections,
-                  "Connections above this get 503 with Retry-After")
+                  "Connections above this get 503 with Retry-After (lowered at start when the "
+                  "descriptor limit, raised to its hard limit, cannot hold them next to the "
+                  "store's reserve)")
       ->envname("RUNNEL_MAX_CONNECTIONS")
       ->check(Unsigned())
       ->capture_default_str();

@@ -24,11 +24,14 @@
 #include <thread>
 #include <vector>
 
+#include <fcntl.h>
 #include <openssl/err.h>
 #include <openssl/x509.h>
+#include <unistd.h>
 
 #include "base/thread_name.h"
 #include "base/utf8.h"
+#include "server/accept_backoff.h"
 #include "server/channel_service.h"
 #include "server/dashboard.h"
 #include "server/group_service.h"
@@ -98,6 +101,44 @@ Result<std::unique_ptr<ssl::context>> MakeTlsContext(const std::string& cert_fil
                                    "' does not match the certificate '" + cert_file + "'");
   }
   return ctx;
+}
+
+// One accepted socket's place in a count of sockets (HttpServer::Impl::serving_ or rejecting_),
+// held by the connection's coroutine and given back when that ends, with the socket.
+class SocketSlot {
+ public:
+  explicit SocketSlot(std::atomic<size_t>* count) : count_(count) { count_->fetch_add(1); }
+  SocketSlot(SocketSlot&& other) noexcept : count_(std::exchange(other.count_, nullptr)) {}
+  SocketSlot& operator=(SocketSlot&&) = delete;
+  ~SocketSlot() {
+    if (count_ != nullptr) count_->fetch_sub(1);
+  }
+
+ private:
+  std::atomic<size_t>* count_;
+};
+
+// Whether an accept failed for want of a descriptor (EMFILE, ENFILE).
+bool OutOfDescriptors(const boost::system::error_code& ec) {
+  return ec == boost::system::errc::too_many_files_open ||
+         ec == boost::system::errc::too_many_files_open_in_system;
+}
+
+// The answer to a connection beyond the cap.
+const std::string& BusyResponse() {
+  static const std::string text = [] {
+    std::string body = ErrorBody(Status::ResourceExhausted("too many connections"));
+    return "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: "
+           "application/json\r\nConnection: close\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body;
+  }();
+  return text;
+}
+
+// A descriptor held in reserve (on /dev/null) so the accept loop can still take a pending
+// connection when the process is out of descriptors; -1 when none could be opened.
+int OpenSpareFd() {
+  return ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 class WakeQueue;
@@ -254,6 +295,16 @@ class HttpServer::Impl {
     if (options.quotas.any()) {
       quota_ = std::make_unique<TenantQuota>(options.quotas, service_.registry());
     }
+    SetMaxConnections(options.max_connections);
+  }
+
+  ~Impl() {
+    if (spare_fd_ >= 0) ::close(spare_fd_);
+  }
+
+  void SetMaxConnections(size_t n) {
+    max_connections_.store(n);
+    metrics_.SetMaxConnections(n);
   }
 
   static std::vector<std::unique_ptr<net::io_context>> MakeIoContexts(size_t threads) {
@@ -261,6 +312,10 @@ class HttpServer::Impl {
     // Concurrency hint 1: each is run by one thread (others may still post to it).
     for (size_t i = 0; i < std::max<size_t>(1, threads); ++i) {
       iocs.push_back(std::make_unique<net::io_context>(1));
+      // Creates the io_context's reactor now (epoll, eventfd, timerfd: three descriptors)
+      // rather than at its first connection, so the descriptors open once the server has
+      // started (CountOpenFds, fd_budget.h) include it.
+      tcp::socket reactor_user(*iocs.back());
     }
     return iocs;
   }
@@ -307,6 +362,10 @@ class HttpServer::Impl {
                                  std::to_string(options_.port) + ": " + ec.message());
     }
     port_ = acceptor_.local_endpoint(ec).port();
+    // Synchronous accepts (AnswerBusyOnSpare) must never block the accept loop; asynchronous
+    // ones are unaffected.
+    acceptor_.non_blocking(true, ec);
+    spare_fd_ = OpenSpareFd();
     return Status::OK();
   }
 
@@ -417,6 +476,15 @@ class HttpServer::Impl {
   }
 
   net::awaitable<void> Accept() {
+    AcceptBackoff backoff;
+    auto on_error = [](std::exception_ptr e) {
+      if (!e) return;
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        spdlog::error("connection failed: {}", ex.what());
+      }
+    };
     for (;;) {
       // Connections are spread over the io threads round robin.
       tcp::socket socket(iocs_[next_ioc_++ % iocs_.size()]->get_executor());
@@ -424,38 +492,95 @@ class HttpServer::Impl {
       co_await acceptor_.async_accept(socket, net::redirect_error(net::use_awaitable, ec));
       if (ec) {
         if (stopping_.load() || ec == net::error::operation_aborted) co_return;
-        // Out of descriptors or similar: back off instead of spinning on the error.
-        spdlog::warn("accept failed: {}", ec.message());
-        net::steady_timer backoff(*iocs_[0], std::chrono::milliseconds(50));
-        co_await backoff.async_wait(net::redirect_error(net::use_awaitable, ec));
-        continue;
-      }
-      auto ex = socket.get_executor();
-      const bool busy = static_cast<size_t>(metrics_.connections()) >= options_.max_connections;
-      if (busy && !tls_) {
-        net::co_spawn(ex, RejectBusy(std::move(socket)), net::detached);
-        continue;
-      }
-      auto on_error = [](std::exception_ptr e) {
-        if (!e) return;
-        try {
-          std::rethrow_exception(e);
-        } catch (const std::exception& ex) {
-          spdlog::error("connection failed: {}", ex.what());
+        metrics_.CountAcceptFailure();
+        const AcceptBackoff::Decision next = backoff.Failed(AcceptBackoff::Clock::now());
+        if (next.report_with_suppressed) {
+          const uint64_t more = *next.report_with_suppressed;
+          spdlog::warn(
+              "accept failed: {}{}", ec.message(),
+              more == 0 ? std::string()
+                        : " (and " + std::to_string(more) + " more times since the last report)");
         }
-      };
+        // Out of descriptors, the pending client would wait until one frees up: answer it from
+        // the spare one instead, and go on at once while that works.
+        if (OutOfDescriptors(ec) && AnswerBusyOnSpare()) {
+          backoff.Succeeded();
+          continue;
+        }
+        net::steady_timer timer(*iocs_[0], next.delay);
+        co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));
+        continue;
+      }
+      backoff.Succeeded();
+      auto ex = socket.get_executor();
+      if (serving_.load() >= max_connections_.load()) {
+        if (rejecting_.load() >= options_.reject_slots) {
+          // Every reject slot is busy: closed unanswered (the socket goes out of scope), so
+          // refused clients never hold more than reject_slots descriptors.
+          metrics_.CountRefusedConnection(/*answered=*/false);
+          continue;
+        }
+        SocketSlot slot(&rejecting_);
+        if (tls_) {
+          net::co_spawn(ex, TlsSession(beast::tcp_stream(std::move(socket)), true, std::move(slot)),
+                        on_error);
+        } else {
+          net::co_spawn(ex, RejectBusy(std::move(socket), std::move(slot)), net::detached);
+        }
+        continue;
+      }
+      SocketSlot slot(&serving_);
       if (tls_) {
-        net::co_spawn(ex, TlsSession(beast::tcp_stream(std::move(socket)), busy), on_error);
-      } else {
-        net::co_spawn(ex, Session(beast::tcp_stream(std::move(socket)), MakeReadBuffer()),
+        net::co_spawn(ex, TlsSession(beast::tcp_stream(std::move(socket)), false, std::move(slot)),
                       on_error);
+      } else {
+        net::co_spawn(
+            ex, Session(beast::tcp_stream(std::move(socket)), MakeReadBuffer(), std::move(slot)),
+            on_error);
       }
     }
   }
 
+  // Called when accept failed for want of a descriptor: closes the spare descriptor, accepts
+  // the oldest pending connection into the freed one, writes it the 503 without waiting (what
+  // the socket does not take at once is dropped; on TLS nothing is written, as a plain answer
+  // would not be understood), closes it and opens the spare again. True when a connection was
+  // taken off the backlog; false when there was no spare (one is opened for next time) or
+  // nothing could be accepted (another thread took the descriptor first, or the client had
+  // gone).
+  bool AnswerBusyOnSpare() {
+    if (spare_fd_ < 0) {
+      spare_fd_ = OpenSpareFd();
+      return false;
+    }
+    ::close(spare_fd_);
+    spare_fd_ = -1;
+    boost::system::error_code ec;
+    tcp::socket socket(*iocs_[0]);
+    acceptor_.accept(socket, ec);
+    const bool accepted = !ec;
+    if (accepted) {
+      bool answered = false;
+      if (!tls_) {
+        socket.non_blocking(true, ec);
+        if (!ec) socket.write_some(net::buffer(BusyResponse()), ec);
+        answered = !ec;
+      }
+      metrics_.CountRefusedConnection(answered);
+      if (answered) metrics_.CountRequest("other", "-", 503);
+      socket.shutdown(tcp::socket::shutdown_both, ec);
+      socket.close(ec);
+    }
+    spare_fd_ = OpenSpareFd();
+    return accepted;
+  }
+
   // A connection to a TLS listener: answers a plain-HTTP request with a clear 400, otherwise
-  // completes the handshake (bounded by tls_handshake_timeout_ms) and serves the session.
-  net::awaitable<void> TlsSession(beast::tcp_stream tcp, bool busy) {
+  // completes the handshake (bounded by tls_handshake_timeout_ms) and serves the session, or
+  // when `busy`, answers 503. Like Session and RejectBusy, it holds the connection's `slot`
+  // (its place in a count of sockets) until it ends.
+  net::awaitable<void> TlsSession(beast::tcp_stream tcp, bool busy,
+                                  [[maybe_unused]] SocketSlot slot) {
     beast::flat_buffer buffer = MakeReadBuffer();
     boost::system::error_code ec;
     tcp.expires_after(std::chrono::milliseconds(options_.tls_handshake_timeout_ms));
@@ -478,10 +603,13 @@ class HttpServer::Impl {
     }
     buffer.consume(used);
     if (busy) {
+      // The same answer as RejectBusy's on plain HTTP: 503, not resource_exhausted's usual 429.
       HttpResponse r =
           StreamService::ErrorResponse(Status::ResourceExhausted("too many connections"));
+      r.status = 503;
       r.Set("Retry-After", "1");
       co_await Write(stream, std::move(r), false, false, "other", "-");
+      metrics_.CountRefusedConnection(/*answered=*/true);
       co_await ShutdownSend(stream);
       co_return;
     }
@@ -502,17 +630,28 @@ class HttpServer::Impl {
     Tcp(stream).socket().shutdown(tcp::socket::shutdown_send, ec);
   }
 
-  net::awaitable<void> RejectBusy(tcp::socket socket) {
-    std::string body = ErrorBody(Status::ResourceExhausted("too many connections"));
-    std::string text =
-        "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: "
-        "application/json\r\nConnection: close\r\nContent-Length: " +
-        std::to_string(body.size()) + "\r\n\r\n" + body;
+  // Answers a connection beyond the cap with 503 and closes it. What the client sent by then is
+  // read and discarded first (without waiting for more), so that closing usually does not
+  // reset the connection before the client has read the answer; the descriptor is held no
+  // longer than it takes to write the answer (at most kRejectWriteTimeout).
+  static constexpr std::chrono::seconds kRejectWriteTimeout{1};
+  net::awaitable<void> RejectBusy(tcp::socket socket, [[maybe_unused]] SocketSlot slot) {
+    beast::tcp_stream stream(std::move(socket));
+    stream.expires_after(kRejectWriteTimeout);
     boost::system::error_code ec;
-    co_await net::async_write(socket, net::buffer(text),
+    co_await net::async_write(stream, net::buffer(BusyResponse()),
                               net::redirect_error(net::use_awaitable, ec));
-    socket.shutdown(tcp::socket::shutdown_both, ec);
-    metrics_.CountRequest("other", "-", 503);
+    metrics_.CountRefusedConnection(/*answered=*/!ec);
+    if (!ec) metrics_.CountRequest("other", "-", 503);
+    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream.socket().non_blocking(true, ec);  // the reads below must not wait
+    std::array<char, 4096> scratch;
+    for (size_t total = 0; total < (64u << 10);) {
+      const size_t n = stream.socket().receive(net::buffer(scratch), 0, ec);
+      if (ec || n == 0) break;
+      total += n;
+    }
+    stream.socket().close(ec);
   }
 
   // Writes our response as HTTP/1.1, serialized into one buffer: on plain TCP it usually goes
@@ -1314,7 +1453,8 @@ class HttpServer::Impl {
     }
   }
 
-  net::awaitable<void> Session(beast::tcp_stream stream, beast::flat_buffer buffer) {
+  net::awaitable<void> Session(beast::tcp_stream stream, beast::flat_buffer buffer,
+                               [[maybe_unused]] SocketSlot slot) {
     co_await Serve(stream, std::move(buffer));
   }
 
@@ -1516,6 +1656,12 @@ class HttpServer::Impl {
   std::vector<std::unique_ptr<WakeQueue>> wake_queues_;  // one per io_context, same order
   size_t next_ioc_ = 0;                                  // accept loop only
   tcp::acceptor acceptor_;
+  int spare_fd_ = -1;  // accept loop only (after Listen): see AnswerBusyOnSpare
+  // The connection cap, and the accepted sockets counted against it: connections being served
+  // (TLS handshakes included) and connections being refused (ServerOptions::reject_slots).
+  std::atomic<size_t> max_connections_{0};
+  std::atomic<size_t> serving_{0};
+  std::atomic<size_t> rejecting_{0};
   // Store calls of stream requests run on catalog_workers_, never on the io threads
   // (ServerOptions::offload_store_calls).
   const bool offload_;
@@ -1566,6 +1712,9 @@ void HttpServer::Run() {
 }
 void HttpServer::Stop() {
   impl_->Stop();
+}
+void HttpServer::SetMaxConnections(size_t n) {
+  impl_->SetMaxConnections(n);
 }
 
 }  // namespace runnel::server

@@ -19,7 +19,20 @@
 // 1 KiB, 64 KiB): one chunk-size line or trailer section must fit in it (431). After any of
 // these the connection closes. A connection idle for idle_timeout_ms between requests, or
 // slower than request_timeout_ms to send one (counted from its first byte, head included), is
-// closed; connections above max_connections get 503 with Retry-After.
+// closed.
+//
+// Connections: at most max_connections accepted sockets are served at a time (counted from
+// accept, TLS handshakes included; SetMaxConnections changes the cap, `runnel serve` derives it
+// from the descriptor limit, fd_budget.h). One beyond the cap is answered 503 with
+// `Retry-After: 1` and closed at once (on TLS, after the handshake); at most reject_slots are
+// being refused at a time, and more are closed unanswered, so refused clients hold at most
+// reject_slots descriptors. When accept() fails for want of a descriptor (EMFILE, ENFILE), the
+// accept loop closes a spare descriptor it keeps open for the purpose, accepts the pending
+// client into it, writes it the 503 (a TLS client is only closed), closes it and reopens the
+// spare, so clients are not left waiting in the backlog until a descriptor frees up. When that
+// takes no client off the backlog, and after any other failure, the next accept waits 10 ms,
+// doubling to 1 s while failures go on (accept_backoff.h). Failures are logged at most once per
+// 10 s, with the number left out, and counted on /metrics (runnel_accept_failures_total).
 //
 // TLS (ServerOptions::tls_cert_file/tls_key_file): every connection is TLS (OpenSSL through
 // Asio; TLS 1.2 or later) and runs the same request handling as plain HTTP, templated on the
@@ -45,6 +58,7 @@
 #include "runnel/registry.h"
 #include "runnel/status.h"
 #include "server/access_gate.h"
+#include "server/fd_budget.h"
 #include "server/group_service.h"
 #include "server/stream_service.h"
 #include "server/subscription_service.h"
@@ -64,6 +78,9 @@ struct ServerOptions {
   uint64_t idle_timeout_ms = 60000;
   uint64_t request_timeout_ms = 30000;
   size_t max_connections = 10000;
+  // Connections beyond max_connections that may be in the middle of being refused (their 503
+  // written, or on TLS their handshake done first) at a time; more are closed unanswered.
+  size_t reject_slots = kRejectSlots;
   // Most consumer groups per stream (GroupService); past it a new group's ack gets 429.
   size_t max_groups_per_stream = GroupService::kDefaultMaxGroupsPerStream;
   // SSE responses end after this long so clients reconnect (PROTOCOL.md 10.2).
@@ -121,6 +138,9 @@ class HttpServer {
 
   // The bound port.
   uint16_t port() const;
+  // Replaces ServerOptions::max_connections; any thread, any time. Connections already served
+  // beyond a lowered cap are left to finish.
+  void SetMaxConnections(size_t n);
   // Serves until Stop() completes.
   void Run();
   void Stop();

@@ -46,6 +46,21 @@ std::string Metrics::Render() const {
   out += "# HELP runnel_connections Open HTTP connections.\n";
   out += "# TYPE runnel_connections gauge\n";
   out += fmt::format("runnel_connections {}\n", connections_.load());
+  out +=
+      "# HELP runnel_max_connections The connection cap in force (after the descriptor budget).\n";
+  out += "# TYPE runnel_max_connections gauge\n";
+  out += fmt::format("runnel_max_connections {}\n", max_connections_.load());
+  out +=
+      "# HELP runnel_connections_refused_total Connections refused, beyond the cap or while out "
+      "of descriptors, by whether they got a 503.\n";
+  out += "# TYPE runnel_connections_refused_total counter\n";
+  out += fmt::format("runnel_connections_refused_total{{answer=\"503\"}} {}\n",
+                     refused_answered_.load());
+  out += fmt::format("runnel_connections_refused_total{{answer=\"none\"}} {}\n",
+                     refused_closed_.load());
+  out += "# HELP runnel_accept_failures_total Failed accept() calls (out of descriptors, say).\n";
+  out += "# TYPE runnel_accept_failures_total counter\n";
+  out += fmt::format("runnel_accept_failures_total {}\n", accept_failures_.load());
   out += "# HELP runnel_http_bytes_in_total Request body bytes received.\n";
   out += "# TYPE runnel_http_bytes_in_total counter\n";
   out += fmt::format("runnel_http_bytes_in_total {}\n", bytes_in_.load());

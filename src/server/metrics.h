@@ -31,6 +31,15 @@ class Metrics {
   void ConnectionOpened() { connections_.fetch_add(1, std::memory_order_relaxed); }
   void ConnectionClosed() { connections_.fetch_sub(1, std::memory_order_relaxed); }
   int64_t connections() const { return connections_.load(std::memory_order_relaxed); }
+  // One failed accept() call (out of descriptors, say).
+  void CountAcceptFailure() { accept_failures_.fetch_add(1, std::memory_order_relaxed); }
+  // One connection refused (beyond the connection cap, or accepted on the spare descriptor
+  // while out of descriptors), answered 503 (`answered`) or closed unanswered.
+  void CountRefusedConnection(bool answered) {
+    (answered ? refused_answered_ : refused_closed_).fetch_add(1, std::memory_order_relaxed);
+  }
+  // The connection cap in force (HttpServer::SetMaxConnections).
+  void SetMaxConnections(uint64_t n) { max_connections_.store(n, std::memory_order_relaxed); }
 
   std::string Render() const;
 
@@ -48,6 +57,10 @@ class Metrics {
   std::atomic<uint64_t> bytes_out_{0};
   std::atomic<int64_t> live_readers_{0};
   std::atomic<int64_t> connections_{0};
+  std::atomic<uint64_t> accept_failures_{0};
+  std::atomic<uint64_t> refused_answered_{0};
+  std::atomic<uint64_t> refused_closed_{0};
+  std::atomic<uint64_t> max_connections_{0};
 };
 
 // The store's group-commit counters (Store::CommitStats) in the exposition format: syncs,

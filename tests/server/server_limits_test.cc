@@ -703,6 +703,63 @@ TEST_F(ServerLimitsTest, ConnectionsAboveTheCapGet503WithRetryAfter) {
   ExpectJsonError(r, "resource_exhausted");
 }
 
+// The cap counts sockets from accept: connections that never sent a byte count too.
+TEST_F(ServerLimitsTest, IdleConnectionsCountAgainstTheCapFromAccept) {
+  ServerOptions options;
+  options.max_connections = 3;
+  StartServer(options);
+  Connection a(port()), b(port()), c(port());
+  Connection probe(port());
+  EXPECT_EQ(probe.Receive().status, 503);
+  EXPECT_EQ(c.Request(Get("/healthz")).status, 200);
+  EXPECT_TRUE(a.connected() && b.connected());
+}
+
+TEST_F(ServerLimitsTest, SetMaxConnectionsChangesTheCapOfARunningServer) {
+  StartServer({});
+  Connection first(port());
+  ASSERT_EQ(first.Request(Get("/healthz")).status, 200);
+  server_->SetMaxConnections(1);
+  Connection second(port());
+  auto r = second.Receive();
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(HeaderOf(r, "Retry-After"), "1");
+  // The refusal is counted once its write has completed, which the client may see first.
+  std::string metrics;
+  for (int i = 0; i < 250; ++i) {  // at most 5 s
+    metrics = first.Request(Get("/metrics")).body;
+    if (metrics.find("runnel_connections_refused_total{answer=\"503\"} 1\n") != std::string::npos) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_NE(metrics.find("runnel_connections_refused_total{answer=\"503\"} 1\n"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("runnel_max_connections 1\n"), std::string::npos) << metrics;
+  server_->SetMaxConnections(2);
+  Connection third(port());
+  EXPECT_EQ(third.Request(Get("/healthz")).status, 200);
+}
+
+// With no reject slot left, a connection beyond the cap is closed at once, unanswered: it holds
+// no descriptor while a 503 is written, and its client sees the close instead of waiting.
+TEST_F(ServerLimitsTest, BeyondTheRejectSlotsAConnectionIsClosedUnanswered) {
+  ServerOptions options;
+  options.max_connections = 1;
+  options.reject_slots = 0;
+  StartServer(options);
+  Connection first(port());
+  ASSERT_EQ(first.Request(Get("/healthz")).status, 200);
+  Connection second(port());
+  auto r = second.Receive();
+  EXPECT_EQ(r.status, 0);
+  EXPECT_TRUE(second.PeerClosed());
+  auto metrics = first.Request(Get("/metrics")).body;
+  EXPECT_NE(metrics.find("runnel_connections_refused_total{answer=\"none\"} 1\n"),
+            std::string::npos)
+      << metrics;
+}
+
 TEST_F(ServerLimitsTest, MalformedRequestsGet4xxJsonErrors) {
   StartServer({});
   Connection c(port());

@@ -4,7 +4,8 @@
 # (--cacert) and the runnel CLI doing create, append, read, long-poll, SSE and a consumer
 # group's live forms over https. Also: a plain-HTTP request to the TLS port gets a clear 400 and the server keeps
 # serving; a client that never handshakes is closed after the handshake timeout; bad
-# certificate or key files fail start-up with a clear message and a non-zero exit.
+# certificate or key files fail start-up with a clear message and a non-zero exit; a connection
+# beyond --max-connections gets 503 with Retry-After after its handshake.
 # Usage: tls_e2e.sh RUNNEL_BINARY
 set -euo pipefail
 
@@ -119,4 +120,24 @@ elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
 expect_eq "$(code "$url/healthz")" 200 "still serving after a silent connection"
 
 kill -0 "$server_pid" || fail "server died"
+
+# Beyond --max-connections: 503 with Retry-After once the handshake is done, as on plain HTTP. A
+# connection counts from accept, so one that has not sent its ClientHello yet holds the slot.
+stop_server
+: >"$workdir/capped.log"
+"$R" serve --listen 127.0.0.1:0 --store memory --data "$workdir/d" --tls-cert "$cert" \
+  --tls-key "$key" --max-connections 1 >"$workdir/capped.log" 2>&1 &
+server_pid=$!
+url=""
+for _ in $(seq 1 100); do
+  url="$(grep -o 'https://127\.0\.0\.1:[0-9]*' "$workdir/capped.log" | head -n1 || true)"
+  [[ -n "$url" ]] && break
+  sleep 0.1
+done
+[[ -n "$url" ]] || { cat "$workdir/capped.log" >&2; fail "no https:// start-up line"; }
+exec {held}<>"/dev/tcp/127.0.0.1/${url##*:}"
+busy="$(c -D - -o /dev/null "$url/healthz" | tr -d '\r')"
+expect_has "$busy" "HTTP/1.1 503" "a TLS connection beyond the cap"
+expect_has "$busy" "Retry-After: 1" "a TLS connection beyond the cap"
+exec {held}>&-
 echo "tls e2e: all checks passed"
