@@ -38,6 +38,9 @@ struct BenchArgs {
   int readers = 1000;
   int appends = 50;
   long server_pid = 0;
+  // soak
+  int writers = 64;
+  double warmup = 60;
 };
 
 void AddCommon(CLI::App* cmd, BenchArgs* a) {
@@ -256,6 +259,69 @@ int Sse(const BenchArgs& a) {
   return all ? kExitOk : kExitFailure;
 }
 
+int Soak(const BenchArgs& a) {
+  auto endpoint = load::ResolveUrl(a.url);
+  if (!endpoint.ok()) return Fail(endpoint.status());
+  load::SoakLoad l;
+  l.target = Target(a, a.stream);
+  l.token = a.token;
+  l.readers = a.readers;
+  l.writers = a.writers;
+  l.rate = a.rate;
+  l.seconds = a.seconds;
+  l.warmup_seconds = a.warmup;
+  l.threads = a.threads;
+  l.server_pid = a.server_pid;
+  if (!a.json_output) {
+    l.progress = [](double seconds, double rss_mb) {
+      if (static_cast<int>(seconds) % 30 == 0) {
+        std::fprintf(stderr, "runnel bench soak: %.0f s, server RSS %.0f MB\n", seconds, rss_mb);
+      }
+    };
+  }
+  auto f = load::RunSoak(*endpoint, l);
+  if (!f.ok()) return Fail(f.status());
+  const double growth =
+      f->rss_warm_mb > 0 ? 100.0 * (f->rss_max_mb - f->rss_warm_mb) / f->rss_warm_mb : -1;
+  const bool all = f->failed == 0 && f->append_failures == 0 && f->complete == f->readers;
+  if (a.json_output) {
+    std::printf("%s\n", json({{"ok", all},
+                              {"readers", f->readers},
+                              {"failed", f->failed},
+                              {"complete", f->complete},
+                              {"extra", f->extra},
+                              {"reconnects", f->reconnects},
+                              {"appended", f->appended},
+                              {"append_failures", f->append_failures},
+                              {"delivered", f->delivered},
+                              {"seconds", f->seconds},
+                              {"rss_warm_mb", f->rss_warm_mb},
+                              {"rss_max_mb", f->rss_max_mb},
+                              {"rss_end_mb", f->rss_end_mb},
+                              {"rss_growth_pct", growth},
+                              {"server_cpu_ms_per_append", f->server_cpu_ms_per_append}})
+                            .dump()
+                            .c_str());
+  } else {
+    std::printf(
+        "readers    %d (%llu cut off); %llu responses resumed after the server ended them\n",
+        f->readers, static_cast<unsigned long long>(f->failed),
+        static_cast<unsigned long long>(f->reconnects));
+    std::printf("appends    %llu acknowledged, %llu failed, in %.0f s\n",
+                static_cast<unsigned long long>(f->appended),
+                static_cast<unsigned long long>(f->append_failures), f->seconds);
+    std::printf("delivered  %llu; %d readers saw every append exactly once, %d saw more\n",
+                static_cast<unsigned long long>(f->delivered), f->complete, f->extra);
+    if (a.server_pid > 0) {
+      std::printf(
+          "server     RSS %.0f MB after the warm-up, %.0f MB at most after it (%+.1f%%), %.0f MB "
+          "at the end; %.1f ms CPU per append\n",
+          f->rss_warm_mb, f->rss_max_mb, growth, f->rss_end_mb, f->server_cpu_ms_per_append);
+    }
+  }
+  return all ? kExitOk : kExitFailure;
+}
+
 }  // namespace
 
 void AddBenchCommand(CLI::App& app, int* exit_code) {
@@ -322,6 +388,40 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
     cmd->add_option("--server-pid", a->server_pid,
                     "Also report this local server process's RSS and CPU per append");
     cmd->callback([a, exit_code] { *exit_code = Sse(*a); });
+  }
+  {
+    auto a = std::make_shared<BenchArgs>();
+    a->readers = 10000;
+    a->rate = 10;
+    a->seconds = 600;
+    auto* cmd = bench->add_subcommand(
+        "soak",
+        "SSE readers following a JSON stream while writers append at a steady rate: every "
+        "reader must see every append once; the server's RSS growth after the warm-up");
+    AddCommon(cmd, a.get());
+    cmd->add_option("stream", a->stream, "Stream name (created as application/json if missing)")
+        ->required();
+    cmd->add_option("--readers", a->readers, "SSE readers")
+        ->check(CLI::Range(1, 100000))
+        ->capture_default_str();
+    cmd->add_option("--writers", a->writers, "Writer connections")
+        ->check(CLI::Range(1, load::kMaxConnections))
+        ->capture_default_str();
+    cmd->add_option("--rate", a->rate, "Appends per second over all writers")
+        ->check(CLI::Range(0.1, 100000.0))
+        ->capture_default_str();
+    cmd->add_option("--seconds", a->seconds, "How long the writers append")
+        ->check(CLI::Range(1.0, load::kMaxSeconds))
+        ->capture_default_str();
+    cmd->add_option("--warmup", a->warmup, "Seconds before RSS growth is measured")
+        ->check(CLI::Range(0.0, load::kMaxSeconds))
+        ->capture_default_str();
+    cmd->add_option("--threads", a->threads, "Reader threads")
+        ->check(CLI::Range(1, load::kMaxThreads))
+        ->capture_default_str();
+    cmd->add_option("--server-pid", a->server_pid,
+                    "Sample this local server process's RSS and CPU per append");
+    cmd->callback([a, exit_code] { *exit_code = Soak(*a); });
   }
 }
 

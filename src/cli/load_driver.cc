@@ -19,6 +19,7 @@
 #include <iterator>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <queue>
 #include <sstream>
@@ -622,12 +623,32 @@ struct Reader {
   std::string events;  // dechunked body not yet cut into events
   Dechunker dechunker;
   int received = 0;
+  // Following readers: the offset of the last control event, where a new response resumes.
+  std::string offset;
+  int reconnects = 0;
+};
+
+// How the readers of a ReaderThread read.
+struct ReaderMode {
+  // Each message carries its send time: "t=<micros>" lines (text) or {"t":<micros>} (JSON).
+  bool json = false;
+  // Keep every delivery's latency (a soak counts deliveries only: its latencies would not fit).
+  bool keep_latencies = true;
+  // When a response ends (the server ends SSE responses after a while), reconnect from the
+  // offset of its last control event, as a client following the stream does. `target` and
+  // `token` build that request.
+  bool follow = false;
+  std::string target;
+  std::string token;
 };
 
 class ReaderThread {
  public:
-  ReaderThread(const Endpoint& e, std::string request, int count)
-      : endpoint_(e), request_(std::move(request)), readers_(static_cast<size_t>(count)) {
+  ReaderThread(const Endpoint& e, std::string request, int count, ReaderMode mode = {})
+      : endpoint_(e),
+        request_(std::move(request)),
+        mode_(std::move(mode)),
+        readers_(static_cast<size_t>(count)) {
     epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
   }
   ~ReaderThread() {
@@ -648,6 +669,13 @@ class ReaderThread {
   int connected() const { return connected_.load(); }
   int failed() const { return failed_.load(); }
   uint64_t delivered() const { return delivered_.load(); }
+  // Readers that have seen at least `n` messages (any thread; a moment's count).
+  int received_at_least(int n) const {
+    std::lock_guard lock(received_mu_);
+    int out = 0;
+    for (int r : received_) out += r >= n ? 1 : 0;
+    return out;
+  }
   // Only after Stop().
   const std::vector<double>& latencies_ms() const { return latencies_ms_; }
   const std::vector<Reader>& readers() const { return readers_; }
@@ -673,12 +701,34 @@ class ReaderThread {
     }
   }
 
+  // A following reader whose response ended: a new connection from its last offset.
+  void Reopen(size_t i) {
+    Reader& r = readers_[i];
+    ::epoll_ctl(epoll_, EPOLL_CTL_DEL, r.fd, nullptr);
+    ::close(r.fd);
+    r.head.clear();
+    r.events.clear();
+    r.dechunker = Dechunker();
+    r.phase = Reader::Phase::kConnecting;
+    ++r.reconnects;
+    --connected_;
+    Open(i);
+  }
+
+  std::string RequestFor(const Reader& r) const {
+    if (!mode_.follow || r.offset.empty()) return request_;
+    std::string req = RequestHead("GET", mode_.target + "?offset=" + Escape(r.offset) + "&live=sse",
+                                  endpoint_, mode_.token);
+    return req + "Accept: text/event-stream\r\n\r\n";
+  }
+
   void OnWritable(size_t i) {
     Reader& r = readers_[i];
     if (ConnectFailed(r.fd)) return Fail(r);
     // The request is small: one send on a fresh socket takes it whole.
-    const ssize_t n = ::send(r.fd, request_.data(), request_.size(), MSG_NOSIGNAL);
-    if (n != static_cast<ssize_t>(request_.size())) return Fail(r);
+    const std::string request = RequestFor(r);
+    const ssize_t n = ::send(r.fd, request.data(), request.size(), MSG_NOSIGNAL);
+    if (n != static_cast<ssize_t>(request.size())) return Fail(r);
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = i;
@@ -694,6 +744,9 @@ class ReaderThread {
       const ssize_t n = ::recv(r.fd, buf, sizeof(buf), 0);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (n == 0 && mode_.follow && r.phase == Reader::Phase::kBody && r.dechunker.done()) {
+        return Reopen(i);
+      }
       if (n <= 0) return Fail(r);
       const int64_t now = NowMicros();
       const size_t left = static_cast<size_t>(n);
@@ -730,20 +783,37 @@ class ReaderThread {
       if (cut == std::string::npos) break;
       const std::string_view event(r.events.data() + start, cut - start);
       start = cut + 2;
+      if (mode_.follow &&
+          (event.rfind("event: control", 0) == 0 || event.rfind("event:control", 0) == 0)) {
+        constexpr std::string_view kKey = "\"streamNextOffset\":\"";
+        const size_t at = event.find(kKey);
+        if (at != std::string_view::npos) {
+          const size_t from = at + kKey.size();
+          r.offset = std::string(event.substr(from, event.find('"', from) - from));
+        }
+        continue;
+      }
       if (event.rfind("event: data", 0) != 0 && event.rfind("event:data", 0) != 0) continue;
-      for (size_t at = event.find("t="); at != std::string_view::npos;
-           at = event.find("t=", at + 2)) {
-        // Only "data:t=" / "data: t=" lines carry a send time.
-        const bool line_start = (at >= 5 && event.substr(at - 5, 5) == "data:") ||
+      const std::string_view key = mode_.json ? "\"t\":" : "t=";
+      for (size_t at = event.find(key); at != std::string_view::npos;
+           at = event.find(key, at + key.size())) {
+        // Text: only "data:t=" / "data: t=" lines carry a send time.
+        const bool line_start = mode_.json || (at >= 5 && event.substr(at - 5, 5) == "data:") ||
                                 (at >= 6 && event.substr(at - 6, 6) == "data: ");
         if (!line_start) continue;
-        const int64_t sent = std::strtoll(event.data() + at + 2, nullptr, 10);
-        latencies_ms_.push_back(static_cast<double>(now - sent) / 1000.0);
+        const int64_t sent = std::strtoll(event.data() + at + key.size(), nullptr, 10);
+        if (mode_.keep_latencies) {
+          latencies_ms_.push_back(static_cast<double>(now - sent) / 1000.0);
+        }
         ++r.received;
         ++delivered_;
       }
     }
     r.events.erase(0, start);
+    if (mode_.follow) {
+      std::lock_guard lock(received_mu_);
+      received_[static_cast<size_t>(&r - readers_.data())] = r.received;
+    }
     return true;
   }
 
@@ -772,7 +842,10 @@ class ReaderThread {
 
   const Endpoint& endpoint_;
   const std::string request_;
+  const ReaderMode mode_;
   std::vector<Reader> readers_;
+  mutable std::mutex received_mu_;
+  std::vector<int> received_ = std::vector<int>(readers_.size());  // GUARDED_BY(received_mu_)
   int epoll_ = -1;
   size_t connecting_ = 0;  // only the thread itself
   std::atomic<int> connected_{0};
@@ -931,6 +1004,26 @@ Result<CatchupFigures> RunCatchup(const Endpoint& endpoint, const std::string& t
   return f;
 }
 
+namespace {
+
+// Every reader is a socket: raises the soft open-files limit as far as the hard one allows.
+Status RaiseOpenFiles(int sockets) {
+  rlimit files{};
+  const rlim_t need = static_cast<rlim_t>(sockets) + 64;
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < need) {
+    files.rlim_cur = std::min(need, files.rlim_max);
+    ::setrlimit(RLIMIT_NOFILE, &files);
+    if (files.rlim_cur < need) {
+      return Status::InvalidArgument(std::to_string(sockets) +
+                                     " sockets need more open files than this process may have (" +
+                                     std::to_string(files.rlim_max) + "; see ulimit -Hn)");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Result<FanoutFigures> RunFanout(const Endpoint& endpoint, const FanoutLoad& load) {
   if (load.readers < 1 || load.readers > 100000) {
     return Status::InvalidArgument("readers must be 1..100000");
@@ -941,18 +1034,7 @@ Result<FanoutFigures> RunFanout(const Endpoint& endpoint, const FanoutLoad& load
   if (load.threads < 1 || load.threads > kMaxThreads) {
     return Status::InvalidArgument("threads must be 1.." + std::to_string(kMaxThreads));
   }
-  // Every reader is a socket: raise the soft open-files limit as far as the hard one allows.
-  rlimit files{};
-  const rlim_t need = static_cast<rlim_t>(load.readers) + 64;
-  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < need) {
-    files.rlim_cur = std::min(need, files.rlim_max);
-    ::setrlimit(RLIMIT_NOFILE, &files);
-    if (files.rlim_cur < need) {
-      return Status::InvalidArgument(std::to_string(load.readers) +
-                                     " readers need more open files than this process may have (" +
-                                     std::to_string(files.rlim_max) + "; see ulimit -Hn)");
-    }
-  }
+  RUNNEL_RETURN_IF_ERROR(RaiseOpenFiles(load.readers));
   RUNNEL_ASSIGN_OR_RETURN(auto control, Client::Connect(endpoint, load.token));
   RUNNEL_ASSIGN_OR_RETURN(Head h, control->Request("PUT", load.target, "text/plain", ""));
   if (h.status != 200 && h.status != 201 && h.status != 204) {
@@ -1019,6 +1101,118 @@ Result<FanoutFigures> RunFanout(const Endpoint& endpoint, const FanoutLoad& load
   }
   f.delivered = f.latency_ms.size();
   std::sort(f.latency_ms.begin(), f.latency_ms.end());
+  return f;
+}
+
+Result<SoakFigures> RunSoak(const Endpoint& endpoint, const SoakLoad& load) {
+  if (load.readers < 1 || load.readers > 100000) {
+    return Status::InvalidArgument("readers must be 1..100000");
+  }
+  if (load.writers < 1 || load.writers > kMaxConnections) {
+    return Status::InvalidArgument("writers must be 1.." + std::to_string(kMaxConnections));
+  }
+  if (load.rate <= 0 || load.seconds <= 0 || load.seconds > kMaxSeconds ||
+      load.warmup_seconds < 0 || load.warmup_seconds >= load.seconds) {
+    return Status::InvalidArgument("a soak needs a positive rate, seconds up to " +
+                                   std::to_string(int(kMaxSeconds)) +
+                                   " and a warm-up shorter than the run");
+  }
+  if (load.threads < 1 || load.threads > kMaxThreads) {
+    return Status::InvalidArgument("threads must be 1.." + std::to_string(kMaxThreads));
+  }
+  RUNNEL_RETURN_IF_ERROR(RaiseOpenFiles(load.readers + load.writers));
+  RUNNEL_ASSIGN_OR_RETURN(auto control, Client::Connect(endpoint, load.token));
+  RUNNEL_ASSIGN_OR_RETURN(Head h, control->Request("PUT", load.target, "application/json", ""));
+  if (h.status != 200 && h.status != 201 && h.status != 204) {
+    return Status::Internal("creating the stream answered HTTP " + std::to_string(h.status));
+  }
+  RUNNEL_ASSIGN_OR_RETURN(h, control->Request("HEAD", load.target, "", ""));
+  if (h.next_offset.empty()) return Status::Internal("HEAD without Stream-Next-Offset");
+  std::string request = RequestHead(
+      "GET", load.target + "?offset=" + Escape(h.next_offset) + "&live=sse", endpoint, load.token);
+  request += "Accept: text/event-stream\r\n\r\n";
+  ReaderMode mode;
+  mode.json = true;
+  mode.keep_latencies = false;
+  mode.follow = true;
+  mode.target = load.target;
+  mode.token = load.token;
+  std::vector<std::unique_ptr<ReaderThread>> pool;
+  for (int t = 0; t < load.threads; ++t) {
+    const int share = load.readers / load.threads + (t < load.readers % load.threads ? 1 : 0);
+    pool.push_back(std::make_unique<ReaderThread>(endpoint, request, share, mode));
+  }
+  for (auto& t : pool) t->Start();
+  auto sum = [&](auto fn) {
+    uint64_t s = 0;
+    for (auto& t : pool) s += static_cast<uint64_t>(fn(*t));
+    return s;
+  };
+  SoakFigures f;
+  f.readers = load.readers;
+  const auto open_deadline = Clock::now() + std::chrono::seconds(60);
+  while (sum([](ReaderThread& t) { return t.connected() + t.failed(); }) <
+             static_cast<uint64_t>(load.readers) &&
+         Clock::now() < open_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const long pid = load.server_pid;
+  const double cpu_before = pid > 0 ? ProcessCpuMs(pid) : 0;
+  AppendLoad appends;
+  appends.targets = {load.target};
+  appends.content_type = "application/json";
+  appends.body = "{\"t\":0}";
+  appends.token = load.token;
+  appends.connections = load.writers;
+  appends.threads = 1;
+  appends.seconds = load.seconds;
+  appends.rate = load.rate;
+  Result<AppendFigures> written = Status::Internal("not run");
+  const auto started = Clock::now();
+  std::thread writer([&] { written = RunAppends(endpoint, appends); });
+  // The server's memory while the load runs: sampled every second; growth is measured from the
+  // end of the warm-up.
+  while (SecondsSince(started) < load.seconds) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    if (pid <= 0) continue;
+    const double rss = RssMb(pid);
+    const double at = SecondsSince(started);
+    if (at < load.warmup_seconds) {
+      f.rss_warm_mb = rss;
+    } else {
+      if (f.rss_warm_mb < 0) f.rss_warm_mb = rss;
+      f.rss_max_mb = std::max(f.rss_max_mb, rss);
+    }
+    if (load.progress) load.progress(at, rss);
+  }
+  writer.join();
+  RUNNEL_RETURN_IF_ERROR(written.status());
+  f.appended = written->acknowledged;
+  f.append_failures = written->failed;
+  f.seconds = SecondsSince(started);
+  // Every reader should see every acknowledged append: wait (bounded) for the last ones.
+  const int want = static_cast<int>(f.appended);
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (sum([&](ReaderThread& t) { return t.received_at_least(want); }) + sum([](ReaderThread& t) {
+           return t.failed();
+         }) < static_cast<uint64_t>(load.readers) &&
+         Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (pid > 0) {
+    f.rss_end_mb = RssMb(pid);
+    if (f.appended > 0) f.server_cpu_ms_per_append = (ProcessCpuMs(pid) - cpu_before) / f.appended;
+  }
+  for (auto& t : pool) {
+    t->Stop();
+    for (const Reader& r : t->readers()) {
+      f.complete += r.received == want ? 1 : 0;
+      f.extra += r.received > want ? 1 : 0;
+      f.reconnects += static_cast<uint64_t>(r.reconnects);
+    }
+    f.failed += static_cast<uint64_t>(t->failed());
+    f.delivered += t->delivered();
+  }
   return f;
 }
 

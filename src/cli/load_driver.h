@@ -107,6 +107,42 @@ struct FanoutFigures {
 };
 Result<FanoutFigures> RunFanout(const Endpoint& endpoint, const FanoutLoad& load);
 
+// A soak: `readers` SSE readers of the JSON stream at `target` (created when missing) follow it
+// from its tail, reconnecting from their last offset whenever the server ends a response, while
+// `writers` connections append {"t":0} at `rate` appends per second in all, for `seconds`. With
+// `server_pid`, the server's RSS is sampled every second: at the end of the first
+// `warmup_seconds` and at its highest after them. At the end every reader should have seen
+// every acknowledged append exactly once (waited for at most 30 s).
+struct SoakLoad {
+  std::string target;
+  std::string token;
+  int readers = 10000;
+  int writers = 64;
+  double rate = 10;
+  double seconds = 600;
+  double warmup_seconds = 60;
+  int threads = 2;
+  long server_pid = 0;
+  // Called about once a second with the seconds since the start and the server's RSS (MB).
+  std::function<void(double seconds, double rss_mb)> progress;
+};
+struct SoakFigures {
+  int readers = 0;
+  uint64_t failed = 0;           // readers cut off for good (not reconnections)
+  int complete = 0;              // readers that saw exactly every acknowledged append
+  int extra = 0;                 // readers that saw more (a duplicate delivery)
+  uint64_t reconnects = 0;       // responses the server ended that readers resumed
+  uint64_t appended = 0;         // acknowledged appends
+  uint64_t append_failures = 0;  // appends answered with an error or lost with a connection
+  uint64_t delivered = 0;        // (reader, message) deliveries
+  double seconds = 0;
+  // With server_pid (else -1): RSS at the end of the warm-up, the highest after it, at the end;
+  // the server's CPU time per append.
+  double rss_warm_mb = -1, rss_max_mb = -1, rss_end_mb = -1;
+  double server_cpu_ms_per_append = -1;
+};
+Result<SoakFigures> RunSoak(const Endpoint& endpoint, const SoakLoad& load);
+
 // The p-quantile (0..1) of sorted values; 0 when empty.
 template <typename T>
 double Quantile(const std::vector<T>& sorted, double p) {
