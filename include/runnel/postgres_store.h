@@ -116,6 +116,12 @@ struct PostgresStoreOptions {
   // statement_timeout; a statement cut by it fails definitely, before COMMIT).
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds statement_timeout{30000};
+  // The longest a node waits for any reply of the database before it gives the session up
+  // (kUnavailable; an append's COMMIT then reads kOutcomeUnknown): a database host that stops
+  // answering without closing connections (stopped, frozen, partitioned without a reset) is
+  // not waited for forever. Longer than statement_timeout, so the database's own timeout
+  // normally ends a slow statement first. 0 waits without a bound.
+  std::chrono::milliseconds reply_timeout{35000};
   // How often the listener connection is checked and re-established when lost; a lost listener
   // also wakes every stream once it is back (notifications may have been missed meanwhile).
   std::chrono::milliseconds listener_poll{500};

@@ -116,6 +116,8 @@ struct RegistryOptions {
   std::string store = "memory";
   // For a PostgreSQL store: the schema holding runnel's tables (empty means "runnel").
   std::string postgres_schema;
+  // For a PostgreSQL store: PostgresStoreOptions::reply_timeout in milliseconds (0: its default).
+  uint64_t postgres_reply_timeout_ms = 0;
   // Data directory for stores that keep files (required for "log").
   std::string data_dir;
   // For "log": "fsync" (an acknowledged append is on disk), "interval:<ms>" or "none".

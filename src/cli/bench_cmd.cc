@@ -282,7 +282,7 @@ int Soak(const BenchArgs& a) {
   auto f = load::RunSoak(*endpoint, l);
   if (!f.ok()) return Fail(f.status());
   const double growth =
-      f->rss_warm_mb > 0 ? 100.0 * (f->rss_max_mb - f->rss_warm_mb) / f->rss_warm_mb : -1;
+      f->rss_warm_mb > 0 ? 100.0 * (f->rss_last_mb - f->rss_warm_mb) / f->rss_warm_mb : -1;
   const bool all = f->failed == 0 && f->append_failures == 0 && f->complete == f->readers;
   if (a.json_output) {
     std::printf("%s\n", json({{"ok", all},
@@ -296,6 +296,7 @@ int Soak(const BenchArgs& a) {
                               {"delivered", f->delivered},
                               {"seconds", f->seconds},
                               {"rss_warm_mb", f->rss_warm_mb},
+                              {"rss_last_mb", f->rss_last_mb},
                               {"rss_max_mb", f->rss_max_mb},
                               {"rss_end_mb", f->rss_end_mb},
                               {"rss_growth_pct", growth},
@@ -314,9 +315,9 @@ int Soak(const BenchArgs& a) {
                 static_cast<unsigned long long>(f->delivered), f->complete, f->extra);
     if (a.server_pid > 0) {
       std::printf(
-          "server     RSS %.0f MB after the warm-up, %.0f MB at most after it (%+.1f%%), %.0f MB "
-          "at the end; %.1f ms CPU per append\n",
-          f->rss_warm_mb, f->rss_max_mb, growth, f->rss_end_mb, f->server_cpu_ms_per_append);
+          "server     RSS (means) %.1f MB just after the warm-up, %.1f MB at the end of the run "
+          "(%+.1f%%); %.0f MB at most; %.1f ms CPU per append\n",
+          f->rss_warm_mb, f->rss_last_mb, growth, f->rss_max_mb, f->server_cpu_ms_per_append);
     }
   }
   return all ? kExitOk : kExitFailure;

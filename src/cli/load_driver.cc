@@ -1170,20 +1170,34 @@ Result<SoakFigures> RunSoak(const Endpoint& endpoint, const SoakLoad& load) {
   Result<AppendFigures> written = Status::Internal("not run");
   const auto started = Clock::now();
   std::thread writer([&] { written = RunAppends(endpoint, appends); });
-  // The server's memory while the load runs: sampled every second; growth is measured from the
-  // end of the warm-up.
+  // The server's memory while the load runs, sampled every second. It swings with the readers'
+  // reconnection waves, so growth compares means: the first window after the warm-up against
+  // the last window of the run (each a tenth of the measured time, at least 10 s).
+  std::vector<std::pair<double, double>> samples;  // (seconds, MB) after the warm-up
   while (SecondsSince(started) < load.seconds) {
     std::this_thread::sleep_for(std::chrono::seconds(1));
     if (pid <= 0) continue;
     const double rss = RssMb(pid);
     const double at = SecondsSince(started);
-    if (at < load.warmup_seconds) {
-      f.rss_warm_mb = rss;
-    } else {
-      if (f.rss_warm_mb < 0) f.rss_warm_mb = rss;
+    if (at >= load.warmup_seconds) {
+      samples.emplace_back(at, rss);
       f.rss_max_mb = std::max(f.rss_max_mb, rss);
     }
     if (load.progress) load.progress(at, rss);
+  }
+  if (!samples.empty()) {
+    const double measured = load.seconds - load.warmup_seconds;
+    const double window = std::max(10.0, measured / 10);
+    auto mean = [&](double from, double to) {
+      double sum = 0;
+      int n = 0;
+      for (const auto& [at, mb] : samples) {
+        if (at >= from && at < to) sum += mb, ++n;
+      }
+      return n > 0 ? sum / n : -1;
+    };
+    f.rss_warm_mb = mean(load.warmup_seconds, load.warmup_seconds + window);
+    f.rss_last_mb = mean(load.seconds - window, load.seconds + 1);
   }
   writer.join();
   RUNNEL_RETURN_IF_ERROR(written.status());

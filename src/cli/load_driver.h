@@ -111,7 +111,8 @@ Result<FanoutFigures> RunFanout(const Endpoint& endpoint, const FanoutLoad& load
 // from its tail, reconnecting from their last offset whenever the server ends a response, while
 // `writers` connections append {"t":0} at `rate` appends per second in all, for `seconds`. With
 // `server_pid`, the server's RSS is sampled every second: at the end of the first
-// `warmup_seconds` and at its highest after them. At the end every reader should have seen
+// `warmup_seconds` are not counted, and growth compares the mean of the first window after them
+// with the mean of the last window. At the end every reader should have seen
 // every acknowledged append exactly once (waited for at most 30 s).
 struct SoakLoad {
   std::string target;
@@ -136,9 +137,10 @@ struct SoakFigures {
   uint64_t append_failures = 0;  // appends answered with an error or lost with a connection
   uint64_t delivered = 0;        // (reader, message) deliveries
   double seconds = 0;
-  // With server_pid (else -1): RSS at the end of the warm-up, the highest after it, at the end;
-  // the server's CPU time per append.
-  double rss_warm_mb = -1, rss_max_mb = -1, rss_end_mb = -1;
+  // With server_pid (else -1): the mean RSS over the first window after the warm-up and over the
+  // last window of the run (each a tenth of the measured time, at least 10 s), the highest RSS
+  // after the warm-up, the RSS once the readers caught up; the server's CPU time per append.
+  double rss_warm_mb = -1, rss_last_mb = -1, rss_max_mb = -1, rss_end_mb = -1;
   double server_cpu_ms_per_append = -1;
 };
 Result<SoakFigures> RunSoak(const Endpoint& endpoint, const SoakLoad& load);

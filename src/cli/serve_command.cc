@@ -60,6 +60,8 @@ struct ServeFlags {
   bool dashboard = true;
   // Open a log whose written data is damaged, skipping the damaged bytes (reported at start).
   bool salvage = false;
+  // PostgreSQL store: the longest wait for any reply of the database.
+  uint64_t postgres_reply_timeout_ms = 35000;
   // Log store: the background scrub's rate (0: off).
   uint64_t scrub_bytes_per_sec = 16ull << 20;
   // Empty: http:// plus the request's Host header.
@@ -126,6 +128,7 @@ int RunServe(const ServeFlags& flags) {
   registry_options.durability = flags.durability;
   registry_options.group_commit_wait_us = flags.group_commit_wait_us;
   registry_options.salvage = flags.salvage;
+  registry_options.postgres_reply_timeout_ms = flags.postgres_reply_timeout_ms;
   registry_options.scrub_bytes_per_sec = flags.scrub_bytes_per_sec;
   registry_options.on_damage = [](const std::string& line) { spdlog::error("{}", line); };
   // A durable store that cannot open (locked, corrupt, unwritable) is an error, never a silent
@@ -419,6 +422,13 @@ void AddServeCommand(CLI::App& app) {
                 "Serve the built-in dashboard at / (on by default; it reads the API with the "
                 "token typed into the page)")
       ->envname("RUNNEL_DASHBOARD");
+  cmd->add_option("--postgres-reply-timeout-ms", flags->postgres_reply_timeout_ms,
+                  "PostgreSQL store: give a database session up when no reply came this long "
+                  "(a host that stops answering without closing connections): requests then "
+                  "answer 503, an append whose commit got no answer 504")
+      ->envname("RUNNEL_POSTGRES_REPLY_TIMEOUT_MS")
+      ->check(CLI::Range(uint64_t{1000}, uint64_t{3600000}))
+      ->capture_default_str();
   cmd->add_option("--scrub-bytes-per-sec", flags->scrub_bytes_per_sec,
                   "log store: re-read and verify sealed segments in the background at most this "
                   "fast, reporting damage by name in the log and /metrics (0: off)")

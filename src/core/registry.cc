@@ -179,6 +179,9 @@ Result<StreamRegistry> StreamRegistry::Open(const RegistryOptions& options) {
     PostgresStoreOptions pg;
     pg.conninfo = options.store;
     if (!options.postgres_schema.empty()) pg.schema = options.postgres_schema;
+    if (options.postgres_reply_timeout_ms > 0) {
+      pg.reply_timeout = std::chrono::milliseconds(options.postgres_reply_timeout_ms);
+    }
     pg.clock = options.clock;
     RUNNEL_ASSIGN_OR_RETURN(auto store, OpenPostgresStore(pg));
     return StreamRegistry(std::move(store), options.clock);

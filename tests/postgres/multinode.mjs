@@ -10,6 +10,13 @@
 //   node multinode.mjs RUNNEL_BINARY db-restart PostgreSQL stopped and started mid-run: 503 +
 //                                               Retry-After while it is down, nothing
 //                                               acknowledged lost, service resumes by itself
+//   node multinode.mjs RUNNEL_BINARY faults     under appends and a live reader: every runnel
+//                                               session killed mid-transaction (three times),
+//                                               then the whole database frozen (SIGSTOP) for
+//                                               longer than the nodes' reply timeout: requests
+//                                               answer 503/504 within a bound, never hang,
+//                                               nothing acknowledged is lost or doubled, and
+//                                               service resumes by itself
 //
 // Checks (SEMANTICS A1/A8/S3 across nodes, N1 across nodes): every acknowledged append is
 // present exactly once (at the position its acknowledgement named, for plain and conditional
@@ -17,7 +24,7 @@
 // node returns the same sequence; the long-poll reader saw exactly that sequence. Every wait is
 // bounded; the whole run takes well under 60 s.
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
@@ -27,8 +34,8 @@ import {
 
 const [binary, mode] = process.argv.slice(2);
 const pgUrl = process.env.RUNNEL_TEST_PG_URL;
-if (!binary || !["nodes", "db-restart"].includes(mode) || !pgUrl) {
-  console.error("usage (under scripts/pg-test-cluster --run): multinode.mjs RUNNEL_BINARY nodes|db-restart");
+if (!binary || !["nodes", "db-restart", "faults"].includes(mode) || !pgUrl) {
+  console.error("usage (under scripts/pg-test-cluster --run): multinode.mjs RUNNEL_BINARY nodes|db-restart|faults");
   process.exit(2);
 }
 const REQUEST_TIMEOUT_MS = 10000;
@@ -38,9 +45,9 @@ const nodes = [];
 
 // ---- nodes --------------------------------------------------------------------------------
 
-async function startNode(i) {
+async function startNode(i, extra = []) {
   nodes[i] = await startServe(binary, ["--store", pgUrl, "--data", join(work, `data-${i}`),
-                                       "--long-poll-timeout-ms", String(LONG_POLL_MS)],
+                                       "--long-poll-timeout-ms", String(LONG_POLL_MS), ...extra],
                               { what: `node ${i}` });
   return nodes[i];
 }
@@ -387,9 +394,105 @@ async function dbRestart() {
   check(total >= 100, "too few appends");
 }
 
+// The PostgreSQL server's processes (postmaster and children), for SIGSTOP/SIGCONT.
+function pgProcesses() {
+  const ctl = process.env.RUNNEL_TEST_PG_CTL ?? "";
+  const dir = ctl.match(/-D (\S+)/)?.[1];
+  if (!dir) throw new Error("cannot find the data directory in RUNNEL_TEST_PG_CTL");
+  const postmaster = Number(readFileSync(join(dir, "postmaster.pid"), "utf8").split("\n")[0]);
+  const children = execFileSync("pgrep", ["-P", String(postmaster)], { encoding: "utf8" })
+    .split("\n").filter(Boolean).map(Number);
+  return [postmaster, ...children];
+}
+
+// Kills every session of the runnel nodes (application_name 'runnel') mid-whatever-it-does.
+function terminateSessions() {
+  const psql = join(process.env.RUNNEL_TEST_PG_BINDIR, "psql");
+  const out = execFileSync(psql, [pgUrl, "-Atc",
+    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'runnel'"],
+    { encoding: "utf8" });
+  return Number(out.trim());
+}
+
+async function faults() {
+  const REPLY_MS = 2000;
+  for (let i = 0; i < 2; i++) await startNode(i, ["--postgres-reply-timeout-ms", String(REPLY_MS)]);
+  log("nodes:", nodes.map((n) => n.url).join(" "));
+  await createStream("fx");
+  const reader = tail(1, "fx");
+  const acked = [];
+  const unknown = new Set();
+  const statuses = new Map();
+  let slowest = 0;
+  let stop = false;
+  // Four writers, one request at a time each, through both nodes; never retried.
+  const writer = async (w) => {
+    for (let n = 0; !stop; n++) {
+      const key = `${w}#${n}`;
+      const r = await http(n % 2, "POST", "/v1/stream/fx", {
+        headers: { "Content-Type": "application/json" }, body: JSON.stringify({ w, n }),
+      });
+      statuses.set(r.status, (statuses.get(r.status) ?? 0) + 1);
+      slowest = Math.max(slowest, r.ms ?? 0);
+      if (OK(r.status)) acked.push({ key, pos: position(r.headers.get("stream-next-offset")) });
+      else if (r.status === 503) check(r.headers.get("retry-after") === "1", `${key}: 503 without Retry-After`);
+      else if (r.status === 504 || r.status === 0) unknown.add(key);
+      else check(false, `append ${key}: unexpected ${r.status} ${r.text}`);
+      await sleep(r.status === 503 ? 200 : 5);
+    }
+  };
+  const writers = [0, 1, 2, 3].map((w) => writer(`w${w}`));
+  await sleep(500);
+  for (let round = 0; round < 3; round++) {
+    const killed = terminateSessions();
+    log(`terminated ${killed} runnel sessions`);
+    await sleep(700);
+  }
+  // Frozen: connections stay open and nothing answers.
+  const frozen = pgProcesses();
+  log(`freezing PostgreSQL (${frozen.length} processes) for ${6 * REPLY_MS + 1500} ms`);
+  const froze = performance.now();
+  for (const pid of frozen) process.kill(pid, "SIGSTOP");
+  try {
+    // A request while frozen answers within the reply timeout and a margin, never hangs.
+    const r = await http(0, "GET", "/v1/stream/fx?offset=-1", { timeout: 4 * REPLY_MS + 5000 });
+    check(r.status === 503, `a read while the database is frozen: ${r.status} ${r.text ?? r.error}`);
+    check(r.ms < 3 * REPLY_MS + 2000, `a read while frozen took ${r.ms?.toFixed(0)} ms (reply timeout ${REPLY_MS})`);
+    const left = froze + 6 * REPLY_MS + 1500 - performance.now();
+    if (left > 0) await sleep(left);
+  } finally {
+    for (const pid of frozen) process.kill(pid, "SIGCONT");
+  }
+  log("PostgreSQL thawed");
+  const back = performance.now();
+  let resumed = false;
+  for (let t = 0; t < 200 && !resumed; t++) {
+    const r = await http(t % 2, "HEAD", "/v1/stream/fx");
+    resumed = r.status === 200;
+    if (!resumed) await sleep(100);
+  }
+  check(resumed, "the nodes did not serve again within 20 s of the thaw");
+  log(`served again ${(performance.now() - back).toFixed(0)} ms after the thaw`);
+  await sleep(1500);
+  stop = true;
+  await Promise.all(writers);
+  check(slowest < 3 * REPLY_MS + 2000, `the slowest append took ${slowest.toFixed(0)} ms (reply timeout ${REPLY_MS})`);
+  // The freeze outlasted the reply timeout several times over: appends in it were answered
+  // 503 (nothing written) or 504 (outcome unknown), not held until the thaw.
+  check((statuses.get(503) ?? 0) + (statuses.get(504) ?? 0) > 0,
+        "no append was answered 503 or 504 while the database was frozen");
+  log("append answers:", JSON.stringify(Object.fromEntries(statuses)));
+  for (let t = 0; t < 100 && reader.seen.length < acked.length; t++) await sleep(100);
+  reader.stop = true;
+  await reader.done;
+  check(acked.length >= 100, `too few acknowledged appends (${acked.length})`);
+  await verify("fx", acked, unknown, reader, 2);
+}
+
 let status = 0;
 try {
   if (mode === "nodes") await multiNode();
+  else if (mode === "faults") await faults();
   else await dbRestart();
 } catch (e) {
   console.error("FAIL:", e.stack ?? e);

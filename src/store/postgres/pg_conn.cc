@@ -216,7 +216,8 @@ std::string QuoteIdent(std::string_view ident) {
 
 Result<std::unique_ptr<Conn>> Conn::Connect(const std::string& conninfo, const std::string& schema,
                                             std::chrono::milliseconds connect_timeout,
-                                            std::chrono::milliseconds statement_timeout) {
+                                            std::chrono::milliseconds statement_timeout,
+                                            std::chrono::milliseconds reply_timeout) {
   // libpq takes whole seconds and treats values below 2 as 2.
   const long long timeout_s = std::max<long long>(2, (connect_timeout.count() + 999) / 1000);
   const std::string timeout = std::to_string(timeout_s);
@@ -224,7 +225,7 @@ Result<std::unique_ptr<Conn>> Conn::Connect(const std::string& conninfo, const s
   const char* values[] = {conninfo.c_str(), timeout.c_str(), "runnel", nullptr};
   PGconn* raw = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
   if (raw == nullptr) return Status::Unavailable("postgres: out of memory creating a connection");
-  std::unique_ptr<Conn> conn(new Conn(raw));
+  std::unique_ptr<Conn> conn(new Conn(raw, reply_timeout));
   if (PQstatus(raw) != CONNECTION_OK) {
     std::string msg = PQerrorMessage(raw);
     while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
@@ -267,24 +268,75 @@ void Conn::Sever() {
   if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
 }
 
+std::chrono::steady_clock::time_point Conn::ReplyDeadline() const {
+  return reply_timeout_.count() > 0 ? std::chrono::steady_clock::now() + reply_timeout_
+                                    : std::chrono::steady_clock::time_point::max();
+}
+
+PGresult* Conn::NextResult(std::chrono::steady_clock::time_point deadline) {
+  while (PQisBusy(conn_) == 1) {
+    const int fd = PQsocket(conn_);
+    if (fd < 0) break;  // PQgetResult reports the failure
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      timed_out_ = true;
+      Sever();
+      return nullptr;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+    pollfd p{fd, POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count() + 1, 60000)));
+    if (n < 0 && errno != EINTR) break;
+    if (n > 0 && PQconsumeInput(conn_) == 0) break;
+  }
+  return PQgetResult(conn_);
+}
+
+PGresult* Conn::AwaitOne() {
+  const auto deadline = ReplyDeadline();
+  PGresult* first = NextResult(deadline);
+  if (first == nullptr) return nullptr;
+  // PQexec semantics: the last result of the command stands for it (several ';'-separated
+  // commands give one result each).
+  while (PGresult* next = NextResult(deadline)) {
+    PQclear(first);
+    first = next;
+  }
+  if (severed_) {
+    PQclear(first);
+    return nullptr;
+  }
+  return first;
+}
+
 Result<Rows> Conn::Exec(std::string_view sql, const Params& params) {
   last_sqlstate_.clear();
   if (severed_) return Status::Unavailable("postgres: connection lost");
   const std::string text(sql);
-  PGresult* r;
+  const auto lost = [this] {
+    return Status::Unavailable(timed_out_ ? "postgres: no answer within " +
+                                                std::to_string(reply_timeout_.count()) + " ms"
+                                          : std::string("postgres: connection lost"));
+  };
+  int sent;
   if (params.size() == 0 && text.find(';') != std::string::npos) {
     // Several ';'-separated commands (setup, DDL) go through the simple protocol; they return
-    // no rows, and PQexec reports the last command's outcome.
-    r = PQexec(conn_, text.c_str());
-    if (r == nullptr) return Status::Unavailable("postgres: connection lost");
-    return Collect(r);
+    // no rows, and the last command's outcome stands for them.
+    sent = PQsendQuery(conn_, text.c_str());
+  } else {
+    RUNNEL_ASSIGN_OR_RETURN(std::string name, Prepared(text, params));
+    const auto values = params.Values();
+    sent = name.empty()
+               ? PQsendQueryParams(conn_, text.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 1)
+               : PQsendQueryPrepared(conn_, name.c_str(), params.size(), values.data(),
+                                     params.lengths(), params.formats(), /*resultFormat=*/1);
   }
-  RUNNEL_ASSIGN_OR_RETURN(std::string name, Prepared(text, params));
-  const auto values = params.Values();
-  r = name.empty() ? PQexecParams(conn_, text.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 1)
-                   : PQexecPrepared(conn_, name.c_str(), params.size(), values.data(),
-                                    params.lengths(), params.formats(), /*resultFormat=*/1);
-  if (r == nullptr) return Status::Unavailable("postgres: connection lost");
+  if (sent != 1) {
+    severed_ = true;
+    return lost();
+  }
+  PGresult* r = AwaitOne();
+  if (r == nullptr) return lost();
   return Collect(r);
 }
 
@@ -339,8 +391,9 @@ std::vector<Result<Rows>> Conn::Pipeline(const std::vector<Statement>& statement
     return out;
   }
   std::string first_sqlstate;
+  const auto deadline = ReplyDeadline();
   for (size_t i = 0; i < statements.size(); ++i) {
-    PGresult* r = PQgetResult(conn_);
+    PGresult* r = NextResult(deadline);
     if (r == nullptr) break;
     if (PQresultStatus(r) == PGRES_PIPELINE_ABORTED) {
       PQclear(r);
@@ -351,13 +404,13 @@ std::vector<Result<Rows>> Conn::Pipeline(const std::vector<Statement>& statement
     }
     if (severed_ || broken()) break;
     // Each statement's results end with a null.
-    while (PGresult* extra = PQgetResult(conn_)) PQclear(extra);
+    while (PGresult* extra = NextResult(deadline)) PQclear(extra);
   }
   if (out.size() < statements.size() || broken()) {
     lost_rest();
     return out;
   }
-  PGresult* sync = PQgetResult(conn_);
+  PGresult* sync = severed_ ? nullptr : NextResult(deadline);
   const bool synced = sync != nullptr && PQresultStatus(sync) == PGRES_PIPELINE_SYNC;
   if (sync != nullptr) PQclear(sync);
   if (!synced || PQexitPipelineMode(conn_) != 1) {
@@ -374,7 +427,9 @@ Result<std::string> Conn::Prepared(const std::string& sql, const Params& params)
   auto it = prepared_.find(sql);
   if (it != prepared_.end()) return it->second;
   std::string name = "runnel_" + std::to_string(prepared_.size() + 1);
-  PGresult* r = PQprepare(conn_, name.c_str(), sql.c_str(), params.size(), params.types());
+  PGresult* r = PQsendPrepare(conn_, name.c_str(), sql.c_str(), params.size(), params.types()) == 1
+                    ? AwaitOne()
+                    : nullptr;
   if (r == nullptr) {
     severed_ = true;
     return Status::Unavailable("postgres: connection lost");

@@ -116,11 +116,15 @@ class Rows {
 class Conn {
  public:
   // Connects with `conninfo` (URL or key=value string), sets statement_timeout, search_path to
-  // `schema` and silences notices.
+  // `schema` and silences notices. Every reply is awaited at most `reply_timeout`: a server
+  // that stops answering without closing the connection (a stopped host, a hung process) is
+  // not waited for longer; the connection is then severed (kUnavailable, broken()), as when it
+  // is lost. 0 waits as long as the server takes.
   static Result<std::unique_ptr<Conn>> Connect(const std::string& conninfo,
                                                const std::string& schema,
                                                std::chrono::milliseconds connect_timeout,
-                                               std::chrono::milliseconds statement_timeout);
+                                               std::chrono::milliseconds statement_timeout,
+                                               std::chrono::milliseconds reply_timeout);
   ~Conn();
   Conn(const Conn&) = delete;
   Conn& operator=(const Conn&) = delete;
@@ -152,15 +156,25 @@ class Conn {
   PGconn* raw() { return conn_; }
 
  private:
-  explicit Conn(PGconn* conn) : conn_(conn) {}
+  Conn(PGconn* conn, std::chrono::milliseconds reply_timeout)
+      : conn_(conn), reply_timeout_(reply_timeout) {}
   Result<Rows> Collect(PGresult* first);
+  // PQgetResult, waiting for the reply at most reply_timeout_ (from `deadline`, when set); on
+  // timeout the connection is severed and null returned.
+  PGresult* NextResult(std::chrono::steady_clock::time_point deadline);
+  std::chrono::steady_clock::time_point ReplyDeadline() const;
+  // The result of one command sent with PQsend*: its first result, the rest drained. Null when
+  // the connection is lost or the reply did not come in time.
+  PGresult* AwaitOne();
   // The name of the server-side prepared statement for `sql`, preparing it on first use (the
   // store's statements come in a small fixed set of shapes, each always with the same
   // parameter types, so they are parsed and planned once per connection).
   Result<std::string> Prepared(const std::string& sql, const Params& params);
   std::unordered_map<std::string, std::string> prepared_;
   PGconn* conn_;
+  const std::chrono::milliseconds reply_timeout_;
   bool severed_ = false;
+  bool timed_out_ = false;  // severed because a reply did not come within reply_timeout_
   std::string last_sqlstate_;
 };
 

@@ -210,7 +210,7 @@ std::string PostgresStore::Durability() const {
 
 Result<std::unique_ptr<pg::Conn>> PostgresStore::Connect() {
   return pg::Conn::Connect(options_.conninfo, options_.schema, options_.connect_timeout,
-                           options_.statement_timeout);
+                           options_.statement_timeout, options_.reply_timeout);
 }
 
 PostgresStore::PooledConn::~PooledConn() {
