@@ -2524,9 +2524,8 @@ bool LogStore::ScrubSegment(uint64_t number, uint64_t rate) {
   uint64_t end = 0;
   {
     std::shared_lock lock(state_mu_);
-    // Of the segment being written, the frames written so far (`end` when the scrub starts);
-    // the ones after it do not exist yet.
-    if (number > active_segment_) return true;
+    // A segment is listed once it exists; of the one being written, the frames written so far
+    // (`end` when the scrub starts) are verified.
     auto it = segments_.find(number);
     if (it == segments_.end() || !it->second.file) return true;
     file = it->second.file;  // keeps the file readable if the segment is deleted meanwhile
@@ -2556,9 +2555,17 @@ bool LogStore::ScrubSegment(uint64_t number, uint64_t rate) {
       pos += f.size;
     } else if (*c == FrameCheck::kEnd) {
       // Zeros: the end of the written frames, if only zeros follow (segments are zero-filled
-      // ahead of their frames).
-      Result<bool> zero = window.ZeroFrom(pos);
-      if (zero.ok() && !*zero) ReportDamage(number, pos, "a zero frame header amid written bytes");
+      // ahead of their frames). Checked at the same pace as frames.
+      const uint64_t zeros_from = pos;
+      bool zero = true;
+      while (zero && pos < end) {
+        Result<std::string_view> v = window.View(pos, 1u << 20);
+        if (!v.ok() || v->empty()) break;
+        zero = AllZero(*v);
+        pos += v->size();
+        if (!Pace(started, pos, rate, &counted)) return false;
+      }
+      if (!zero) ReportDamage(number, zeros_from, "a zero frame header amid written bytes");
       break;
     } else {
       ReportDamage(number, pos, FrameCheckName(*c));
@@ -2566,20 +2573,23 @@ bool LogStore::ScrubSegment(uint64_t number, uint64_t rate) {
       if (!next.ok() || !next->has_value()) break;
       pos = **next;
     }
-    if (pos - counted >= (1u << 20)) {
-      scrubbed_bytes_.fetch_add(pos - counted, std::memory_order_relaxed);
-      counted = pos;
-      if (rate > 0) {
-        // At most `rate` bytes per second: wait until this segment's bytes so far are due.
-        const auto due = started + std::chrono::microseconds(pos * 1000000 / rate);
-        std::unique_lock lock(scrub_mu_);
-        if (scrub_cv_.wait_until(lock, due, [&] { return scrub_stop_; })) return false;
-      }
-    }
+    if (!Pace(started, pos, rate, &counted)) return false;
   }
   scrubbed_bytes_.fetch_add(pos > counted ? pos - counted : 0, std::memory_order_relaxed);
   std::lock_guard lock(scrub_mu_);
   return !scrub_stop_;
+}
+
+bool LogStore::Pace(std::chrono::steady_clock::time_point started, uint64_t pos, uint64_t rate,
+                    uint64_t* counted) {
+  if (pos - *counted < (1u << 20)) return true;
+  scrubbed_bytes_.fetch_add(pos - *counted, std::memory_order_relaxed);
+  *counted = pos;
+  if (rate == 0) return true;
+  // At most `rate` bytes per second: wait until this segment's bytes so far are due.
+  const auto due = started + std::chrono::microseconds(pos * 1000000 / rate);
+  std::unique_lock lock(scrub_mu_);
+  return !scrub_cv_.wait_until(lock, due, [&] { return scrub_stop_; });
 }
 
 void LogStore::ReportDamage(uint64_t segment, uint64_t pos, std::string_view why) {

@@ -515,6 +515,10 @@ class LogStore final : public Store {
   // Verifies segment `number` (if it is still sealed and present); `rate` bytes per second at
   // most (0: no limit). Returns false when the store is stopping.
   bool ScrubSegment(uint64_t number, uint64_t rate);
+  // Counts the bytes of a segment scrubbed up to `pos` (past *counted) every MiB and, with a
+  // `rate`, waits until they are due. False when the store is stopping.
+  bool Pace(std::chrono::steady_clock::time_point started, uint64_t pos, uint64_t rate,
+            uint64_t* counted);
   // Reports the damaged frame at (`segment`, `pos`) once: names the streams and offsets whose
   // live records it held.
   void ReportDamage(uint64_t segment, uint64_t pos, std::string_view why);
