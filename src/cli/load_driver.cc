@@ -1022,6 +1022,22 @@ Status RaiseOpenFiles(int sockets) {
   return Status::OK();
 }
 
+// Creates the stream at `target` (as `content_type`, when missing) and returns the SSE request
+// that follows it from its tail.
+Result<std::string> TailRequest(Client& control, const Endpoint& endpoint,
+                                const std::string& target, const std::string& content_type,
+                                const std::string& token) {
+  RUNNEL_ASSIGN_OR_RETURN(Head h, control.Request("PUT", target, content_type, ""));
+  if (h.status != 200 && h.status != 201 && h.status != 204) {
+    return Status::Internal("creating the stream answered HTTP " + std::to_string(h.status));
+  }
+  RUNNEL_ASSIGN_OR_RETURN(h, control.Request("HEAD", target, "", ""));
+  if (h.next_offset.empty()) return Status::Internal("HEAD without Stream-Next-Offset");
+  std::string request = RequestHead(
+      "GET", target + "?offset=" + Escape(h.next_offset) + "&live=sse", endpoint, token);
+  return request + "Accept: text/event-stream\r\n\r\n";
+}
+
 }  // namespace
 
 Result<FanoutFigures> RunFanout(const Endpoint& endpoint, const FanoutLoad& load) {
@@ -1036,15 +1052,8 @@ Result<FanoutFigures> RunFanout(const Endpoint& endpoint, const FanoutLoad& load
   }
   RUNNEL_RETURN_IF_ERROR(RaiseOpenFiles(load.readers));
   RUNNEL_ASSIGN_OR_RETURN(auto control, Client::Connect(endpoint, load.token));
-  RUNNEL_ASSIGN_OR_RETURN(Head h, control->Request("PUT", load.target, "text/plain", ""));
-  if (h.status != 200 && h.status != 201 && h.status != 204) {
-    return Status::Internal("creating the stream answered HTTP " + std::to_string(h.status));
-  }
-  RUNNEL_ASSIGN_OR_RETURN(h, control->Request("HEAD", load.target, "", ""));
-  if (h.next_offset.empty()) return Status::Internal("HEAD without Stream-Next-Offset");
-  std::string request = RequestHead(
-      "GET", load.target + "?offset=" + Escape(h.next_offset) + "&live=sse", endpoint, load.token);
-  request += "Accept: text/event-stream\r\n\r\n";
+  RUNNEL_ASSIGN_OR_RETURN(std::string request,
+                          TailRequest(*control, endpoint, load.target, "text/plain", load.token));
   const long pid = load.server_pid;
   FanoutFigures f;
   f.readers = load.readers;
@@ -1074,7 +1083,7 @@ Result<FanoutFigures> RunFanout(const Endpoint& endpoint, const FanoutLoad& load
   const double own_cpu_before = ProcessCpuMs(::getpid());
   for (int i = 0; i < load.appends; ++i) {
     const std::string body = "t=" + std::to_string(NowMicros());
-    RUNNEL_ASSIGN_OR_RETURN(h, control->Request("POST", load.target, "text/plain", body));
+    RUNNEL_ASSIGN_OR_RETURN(Head h, control->Request("POST", load.target, "text/plain", body));
     if (h.status != 200 && h.status != 204) {
       return Status::Internal("an append answered HTTP " + std::to_string(h.status));
     }
@@ -1122,15 +1131,8 @@ Result<SoakFigures> RunSoak(const Endpoint& endpoint, const SoakLoad& load) {
   }
   RUNNEL_RETURN_IF_ERROR(RaiseOpenFiles(load.readers + load.writers));
   RUNNEL_ASSIGN_OR_RETURN(auto control, Client::Connect(endpoint, load.token));
-  RUNNEL_ASSIGN_OR_RETURN(Head h, control->Request("PUT", load.target, "application/json", ""));
-  if (h.status != 200 && h.status != 201 && h.status != 204) {
-    return Status::Internal("creating the stream answered HTTP " + std::to_string(h.status));
-  }
-  RUNNEL_ASSIGN_OR_RETURN(h, control->Request("HEAD", load.target, "", ""));
-  if (h.next_offset.empty()) return Status::Internal("HEAD without Stream-Next-Offset");
-  std::string request = RequestHead(
-      "GET", load.target + "?offset=" + Escape(h.next_offset) + "&live=sse", endpoint, load.token);
-  request += "Accept: text/event-stream\r\n\r\n";
+  RUNNEL_ASSIGN_OR_RETURN(std::string request, TailRequest(*control, endpoint, load.target,
+                                                           "application/json", load.token));
   ReaderMode mode;
   mode.json = true;
   mode.keep_latencies = false;
