@@ -121,6 +121,8 @@ class [[nodiscard]] Status {
 
   // A copy whose message is prefixed with `context: `. The code and details are kept.
   Status Annotate(std::string_view context) const;
+  // A copy whose message is `message`. The code and details are kept.
+  Status WithMessage(std::string_view message) const;
 
   friend bool operator==(const Status& a, const Status& b) {
     return a.code() == b.code() && a.message() == b.message();

@@ -81,6 +81,13 @@ std::string Status::ToString() const {
   return out;
 }
 
+Status Status::WithMessage(std::string_view message) const {
+  if (ok()) return Status();
+  Status s(*this);
+  s.rep_->message = std::string(message);
+  return s;
+}
+
 Status Status::Annotate(std::string_view context) const {
   if (ok()) return Status();
   Status s(*this);

@@ -77,11 +77,7 @@ Status RelativizePaths(const Status& status, std::string_view root) {
   if (status.ok()) return status;
   std::string message = RelativizePaths(status.message(), root);
   if (message == status.message()) return status;
-  if (status.code() == StatusCode::kConflict) {
-    return Status::Conflict(message, status.conflict_expected().value_or(0),
-                            status.conflict_actual().value_or(0));
-  }
-  return Status(status.code(), message);
+  return status.WithMessage(message);
 }
 
 RelativeErrorsEnv::RelativeErrorsEnv(Env* base, std::string root)

@@ -31,8 +31,7 @@ namespace runnel::env {
 // changes nothing.
 std::string RelativizePaths(std::string_view text, std::string_view root);
 
-// `status` with its message passed through RelativizePaths (same code, and for kConflict the
-// same positions).
+// `status` with its message passed through RelativizePaths (same code and details).
 Status RelativizePaths(const Status& status, std::string_view root);
 
 class RelativeErrorsEnv final : public Env {
