@@ -28,7 +28,8 @@ std::string_view StatusCodeName(StatusCode code) {
 
 Status::Status(StatusCode code, std::string_view message) {
   if (code != StatusCode::kOk) {
-    rep_ = std::make_unique<Rep>(Rep{code, std::string(message), std::nullopt, std::nullopt});
+    rep_ = std::make_unique<Rep>(
+        Rep{code, std::string(message), std::nullopt, std::nullopt, /*no_space=*/false});
   }
 }
 
@@ -44,6 +45,12 @@ Status Status::Conflict(std::string_view msg, uint64_t expected, uint64_t actual
   Status s(StatusCode::kConflict, msg);
   s.rep_->expected = expected;
   s.rep_->actual = actual;
+  return s;
+}
+
+Status Status::NoSpace(std::string_view msg) {
+  Status s(StatusCode::kResourceExhausted, msg);
+  s.rep_->no_space = true;
   return s;
 }
 
