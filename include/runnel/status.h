@@ -46,9 +46,11 @@ enum class StatusCode : int {
   kOutOfRange = 8,
   // Stored data failed verification (checksum, bad magic, truncated or trailing bytes).
   kCorruption = 9,
-  // The operating system refused an I/O call (includes ENOSPC).
+  // The operating system refused an I/O call (a failing device, a permission). A full disk is
+  // kResourceExhausted instead (Status::NoSpace).
   kIOError = 10,
-  // A configured limit or quota was reached (body size, connection cap, tenant quota).
+  // A configured limit or quota was reached (body size, connection cap, tenant quota), or the
+  // disk holding the data is full (ENOSPC, EDQUOT: made by Status::NoSpace, no_space() is set).
   kResourceExhausted = 11,
   // A dependency is down or the engine is shutting down; retrying later may succeed.
   kUnavailable = 12,
@@ -99,6 +101,9 @@ class [[nodiscard]] Status {
   static Status ResourceExhausted(std::string_view msg) {
     return {StatusCode::kResourceExhausted, msg};
   }
+  // kResourceExhausted because the disk holding the data is full (ENOSPC, EDQUOT): a definite
+  // refusal that a retry may pass once space is freed. no_space() is set.
+  static Status NoSpace(std::string_view msg);
   static Status Unavailable(std::string_view msg) { return {StatusCode::kUnavailable, msg}; }
   static Status Internal(std::string_view msg) { return {StatusCode::kInternal, msg}; }
   static Status Unauthenticated(std::string_view msg) {
@@ -115,6 +120,8 @@ class [[nodiscard]] Status {
   std::optional<uint64_t> conflict_actual() const noexcept;
   // For a Status made by Unreadable(): the offsets [first, end) that cannot be read.
   std::optional<std::pair<uint64_t, uint64_t>> unreadable_range() const noexcept;
+  // True for a Status made by NoSpace (kept through copies and Annotate).
+  bool no_space() const noexcept { return rep_ != nullptr && rep_->no_space; }
 
   // "not_found: stream 'orders' does not exist in tenant:acme", or "ok".
   std::string ToString() const;
@@ -134,6 +141,7 @@ class [[nodiscard]] Status {
     std::string message;
     std::optional<uint64_t> expected;
     std::optional<uint64_t> actual;
+    bool no_space = false;
   };
   std::unique_ptr<Rep> rep_;
 };

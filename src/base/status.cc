@@ -28,7 +28,8 @@ std::string_view StatusCodeName(StatusCode code) {
 
 Status::Status(StatusCode code, std::string_view message) {
   if (code != StatusCode::kOk) {
-    rep_ = std::make_unique<Rep>(Rep{code, std::string(message), std::nullopt, std::nullopt});
+    rep_ = std::make_unique<Rep>(
+        Rep{code, std::string(message), std::nullopt, std::nullopt, /*no_space=*/false});
   }
 }
 
@@ -51,6 +52,12 @@ Status Status::Unreadable(std::string_view msg, uint64_t first, uint64_t end) {
   Status s(StatusCode::kCorruption, msg);
   s.rep_->expected = first;
   s.rep_->actual = end;
+  return s;
+}
+
+Status Status::NoSpace(std::string_view msg) {
+  Status s(StatusCode::kResourceExhausted, msg);
+  s.rep_->no_space = true;
   return s;
 }
 

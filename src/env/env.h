@@ -13,7 +13,8 @@
 //   returns OK.
 //
 // Errors: every call returns Status/Result. Operating-system failures are kIOError with the
-// path and the errno text; a missing file is kNotFound; a lock held elsewhere is kUnavailable.
+// path and the errno text; a missing file is kNotFound; a full disk (ENOSPC, EDQUOT) is
+// kResourceExhausted with Status::no_space() set; a lock held elsewhere is kUnavailable.
 //
 // Thread-safety: an Env may be used from any thread concurrently. A File may be used
 // concurrently for ReadAt() while one thread writes and syncs it.
@@ -81,6 +82,8 @@ class Env {
   virtual Status RenameFile(const std::string& from, const std::string& to) = 0;
   // Creates a directory; OK when it already exists.
   virtual Status CreateDir(const std::string& path) = 0;
+  // Removes an empty directory; an error when it holds anything (it is never emptied first).
+  virtual Status RemoveDir(const std::string& path) = 0;
   // Makes creations, renames and removals of entries of `dir` durable.
   virtual Status SyncDir(const std::string& dir) = 0;
   // The names (not paths) of the entries of `dir`, without "." and "..", in no fixed order.

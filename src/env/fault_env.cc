@@ -1,5 +1,6 @@
 #include "env/fault_env.h"
 
+#include <algorithm>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -13,14 +14,16 @@ class FaultFile final : public File {
       : env_(env), path_(std::move(path)), base_(std::move(base)) {}
 
   Status WriteAt(uint64_t offset, std::span<const std::string_view> pieces) override {
+    RUNNEL_RETURN_IF_ERROR(env_->BeforeOp());
     size_t total = 0;
     for (std::string_view p : pieces) total += p.size();
+    std::unique_lock<std::mutex> space = env_->SpaceLock();
     size_t allowed = total;
     size_t fits = 0;
     auto size = base_->Size();
     if (size.ok() && *size > offset)
       fits = static_cast<size_t>(std::min<uint64_t>(total, *size - offset));
-    Status fault = env_->BeforeWrite(path_, total, fits, &allowed);
+    Status fault = env_->BeforeWrite(path_, offset, size.ok() ? *size : 0, total, fits, &allowed);
     if (fault.ok()) return base_->WriteAt(offset, pieces);
     if (allowed > 0) {
       std::vector<std::string_view> prefix;
@@ -38,10 +41,14 @@ class FaultFile final : public File {
     return base_->ReadAt(offset, n, dst);
   }
   Status Sync() override {
+    RUNNEL_RETURN_IF_ERROR(env_->BeforeOp());
     RUNNEL_RETURN_IF_ERROR(env_->BeforeSync(path_));
     return base_->Sync();
   }
-  Status Truncate(uint64_t size) override { return base_->Truncate(size); }
+  Status Truncate(uint64_t size) override {
+    RUNNEL_RETURN_IF_ERROR(env_->BeforeOp());
+    return base_->Truncate(size);
+  }
   Result<uint64_t> Size() const override { return base_->Size(); }
 
  private:
@@ -72,6 +79,63 @@ void FaultInjectionEnv::FailSync(uint64_t n) {
 void FaultInjectionEnv::SetNoSpace(bool on) {
   std::lock_guard lock(mu_);
   no_space_ = on;
+}
+
+void FaultInjectionEnv::SetSpaceLimit(uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  space_limit_ = bytes;
+  space_limited_ = true;
+}
+
+uint64_t FaultInjectionEnv::SpaceUsed() {
+  std::lock_guard lock(mu_);
+  return SpaceUsedLocked();
+}
+
+uint64_t FaultInjectionEnv::SpaceUsedLocked() {
+  uint64_t used = 0;
+  for (auto it = tracked_.begin(); it != tracked_.end();) {
+    auto size = base_->FileSize(*it);
+    if (!size.ok()) {
+      it = tracked_.erase(it);  // removed, or dropped by a crash
+      continue;
+    }
+    used += *size;
+    ++it;
+  }
+  return used;
+}
+
+std::unique_lock<std::mutex> FaultInjectionEnv::SpaceLock() {
+  if (!space_limited_.load()) return std::unique_lock<std::mutex>();
+  return std::unique_lock<std::mutex>(space_mu_);
+}
+
+void FaultInjectionEnv::BeforeOpDo(uint64_t n, std::function<void()> action) {
+  std::lock_guard lock(mu_);
+  op_action_in_ = n;
+  op_action_ = std::move(action);
+}
+
+void FaultInjectionEnv::PowerOff() {
+  std::lock_guard lock(mu_);
+  powered_off_ = true;
+}
+
+Status FaultInjectionEnv::BeforeOp() {
+  ops_.fetch_add(1);
+  std::function<void()> action;
+  {
+    std::lock_guard lock(mu_);
+    if (op_action_in_ > 0 && --op_action_in_ == 0) action = std::move(op_action_);
+  }
+  if (action) action();
+  std::lock_guard lock(mu_);
+  if (powered_off_) {
+    injected_.fetch_add(1);
+    return Status::IOError("the power is off (injected)");
+  }
+  return Status::OK();
 }
 
 void FaultInjectionEnv::BeforeSyncDo(uint64_t n, std::function<void()> action) {
@@ -106,12 +170,17 @@ void FaultInjectionEnv::ClearFaults() {
     fail_write_in_ = 0;
     fail_sync_in_ = 0;
     no_space_ = false;
+    space_limited_ = false;
+    op_action_in_ = 0;
+    op_action_ = nullptr;
+    powered_off_ = false;
     hold_.reset();
   }
   released_.notify_all();
 }
 
 Result<std::unique_ptr<File>> FaultInjectionEnv::OpenFile(const std::string& path, bool create) {
+  if (create && !base_->FileExists(path)) RUNNEL_RETURN_IF_ERROR(BeforeOp());
   {
     std::lock_guard lock(mu_);
     ++opens_[path];
@@ -120,9 +189,38 @@ Result<std::unique_ptr<File>> FaultInjectionEnv::OpenFile(const std::string& pat
       injected_.fetch_add(1);
       return Status::IOError("open '" + path + "': Too many open files (injected)");
     }
+    tracked_.insert(path);
   }
   RUNNEL_ASSIGN_OR_RETURN(auto file, base_->OpenFile(path, create));
   return std::unique_ptr<File>(std::make_unique<FaultFile>(this, path, std::move(file)));
+}
+
+Status FaultInjectionEnv::RemoveFile(const std::string& path) {
+  RUNNEL_RETURN_IF_ERROR(BeforeOp());
+  return base_->RemoveFile(path);
+}
+
+Status FaultInjectionEnv::RenameFile(const std::string& from, const std::string& to) {
+  RUNNEL_RETURN_IF_ERROR(BeforeOp());
+  RUNNEL_RETURN_IF_ERROR(base_->RenameFile(from, to));
+  std::lock_guard lock(mu_);
+  if (tracked_.erase(from) > 0) tracked_.insert(to);
+  return Status::OK();
+}
+
+Status FaultInjectionEnv::CreateDir(const std::string& path) {
+  RUNNEL_RETURN_IF_ERROR(BeforeOp());
+  return base_->CreateDir(path);
+}
+
+Status FaultInjectionEnv::RemoveDir(const std::string& path) {
+  RUNNEL_RETURN_IF_ERROR(BeforeOp());
+  return base_->RemoveDir(path);
+}
+
+Status FaultInjectionEnv::SyncDir(const std::string& dir) {
+  RUNNEL_RETURN_IF_ERROR(BeforeOp());
+  return base_->SyncDir(dir);
 }
 
 int FaultInjectionEnv::Opens(const std::string& path) {
@@ -131,8 +229,8 @@ int FaultInjectionEnv::Opens(const std::string& path) {
   return it == opens_.end() ? 0 : it->second;
 }
 
-Status FaultInjectionEnv::BeforeWrite(const std::string& path, size_t bytes, size_t fits,
-                                      size_t* allowed) {
+Status FaultInjectionEnv::BeforeWrite(const std::string& path, uint64_t offset, uint64_t size,
+                                      size_t bytes, size_t fits, size_t* allowed) {
   writes_.fetch_add(1);
   std::lock_guard lock(mu_);
   if (!EndsWith(path, suffix_) || (!exempt_.empty() && EndsWith(path, exempt_))) {
@@ -141,7 +239,19 @@ Status FaultInjectionEnv::BeforeWrite(const std::string& path, size_t bytes, siz
   if (no_space_ && fits < bytes) {
     injected_.fetch_add(1);
     *allowed = fits;
-    return Status::IOError("write '" + path + "': No space left on device (injected)");
+    return Status::NoSpace("write '" + path + "': No space left on device (injected)");
+  }
+  if (space_limited_.load() && offset + bytes > size) {
+    const uint64_t growth = offset + bytes - size;  // sizes count, holes included
+    const uint64_t used = SpaceUsedLocked();
+    const uint64_t free = used < space_limit_ ? space_limit_ - used : 0;
+    if (growth > free) {
+      injected_.fetch_add(1);
+      // What lies within the file, and as much of the rest as the free space holds (a write
+      // that starts past the end would leave a hole first: only what fits in the file then).
+      *allowed = offset <= size ? static_cast<size_t>(fits + free) : fits;
+      return Status::NoSpace("write '" + path + "': No space left on device (injected)");
+    }
   }
   if (fail_write_in_ > 0 && --fail_write_in_ == 0) {
     injected_.fetch_add(1);

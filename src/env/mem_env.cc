@@ -179,6 +179,26 @@ Status MemEnv::CreateDir(const std::string& raw_path) {
   return Status::OK();
 }
 
+Status MemEnv::RemoveDir(const std::string& raw_path) {
+  const std::string path = Normalize(raw_path);
+  std::lock_guard lock(mu_);
+  if (!dirs_.count(path)) {
+    return Status::NotFound("remove directory '" + path + "': No such file or directory");
+  }
+  for (const auto& [file, node] : files_) {
+    if (Parent(file) == path) {
+      return Status::IOError("remove directory '" + path + "': Directory not empty");
+    }
+  }
+  for (const std::string& dir : dirs_) {
+    if (Parent(dir) == path) {
+      return Status::IOError("remove directory '" + path + "': Directory not empty");
+    }
+  }
+  dirs_.erase(path);
+  return Status::OK();
+}
+
 Status MemEnv::SyncDir(const std::string& raw_dir) {
   const std::string dir = Normalize(raw_dir);
   std::lock_guard lock(mu_);

@@ -35,6 +35,7 @@ class MemEnv final : public Env {
   Status RemoveFile(const std::string& path) override;
   Status RenameFile(const std::string& from, const std::string& to) override;
   Status CreateDir(const std::string& path) override;
+  Status RemoveDir(const std::string& path) override;
   Status SyncDir(const std::string& dir) override;
   Result<std::vector<std::string>> ListDir(const std::string& dir) override;
   bool FileExists(const std::string& path) override;

@@ -147,6 +147,14 @@ Status OverlayEnv::CreateDir(const std::string& path) {
   return mem_.CreateDir(Normalize(path));
 }
 
+Status OverlayEnv::RemoveDir(const std::string& raw_path) {
+  const std::string path = Normalize(raw_path);
+  if (base_->FileExists(path)) {
+    return Status::IOError("remove directory '" + path + "': the overlay never changes the base");
+  }
+  return mem_.RemoveDir(path);
+}
+
 Status OverlayEnv::SyncDir(const std::string& dir) {
   (void)dir;
   return Status::OK();

@@ -17,6 +17,7 @@ namespace {
 Status PosixError(std::string_view what, const std::string& path, int err) {
   std::string msg = std::string(what) + " '" + path + "': " + std::strerror(err);
   if (err == ENOENT) return Status::NotFound(msg);
+  if (err == ENOSPC || err == EDQUOT) return Status::NoSpace(msg);
   return Status::IOError(msg);
 }
 
@@ -136,6 +137,11 @@ class PosixEnv final : public Env {
     if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
       return PosixError("mkdir", path, errno);
     }
+    return Status::OK();
+  }
+
+  Status RemoveDir(const std::string& path) override {
+    if (::rmdir(path.c_str()) != 0) return PosixError("remove directory", path, errno);
     return Status::OK();
   }
 

@@ -107,6 +107,10 @@ Status RelativeErrorsEnv::CreateDir(const std::string& path) {
   return Relative(base_->CreateDir(path));
 }
 
+Status RelativeErrorsEnv::RemoveDir(const std::string& path) {
+  return Relative(base_->RemoveDir(path));
+}
+
 Status RelativeErrorsEnv::SyncDir(const std::string& dir) {
   return Relative(base_->SyncDir(dir));
 }

@@ -17,7 +17,10 @@ int HttpStatusFor(const Status& status, bool payload_limit) {
     case StatusCode::kOutOfRange: return 400;
     case StatusCode::kPermissionDenied: return 403;
     case StatusCode::kUnauthenticated: return 401;
-    case StatusCode::kResourceExhausted: return payload_limit ? 413 : 429;
+    case StatusCode::kResourceExhausted:
+      // A full disk is no rate limit: 507 Insufficient Storage.
+      if (status.no_space()) return 507;
+      return payload_limit ? 413 : 429;
     case StatusCode::kUnavailable: return 503;
     case StatusCode::kOutcomeUnknown:
       // The write may or may not have happened: like a gateway that got no answer upstream.

@@ -13,9 +13,9 @@
 namespace runnel::server {
 
 // kNotFound -> 404, kAlreadyExists/kConflict/kFailedPrecondition -> 409, kInvalidArgument -> 400,
-// kPermissionDenied -> 403, kUnauthenticated -> 401, kResourceExhausted -> 413 when
-// `payload_limit` else 429, kUnavailable -> 503, kOutOfRange -> 400, kOutcomeUnknown -> 504,
-// everything else -> 500.
+// kPermissionDenied -> 403, kUnauthenticated -> 401, kResourceExhausted -> 507 for a full disk
+// (Status::no_space()), else 413 when `payload_limit`, else 429, kUnavailable -> 503,
+// kOutOfRange -> 400, kOutcomeUnknown -> 504, everything else -> 500.
 int HttpStatusFor(const Status& status, bool payload_limit = false);
 
 // {"error":{"code":"<StatusCodeName>","message":"<message>"}}

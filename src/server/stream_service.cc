@@ -711,7 +711,7 @@ HttpResponse StreamService::ErrorResponse(const Status& status) {
 
 HttpResponse StreamService::PayloadErrorResponse(const Status& status) {
   HttpResponse r = ErrorResponse(status);
-  if (status.code() == StatusCode::kResourceExhausted) r.status = 413;
+  if (status.code() == StatusCode::kResourceExhausted && !status.no_space()) r.status = 413;
   return r;
 }
 

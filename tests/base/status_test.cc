@@ -42,6 +42,19 @@ TEST(StatusTest, ConflictCarriesPositionsThroughCopiesAndAnnotations) {
   EXPECT_EQ(s.message(), "taken");
 }
 
+TEST(StatusTest, NoSpaceIsResourceExhaustedAndMarkedThroughCopiesAndAnnotations) {
+  Status s = Status::NoSpace("write '/d/1.log': No space left on device");
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(s.no_space());
+  Status annotated = Status(s).Annotate("log write failed");
+  EXPECT_EQ(annotated.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(annotated.no_space());
+  EXPECT_EQ(annotated.message(), "log write failed: write '/d/1.log': No space left on device");
+  EXPECT_FALSE(Status::ResourceExhausted("quota").no_space());
+  EXPECT_FALSE(Status::IOError("x").no_space());
+  EXPECT_FALSE(Status().no_space());
+}
+
 TEST(StatusTest, EveryCodeHasAStableDistinctName) {
   std::set<std::string_view> names;
   for (int c = 0; c <= static_cast<int>(StatusCode::kUnauthenticated); ++c) {

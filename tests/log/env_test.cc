@@ -64,6 +64,15 @@ void ExerciseBasics(Env* env, const std::string& dir) {
   EXPECT_EQ(again.status().code(), StatusCode::kUnavailable) << again.status().ToString();
   lock->reset();
   EXPECT_TRUE(env->LockFile(JoinPath(dir, "LOCK")).ok()) << "released on destruction";
+
+  const std::string sub = JoinPath(dir, "sub");
+  ASSERT_TRUE(env->CreateDir(sub).ok());
+  ASSERT_TRUE(env->OpenFile(JoinPath(sub, "f"), true).ok());
+  EXPECT_FALSE(env->RemoveDir(sub).ok()) << "a directory holding a file is not removed";
+  EXPECT_TRUE(env->FileExists(JoinPath(sub, "f")));
+  ASSERT_TRUE(env->RemoveFile(JoinPath(sub, "f")).ok());
+  EXPECT_TRUE(env->RemoveDir(sub).ok());
+  EXPECT_FALSE(env->FileExists(sub));
 }
 
 TEST(PosixEnvTest, FilesDirectoriesAndLocksBehave) {
@@ -205,12 +214,90 @@ TEST(FaultInjectionEnvTest, NoSpaceFailsWritesThatGrowTheFileUntilCleared) {
   env.SetNoSpace(true);
   EXPECT_TRUE((*f)->WriteAt(0, std::string_view("ab")).ok()) << "overwrites need no space";
   Status s = (*f)->WriteAt(2, std::string_view("cdefgh"));
-  EXPECT_EQ(s.code(), StatusCode::kIOError);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(s.no_space());
   EXPECT_NE(s.message().find("No space left on device"), std::string_view::npos);
   EXPECT_EQ(ReadAll(**f), "abcd") << "the part within the old size landed";
   env.ClearFaults();
   EXPECT_TRUE((*f)->WriteAt(4, std::string_view("efgh")).ok());
   EXPECT_EQ(ReadAll(**f), "abcdefgh");
+}
+
+// A disk of a given size: growing writes take from it until it is full (the one that does not
+// fit writes what fits and fails with NoSpace), overwrites take nothing, and removing,
+// truncating or losing files in a crash gives their bytes back.
+TEST(FaultInjectionEnvTest, SpaceLimitFailsWritesPastItUntilFilesGiveBytesBack) {
+  MemEnv mem;
+  FaultInjectionEnv env(&mem);
+  ASSERT_TRUE(env.CreateDir("/d").ok());
+  auto a = env.OpenFile("/d/a", true);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE((*a)->WriteAt(0, std::string(40, 'a')).ok());
+  ASSERT_TRUE((*a)->Sync().ok());
+  env.SetSpaceLimit(100);
+  EXPECT_EQ(env.SpaceUsed(), 40u);
+  auto b = env.OpenFile("/d/b", true);
+  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE((*b)->WriteAt(0, std::string(50, 'b')).ok());
+  EXPECT_EQ(env.SpaceUsed(), 90u);
+  Status full = (*b)->WriteAt(50, std::string(20, 'c'));
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted) << full.ToString();
+  EXPECT_TRUE(full.no_space());
+  EXPECT_EQ(ReadAll(**b), std::string(50, 'b') + std::string(10, 'c')) << "what fits landed";
+  EXPECT_EQ(env.SpaceUsed(), 100u);
+  EXPECT_TRUE((*a)->WriteAt(0, std::string(40, 'A')).ok()) << "overwrites need no space";
+  EXPECT_FALSE((*a)->WriteAt(40, std::string_view("x")).ok());
+  ASSERT_TRUE(env.RemoveFile("/d/b").ok());
+  EXPECT_EQ(env.SpaceUsed(), 40u);
+  EXPECT_TRUE((*a)->WriteAt(40, std::string(60, 'x')).ok()) << "the removed file's bytes are free";
+  ASSERT_TRUE((*a)->Truncate(70).ok());
+  EXPECT_TRUE((*a)->WriteAt(70, std::string(30, 'y')).ok()) << "and the truncated ones";
+  EXPECT_FALSE((*a)->WriteAt(100, std::string_view("z")).ok());
+  // A renamed file is still counted; a crash takes back the unsynced growth of /d/a.
+  ASSERT_TRUE(env.RenameFile("/d/a", "/d/c").ok());
+  EXPECT_EQ(env.SpaceUsed(), 100u);
+  mem.DropUnsyncedData();
+  EXPECT_EQ(env.SpaceUsed(), 40u);
+  env.ClearFaults();
+  auto big = env.OpenFile("/d/big", true);
+  ASSERT_TRUE(big.ok());
+  EXPECT_TRUE((*big)->WriteAt(0, std::string(1000, 'z')).ok()) << "no limit after ClearFaults";
+}
+
+// BeforeOpDo counts every operation that changes the disk, and PowerOff (from its action)
+// stops them all, also those that need no open handle, until ClearFaults.
+TEST(FaultInjectionEnvTest, BeforeOpDoCutsThePowerAtAChosenOperation) {
+  MemEnv mem;
+  FaultInjectionEnv env(&mem);
+  const uint64_t before = env.ops();
+  ASSERT_TRUE(env.CreateDir("/d").ok());
+  auto f = env.OpenFile("/d/f", true);  // creates: counted
+  ASSERT_TRUE(f.ok());
+  ASSERT_TRUE(env.OpenFile("/d/f", true).ok());  // exists already: not counted
+  ASSERT_TRUE((*f)->WriteAt(0, std::string_view("abc")).ok());
+  ASSERT_TRUE((*f)->Sync().ok());
+  EXPECT_EQ(env.ops() - before, 4u);
+  bool ran = false;
+  env.BeforeOpDo(3, [&] {
+    mem.DropUnsyncedData();
+    env.PowerOff();
+    ran = true;
+  });
+  ASSERT_TRUE((*f)->WriteAt(3, std::string_view("def")).ok());  // 1
+  ASSERT_TRUE(env.SyncDir("/d").ok());                          // 2
+  EXPECT_FALSE(ran);
+  Status cut = env.RenameFile("/d/f", "/d/g");  // 3: the power goes before it
+  EXPECT_TRUE(ran);
+  EXPECT_EQ(cut.code(), StatusCode::kIOError);
+  EXPECT_TRUE(mem.FileExists("/d/f")) << "nothing changes once the power is off";
+  EXPECT_FALSE(env.RemoveFile("/d/f").ok());
+  EXPECT_FALSE(env.SyncDir("/d").ok());
+  EXPECT_TRUE(mem.FileExists("/d/f"));
+  env.ClearFaults();
+  auto reopened = env.OpenFile("/d/f", false);
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ(ReadAll(**reopened), "abc") << "the unsynced write died with the power";
+  EXPECT_TRUE(env.RemoveFile("/d/f").ok()) << "powered on again";
 }
 
 TEST(FaultInjectionEnvTest, FaultsCanBeLimitedToSomeFiles) {

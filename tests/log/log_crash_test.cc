@@ -487,7 +487,8 @@ TEST_F(LogFaultTest, DiskFullFailsAppendsClearlyAndRecoversWhenSpaceReturns) {
     }
   }
   ASSERT_FALSE(failure.ok()) << "16 KiB segments must fill up within 100 KB of appends";
-  EXPECT_EQ(failure.code(), StatusCode::kIOError) << failure.ToString();
+  EXPECT_EQ(failure.code(), StatusCode::kResourceExhausted) << failure.ToString();
+  EXPECT_TRUE(failure.no_space()) << failure.ToString();
   EXPECT_NE(failure.message().find("No space left on device"), std::string_view::npos)
       << failure.ToString();
   EXPECT_FALSE(acked.empty());

@@ -44,12 +44,14 @@ class LogFaultDifferentialTest : public ::testing::TestWithParam<int> {
   std::unique_ptr<Store> log_;
 };
 
-// An I/O failure the test injected: the only refusal the reference does not share. A write
-// whose repair failed too is kOutcomeUnknown ("may reappear after a restart"); in this env
-// unsynced bytes never survive a power loss and the log repairs the range before it writes
-// again, so such a batch is never seen either, and the comparisons below hold it to that.
+// An I/O failure the test injected (a full disk included): the only refusal the reference does
+// not share. A write whose repair failed too is kOutcomeUnknown ("may reappear after a
+// restart"); in this env unsynced bytes never survive a power loss and the log repairs the range
+// before it writes again, so such a batch is never seen either, and the comparisons below hold
+// it to that.
 bool Injected(const Status& s) {
-  return s.code() == StatusCode::kIOError || s.code() == StatusCode::kOutcomeUnknown;
+  return s.code() == StatusCode::kIOError || s.code() == StatusCode::kOutcomeUnknown ||
+         s.no_space();
 }
 
 TEST_P(LogFaultDifferentialTest, RefusedWritesLeaveNoTraceAndAcknowledgedOnesSurvive) {

@@ -794,6 +794,7 @@ class ReadOnlyEnv final : public env::Env {
     return Refused("rename", from);
   }
   Status CreateDir(const std::string& path) override { return Refused("mkdir", path); }
+  Status RemoveDir(const std::string& path) override { return Refused("rmdir", path); }
   Status SyncDir(const std::string&) override { return Status::OK(); }
   Result<std::vector<std::string>> ListDir(const std::string& dir) override {
     return env::Env::Posix()->ListDir(dir);

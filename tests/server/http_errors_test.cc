@@ -18,6 +18,9 @@ TEST(HttpErrorsTest, MapsEveryCode) {
   EXPECT_EQ(HttpStatusFor(Status::Unauthenticated("x")), 401);
   EXPECT_EQ(HttpStatusFor(Status::ResourceExhausted("x")), 429);
   EXPECT_EQ(HttpStatusFor(Status::ResourceExhausted("x"), /*payload_limit=*/true), 413);
+  // A full disk is no rate limit or payload limit: 507 Insufficient Storage.
+  EXPECT_EQ(HttpStatusFor(Status::NoSpace("x")), 507);
+  EXPECT_EQ(HttpStatusFor(Status::NoSpace("x").Annotate("append"), true), 507);
   EXPECT_EQ(HttpStatusFor(Status::Unavailable("x")), 503);
   EXPECT_EQ(HttpStatusFor(Status::OutcomeUnknown("x")), 504);
   EXPECT_EQ(HttpStatusFor(Status::Corruption("x")), 500);
