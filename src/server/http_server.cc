@@ -1128,9 +1128,6 @@ class HttpServer::Impl {
     }
     // Authentication and tenant authorization, before anything looks at a stream (Z4).
     Principal principal = Principal::Platform(/*cross_tenant=*/true);
-    // A stream read that needed a token answers `private` unless the operator declared its
-    // scope's data public (ServerOptions::public_cache_scopes).
-    bool shared_cache = true;
     if (options_.access && route.kind != Route::Kind::kHealth &&
         route.kind != Route::Kind::kDashboard &&
         !(options_.subscriptions && SubscriptionService::SelfAuthenticated(route))) {
@@ -1138,8 +1135,6 @@ class HttpServer::Impl {
         co_return co_await Write(stream, std::move(*denied), keep_alive, method == "HEAD",
                                  route.label, method);
       }
-      shared_cache = !options_.access->RequiresTokens() ||
-                     options_.public_cache_scopes.count(route.scope.Label()) != 0;
     }
     StreamService* service = &service_;
     const Route* rt = &route;
@@ -1261,6 +1256,10 @@ class HttpServer::Impl {
       co_return co_await Write(stream, std::move(r), keep_alive, true, route.label, method);
     }
     if (method == "GET") {
+      // A read that needed a token answers `private` unless the operator declared its scope's
+      // data public (ServerOptions::public_cache_scopes). Decided here, off the append path.
+      const bool shared_cache = !options_.access || !options_.access->RequiresTokens() ||
+                                options_.public_cache_scopes.count(route.scope.Label()) != 0;
       const std::function<ReadStart()> begin = [service, rt, rq, shared_cache] {
         ReadStart s;
         s.state = service->BeginRead(*rt, *rq, &s.response);
