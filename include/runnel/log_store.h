@@ -23,6 +23,12 @@
 // A data directory can be opened by one store at a time: a second Open (in this or another
 // process) fails with kUnavailable while the first is alive.
 //
+// An Open that fails leaves the directory as it found it: options are checked before anything
+// is touched, and what a failing Open created (the directory, its LOCK file, the first segment
+// of a new directory) is removed again. A store opened on a new directory that never writes a
+// frame (a server that fails to start after opening it) removes the same things when it
+// closes.
+//
 // A full disk: a write that needs space the disk does not have fails with kResourceExhausted
 // (Status::no_space(); HTTP 507) and leaves no trace; the log stays intact and readable. Space
 // comes back without a restart: once deletes, truncations or retention leave segments partly
@@ -86,8 +92,8 @@ struct LogStoreOptions {
   // much, and old segments are never kept for longer than that.
   uint64_t checkpoint_interval_bytes = 64ull << 20;
   // Old segments whose live bytes fall below this fraction of a segment are compacted by the
-  // cleaner, which copies their live records to the head of the log (grouped by stream). 0
-  // disables it. On a full disk, segments at most 7/8 live are compacted whatever this
+  // cleaner, which copies their live records to the head of the log (grouped by stream). In
+  // [0, 1); 0 disables it. On a full disk, segments at most 7/8 live are compacted whatever this
   // says (see above).
   double cleaner_live_ratio = 0.5;
   // Keep the RESERVE file that lets a full disk give space back (see above). Off, a full disk

@@ -124,6 +124,8 @@ struct RegistryOptions {
   uint32_t group_commit_wait_us = 200;
   // For "log": open a directory with corruption before the tail, skipping the corrupt bytes.
   bool salvage = false;
+  // For "log": LogStoreOptions::segment_size; 0 keeps its default (64 MiB).
+  uint64_t log_segment_size = 0;
   // Not owned; must outlive the registry. Null means Clock::Real().
   Clock* clock = nullptr;
 };

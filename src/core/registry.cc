@@ -170,6 +170,7 @@ Result<StreamRegistry> StreamRegistry::Open(const RegistryOptions& options) {
     log_options.clock = options.clock;
     log_options.salvage = options.salvage;
     log_options.group_commit_wait_us = options.group_commit_wait_us;
+    if (options.log_segment_size != 0) log_options.segment_size = options.log_segment_size;
     RUNNEL_ASSIGN_OR_RETURN(auto store, OpenLogStore(log_options));
     return StreamRegistry(std::move(store), options.clock);
   }

@@ -263,6 +263,76 @@ TEST_F(LogStoreTest, SecondOpenIsRefusedEvenWithTheLockFileRemoved) {
 }
 
 // Operators tell the store's threads apart in top -H / ps -L by name.
+// The names in `dir` without the files the store's helper thread makes and removes on its own
+// time (the next segment prepared, the space reserve), sorted; {"<none>"} when it is missing.
+std::vector<std::string> Listing(env::Env& env, const std::string& dir) {
+  auto names = env.ListDir(dir);
+  if (!names.ok()) return {"<none>"};
+  std::vector<std::string> out;
+  for (const std::string& name : *names) {
+    if (!name.ends_with(".prep") && name != "RESERVE") out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// An Open that fails leaves the directory as it found it, whatever made it fail: an option it
+// refuses before it touches anything, a disk without room for the first segment of a new
+// directory, a directory another store holds. A store opened on a new directory that closes
+// without having written anything (a server that fails to start after opening it) leaves
+// nothing either; one that found a log keeps it.
+TEST(LogOpenTest, AFailedOpenLeavesTheDirectoryAsItFoundIt) {
+  env::MemEnv mem;
+  env::FaultInjectionEnv faults(&mem);
+  ASSERT_TRUE(mem.CreateDir("/disk").ok());
+  LogStoreOptions o;
+  o.dir = "/disk/data";
+  o.env = &faults;
+  o.segment_size = 64 << 10;
+  const std::vector<std::string> none = {"<none>"};
+
+  std::vector<LogStoreOptions> bad(4, o);
+  bad[0].cleaner_live_ratio = 1.5;
+  bad[1].cleaner_live_ratio = -0.1;
+  bad[2].checkpoint_interval_bytes = 0;
+  bad[3].segment_size = 100;
+  for (const LogStoreOptions& b : bad) {
+    auto refused = OpenLogStore(b);
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status().ToString();
+    EXPECT_EQ(Listing(mem, "/disk/data"), none);
+  }
+
+  faults.SetSpaceLimit(faults.SpaceUsed() + (16 << 10));
+  auto full = OpenLogStore(o);
+  ASSERT_FALSE(full.ok()) << "a 64 KiB segment on 16 KiB of disk";
+  EXPECT_TRUE(full.status().no_space()) << full.status().ToString();
+  EXPECT_EQ(Listing(mem, "/disk/data"), none);
+  faults.ClearFaults();
+
+  {
+    auto unused = OpenLogStore(o);
+    ASSERT_TRUE(unused.ok()) << unused.status().ToString();
+    EXPECT_EQ(Listing(mem, "/disk/data"),
+              (std::vector<std::string>{"00000000000000000001.log", "LOCK"}));
+  }
+  EXPECT_FALSE(mem.FileExists("/disk/data")) << "a store that wrote nothing left files";
+
+  auto first = OpenLogStore(o);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE((*first)->CreateStream(Spec("s")).ok());
+  const std::vector<std::string> before = Listing(mem, "/disk/data");
+  auto second = OpenLogStore(o);
+  EXPECT_EQ(second.status().code(), StatusCode::kUnavailable) << second.status().ToString();
+  EXPECT_EQ(Listing(mem, "/disk/data"), before);
+  first->reset();
+  auto again = OpenLogStore(o);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  again->reset();  // opened and closed without a write: the log it found stays
+  auto reopened = OpenLogStore(o);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  EXPECT_TRUE((*reopened)->GetStream("global", "s").ok());
+}
+
 TEST_F(LogStoreTest, WriterThreadIsNamed) {
   auto count_named = [] {
     int n = 0;

@@ -244,15 +244,45 @@ std::string LogStore::Durability() const {
   return "";
 }
 
-Result<std::unique_ptr<LogStore>> LogStore::Open(const LogStoreOptions& options) {
-  if (options.dir.empty()) return Status::InvalidArgument("log store needs a data directory");
-  if (options.segment_size < kSegmentHeaderSize + 1024 || options.segment_size > (1ull << 31)) {
-    return Status::InvalidArgument("segment_size must be between 1056 bytes and 2 GiB");
+namespace {
+
+// Every option is checked before Open touches the disk.
+Status ValidateOptions(const LogStoreOptions& o) {
+  if (o.dir.empty()) return Status::InvalidArgument("log store needs a data directory");
+  if (o.segment_size < kSegmentHeaderSize + 1024 || o.segment_size > (1ull << 31)) {
+    return Status::InvalidArgument("segment_size must be between 1056 bytes and 2 GiB, not " +
+                                   std::to_string(o.segment_size));
   }
+  if (!(o.cleaner_live_ratio >= 0 && o.cleaner_live_ratio < 1)) {
+    return Status::InvalidArgument("cleaner_live_ratio must be at least 0 and below 1, not " +
+                                   std::to_string(o.cleaner_live_ratio));
+  }
+  if (o.checkpoint_interval_bytes == 0) {
+    return Status::InvalidArgument("checkpoint_interval_bytes must be at least 1");
+  }
+  if (o.durability.mode == LogDurability::kInterval && o.durability.interval_ms == 0) {
+    return Status::InvalidArgument("durability interval must be at least 1 ms");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<LogStore>> LogStore::Open(const LogStoreOptions& options) {
+  RUNNEL_RETURN_IF_ERROR(ValidateOptions(options));
   std::unique_ptr<LogStore> store(new LogStore(options));
-  RUNNEL_RETURN_IF_ERROR(store->env_->CreateDir(options.dir));
-  RUNNEL_ASSIGN_OR_RETURN(store->lock_, store->env_->LockFile(env::JoinPath(options.dir, "LOCK")));
-  RUNNEL_RETURN_IF_ERROR(store->Recover());
+  const std::string lock_path = env::JoinPath(options.dir, "LOCK");
+  Status opened = [&]() -> Status {
+    store->created_dir_ = !store->env_->FileExists(options.dir);
+    RUNNEL_RETURN_IF_ERROR(store->env_->CreateDir(options.dir));
+    store->created_lock_ = !store->env_->FileExists(lock_path);
+    RUNNEL_ASSIGN_OR_RETURN(store->lock_, store->env_->LockFile(lock_path));
+    return store->Recover();
+  }();
+  if (!opened.ok()) {
+    store->open_failed_ = true;  // the destructor undoes what was created
+    return opened;
+  }
   if (store->salvaged_) {
     // Move replay past what salvage skipped, so the next open (without salvage) does not meet
     // the same damage again. Failing that, salvage is needed again until a checkpoint lands.
@@ -295,6 +325,26 @@ LogStore::~LogStore() {
   if (unused != 0) {
     Status s = env_->RemoveFile(SegmentPath(unused) + ".prep");
     (void)s;  // a leftover is removed at the next open
+  }
+  if (open_failed_ || (fresh_ && !wrote_)) UndoCreation();
+}
+
+void LogStore::UndoCreation() {
+  // Best effort: what stays behind (a file another process put in the directory) is harmless,
+  // and the next open of a directory without a log starts afresh anyway.
+  if (fresh_) {
+    segments_.clear();
+    Status s = env_->RemoveFile(SegmentPath(1));
+    (void)s;
+  }
+  if (created_lock_ && lock_ != nullptr) {
+    Status s = env_->RemoveFile(env::JoinPath(options_.dir, "LOCK"));
+    (void)s;
+  }
+  lock_.reset();
+  if (created_dir_) {
+    Status s = env_->RemoveDir(options_.dir);
+    (void)s;
   }
 }
 
@@ -1496,8 +1546,10 @@ void LogStore::WriterLoop() {
     }
   }
   // Clean shutdown: make everything durable and checkpoint so the next open replays nothing
-  // (after the checkpoint being written in the background, if any, is done).
+  // (after the checkpoint being written in the background, if any, is done). A store opened on
+  // a new directory that wrote nothing leaves nothing (UndoCreation): no checkpoint either.
   PollBackgroundCheckpoint(true);
+  if (fresh_ && !wrote_) return;
   Status s = SyncActive();
   if (s.ok()) s = WriteCheckpoint();
   if (!s.ok()) {
@@ -1907,6 +1959,7 @@ Status LogStore::WriteFrames(const std::vector<std::string_view>& pieces, uint64
   }
   *pos_out = active_pos_;
   active_pos_ += total;
+  if (total > 0) wrote_ = true;
   dirty_end_ = std::max(dirty_end_, active_pos_);
   {
     std::unique_lock lock(state_mu_);

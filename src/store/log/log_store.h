@@ -399,6 +399,9 @@ class LogStore final : public Store {
   // Room for a checkpoint like the last one, with a margin: the part of the reserve a
   // reclamation keeps for the checkpoint after its copies.
   uint64_t CheckpointRoom() const;
+  // Open failed, or a store opened on a new directory closes without having written a frame:
+  // removes what the open created (the first segment, LOCK, the directory).
+  void UndoCreation();
   // Completes `op`: runs its callback (after the tail listener, for a committed append) or
   // wakes its waiter.
   void FinishOp(Op& op);
@@ -478,8 +481,14 @@ class LogStore final : public Store {
   uint32_t checkpoint_failures_ = 0;
   // Set during recovery when salvage skipped damage (SalvageNote): Open then checkpoints at once.
   bool salvaged_ = false;
-  // Set by recovery: the directory held no log, so recovery made segment 1.
+  // Set by Open: what it created (for UndoCreation), and whether it failed. fresh_: the
+  // directory held no log, so recovery made segment 1.
+  bool created_dir_ = false;
+  bool created_lock_ = false;
   bool fresh_ = false;
+  bool open_failed_ = false;
+  // Writer thread only: a frame has been written to the log since Open.
+  bool wrote_ = false;
   // Writer thread only. disk_full_: a write, a segment or a checkpoint was refused for lack of
   // space, and no segment was made since. reclaim_due_: live bytes left an old segment (or a
   // segment was sealed, or a checkpoint failed for space) since the last ReclaimSpace, or that
