@@ -92,9 +92,11 @@ struct LogStoreOptions {
   // much, and old segments are never kept for longer than that.
   uint64_t checkpoint_interval_bytes = 64ull << 20;
   // Old segments whose live bytes fall below this fraction of a segment are compacted by the
-  // cleaner, which copies their live records to the head of the log (grouped by stream). In
-  // [0, 1); 0 disables it. On a full disk, segments at most 7/8 live are compacted whatever this
-  // says (see above).
+  // cleaner, which copies their live records to the head of the log (grouped by stream) before
+  // each periodic checkpoint, so the segments hold about 1 / cleaner_live_ratio times the live
+  // bytes at most, plus a checkpoint interval (log_bench's churn section measures it). In
+  // [0, 1); 0 disables it. On a full disk, segments at most 7/8 live are compacted whatever
+  // this says (see above).
   double cleaner_live_ratio = 0.5;
   // Keep the RESERVE file that lets a full disk give space back (see above). Off, a full disk
   // frees only what needs no new segment (segments with nothing live, when a checkpoint fits).

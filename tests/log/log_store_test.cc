@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -462,6 +463,72 @@ TEST_F(LogStoreTest, DiskStaysBoundedUnderContinuousAppendsWithRetention) {
   auto tail = store->Read(busy->id, 1, 1000, 1 << 30);
   ASSERT_TRUE(tail.ok());
   EXPECT_EQ(tail->size(), 50u);
+}
+
+// Steady churn, scaled down: sessions appended to in turns and deleted when done, a tenth of
+// them long-lived, so every segment dies bit by bit and the long sessions would pin old
+// segments. Segments are small next to the checkpoint interval (16 per interval), so a cleaner
+// that takes only a few segments per pass falls behind. After a warm-up, the segments never
+// hold more than twice the live record bytes plus one checkpoint interval and a few segments
+// (log_bench's churn section measures the same at full scale).
+TEST(LogCleanerTest, SegmentsStayWithinTwiceTheLiveBytesUnderChurn) {
+  env::MemEnv mem;
+  LogStoreOptions o;
+  o.dir = "/data";
+  o.env = &mem;
+  o.segment_size = 8 << 10;
+  o.checkpoint_interval_bytes = 128 << 10;
+  o.durability.mode = LogDurability::kNone;  // the space, not the sync, is under test
+  auto opened = OpenLogStore(o);
+  ASSERT_TRUE(opened.ok());
+  Store& store = **opened;
+  struct Session {
+    StreamId id = 0;
+    uint64_t length = 0;
+    uint64_t records = 0;
+  };
+  std::mt19937_64 rng(99);
+  int created = 0;
+  auto start = [&](Session& s) {
+    auto info = store.CreateStream(Spec("session-" + std::to_string(created++)));
+    ASSERT_TRUE(info.ok());
+    s.id = info->id;
+    s.length = rng() % 10 == 0 ? 256 + rng() % 257 : 8 + rng() % 57;
+    s.records = 0;
+  };
+  std::vector<Session> sessions(32);
+  for (Session& s : sessions) ASSERT_NO_FATAL_FAILURE(start(s));
+  const std::string payload(1000, 'c');
+  uint64_t live = 0, written = 0, worst_excess = 0;
+  constexpr uint64_t kWritten = 12 << 20;
+  const uint64_t allowance = o.checkpoint_interval_bytes + 4 * o.segment_size;
+  double worst_ratio = 0;
+  while (written < kWritten) {
+    Session& s = sessions[rng() % sessions.size()];
+    ASSERT_TRUE(AppendPayloads(store, s.id, {payload}).ok());
+    written += payload.size();
+    live += payload.size();
+    if (++s.records == s.length) {
+      ASSERT_TRUE(store.DeleteStream(s.id).ok());
+      live -= s.records * payload.size();
+      ASSERT_NO_FATAL_FAILURE(start(s));
+    }
+    if (written > kWritten / 5 * 2 && written % (64 << 10) < payload.size()) {
+      uint64_t segment_bytes = 0;
+      auto names = mem.ListDir("/data");
+      ASSERT_TRUE(names.ok());
+      for (const std::string& name : *names) {
+        if (name.size() == 24 && name.ends_with(".log")) {
+          auto size = mem.FileSize("/data/" + name);
+          segment_bytes += size.ok() ? *size : 0;
+        }
+      }
+      worst_ratio = std::max(worst_ratio, static_cast<double>(segment_bytes) / live);
+      if (segment_bytes > 2 * live) worst_excess = std::max(worst_excess, segment_bytes - 2 * live);
+    }
+  }
+  EXPECT_LE(worst_excess, allowance) << "segments reached " << worst_ratio << "x the live bytes";
+  EXPECT_GT(store.CommitStats().cleaner_bytes, 0u);
 }
 
 // The index merges adjacent frames of one stream written in one group with one timestamp into

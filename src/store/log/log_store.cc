@@ -686,6 +686,7 @@ Status LogStore::Recover() {
                                          i + 1 == replay.size()));
   }
   segment_freed_ = false;  // replay's own head moves free nothing new
+  freed_since_checkpoint_ = 0;
   // Live bytes per segment, from the index.
   for (auto& [n, seg] : segments_) seg.live_bytes = 0;
   Status missing;
@@ -1191,6 +1192,7 @@ void LogStore::DropHead(StreamState& s, uint64_t n) {
       if (it->first != active_segment_) {
         reclaim_due_ = true;
         reclaim_retry_at_ = {};  // something new to reclaim: no waiting out an earlier failure
+        freed_since_checkpoint_ += b.len;
         if (it->second.live_bytes == 0) segment_freed_ = true;
       }
     }
@@ -1531,11 +1533,16 @@ void LogStore::WriterLoop() {
       WaitForBackgroundCheckpoint();
     }
     const bool checkpoint_idle = PollBackgroundCheckpoint(false);
-    if ((bytes_since_checkpoint_ >= options_.checkpoint_interval_bytes || freeing) &&
-        now >= checkpoint_retry_at_ && checkpoint_idle) {
-      const bool periodic = bytes_since_checkpoint_ >= options_.checkpoint_interval_bytes;
+    // Records that died in old segments count toward the interval as appended bytes do: under
+    // churn, the space they leave is reclaimed (by the cleaner, then the checkpoint) at the pace
+    // it appears, not one whole interval of appends later.
+    const bool periodic =
+        bytes_since_checkpoint_ > 0 &&
+        bytes_since_checkpoint_ + freed_since_checkpoint_ >= options_.checkpoint_interval_bytes;
+    if ((periodic || freeing) && now >= checkpoint_retry_at_ && checkpoint_idle) {
       if (freeing) last_freeing_checkpoint_ = now;
       segment_freed_ = false;
+      if (periodic) freed_since_checkpoint_ = 0;
       // The cleaner copies live records forward: not for a checkpoint that only frees space.
       Status s = periodic ? Clean() : Status::OK();
       if (s.ok()) {
@@ -2301,20 +2308,32 @@ void LogStore::DeleteDeadSegments(const std::vector<uint64_t>& candidates) {
 
 Status LogStore::Clean() {
   if (options_.cleaner_live_ratio <= 0) return Status::OK();
-  constexpr size_t kMaxVictims = 4;
-  std::vector<uint64_t> victims;
+  // The emptiest old segments below the ratio, as many as one checkpoint interval of live bytes
+  // (one segment at least): a pass copies at most about what was appended since the last one,
+  // so the cleaner keeps pace with segments that decay as fast as the log grows, and the
+  // writer's pause for it stays bounded.
+  const double threshold = options_.cleaner_live_ratio * static_cast<double>(options_.segment_size);
+  std::vector<std::pair<uint64_t, uint64_t>> candidates;  // (live bytes, segment)
   {
     std::shared_lock lock(state_mu_);
     for (const auto& [n, seg] : segments_) {
-      if (n >= active_segment_ || victims.size() >= kMaxVictims) break;
-      if (seg.live_bytes > 0 &&
-          static_cast<double>(seg.live_bytes) <
-              options_.cleaner_live_ratio * static_cast<double>(options_.segment_size)) {
-        victims.push_back(n);
+      if (n >= active_segment_) break;
+      if (seg.live_bytes > 0 && static_cast<double>(seg.live_bytes) < threshold) {
+        candidates.emplace_back(seg.live_bytes, n);
       }
     }
   }
+  std::sort(candidates.begin(), candidates.end());
+  const uint64_t budget = std::max(options_.checkpoint_interval_bytes, options_.segment_size);
+  std::vector<uint64_t> victims;
+  uint64_t total = 0;
+  for (const auto& [live, n] : candidates) {
+    if (!victims.empty() && total + live > budget) break;
+    total += live;
+    victims.push_back(n);
+  }
   if (victims.empty()) return Status::OK();
+  std::sort(victims.begin(), victims.end());
   return Relocate(victims);
 }
 
@@ -2351,7 +2370,9 @@ Status LogStore::Relocate(const std::vector<uint64_t>& victims) {
     if (frames.empty()) return Status::OK();
     std::vector<std::string_view> pieces(frames.begin(), frames.end());
     uint64_t pos;
-    RUNNEL_RETURN_IF_ERROR(WriteFrames(pieces, group_bytes, 0, true, true, &pos));
+    // Not synced group by group: the segments they come from stay until a checkpoint after
+    // them, whose marker is synced after them (a roll syncs the segment it leaves).
+    RUNNEL_RETURN_IF_ERROR(WriteFrames(pieces, group_bytes, 0, false, true, &pos));
     {
       std::lock_guard lock(stats_mu_);
       stats_.cleaner_bytes += group_bytes;
@@ -2396,7 +2417,8 @@ Status LogStore::Relocate(const std::vector<uint64_t>& victims) {
       if (group_bytes >= kGroupBytes) RUNNEL_RETURN_IF_ERROR(flush());
     }
   }
-  return flush();
+  RUNNEL_RETURN_IF_ERROR(flush());
+  return SyncActive();
 }
 
 std::vector<uint64_t> LogStore::ReclaimVictims() const {

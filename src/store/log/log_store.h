@@ -360,8 +360,9 @@ class LogStore final : public Store {
   void WaitForBackgroundCheckpoint();
   void CheckpointFailed(const Status& s);
   void DeleteDeadSegments(const std::vector<uint64_t>& dead);
-  // The cleaner: copies the live batches of mostly-dead old segments to the head of the log,
-  // grouped by stream, so the next checkpoint can delete those segments.
+  // The cleaner, before each periodic checkpoint: copies the live batches of the emptiest old
+  // segments below options_.cleaner_live_ratio (at most one checkpoint interval of live bytes
+  // per pass) to the head of the log, grouped by stream, so the checkpoint can delete them.
   Status Clean();
   // Writer thread: copies every live batch of `victims` (old segments) to the head of the log
   // as relocated-batch frames, in stream and offset order, synced; the index then points at
@@ -475,6 +476,9 @@ class LogStore final : public Store {
   // (delete, retention, prune): a checkpoint lets it be deleted without waiting for the
   // interval's worth of new log, which a full disk would never let come.
   bool segment_freed_ = false;
+  // Writer thread only: bytes of batches that died in segments other than the active one since
+  // the last periodic checkpoint began; they count toward its interval.
+  uint64_t freed_since_checkpoint_ = 0;
   std::chrono::steady_clock::time_point last_freeing_checkpoint_{};
   // Writer thread only: a failed periodic checkpoint is retried after a growing delay (1 s,
   // doubling to 64 s), not after every group, and said once per attempt on stderr.
