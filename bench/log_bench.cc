@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,10 +39,15 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: log_bench [--dir DIR] [--seconds S] [--quick] [--only SECTIONS]\n"
-    "                 [--size BYTES] [--appenders N] [--restart-gb GB]\n"
+    "                 [--size BYTES] [--appenders N] [--restart-gb GB] [--churn-mb MB]\n"
+    "                 [--churn-ratio R]\n"
     "                 [--group-commit-wait-us US]\n"
-    "  SECTIONS: comma-separated from appends,rocksdb,catchup,tail,memory,rolls,restart\n"
+    "  SECTIONS: comma-separated from appends,rocksdb,catchup,tail,memory,rolls,churn,restart\n"
     "            (default: all; rocksdb runs inside appends, when built with RocksDB)\n"
+    "  --churn-mb MB: records written by each churn run (default 2048, 1024 with --quick);\n"
+    "            the churn section runs durability none, then fsync\n"
+    "  --churn-ratio R: the cleaner's live ratio for the churn run with the cleaner on\n"
+    "            (default: the store's default, LogStoreOptions::cleaner_live_ratio)\n"
     "  --restart-gb GB (or RUNNEL_BENCH_RESTART_GB): also time the restart of a data directory\n"
     "            grown to 1 GB and then GB gigabytes (off by default: it writes GB to --dir)\n"
     "  --size/--appenders restrict the appends matrix to one record size / appender count\n"
@@ -457,6 +463,163 @@ void RestartLargeDir(const std::string& dir, double total_gb) {
   std::filesystem::remove_all(logdir);
 }
 
+// Steady churn: sessions (streams) are created, appended to in turns with the others, and
+// deleted when done, so every segment holds records of a hundred sessions and dies only bit by
+// bit. 128 sessions are live at any moment; nine in ten end after 32-224 records, one in ten
+// after 1024-2048 (the long-lived ones that pin old segments when nothing copies them out), so
+// about 280 MB are live in steady state. Records are 4000 bytes, appended one at a time
+// (durability none: the figures are the store's own work, not the disk's sync time).
+//
+// Two stores run the same operations in lockstep, one with the cleaner off and one with it on
+// (each append goes to both, in turns first), so a machine whose load changes weighs on both
+// alike. Each store's throughput counts the time spent in its own calls (appends,
+// creates, deletes). Disk use is sampled every 4 MiB of log after the first two fifths of the
+// run (steady state): segment files against the live record bytes (what the sessions still
+// hold), and every file of the directory (checkpoint, prepared segment and space reserve too)
+// against the same.
+struct ChurnFigures {
+  double mb_per_s = 0;
+  double p50_us = 0, p99_us = 0, worst_ms = 0;
+  double segments_amp_mean = 0, segments_amp_max = 0, files_amp_max = 0;
+  double live_mb = 0;
+  double cleaner_mb = 0;  // live bytes the cleaner copied
+  double written_mb = 0;  // record bytes appended
+};
+
+// Returns the figures of the store with cleaner ratio `ratios[0]`, then of `ratios[1]`.
+// With `fsync`, the stores sync every append (their default durability) and an append carries
+// 8 records (sessions get an eighth as many appends), so a run takes minutes, not hours.
+std::vector<ChurnFigures> ChurnSideBySide(const std::string& dir, const double (&ratios)[2],
+                                          uint64_t segment_size, uint64_t log_bytes, bool fsync) {
+  constexpr int kSessions = 128;
+  constexpr size_t kRecord = 4000;
+  const size_t per_append = fsync ? 8 : 1;
+  struct Side {
+    std::string logdir;
+    std::unique_ptr<runnel::Store> store;
+    std::vector<StreamId> ids;
+    std::vector<double> lat_us;
+    double busy_secs = 0;  // time spent in this store's calls
+    double amp_sum = 0;
+    int samples = 0;
+    runnel::StoreCommitStats before;
+    ChurnFigures f;
+  };
+  std::vector<Side> sides(2);
+  for (int k = 0; k < 2; ++k) {
+    Side& side = sides[static_cast<size_t>(k)];
+    side.logdir = dir + "/churn-" + std::to_string(k);
+    std::filesystem::remove_all(side.logdir);
+    LogStoreOptions o;
+    o.dir = side.logdir;
+    if (!fsync) o.durability.mode = runnel::LogDurability::kNone;
+    o.segment_size = segment_size;
+    o.cleaner_live_ratio = ratios[k];
+    side.store = MustOpen(o);
+    side.ids.resize(kSessions);
+    side.before = side.store->CommitStats();
+  }
+  const std::string payload(kRecord, 'c');
+  std::mt19937_64 rng(12345);
+  std::vector<uint64_t> length(kSessions), records(kSessions);
+  uint64_t created = 0;
+  // Creates session `i` in both stores.
+  auto start_session = [&](size_t i) {
+    const std::string name = "session-" + std::to_string(created++);
+    for (Side& side : sides) {
+      const auto t = Clock::now();
+      side.ids[i] = MustCreate(*side.store, name);
+      side.busy_secs += Seconds(Clock::now() - t);
+    }
+    length[i] = (rng() % 10 == 0 ? 1024 + rng() % 1025 : 32 + rng() % 193) / per_append;
+    records[i] = 0;
+  };
+  for (size_t i = 0; i < kSessions; ++i) start_session(i);
+  auto dir_bytes = [](const std::string& logdir, bool segments_only) {
+    uint64_t total = 0;
+    for (const auto& e : std::filesystem::directory_iterator(logdir)) {
+      std::error_code ec;
+      const std::string name = e.path().filename().string();
+      if (segments_only && !(name.size() == 24 && name.ends_with(".log"))) continue;
+      const uint64_t size = e.file_size(ec);
+      if (!ec) total += size;
+    }
+    return total;
+  };
+  uint64_t live_records = 0;
+  uint64_t appended = 0;  // records
+  uint64_t next_sample = 0;
+  // Live data grows from nothing at first: the first two fifths of the run (four times the live
+  // data, by default) bring it to its steady state before anything is measured.
+  const uint64_t warmup = log_bytes / 5 * 2;
+  uint64_t appends = 0;
+  while (appended * kRecord < log_bytes) {
+    const size_t i = static_cast<size_t>(rng() % kSessions);
+    // Each goes first every other time: the one that goes second meets the first one's writer
+    // thread still finishing up.
+    for (size_t k = 0; k < 2; ++k) {
+      Side& side = sides[(k + appends) % 2];
+      AppendRequest req;
+      req.stream = side.ids[i];
+      req.now_ms = 1;
+      for (size_t r = 0; r < per_append; ++r)
+        req.records.push_back(AppendRecord{std::nullopt, payload});
+      const auto t = Clock::now();
+      std::promise<Result<AppendResult>> done;
+      side.store->Append(std::move(req),
+                         [&done](Result<AppendResult> r) { done.set_value(std::move(r)); });
+      if (!done.get_future().get().ok()) std::abort();
+      const double secs = Seconds(Clock::now() - t);
+      side.busy_secs += secs;
+      side.lat_us.push_back(secs * 1e6);
+    }
+    ++appends;
+    appended += per_append;
+    live_records += per_append;
+    if (++records[i] >= length[i]) {
+      for (Side& side : sides) {
+        const auto t = Clock::now();
+        if (!side.store->DeleteStream(side.ids[i]).ok()) std::abort();
+        side.busy_secs += Seconds(Clock::now() - t);
+      }
+      live_records -= records[i] * per_append;
+      start_session(i);
+    }
+    const uint64_t live = live_records * kRecord;
+    if (appended * kRecord >= warmup && appended * kRecord >= next_sample) {
+      next_sample = appended * kRecord + (4u << 20);
+      for (Side& side : sides) {
+        const double amp =
+            static_cast<double>(dir_bytes(side.logdir, true)) / static_cast<double>(live);
+        side.amp_sum += amp;
+        ++side.samples;
+        side.f.segments_amp_max = std::max(side.f.segments_amp_max, amp);
+        side.f.files_amp_max =
+            std::max(side.f.files_amp_max, static_cast<double>(dir_bytes(side.logdir, false)) /
+                                               static_cast<double>(live));
+        side.f.live_mb = static_cast<double>(live) / 1e6;
+      }
+    }
+  }
+  std::vector<ChurnFigures> out;
+  for (Side& side : sides) {
+    const runnel::StoreCommitStats after = side.store->CommitStats();
+    side.store.reset();
+    std::filesystem::remove_all(side.logdir);
+    ChurnFigures& f = side.f;
+    std::sort(side.lat_us.begin(), side.lat_us.end());
+    f.written_mb = static_cast<double>(appended * kRecord) / 1e6;
+    f.mb_per_s = f.written_mb / side.busy_secs;
+    f.p50_us = side.lat_us[side.lat_us.size() / 2];
+    f.p99_us = side.lat_us[side.lat_us.size() * 99 / 100];
+    f.worst_ms = side.lat_us.back() / 1e3;
+    f.segments_amp_mean = side.samples > 0 ? side.amp_sum / side.samples : 0;
+    f.cleaner_mb = static_cast<double>(after.cleaner_bytes - side.before.cleaner_bytes) / 1e6;
+    out.push_back(f);
+  }
+  return out;
+}
+
 uint64_t RssBytes() {
   std::ifstream in("/proc/self/statm");
   uint64_t pages = 0, resident = 0;
@@ -477,6 +640,8 @@ int main(int argc, char** argv) {
   // short.
   double restart_gb = 0;
   if (const char* env = std::getenv("RUNNEL_BENCH_RESTART_GB")) restart_gb = std::atof(env);
+  double churn_mb = 0;  // 0: the default for the run's length
+  double churn_ratio = LogStoreOptions().cleaner_live_ratio;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--dir" && i + 1 < argc) {
@@ -492,6 +657,18 @@ int main(int argc, char** argv) {
       sizes = {static_cast<size_t>(std::atol(argv[++i]))};
     } else if (a == "--restart-gb" && i + 1 < argc) {
       restart_gb = std::atof(argv[++i]);
+    } else if (a == "--churn-ratio" && i + 1 < argc) {
+      churn_ratio = std::atof(argv[++i]);
+      if (!(churn_ratio > 0 && churn_ratio < 1)) {
+        std::fprintf(stderr, "log_bench: --churn-ratio must be in (0, 1)\n%s", kUsage);
+        return 2;
+      }
+    } else if (a == "--churn-mb" && i + 1 < argc) {
+      churn_mb = std::atof(argv[++i]);
+      if (churn_mb < 64 || churn_mb > 1e6) {
+        std::fprintf(stderr, "log_bench: --churn-mb must be in [64, 1000000]\n%s", kUsage);
+        return 2;
+      }
     } else if (a == "--appenders" && i + 1 < argc) {
       appender_counts = {std::atoi(argv[++i])};
     } else if (a == "--group-commit-wait-us" && i + 1 < argc) {
@@ -519,6 +696,7 @@ int main(int argc, char** argv) {
                  kUsage);
     return 2;
   }
+  if (churn_mb == 0) churn_mb = quick ? 1024 : 2048;
   // A section runs when --only is not given or names it.
   auto want = [&](std::string_view section) {
     if (only.empty()) return true;
@@ -762,7 +940,50 @@ int main(int argc, char** argv) {
     store.reset();
     std::filesystem::remove_all(dir + "/log");
   }
-  // 6. Restart time of a large data directory (opt-in).
+  // 6. Steady churn: space amplification and the cleaner's cost to appends, measured with the
+  // cleaner on (the default ratio) and off, side by side.
+  if (want("churn")) {
+    const uint64_t segment = 16u << 20;
+    const uint64_t bytes = static_cast<uint64_t>(churn_mb * 1e6);
+    std::printf(
+        "steady churn (128 live sessions deleted when done, 4000 B records appended in turns, "
+        "%llu MiB segments, checkpoint every %llu MiB, %.0f MB of records per run, 8 records per "
+        "append with fsync; two stores in lockstep, the cleaner off and on):\n",
+        static_cast<unsigned long long>(segment >> 20),
+        static_cast<unsigned long long>(LogStoreOptions().checkpoint_interval_bytes >> 20),
+        static_cast<double>(bytes) / 1e6);
+    std::printf("  %-18s %8s %9s %9s %9s %9s %9s %9s %10s\n", "durability, cleaner", "MB/s",
+                "p50 us", "p99 us", "worst ms", "live MB", "seg/live", "max", "files max");
+    const double ratios[2] = {0, churn_ratio};
+    std::string summary;
+    // Durability none shows the cleaner's whole cost (its copies are extra writes to an
+    // appender that waits for nothing else); fsync, the default, what it costs in service.
+    for (const bool fsync : {false, true}) {
+      const std::vector<ChurnFigures> both = ChurnSideBySide(dir, ratios, segment, bytes, fsync);
+      const ChurnFigures& off = both[0];
+      const ChurnFigures& on = both[1];
+      const char* mode = fsync ? "fsync" : "none";
+      char off_label[64], on_label[64];
+      std::snprintf(off_label, sizeof off_label, "%s, off", mode);
+      std::snprintf(on_label, sizeof on_label, "%s, on (%.2f)", mode, churn_ratio);
+      for (const auto& [label, c] :
+           {std::pair<const char*, const ChurnFigures&>{off_label, off}, {on_label, on}}) {
+        std::printf("  %-18s %8.0f %9.1f %9.1f %9.1f %9.1f %8.2fx %8.2fx %9.2fx\n", label,
+                    c.mb_per_s, c.p50_us, c.p99_us, c.worst_ms, c.live_mb, c.segments_amp_mean,
+                    c.segments_amp_max, c.files_amp_max);
+      }
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "  durability %s: with the cleaner, appends %.2fx the throughput (goal >= "
+                    "0.80), segments at most %.2fx the live bytes (goal <= 2); it copies %.2f "
+                    "bytes per byte appended\n",
+                    fsync ? "fsync" : "none", on.mb_per_s / off.mb_per_s, on.segments_amp_max,
+                    on.cleaner_mb / on.written_mb);
+      summary += line;
+    }
+    std::printf("%s\n", summary.c_str());
+  }
+  // 7. Restart time of a large data directory (opt-in).
   if (restart_gb > 0 && want("restart")) RestartLargeDir(dir, restart_gb);
   if (own_dir) std::filesystem::remove_all(dir);
   return 0;

@@ -28,6 +28,21 @@
 //
 // A data directory can be opened by one store at a time: a second Open (in this or another
 // process) fails with kUnavailable while the first is alive.
+//
+// An Open that fails leaves the directory as it found it: options are checked before anything
+// is touched, and what a failing Open created (the directory, its LOCK file, the first segment
+// of a new directory) is removed again. A store opened on a new directory that never writes a
+// frame (a server that fails to start after opening it) removes the same things when it
+// closes.
+//
+// A full disk: a write that needs space the disk does not have fails with kResourceExhausted
+// (Status::no_space(); HTTP 507) and leaves no trace; the log stays intact and readable. Space
+// comes back without a restart: once deletes, truncations or retention leave segments partly
+// or wholly dead, the writer copies the live records of the emptiest of them into a new
+// segment, writes a checkpoint that no longer needs them and deletes them. So it can do that on
+// a disk with no free byte, the store keeps a reserve file (RESERVE, one segment plus room for
+// a checkpoint) that appends never use and only this reclamation gives up, made again as soon
+// as space allows. A crash at any step loses nothing acknowledged and duplicates nothing.
 #ifndef RUNNEL_LOG_STORE_H_
 #define RUNNEL_LOG_STORE_H_
 
@@ -75,7 +90,8 @@ struct LogStoreOptions {
   env::Env* env = nullptr;
   // Open a directory with corruption before the tail anyway, skipping the corrupt bytes.
   bool salvage = false;
-  // Size of one segment file. Segments are pre-filled with zeros so syncs do not grow files.
+  // Size of one segment file, from 1056 bytes to 2 GiB. Segments are pre-filled with zeros so
+  // syncs do not grow files. The reserve (keep_space_reserve) is about one segment too.
   uint64_t segment_size = 64ull << 20;
   // Pre-fill new segments with zeros (faster syncs later; costs one sequential write).
   bool prezero_segments = true;
@@ -85,8 +101,12 @@ struct LogStoreOptions {
   // landed, commits wait for it. So a restart never replays more than about four times this
   // much, and old segments are never kept for longer than that.
   uint64_t checkpoint_interval_bytes = 64ull << 20;
-  // Old segments whose live bytes fall below this fraction are compacted by the cleaner, which
-  // copies their live records to the head of the log (grouped by stream). 0 disables it.
+  // Old segments whose live bytes fall below this fraction of a segment are compacted by the
+  // cleaner, which copies their live records to the head of the log (grouped by stream) before
+  // each periodic checkpoint, so the segments hold about 1 / cleaner_live_ratio times the live
+  // bytes at most, plus a checkpoint interval (log_bench's churn section measures it). In
+  // [0, 1); 0 disables it. On a full disk, segments at most 7/8 live are compacted whatever
+  // this says (see above).
   double cleaner_live_ratio = 0.5;
   // Written segments (and the written part of the one being written) are re-read in the
   // background and their frames' checksums verified, at most this many bytes per second, so
@@ -99,6 +119,9 @@ struct LogStoreOptions {
   // the byte, and the streams and offsets whose records it held), once per frame for the life
   // of the store. The count is in CommitStats().damaged_frames either way.
   std::function<void(const std::string&)> on_damage;
+  // Keep the RESERVE file that lets a full disk give space back (see above). Off, a full disk
+  // frees only what needs no new segment (segments with nothing live, when a checkpoint fits).
+  bool keep_space_reserve = true;
   // Bytes of recently written batches kept in memory, so live readers (long-poll, SSE) are
   // served without a pread. 0 disables the cache.
   uint64_t tail_cache_bytes = 32ull << 20;

@@ -130,6 +130,8 @@ struct RegistryOptions {
   // LogStoreOptions::on_damage (called with each damaged frame the scrub finds).
   uint64_t scrub_bytes_per_sec = 16ull << 20;
   std::function<void(const std::string&)> on_damage;
+  // For "log": LogStoreOptions::segment_size; 0 keeps its default (64 MiB).
+  uint64_t log_segment_size = 0;
   // Not owned; must outlive the registry. Null means Clock::Real().
   Clock* clock = nullptr;
 };

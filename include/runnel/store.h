@@ -169,6 +169,12 @@ struct StoreCommitStats {
   uint64_t scrub_passes = 0;
   uint64_t damaged_frames = 0;
   uint64_t unreadable_reads = 0;
+  // Log store: bytes of live frames the cleaner copied out of old segments (its cost in log
+  // writes), reclamations of a full disk that deleted segments, and the times the space
+  // reserve was given up for one.
+  uint64_t cleaner_bytes = 0;
+  uint64_t space_reclaims = 0;
+  uint64_t reserve_draws = 0;
 
   // Counts one sync that made `synced_records` records (`synced_bytes` bytes) durable in
   // `micros` microseconds.

@@ -26,6 +26,8 @@ struct ServeFlags {
   std::string data = "./data";
   std::string store;  // empty: log when available, else memory with a warning
   std::string durability = "fsync";
+  // Log store: the size of one segment file (LogStoreOptions::segment_size).
+  uint64_t segment_size = 64ull << 20;
   // 0: HTTP clients come back after a network round trip, later than the wait would last, so
   // waiting only delays each sync (c16 appends: 50k/s without the wait, 36k/s with 200 us).
   uint32_t group_commit_wait_us = 0;
@@ -71,6 +73,12 @@ struct ServeFlags {
   std::vector<std::string> public_cache_scopes;
 };
 
+// The smallest and largest --segment-size. Below 1 MiB a segment holds little more than its
+// headers' worth of small appends and the log becomes thousands of files; the log store's own
+// limit is 2 GiB.
+constexpr uint64_t kMinSegmentSize = 1ull << 20;
+constexpr uint64_t kMaxSegmentSize = 2ull << 30;
+
 bool IsLoopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
@@ -109,6 +117,16 @@ int RunServe(const ServeFlags& flags) {
     return 2;
   }
 
+  if (flags.segment_size < kMinSegmentSize || flags.segment_size > kMaxSegmentSize) {
+    std::fprintf(stderr,
+                 "runnel serve: --segment-size must be at least %llu bytes (1 MiB) and at most "
+                 "%llu (2 GiB), got %llu\n",
+                 static_cast<unsigned long long>(kMinSegmentSize),
+                 static_cast<unsigned long long>(kMaxSegmentSize),
+                 static_cast<unsigned long long>(flags.segment_size));
+    return 2;
+  }
+
   if (flags.tls_cert.empty() != flags.tls_key.empty()) {
     std::fprintf(stderr, "runnel serve: --tls-cert and --tls-key must be given together\n");
     return 2;
@@ -131,6 +149,23 @@ int RunServe(const ServeFlags& flags) {
   registry_options.postgres_reply_timeout_ms = flags.postgres_reply_timeout_ms;
   registry_options.scrub_bytes_per_sec = flags.scrub_bytes_per_sec;
   registry_options.on_damage = [](const std::string& line) { spdlog::error("{}", line); };
+  registry_options.log_segment_size = flags.segment_size;
+  // A start that fails leaves no trace in a data directory it did not find: the log store
+  // removes what it created (it wrote nothing), and this removes the webhook signing key made
+  // for it and the directory. Declared before everything that holds the store, so it runs after
+  // the store is closed.
+  struct UndoNewDataDir {
+    std::string dir;
+    bool own_key = false;
+    bool armed = false;
+    ~UndoNewDataDir() {
+      if (!armed) return;
+      std::error_code ec;
+      if (own_key) std::filesystem::remove(dir + "/webhook-signing-key.pem", ec);
+      std::filesystem::remove(dir, ec);  // only when empty
+    }
+  } undo{flags.data, flags.webhook_signing_key.empty(),
+         registry_options.store == "log" && !std::filesystem::exists(flags.data)};
   // A durable store that cannot open (locked, corrupt, unwritable) is an error, never a silent
   // fallback to memory: serving an empty store would look like data loss.
   auto registry = StreamRegistry::Open(registry_options);
@@ -270,6 +305,7 @@ int RunServe(const ServeFlags& flags) {
                  flags.max_connections, budget.max_connections,
                  static_cast<unsigned long long>(fd_limit.soft), budget.max_connections);
   }
+  undo.armed = false;
   const bool v6 = options.host.find(':') != std::string::npos;
   const std::string base = std::string(tls ? "https" : "http") + "://" + (v6 ? "[" : "") +
                            options.host + (v6 ? "]" : "") + ":" + std::to_string((*server)->port());
@@ -311,6 +347,12 @@ void AddServeCommand(CLI::App& app) {
           "STORE"));
   cmd->add_option("--durability", flags->durability, "fsync, interval:<ms> or none")
       ->envname("RUNNEL_DURABILITY")
+      ->capture_default_str();
+  cmd->add_option("--segment-size", flags->segment_size,
+                  "log store: bytes per segment file, from 1048576 (1 MiB) to 2147483648 "
+                  "(2 GiB); the disk needs room for about three (see README)")
+      ->envname("RUNNEL_SEGMENT_SIZE")
+      ->check(Unsigned())
       ->capture_default_str();
   cmd->add_option("--group-commit-wait-us", flags->group_commit_wait_us,
                   "log store, fsync: how long a commit may wait for the appenders it just "

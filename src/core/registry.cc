@@ -172,6 +172,7 @@ Result<StreamRegistry> StreamRegistry::Open(const RegistryOptions& options) {
     log_options.group_commit_wait_us = options.group_commit_wait_us;
     log_options.scrub_bytes_per_sec = options.scrub_bytes_per_sec;
     log_options.on_damage = options.on_damage;
+    if (options.log_segment_size != 0) log_options.segment_size = options.log_segment_size;
     RUNNEL_ASSIGN_OR_RETURN(auto store, OpenLogStore(log_options));
     return StreamRegistry(std::move(store), options.clock);
   }

@@ -189,9 +189,13 @@ Result<std::unique_ptr<File>> FaultInjectionEnv::OpenFile(const std::string& pat
       injected_.fetch_add(1);
       return Status::IOError("open '" + path + "': Too many open files (injected)");
     }
-    tracked_.insert(path);
   }
   RUNNEL_ASSIGN_OR_RETURN(auto file, base_->OpenFile(path, create));
+  {
+    // Counted once it exists: SpaceUsed drops a name it does not find.
+    std::lock_guard lock(mu_);
+    tracked_.insert(path);
+  }
   return std::unique_ptr<File>(std::make_unique<FaultFile>(this, path, std::move(file)));
 }
 
@@ -202,8 +206,11 @@ Status FaultInjectionEnv::RemoveFile(const std::string& path) {
 
 Status FaultInjectionEnv::RenameFile(const std::string& from, const std::string& to) {
   RUNNEL_RETURN_IF_ERROR(BeforeOp());
-  RUNNEL_RETURN_IF_ERROR(base_->RenameFile(from, to));
+  // Under the lock that SpaceUsed holds: between the rename and the update, it would find
+  // `from` gone, stop counting it, and `to` would never be counted (the disk would look emptier
+  // than it is, and fuller after a reopen that opens `to` again).
   std::lock_guard lock(mu_);
+  RUNNEL_RETURN_IF_ERROR(base_->RenameFile(from, to));
   if (tracked_.erase(from) > 0) tracked_.insert(to);
   return Status::OK();
 }

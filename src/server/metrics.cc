@@ -133,6 +133,16 @@ std::string RenderStoreCommitStats(const StoreCommitStats& stats) {
           stats.damaged_frames);
   counter("runnel_store_unreadable_reads_total",
           "Reads that started at damaged records and failed (log store).", stats.unreadable_reads);
+  counter("runnel_store_cleaner_bytes_total",
+          "Bytes of live records the cleaner copied out of mostly dead segments (log store).",
+          stats.cleaner_bytes);
+  counter("runnel_store_space_reclaims_total",
+          "Times a full disk gave space back by moving live records out of partly dead "
+          "segments and deleting them (log store).",
+          stats.space_reclaims);
+  counter("runnel_store_reserve_draws_total",
+          "Times the space reserve was given up for that, the disk having no room left.",
+          stats.reserve_draws);
   return out;
 }
 

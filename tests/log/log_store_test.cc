@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -264,6 +265,76 @@ TEST_F(LogStoreTest, SecondOpenIsRefusedEvenWithTheLockFileRemoved) {
 }
 
 // Operators tell the store's threads apart in top -H / ps -L by name.
+// The names in `dir` without the files the store's helper thread makes and removes on its own
+// time (the next segment prepared, the space reserve), sorted; {"<none>"} when it is missing.
+std::vector<std::string> Listing(env::Env& env, const std::string& dir) {
+  auto names = env.ListDir(dir);
+  if (!names.ok()) return {"<none>"};
+  std::vector<std::string> out;
+  for (const std::string& name : *names) {
+    if (!name.ends_with(".prep") && name != "RESERVE") out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// An Open that fails leaves the directory as it found it, whatever made it fail: an option it
+// refuses before it touches anything, a disk without room for the first segment of a new
+// directory, a directory another store holds. A store opened on a new directory that closes
+// without having written anything (a server that fails to start after opening it) leaves
+// nothing either; one that found a log keeps it.
+TEST(LogOpenTest, AFailedOpenLeavesTheDirectoryAsItFoundIt) {
+  env::MemEnv mem;
+  env::FaultInjectionEnv faults(&mem);
+  ASSERT_TRUE(mem.CreateDir("/disk").ok());
+  LogStoreOptions o;
+  o.dir = "/disk/data";
+  o.env = &faults;
+  o.segment_size = 64 << 10;
+  const std::vector<std::string> none = {"<none>"};
+
+  std::vector<LogStoreOptions> bad(4, o);
+  bad[0].cleaner_live_ratio = 1.5;
+  bad[1].cleaner_live_ratio = -0.1;
+  bad[2].checkpoint_interval_bytes = 0;
+  bad[3].segment_size = 100;
+  for (const LogStoreOptions& b : bad) {
+    auto refused = OpenLogStore(b);
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status().ToString();
+    EXPECT_EQ(Listing(mem, "/disk/data"), none);
+  }
+
+  faults.SetSpaceLimit(faults.SpaceUsed() + (16 << 10));
+  auto full = OpenLogStore(o);
+  ASSERT_FALSE(full.ok()) << "a 64 KiB segment on 16 KiB of disk";
+  EXPECT_TRUE(full.status().no_space()) << full.status().ToString();
+  EXPECT_EQ(Listing(mem, "/disk/data"), none);
+  faults.ClearFaults();
+
+  {
+    auto unused = OpenLogStore(o);
+    ASSERT_TRUE(unused.ok()) << unused.status().ToString();
+    EXPECT_EQ(Listing(mem, "/disk/data"),
+              (std::vector<std::string>{"00000000000000000001.log", "LOCK"}));
+  }
+  EXPECT_FALSE(mem.FileExists("/disk/data")) << "a store that wrote nothing left files";
+
+  auto first = OpenLogStore(o);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE((*first)->CreateStream(Spec("s")).ok());
+  const std::vector<std::string> before = Listing(mem, "/disk/data");
+  auto second = OpenLogStore(o);
+  EXPECT_EQ(second.status().code(), StatusCode::kUnavailable) << second.status().ToString();
+  EXPECT_EQ(Listing(mem, "/disk/data"), before);
+  first->reset();
+  auto again = OpenLogStore(o);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  again->reset();  // opened and closed without a write: the log it found stays
+  auto reopened = OpenLogStore(o);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  EXPECT_TRUE((*reopened)->GetStream("global", "s").ok());
+}
+
 TEST_F(LogStoreTest, WriterThreadIsNamed) {
   auto count_named = [] {
     int n = 0;
@@ -393,6 +464,72 @@ TEST_F(LogStoreTest, DiskStaysBoundedUnderContinuousAppendsWithRetention) {
   auto tail = store->Read(busy->id, 1, 1000, 1 << 30);
   ASSERT_TRUE(tail.ok());
   EXPECT_EQ(tail->size(), 50u);
+}
+
+// Steady churn, scaled down: sessions appended to in turns and deleted when done, a tenth of
+// them long-lived, so every segment dies bit by bit and the long sessions would pin old
+// segments. Segments are small next to the checkpoint interval (16 per interval), so a cleaner
+// that takes only a few segments per pass falls behind. After a warm-up, the segments never
+// hold more than twice the live record bytes plus one checkpoint interval and a few segments
+// (log_bench's churn section measures the same at full scale).
+TEST(LogCleanerTest, SegmentsStayWithinTwiceTheLiveBytesUnderChurn) {
+  env::MemEnv mem;
+  LogStoreOptions o;
+  o.dir = "/data";
+  o.env = &mem;
+  o.segment_size = 8 << 10;
+  o.checkpoint_interval_bytes = 128 << 10;
+  o.durability.mode = LogDurability::kNone;  // the space, not the sync, is under test
+  auto opened = OpenLogStore(o);
+  ASSERT_TRUE(opened.ok());
+  Store& store = **opened;
+  struct Session {
+    StreamId id = 0;
+    uint64_t length = 0;
+    uint64_t records = 0;
+  };
+  std::mt19937_64 rng(99);
+  int created = 0;
+  auto start = [&](Session& s) {
+    auto info = store.CreateStream(Spec("session-" + std::to_string(created++)));
+    ASSERT_TRUE(info.ok());
+    s.id = info->id;
+    s.length = rng() % 10 == 0 ? 256 + rng() % 257 : 8 + rng() % 57;
+    s.records = 0;
+  };
+  std::vector<Session> sessions(32);
+  for (Session& s : sessions) ASSERT_NO_FATAL_FAILURE(start(s));
+  const std::string payload(1000, 'c');
+  uint64_t live = 0, written = 0, worst_excess = 0;
+  constexpr uint64_t kWritten = 12 << 20;
+  const uint64_t allowance = o.checkpoint_interval_bytes + 4 * o.segment_size;
+  double worst_ratio = 0;
+  while (written < kWritten) {
+    Session& s = sessions[rng() % sessions.size()];
+    ASSERT_TRUE(AppendPayloads(store, s.id, {payload}).ok());
+    written += payload.size();
+    live += payload.size();
+    if (++s.records == s.length) {
+      ASSERT_TRUE(store.DeleteStream(s.id).ok());
+      live -= s.records * payload.size();
+      ASSERT_NO_FATAL_FAILURE(start(s));
+    }
+    if (written > kWritten / 5 * 2 && written % (64 << 10) < payload.size()) {
+      uint64_t segment_bytes = 0;
+      auto names = mem.ListDir("/data");
+      ASSERT_TRUE(names.ok());
+      for (const std::string& name : *names) {
+        if (name.size() == 24 && name.ends_with(".log")) {
+          auto size = mem.FileSize("/data/" + name);
+          segment_bytes += size.ok() ? *size : 0;
+        }
+      }
+      worst_ratio = std::max(worst_ratio, static_cast<double>(segment_bytes) / live);
+      if (segment_bytes > 2 * live) worst_excess = std::max(worst_excess, segment_bytes - 2 * live);
+    }
+  }
+  EXPECT_LE(worst_excess, allowance) << "segments reached " << worst_ratio << "x the live bytes";
+  EXPECT_GT(store.CommitStats().cleaner_bytes, 0u);
 }
 
 // The index merges adjacent frames of one stream written in one group with one timestamp into
@@ -1039,8 +1176,9 @@ TEST_F(LogStoreErrorPathTest, AFullDiskIsReportedWithTheSegmentNamedRelativeToTh
   faults_.SetNoSpace(true);
   auto r = AppendPayloads(**store, info->id, {"no room"});
   ASSERT_FALSE(r.ok());
-  ExpectRelative(r.status(), StatusCode::kIOError,
+  ExpectRelative(r.status(), StatusCode::kResourceExhausted,
                  "write '00000000000000000001.log': No space left on device");
+  EXPECT_TRUE(r.status().no_space()) << r.status().ToString();
   faults_.ClearFaults();
 }
 

@@ -107,10 +107,16 @@ TEST(StoreCommitMetricsTest, RendersCumulativeBucketsAndNothingWhenUnavailable) 
   stats.checkpoint_build_micros = 250000;
   stats.segment_rolls = 9;
   stats.segment_rolls_unprepared = 4;
+  stats.cleaner_bytes = 12345;
+  stats.space_reclaims = 2;
+  stats.reserve_draws = 1;
   stats.segment_roll_micros = 125000;
   const std::string text = RenderStoreCommitStats(stats);
   EXPECT_NE(text.find("runnel_store_segment_rolls_total 9\n"), std::string::npos) << text;
   EXPECT_NE(text.find("runnel_store_segment_rolls_unprepared_total 4\n"), std::string::npos);
+  EXPECT_NE(text.find("runnel_store_cleaner_bytes_total 12345\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("runnel_store_space_reclaims_total 2\n"), std::string::npos);
+  EXPECT_NE(text.find("runnel_store_reserve_draws_total 1\n"), std::string::npos);
   EXPECT_NE(text.find("runnel_store_segment_roll_seconds_total 0.125\n"), std::string::npos);
   EXPECT_NE(text.find("runnel_store_checkpoints_total 7\n"), std::string::npos) << text;
   EXPECT_NE(text.find("runnel_store_checkpoint_build_seconds_total 0.25\n"), std::string::npos);

@@ -66,8 +66,9 @@ class StoreErrorBodyTest : public ::testing::Test {
   }
   // `r` is a 500 whose JSON error has `code` and a message holding `expected`, and no byte of
   // the answer names the data directory.
-  void ExpectError(const HttpResponse& r, const std::string& code, const std::string& expected) {
-    EXPECT_EQ(r.status, 500) << r.body;
+  void ExpectError(const HttpResponse& r, const std::string& code, const std::string& expected,
+                   int status = 500) {
+    EXPECT_EQ(r.status, status) << r.body;
     const json body = json::parse(r.body, nullptr, false);
     ASSERT_TRUE(body.is_object()) << r.body;
     EXPECT_EQ(body["error"].value("code", ""), code) << r.body;
@@ -87,8 +88,8 @@ TEST_F(StoreErrorBodyTest, AFullDiskAnswersWithTheSegmentNamedRelativeToTheDataD
   ASSERT_NE(service, nullptr);
   ASSERT_EQ(Send(*service, "PUT", "/v1/stream/s").status, 201);
   faults_.SetNoSpace(true);
-  ExpectError(Send(*service, "POST", "/v1/stream/s", "", "no room"), "io_error",
-              "write '00000000000000000001.log': No space left on device");
+  ExpectError(Send(*service, "POST", "/v1/stream/s", "", "no room"), "resource_exhausted",
+              "write '00000000000000000001.log': No space left on device", 507);
   faults_.ClearFaults();
 }
 

@@ -101,6 +101,11 @@ Result<CheckReport> CheckLogDirectory(env::Env* env, const std::string& dir) {
       if (verdict.rfind("ok", 0) != 0) {
         report.corruption.push_back(path + ": checkpoint " + verdict);
       }
+    } else if (name == "RESERVE") {
+      auto size = env->FileSize(env::JoinPath(dir, name));
+      report.lines.push_back(name + ": space reserve (" +
+                             (size.ok() ? std::to_string(*size) : std::string("?")) +
+                             " bytes), not part of the log");
     } else if (name != "LOCK") {
       report.lines.push_back(name + ": not part of the log (ignored)");
     }
@@ -237,6 +242,7 @@ Result<CheckReport> CheckLogDirectory(env::Env* env, const std::string& dir) {
   options.prezero_segments = false;
   options.tail_cache_bytes = 0;
   options.cleaner_live_ratio = 0;
+  options.keep_space_reserve = false;  // it would be a segment's worth of zeros in memory
   options.group_commit_wait_us = 0;
   auto store = LogStore::Open(options);
   report.open = store.ok() ? Status::OK() : store.status();

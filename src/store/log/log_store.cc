@@ -8,6 +8,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 
@@ -244,15 +245,45 @@ std::string LogStore::Durability() const {
   return "";
 }
 
-Result<std::unique_ptr<LogStore>> LogStore::Open(const LogStoreOptions& options) {
-  if (options.dir.empty()) return Status::InvalidArgument("log store needs a data directory");
-  if (options.segment_size < kSegmentHeaderSize + 1024 || options.segment_size > (1ull << 31)) {
-    return Status::InvalidArgument("segment_size must be between 1056 bytes and 2 GiB");
+namespace {
+
+// Every option is checked before Open touches the disk.
+Status ValidateOptions(const LogStoreOptions& o) {
+  if (o.dir.empty()) return Status::InvalidArgument("log store needs a data directory");
+  if (o.segment_size < kSegmentHeaderSize + 1024 || o.segment_size > (1ull << 31)) {
+    return Status::InvalidArgument("segment_size must be between 1056 bytes and 2 GiB, not " +
+                                   std::to_string(o.segment_size));
   }
+  if (!(o.cleaner_live_ratio >= 0 && o.cleaner_live_ratio < 1)) {
+    return Status::InvalidArgument("cleaner_live_ratio must be at least 0 and below 1, not " +
+                                   std::to_string(o.cleaner_live_ratio));
+  }
+  if (o.checkpoint_interval_bytes == 0) {
+    return Status::InvalidArgument("checkpoint_interval_bytes must be at least 1");
+  }
+  if (o.durability.mode == LogDurability::kInterval && o.durability.interval_ms == 0) {
+    return Status::InvalidArgument("durability interval must be at least 1 ms");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<LogStore>> LogStore::Open(const LogStoreOptions& options) {
+  RUNNEL_RETURN_IF_ERROR(ValidateOptions(options));
   std::unique_ptr<LogStore> store(new LogStore(options));
-  RUNNEL_RETURN_IF_ERROR(store->env_->CreateDir(options.dir));
-  RUNNEL_ASSIGN_OR_RETURN(store->lock_, store->env_->LockFile(env::JoinPath(options.dir, "LOCK")));
-  RUNNEL_RETURN_IF_ERROR(store->Recover());
+  const std::string lock_path = env::JoinPath(options.dir, "LOCK");
+  Status opened = [&]() -> Status {
+    store->created_dir_ = !store->env_->FileExists(options.dir);
+    RUNNEL_RETURN_IF_ERROR(store->env_->CreateDir(options.dir));
+    store->created_lock_ = !store->env_->FileExists(lock_path);
+    RUNNEL_ASSIGN_OR_RETURN(store->lock_, store->env_->LockFile(lock_path));
+    return store->Recover();
+  }();
+  if (!opened.ok()) {
+    store->open_failed_ = true;  // the destructor undoes what was created
+    return opened;
+  }
   if (store->salvaged_) {
     // Move replay past what salvage skipped, so the next open (without salvage) does not meet
     // the same damage again. Failing that, salvage is needed again until a checkpoint lands.
@@ -265,11 +296,13 @@ Result<std::unique_ptr<LogStore>> LogStore::Open(const LogStoreOptions& options)
   store->reserved_next_id_ = store->next_stream_id_;
   store->writer_ = std::thread([s = store.get()] { s->WriterLoop(); });
   SetThreadName(store->writer_, "log-writer");
-  if (options.prezero_segments) {
-    store->preparer_ = std::thread([s = store.get()] { s->PreparerLoop(); });
-    SetThreadName(store->preparer_, "log-prepare");
-    store->RequestPreparedSegment(store->active_segment_ + 1);
-  }
+  store->preparer_ = std::thread([s = store.get()] { s->PreparerLoop(); });
+  SetThreadName(store->preparer_, "log-prepare");
+  // A log that exists has its reserve made whole before the next segment is prepared: after a
+  // crash in the middle of a reclamation, the space the reserve gave up is free again, and the
+  // reserve must take it back before a segment does. (A new directory asks at its first write.)
+  if (!store->fresh_) store->RequestReserve();
+  store->RequestPreparedSegment(store->active_segment_ + 1);
   if (options.scrub_bytes_per_sec > 0) {
     store->scrubber_ = std::thread([s = store.get()] { s->ScrubLoop(); });
     SetThreadName(store->scrubber_, "log-scrub");
@@ -291,6 +324,7 @@ LogStore::~LogStore() {
   queue_cv_.notify_all();
   if (writer_.joinable()) writer_.join();
   uint64_t unused = 0;
+  prep_halt_ = true;
   {
     std::lock_guard lock(prep_mu_);
     prep_stop_ = true;
@@ -303,6 +337,26 @@ LogStore::~LogStore() {
     Status s = env_->RemoveFile(SegmentPath(unused) + ".prep");
     (void)s;  // a leftover is removed at the next open
   }
+  if (open_failed_ || (fresh_ && !wrote_)) UndoCreation();
+}
+
+void LogStore::UndoCreation() {
+  // Best effort: what stays behind (a file another process put in the directory) is harmless,
+  // and the next open of a directory without a log starts afresh anyway.
+  if (fresh_) {
+    segments_.clear();
+    Status s = env_->RemoveFile(SegmentPath(1));
+    (void)s;
+  }
+  if (created_lock_ && lock_ != nullptr) {
+    Status s = env_->RemoveFile(env::JoinPath(options_.dir, "LOCK"));
+    (void)s;
+  }
+  lock_.reset();
+  if (created_dir_) {
+    Status s = env_->RemoveDir(options_.dir);
+    (void)s;
+  }
 }
 
 void LogStore::RequestPreparedSegment(uint64_t number) {
@@ -312,7 +366,11 @@ void LogStore::RequestPreparedSegment(uint64_t number) {
     std::lock_guard lock(prep_mu_);
     // Asked for twice (by the first roll of a new directory and by the open): served once.
     if (number == prep_busy_ || (prep_file_ && number == prep_ready_)) return;
-    prep_wanted_ = number;
+    if (prep_paused_) {
+      prep_held_ = number;
+    } else {
+      prep_wanted_ = number;
+    }
     // A segment prepared after the roll that needed it had already created the segment itself
     // is of no use any more: remove it, or it stays behind as a 64 MiB file until the next open
     // (and the next preparation would drop the handle without removing the file).
@@ -342,14 +400,34 @@ std::shared_ptr<env::File> LogStore::TakePreparedSegment(uint64_t number) {
 
 void LogStore::PreparerLoop() {
   for (;;) {
-    uint64_t number;
+    uint64_t number = 0;
+    uint64_t reserve = 0;
     {
       std::unique_lock lock(prep_mu_);
-      prep_cv_.wait(lock, [&] { return prep_stop_ || prep_wanted_ != 0; });
+      prep_cv_.wait(lock, [&] {
+        return prep_stop_ || (!prep_paused_ && (reserve_wanted_ || prep_wanted_ != 0));
+      });
       if (prep_stop_) return;
-      number = prep_wanted_;
-      prep_wanted_ = 0;  // served by this preparation, whatever becomes of it
-      prep_busy_ = number;
+      // The reserve first: on a disk filling up, it is what lets space come back later.
+      if (reserve_wanted_) {
+        reserve_wanted_ = false;
+        reserve_busy_ = true;
+        reserve = reserve_target_;
+      } else {
+        number = prep_wanted_;
+        prep_wanted_ = 0;  // served by this preparation, whatever becomes of it
+        prep_busy_ = number;
+      }
+    }
+    if (reserve != 0) {
+      const uint64_t size = MakeReserve(reserve);
+      {
+        std::lock_guard lock(prep_mu_);
+        reserve_busy_ = false;
+        reserve_size_ = size;
+      }
+      prep_cv_.notify_all();
+      continue;
     }
     const std::string path = SegmentPath(number) + ".prep";
     std::shared_ptr<env::File> file;
@@ -361,6 +439,10 @@ void LogStore::PreparerLoop() {
     }
     if (s.ok()) s = file->WriteAt(0, EncodeSegmentHeader(number));
     for (uint64_t p = kSegmentHeaderSize; s.ok() && p < options_.segment_size; p += kZeroChunk) {
+      if (prep_halt_) {
+        s = Status::Unavailable("preparation stopped");
+        break;
+      }
       const size_t n =
           static_cast<size_t>(std::min<uint64_t>(kZeroChunk, options_.segment_size - p));
       s = file->WriteAt(p, std::string_view(Zeros()).substr(0, n));
@@ -373,7 +455,7 @@ void LogStore::PreparerLoop() {
       // A newer request means the segment was rolled to without it (a roll that creates its
       // own segment): it is of no use any more. A failure leaves the roll to create it itself
       // (and report why).
-      if (s.ok() && prep_wanted_ == 0 && !prep_stop_) {
+      if (s.ok() && prep_wanted_ == 0 && prep_held_ == 0 && !prep_stop_) {
         prep_ready_ = number;
         prep_file_ = std::move(file);
         keep = true;
@@ -381,10 +463,129 @@ void LogStore::PreparerLoop() {
     }
     prep_cv_.notify_all();  // a roll may be waiting for this segment
     if (!keep) {
+      file.reset();
       Status removed = env_->RemoveFile(path);
       (void)removed;
     }
   }
+}
+
+std::string LogStore::ReservePath() const {
+  return env::JoinPath(options_.dir, "RESERVE");
+}
+
+void LogStore::RequestReserve() {
+  if (!options_.keep_space_reserve) return;
+  reserve_requested_ = true;
+  const uint64_t checkpoint_file = kCheckpointHeaderSize + checkpoint_body_bytes_;
+  const uint64_t need = options_.segment_size + CheckpointRoom();
+  const uint64_t target =
+      options_.segment_size +
+      ((std::max<uint64_t>(checkpoint_file + checkpoint_file / 2, 4096) + 4095) & ~uint64_t{4095});
+  {
+    std::lock_guard lock(prep_mu_);
+    if (reserve_busy_ || reserve_wanted_) return;
+    if (reserve_size_ >= need && reserve_size_ <= 2 * target) return;
+    reserve_target_ = target;
+    reserve_wanted_ = true;
+  }
+  prep_cv_.notify_all();
+}
+
+uint64_t LogStore::MakeReserve(uint64_t target) {
+  const std::string path = ReservePath();
+  const bool created = !env_->FileExists(path);
+  auto opened = env_->OpenFile(path, true);
+  Status s = opened.status();
+  uint64_t size = 0;
+  if (s.ok()) {
+    std::unique_ptr<env::File>& file = *opened;
+    size = file->Size().value_or(0);
+    if (size > target) {
+      s = file->Truncate(target);
+    } else {
+      for (uint64_t p = size; s.ok() && p < target && !prep_halt_; p += kZeroChunk) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(kZeroChunk, target - p));
+        s = file->WriteAt(p, std::string_view(Zeros()).substr(0, n));
+      }
+    }
+    // Even a reserve cut short by a full disk keeps what it got.
+    Status synced = file->Sync();
+    if (s.ok()) s = synced;
+    if (s.ok() && created) s = env_->SyncDir(options_.dir);
+    size = file->Size().value_or(0);
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr,
+                 "runnel: WARN log store %s: the space reserve holds %llu of %llu bytes (%s); "
+                 "until it is whole, a full disk may not be able to give space back\n",
+                 options_.dir.c_str(), static_cast<unsigned long long>(size),
+                 static_cast<unsigned long long>(target), s.ToString().c_str());
+  }
+  return size;
+}
+
+void LogStore::PausePreparer() {
+  std::unique_lock lock(prep_mu_);
+  prep_paused_ = true;
+  prep_halt_ = true;
+  if (prep_wanted_ != 0) {
+    prep_held_ = prep_wanted_;
+    prep_wanted_ = 0;
+  }
+  prep_cv_.notify_all();
+  prep_cv_.wait(lock, [&] { return prep_busy_ == 0 && !reserve_busy_; });
+}
+
+void LogStore::ResumePreparer() {
+  {
+    std::lock_guard lock(prep_mu_);
+    prep_paused_ = false;
+    prep_halt_ = false;
+    prep_held_ = 0;
+  }
+  RequestReserve();
+  RequestPreparedSegment(active_segment_ + 1);
+}
+
+uint64_t LogStore::CheckpointRoom() const {
+  const uint64_t checkpoint_file = kCheckpointHeaderSize + checkpoint_body_bytes_;
+  return (std::max<uint64_t>(checkpoint_file + checkpoint_file / 8, 4096) + 4095) & ~uint64_t{4095};
+}
+
+bool LogStore::ShrinkReserve(uint64_t bytes) {
+  uint64_t size;
+  {
+    std::lock_guard lock(prep_mu_);
+    size = reserve_size_;
+  }
+  if (size == 0 || bytes == 0) return false;
+  const uint64_t keep = bytes >= size ? 0 : size - bytes;
+  Status s;
+  if (keep == 0) {
+    s = env_->RemoveFile(ReservePath());
+    if (s.code() == StatusCode::kNotFound) s = Status::OK();
+  } else {
+    auto file = env_->OpenFile(ReservePath(), false);
+    s = file.status();
+    if (s.ok()) s = (*file)->Truncate(keep);
+    if (s.ok()) s = (*file)->Sync();
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "runnel: WARN log store %s: cannot give up the space reserve: %s\n",
+                 options_.dir.c_str(), s.ToString().c_str());
+    return false;
+  }
+  {
+    std::lock_guard lock(prep_mu_);
+    reserve_size_ = keep;
+  }
+  roll_failure_ = Status::OK();  // a segment may fit now
+  std::fprintf(stderr,
+               "runnel: WARN log store %s: the disk is full; gave up %llu bytes of the space "
+               "reserve to reclaim the space of dead records\n",
+               options_.dir.c_str(), static_cast<unsigned long long>(size - keep));
+  return true;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -438,6 +639,17 @@ Status LogStore::Recover() {
     content_types_.clear();
     next_stream_id_ = 1;
   }
+  if (have_checkpoint) {
+    // Older checkpoints are removed once a newer one is in place; a crash between the two
+    // leaves them. They are of no use (the segments they would replay from may be gone), and on
+    // a full disk their bytes are part of what lets the store write again.
+    for (uint64_t seq : ckpts) {
+      if (seq < checkpoint_seq_) {
+        Status removed = env_->RemoveFile(env::JoinPath(options_.dir, CheckpointName(seq)));
+        (void)removed;  // tried again at the next open
+      }
+    }
+  }
   if (!ckpts.empty() && !have_checkpoint) {
     // Without a checkpoint the whole history must still be there (segment 1 on).
     if (segs.empty() || segs.front() != 1) {
@@ -465,6 +677,11 @@ Status LogStore::Recover() {
                                 SegmentName(replay[i]));
     }
   }
+  // Old segments the checkpoint's index names: replay can only take records out of them.
+  std::set<uint64_t> named;
+  streams_.ForEach([&](const StreamState& s) {
+    for (size_t i = s.batch_begin; i < s.batches.size(); ++i) named.insert(s.batches[i].segment);
+  });
   // Older segments are kept open for reads of the records they still hold.
   for (uint64_t n : segs) {
     if (n >= replay_seg) break;
@@ -479,6 +696,7 @@ Status LogStore::Recover() {
                                          i + 1 == replay.size()));
   }
   segment_freed_ = false;  // replay's own head moves free nothing new
+  freed_since_checkpoint_ = 0;
   // Live bytes per segment, from the index.
   for (auto& [n, seg] : segments_) seg.live_bytes = 0;
   Status missing;
@@ -498,11 +716,13 @@ Status LogStore::Recover() {
     s.reserved_closed = s.closed;
   });
   RUNNEL_RETURN_IF_ERROR(missing);
+  if (auto reserve = env_->FileSize(ReservePath()); reserve.ok()) reserve_size_ = *reserve;
   if (replay.empty()) {
     if (have_checkpoint) {
       return Status::Corruption("segment " + SegmentName(replay_seg) +
                                 " named by the checkpoint is missing");
     }
+    fresh_ = true;
     RUNNEL_RETURN_IF_ERROR(RollSegment(0));
   } else {
     active_segment_ = replay.back();
@@ -513,6 +733,14 @@ Status LogStore::Recover() {
         options_.prezero_segments ? std::max(size, active_pos_) : options_.segment_size;
     dirty_end_ = active_pos_;
   }
+  // Segments before the replay point that the checkpoint just loaded does not name were freed
+  // by it, and a crash came before they were deleted: delete them now (on a full disk they are
+  // the space that lets the store write again). No open from that checkpoint reads them.
+  std::vector<uint64_t> leftovers;
+  for (const auto& [n, seg] : segments_) {
+    if (n < replay_seg && seg.live_bytes == 0 && named.count(n) == 0) leftovers.push_back(n);
+  }
+  DeleteDeadSegments(leftovers);
   return Status::OK();
 }
 
@@ -981,7 +1209,12 @@ void LogStore::DropHead(StreamState& s, uint64_t n) {
     auto it = segments_.find(b.segment);
     if (it != segments_.end()) {
       it->second.live_bytes -= std::min<uint64_t>(b.len, it->second.live_bytes);
-      if (it->second.live_bytes == 0 && it->first != active_segment_) segment_freed_ = true;
+      if (it->first != active_segment_) {
+        reclaim_due_ = true;
+        reclaim_retry_at_ = {};  // something new to reclaim: no waiting out an earlier failure
+        freed_since_checkpoint_ += b.len;
+        if (it->second.live_bytes == 0) segment_freed_ = true;
+      }
     }
     ++s.batch_begin;
   }
@@ -1312,7 +1545,13 @@ void LogStore::WriterLoop() {
       Status s = SyncActive();
       (void)s;  // a failure leaves unsynced_ set; the next group or Flush retries and reports
     }
-    const auto now = std::chrono::steady_clock::now();
+    auto now = std::chrono::steady_clock::now();
+    // A full disk gives space back as soon as something in an old segment died (a delete, a
+    // truncation, retention), without waiting for appends or the checkpoint interval.
+    if (disk_full_ && reclaim_due_ && now >= reclaim_retry_at_) {
+      ReclaimSpace();
+      now = std::chrono::steady_clock::now();
+    }
     const bool freeing = segment_freed_ && bytes_since_checkpoint_ > 0 &&
                          now - last_freeing_checkpoint_ >= std::chrono::seconds(10);
     // A checkpoint written in the background is finished first; none starts while it is not.
@@ -1323,11 +1562,16 @@ void LogStore::WriterLoop() {
       WaitForBackgroundCheckpoint();
     }
     const bool checkpoint_idle = PollBackgroundCheckpoint(false);
-    if ((bytes_since_checkpoint_ >= options_.checkpoint_interval_bytes || freeing) &&
-        now >= checkpoint_retry_at_ && checkpoint_idle) {
-      const bool periodic = bytes_since_checkpoint_ >= options_.checkpoint_interval_bytes;
+    // Records that died in old segments count toward the interval as appended bytes do: under
+    // churn, the space they leave is reclaimed (by the cleaner, then the checkpoint) at the pace
+    // it appears, not one whole interval of appends later.
+    const bool periodic =
+        bytes_since_checkpoint_ > 0 &&
+        bytes_since_checkpoint_ + freed_since_checkpoint_ >= options_.checkpoint_interval_bytes;
+    if ((periodic || freeing) && now >= checkpoint_retry_at_ && checkpoint_idle) {
       if (freeing) last_freeing_checkpoint_ = now;
       segment_freed_ = false;
+      if (periodic) freed_since_checkpoint_ = 0;
       // The cleaner copies live records forward: not for a checkpoint that only frees space.
       Status s = periodic ? Clean() : Status::OK();
       if (s.ok()) {
@@ -1338,8 +1582,10 @@ void LogStore::WriterLoop() {
     }
   }
   // Clean shutdown: make everything durable and checkpoint so the next open replays nothing
-  // (after the checkpoint being written in the background, if any, is done).
+  // (after the checkpoint being written in the background, if any, is done). A store opened on
+  // a new directory that wrote nothing leaves nothing (UndoCreation): no checkpoint either.
   PollBackgroundCheckpoint(true);
+  if (fresh_ && !wrote_) return;
   Status s = SyncActive();
   if (s.ok()) s = WriteCheckpoint();
   if (!s.ok()) {
@@ -1549,9 +1795,22 @@ void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_s
     const bool sync = force_sync || options_.durability.mode == LogDurability::kFsync;
     std::vector<std::string_view> pieces;
     if (total > 0) pieces.push_back(group_buf_);
-    written = WriteFrames(pieces, total, records, sync, &pos);
+    written = WriteFrames(pieces, total, records, sync, records > 0, &pos);
+    if (written.no_space()) {
+      // Nothing of the group was written. Space dead records left behind comes back first,
+      // then the group gets one more try.
+      disk_full_ = true;
+      if (reclaim_due_ && std::chrono::steady_clock::now() >= reclaim_retry_at_ && ReclaimSpace()) {
+        written = WriteFrames(pieces, total, records, sync, records > 0, &pos);
+      }
+    }
   }
   if (!written.ok()) {
+    if (written.no_space()) {
+      written = Status::NoSpace("disk full: nothing was written to the log (" +
+                                std::string(written.message()) +
+                                "); deleting or trimming streams gives space back");
+    }
     for (auto& op : group) {
       if (!op->refused) op->status = written;
     }
@@ -1594,6 +1853,7 @@ void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_s
       }
     }
     bytes_since_checkpoint_ += total;
+    if (!reserve_requested_) RequestReserve();
   }
   // Keep the buffer's capacity for the next group, unless one huge group grew it.
   group_buf_.clear();
@@ -1682,8 +1942,12 @@ Status LogStore::Repair() {
   return Status::OK();
 }
 
+uint64_t LogStore::TailReserve() const {
+  return std::min<uint64_t>(4096, options_.segment_size / 16);
+}
+
 Status LogStore::WriteFrames(const std::vector<std::string_view>& pieces, uint64_t total,
-                             uint64_t records, bool sync, uint64_t* pos_out) {
+                             uint64_t records, bool sync, bool leave_tail, uint64_t* pos_out) {
   if (repair_needed_) {
     Status s = Repair();
     if (!s.ok()) {
@@ -1694,7 +1958,7 @@ Status LogStore::WriteFrames(const std::vector<std::string_view>& pieces, uint64
   // Frames carrying records leave the last bytes of a segment to the others (deletes,
   // truncations, cursor commits, checkpoint markers): on a full disk, where no new segment can
   // be made, a delete still fits, and so does the checkpoint that lets its space go.
-  const uint64_t reserve = records > 0 ? std::min<uint64_t>(4096, options_.segment_size / 16) : 0;
+  const uint64_t reserve = leave_tail ? TailReserve() : 0;
   if (total > 0 && active_pos_ + total + reserve > active_capacity_ &&
       active_pos_ > kSegmentHeaderSize) {
     RUNNEL_RETURN_IF_ERROR(SyncActive());
@@ -1732,7 +1996,8 @@ Status LogStore::WriteFrames(const std::vector<std::string_view>& pieces, uint64
     repair_needed_ = true;
     Status repaired = Repair();
     if (repaired.ok()) {
-      return Status::IOError("log write failed, nothing was written: " + std::string(s.message()));
+      const std::string what = "log write failed, nothing was written: " + std::string(s.message());
+      return s.no_space() ? Status::NoSpace(what) : Status::IOError(what);
     }
     return Status::OutcomeUnknown("log write failed (" + std::string(s.message()) +
                                   ") and could not be undone (" + std::string(repaired.message()) +
@@ -1740,6 +2005,7 @@ Status LogStore::WriteFrames(const std::vector<std::string_view>& pieces, uint64
   }
   *pos_out = active_pos_;
   active_pos_ += total;
+  if (total > 0) wrote_ = true;
   dirty_end_ = std::max(dirty_end_, active_pos_);
   {
     std::unique_lock lock(state_mu_);
@@ -1767,6 +2033,8 @@ Status LogStore::RollSegment(uint64_t min_capacity) {
     dirty_end_ = active_pos_;
     active_capacity_ = capacity;
     unsynced_ = false;
+    disk_full_ = false;
+    reclaim_due_ = true;  // the segment just sealed may hold dead records
     RequestPreparedSegment(number + 1);
     std::lock_guard lock(stats_mu_);
     ++stats_.segment_rolls;
@@ -1827,7 +2095,7 @@ Status LogStore::BeginCheckpoint(CheckpointJob* job) {
   AppendFrame(&marker, FrameType::kCheckpointMarker, EncodeCheckpointMarker(seq));
   std::vector<std::string_view> pieces{marker};
   uint64_t pos;
-  RUNNEL_RETURN_IF_ERROR(WriteFrames(pieces, marker.size(), 0, true, &pos));
+  RUNNEL_RETURN_IF_ERROR(WriteFrames(pieces, marker.size(), 0, true, false, &pos));
   const uint64_t replay_segment = active_segment_;
   const uint64_t replay_pos = active_pos_;
 
@@ -1971,6 +2239,8 @@ void LogStore::FinishCheckpoint(const CheckpointJob& job) {
   bytes_since_checkpoint_ -= std::min(bytes_since_checkpoint_, job.log_bytes);
   checkpoint_failures_ = 0;
   DeleteDeadSegments(job.dead_segments);
+  // The reserve keeps room for a checkpoint like this one.
+  if (reserve_requested_) RequestReserve();
 }
 
 Status LogStore::WriteCheckpoint() {
@@ -2045,6 +2315,12 @@ void LogStore::WaitForBackgroundCheckpoint() {
 }
 
 void LogStore::CheckpointFailed(const Status& s) {
+  if (s.no_space()) {
+    // Dead segments may be waiting for this checkpoint: ReclaimSpace can write it on the
+    // reserve.
+    disk_full_ = true;
+    reclaim_due_ = true;
+  }
   // Recovery just replays more meanwhile; nothing acknowledged depends on it.
   const auto delay = std::chrono::seconds(1u << std::min<uint32_t>(checkpoint_failures_, 6));
   ++checkpoint_failures_;
@@ -2070,6 +2346,7 @@ void LogStore::DeleteDeadSegments(const std::vector<uint64_t>& candidates) {
     Status s = env_->RemoveFile(SegmentPath(n));
     (void)s;  // a leftover dead segment is removed again at the next open
   }
+  segments_deleted_ += dead.size();
   if (!dead.empty()) {
     Status s = env_->SyncDir(options_.dir);
     (void)s;
@@ -2078,7 +2355,36 @@ void LogStore::DeleteDeadSegments(const std::vector<uint64_t>& candidates) {
 
 Status LogStore::Clean() {
   if (options_.cleaner_live_ratio <= 0) return Status::OK();
-  constexpr size_t kMaxVictims = 4;
+  // The emptiest old segments below the ratio, as many as one checkpoint interval of live bytes
+  // (one segment at least): a pass copies at most about what was appended since the last one,
+  // so the cleaner keeps pace with segments that decay as fast as the log grows, and the
+  // writer's pause for it stays bounded.
+  const double threshold = options_.cleaner_live_ratio * static_cast<double>(options_.segment_size);
+  std::vector<std::pair<uint64_t, uint64_t>> candidates;  // (live bytes, segment)
+  {
+    std::shared_lock lock(state_mu_);
+    for (const auto& [n, seg] : segments_) {
+      if (n >= active_segment_) break;
+      if (seg.live_bytes > 0 && static_cast<double>(seg.live_bytes) < threshold) {
+        candidates.emplace_back(seg.live_bytes, n);
+      }
+    }
+  }
+  std::sort(candidates.begin(), candidates.end());
+  const uint64_t budget = std::max(options_.checkpoint_interval_bytes, options_.segment_size);
+  std::vector<uint64_t> victims;
+  uint64_t total = 0;
+  for (const auto& [live, n] : candidates) {
+    if (!victims.empty() && total + live > budget) break;
+    total += live;
+    victims.push_back(n);
+  }
+  if (victims.empty()) return Status::OK();
+  std::sort(victims.begin(), victims.end());
+  return Relocate(victims);
+}
+
+Status LogStore::Relocate(const std::vector<uint64_t>& victims) {
   constexpr uint64_t kGroupBytes = 1u << 20;
   struct Item {
     StreamId stream;
@@ -2089,16 +2395,6 @@ Status LogStore::Clean() {
   std::vector<Item> items;
   {
     std::shared_lock lock(state_mu_);
-    std::vector<uint64_t> victims;
-    for (const auto& [n, seg] : segments_) {
-      if (n >= active_segment_ || victims.size() >= kMaxVictims) break;
-      if (seg.live_bytes > 0 &&
-          static_cast<double>(seg.live_bytes) <
-              options_.cleaner_live_ratio * static_cast<double>(options_.segment_size)) {
-        victims.push_back(n);
-      }
-    }
-    if (victims.empty()) return Status::OK();
     streams_.ForEach([&](const StreamState& s) {
       const StreamId id = s.id;
       for (size_t i = s.batch_begin; i < s.batches.size(); ++i) {
@@ -2121,7 +2417,13 @@ Status LogStore::Clean() {
     if (frames.empty()) return Status::OK();
     std::vector<std::string_view> pieces(frames.begin(), frames.end());
     uint64_t pos;
-    RUNNEL_RETURN_IF_ERROR(WriteFrames(pieces, group_bytes, 0, true, &pos));
+    // Not synced group by group: the segments they come from stay until a checkpoint after
+    // them, whose marker is synced after them (a roll syncs the segment it leaves).
+    RUNNEL_RETURN_IF_ERROR(WriteFrames(pieces, group_bytes, 0, false, true, &pos));
+    {
+      std::lock_guard lock(stats_mu_);
+      stats_.cleaner_bytes += group_bytes;
+    }
     std::unique_lock lock(state_mu_);
     for (const std::string& frame : frames) {
       FrameView f;
@@ -2162,7 +2464,112 @@ Status LogStore::Clean() {
       if (group_bytes >= kGroupBytes) RUNNEL_RETURN_IF_ERROR(flush());
     }
   }
-  return flush();
+  RUNNEL_RETURN_IF_ERROR(flush());
+  return SyncActive();
+}
+
+std::vector<uint64_t> LogStore::ReclaimVictims() const {
+  // One segment holds the copies (the last group of them may need a fresh one), so the
+  // reclamation needs at most one new segment, which the reserve provides.
+  const uint64_t room = options_.segment_size - kSegmentHeaderSize - TailReserve();
+  const uint64_t most_live = options_.segment_size - options_.segment_size / 8;
+  std::vector<std::pair<uint64_t, uint64_t>> candidates;  // (live bytes, segment)
+  {
+    std::shared_lock lock(state_mu_);
+    for (const auto& [n, seg] : segments_) {
+      if (n >= active_segment_) break;
+      if (seg.live_bytes > 0 && seg.live_bytes <= most_live)
+        candidates.emplace_back(seg.live_bytes, n);
+    }
+  }
+  std::sort(candidates.begin(), candidates.end());
+  std::vector<uint64_t> victims;
+  uint64_t total = 0;
+  for (const auto& [live, n] : candidates) {
+    if (total + live > room) break;
+    total += live;
+    victims.push_back(n);
+  }
+  std::sort(victims.begin(), victims.end());
+  return victims;
+}
+
+bool LogStore::ReclaimSpace() {
+  reclaim_due_ = false;
+  PollBackgroundCheckpoint(true);
+  const std::vector<uint64_t> victims = ReclaimVictims();
+  const uint64_t deleted_before = segments_deleted_;
+  bool dead = false;
+  {
+    std::shared_lock lock(state_mu_);
+    for (const auto& [n, seg] : segments_) {
+      if (n >= active_segment_) break;
+      dead = dead || seg.live_bytes == 0;
+    }
+  }
+  if (victims.empty() && !dead) return false;
+  PausePreparer();
+  bool drew = false;
+  // Runs `step`; when the disk has no room for it, again after giving up `give` bytes of the
+  // reserve (and, for a checkpoint, once more after giving up all of it).
+  auto with_reserve = [&](const std::function<Status()>& step, uint64_t give, bool last) {
+    Status s = step();
+    if (!s.no_space()) return s;
+    if (ShrinkReserve(give)) {
+      drew = true;
+      s = step();
+    }
+    if (s.no_space() && last && ShrinkReserve(UINT64_MAX)) {
+      drew = true;
+      s = step();
+    }
+    return s;
+  };
+  auto checkpoint = [&] { return WriteCheckpoint(); };
+  Status s;
+  // What is wholly dead goes first: it needs only a checkpoint (a segment's worth of room for
+  // the copies below must not leave too little for it, as a crash in the middle of an earlier
+  // reclamation may have).
+  if (dead) s = with_reserve(checkpoint, CheckpointRoom(), true);
+  if (s.ok() && !victims.empty()) {
+    // The copies may use the reserve but for the room of the checkpoint that must follow them.
+    uint64_t reserve;
+    {
+      std::lock_guard lock(prep_mu_);
+      reserve = reserve_size_;
+    }
+    const uint64_t keep = CheckpointRoom();
+    s = with_reserve([&] { return Relocate(victims); }, reserve > keep ? reserve - keep : 0, false);
+    // The checkpoint that no longer needs the emptied segments; FinishCheckpoint deletes them.
+    if (s.ok()) s = with_reserve(checkpoint, UINT64_MAX, true);
+  }
+  if (drew) {
+    std::lock_guard lock(stats_mu_);
+    ++stats_.reserve_draws;
+  }
+  ResumePreparer();
+  if (!s.ok()) {
+    // Tried again after a delay that doubles up to 64 s (what the disk lacked may come back: a
+    // file removed by hand, the reserve made whole), and at once when more records die.
+    const auto delay = std::chrono::seconds(1u << std::min<uint32_t>(reclaim_failures_, 6));
+    ++reclaim_failures_;
+    reclaim_due_ = true;
+    reclaim_retry_at_ = std::chrono::steady_clock::now() + delay;
+    std::fprintf(stderr,
+                 "runnel: WARN log store %s: the disk is full and space could not be "
+                 "reclaimed (%s); retrying in %llds, or once more records die\n",
+                 options_.dir.c_str(), s.ToString().c_str(), static_cast<long long>(delay.count()));
+  } else {
+    reclaim_failures_ = 0;
+  }
+  if (segments_deleted_ == deleted_before) return false;
+  {
+    std::lock_guard lock(stats_mu_);
+    ++stats_.space_reclaims;
+  }
+  disk_full_ = false;
+  roll_failure_ = Status::OK();
+  return true;
 }
 
 // ------------------------------------------------------------------------------------------

@@ -332,9 +332,14 @@ class LogStore final : public Store {
                                         const std::pair<StreamId, std::string>& key) const;
   void CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_sync);
   // Writes `pieces` (`total` bytes holding `records` appended records) at the end of the log,
-  // syncing when `sync` (or when the interval mode's deadline passed).
+  // syncing when `sync` (or when the interval mode's deadline passed). With `leave_tail`
+  // (frames carrying records, relocated ones included) the last TailReserve() bytes of a
+  // segment are left to the other frames. A full disk is Status::NoSpace.
   Status WriteFrames(const std::vector<std::string_view>& pieces, uint64_t total, uint64_t records,
-                     bool sync, uint64_t* pos_out);
+                     bool sync, bool leave_tail, uint64_t* pos_out);
+  // Bytes at the end of each segment that frames carrying records leave to the others
+  // (deletes, truncations, cursor commits, checkpoint markers), so they fit on a full disk.
+  uint64_t TailReserve() const;
   Status Repair();
   Status RollSegment(uint64_t min_capacity);
   Status SyncActive();
@@ -370,9 +375,49 @@ class LogStore final : public Store {
   void WaitForBackgroundCheckpoint();
   void CheckpointFailed(const Status& s);
   void DeleteDeadSegments(const std::vector<uint64_t>& dead);
-  // The cleaner: copies the live batches of mostly-dead old segments to the head of the log,
-  // grouped by stream, so the next checkpoint can delete those segments.
+  // The cleaner, before each periodic checkpoint: copies the live batches of the emptiest old
+  // segments below options_.cleaner_live_ratio (at most one checkpoint interval of live bytes
+  // per pass) to the head of the log, grouped by stream, so the checkpoint can delete them.
   Status Clean();
+  // Writer thread: copies every live batch of `victims` (old segments) to the head of the log
+  // as relocated-batch frames, in stream and offset order, synced; the index then points at
+  // the copies. Offsets do not change, and a crash at any point leaves every record reachable
+  // (each relocated frame carves its frame off the front of its reference).
+  Status Relocate(const std::vector<uint64_t>& victims);
+
+  // --- space on a full disk ---
+  // The writer found the disk full (disk_full_) and something may be reclaimable
+  // (reclaim_due_). Relocates the live records of the emptiest old segments that fit in one
+  // segment, writes a checkpoint that no longer needs them and deletes them, giving up the
+  // reserve when a step needs space the disk does not have; the preparer, paused meanwhile,
+  // then makes the reserve again before anything else. Writer thread. True when it deleted
+  // segments.
+  bool ReclaimSpace();
+  // Old segments at most 7/8 live, emptiest first, as many as one segment holds the live
+  // bytes of; by segment number.
+  std::vector<uint64_t> ReclaimVictims() const;
+  std::string ReservePath() const;
+  // Writer thread: asks the preparer to make (or grow, or shrink) the reserve when it holds
+  // less than a segment plus 9/8 of the last checkpoint file (or more than twice its target):
+  // then it is made a segment plus 3/2 of that checkpoint.
+  void RequestReserve();
+  // Preparer thread: makes the reserve `target` bytes of zeros, synced (stopping early when
+  // halted); returns its size on disk afterwards.
+  uint64_t MakeReserve(uint64_t target);
+  // Writer thread: the preparer drops what it is writing and starts nothing until
+  // ResumePreparer (a request made meanwhile is held), so that the space a reclamation frees
+  // goes to the reclamation. Resume asks for the reserve first, then the next segment.
+  void PausePreparer();
+  void ResumePreparer();
+  // Writer thread, preparer paused: gives up `bytes` of the reserve (truncating it; all of it
+  // removes the file); false when there is none to give.
+  bool ShrinkReserve(uint64_t bytes);
+  // Room for a checkpoint like the last one, with a margin: the part of the reserve a
+  // reclamation keeps for the checkpoint after its copies.
+  uint64_t CheckpointRoom() const;
+  // Open failed, or a store opened on a new directory closes without having written a frame:
+  // removes what the open created (the first segment, LOCK, the directory).
+  void UndoCreation();
   // Completes `op`: runs its callback (after the tail listener, for a committed append) or
   // wakes its waiter.
   void FinishOp(Op& op);
@@ -449,12 +494,35 @@ class LogStore final : public Store {
   // (delete, retention, prune): a checkpoint lets it be deleted without waiting for the
   // interval's worth of new log, which a full disk would never let come.
   bool segment_freed_ = false;
+  // Writer thread only: bytes of batches that died in segments other than the active one since
+  // the last periodic checkpoint began; they count toward its interval.
+  uint64_t freed_since_checkpoint_ = 0;
   std::chrono::steady_clock::time_point last_freeing_checkpoint_{};
   // Writer thread only: a failed periodic checkpoint is retried after a growing delay (1 s,
   // doubling to 64 s), not after every group, and said once per attempt on stderr.
   uint32_t checkpoint_failures_ = 0;
   // Set during recovery when salvage skipped damage (SalvageNote): Open then checkpoints at once.
   bool salvaged_ = false;
+  // Set by Open: what it created (for UndoCreation), and whether it failed. fresh_: the
+  // directory held no log, so recovery made segment 1.
+  bool created_dir_ = false;
+  bool created_lock_ = false;
+  bool fresh_ = false;
+  bool open_failed_ = false;
+  // Writer thread only: a frame has been written to the log since Open.
+  bool wrote_ = false;
+  // Writer thread only. disk_full_: a write, a segment or a checkpoint was refused for lack of
+  // space, and no segment was made since. reclaim_due_: live bytes left an old segment (or a
+  // segment was sealed, or a checkpoint failed for space) since the last ReclaimSpace, or that
+  // one failed and is to be tried again.
+  bool disk_full_ = false;
+  bool reclaim_due_ = true;
+  // After a reclamation that failed: when the next may run without new deaths, and how many
+  // failed in a row (the delay doubles).
+  std::chrono::steady_clock::time_point reclaim_retry_at_{};
+  uint32_t reclaim_failures_ = 0;
+  bool reserve_requested_ = false;  // the first write after Open asks for the reserve
+  uint64_t segments_deleted_ = 0;   // writer thread only: by DeleteDeadSegments
   // Writer thread only: the last failure to make a new segment, and when (RollSegment).
   Status roll_failure_;
   std::chrono::steady_clock::time_point roll_failed_at_{};
@@ -490,9 +558,10 @@ class LogStore final : public Store {
   size_t group_target_ = 0;  // GUARDED_BY(queue_mu_)
   std::thread writer_;
 
-  // Segment preparation (when options_.prezero_segments): a helper thread creates the next
-  // segment (header + zeros, synced) as "<segment>.log.prep" ahead of time, so a roll is a
-  // rename instead of a segment-sized write on the writer's path.
+  // The helper thread "log-prepare": it creates the next segment (header + zeros, synced) as
+  // "<segment>.log.prep" ahead of time (when options_.prezero_segments), so a roll is a rename
+  // instead of a segment-sized write on the writer's path, and it makes the space reserve
+  // (RESERVE), which comes first when both are asked for.
   void PreparerLoop();
   void RequestPreparedSegment(uint64_t number);
   // The prepared file for `number`, waiting for it while the preparer is still writing it; null
@@ -508,6 +577,15 @@ class LogStore final : public Store {
   uint64_t prep_ready_ = 0;               // GUARDED_BY(prep_mu_); prep_file_'s segment
   std::shared_ptr<env::File> prep_file_;  // GUARDED_BY(prep_mu_)
   bool prep_stop_ = false;                // GUARDED_BY(prep_mu_)
+  bool prep_paused_ = false;              // GUARDED_BY(prep_mu_)
+  uint64_t prep_held_ = 0;                // GUARDED_BY(prep_mu_); a segment asked for while paused
+  // The reserve: wanted (at reserve_target_ bytes), being written, and its size on disk.
+  bool reserve_wanted_ = false;  // GUARDED_BY(prep_mu_)
+  uint64_t reserve_target_ = 0;  // GUARDED_BY(prep_mu_)
+  bool reserve_busy_ = false;    // GUARDED_BY(prep_mu_)
+  uint64_t reserve_size_ = 0;    // GUARDED_BY(prep_mu_)
+  // Set to make the preparer drop the file it is writing (a pause, the close).
+  std::atomic<bool> prep_halt_{false};
   std::thread preparer_;
 
   // The background scrub (LogStoreOptions::scrub_bytes_per_sec).
