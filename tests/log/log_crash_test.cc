@@ -655,6 +655,50 @@ TEST_F(LogFaultTest, DeletingAnInterleavedStreamOnAFullDiskLetsAppendsResume) {
   EXPECT_EQ(store->GetStream("global", "dead").status().code(), StatusCode::kNotFound);
 }
 
+// The same full disk given back by a trim instead of a delete: the dead stream keeps its name
+// and its last record, and everything before it becomes room again.
+TEST_F(LogFaultTest, TrimmingAnInterleavedStreamOnAFullDiskLetsAppendsResume) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  auto dead = store->CreateStream(Spec("dead"));
+  auto live = store->CreateStream(Spec("live"));
+  ASSERT_TRUE(dead.ok() && live.ok());
+  Ledger ledger, dead_ledger;
+  const Status full = FillDiskInTurns(*store, faults_, ledger, dead_ledger, dead->id, live->id);
+  ASSERT_TRUE(full.no_space()) << full.ToString();
+  auto info = store->GetStreamById(dead->id);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  ASSERT_GT(info->next_offset, 2u);
+  const uint64_t last = info->next_offset - 1;
+  auto trimmed = store->TruncatePrefix(dead->id, last - 1, false);
+  ASSERT_TRUE(trimmed.ok()) << "a trim fits on a full disk: " << trimmed.status().ToString();
+  bool resumed = false;
+  for (int i = 0; i < 500 && !resumed; ++i) {
+    resumed = LedgerAppend(*store, ledger, "live", live->id, 'r').ok();
+    if (!resumed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(resumed) << "appends did not resume within 5 s of the trim";
+  int more = 0;
+  while (more < 200 && LedgerAppend(*store, ledger, "live", live->id, 'm').ok()) ++more;
+  EXPECT_GE(more, 25) << "the space of the trimmed records did not come back";
+  EXPECT_GE(store->CommitStats().space_reclaims, 1u);
+  ledger.Verify(*store, {"live"});
+  auto kept = store->Read(dead->id, last, 10, 1 << 20);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  ASSERT_FALSE(kept->empty()) << "the record after the trim point is gone";
+  EXPECT_EQ(kept->front().offset, last);
+
+  store.reset();
+  mem_.DropUnsyncedData();
+  store = Open();
+  ASSERT_NE(store, nullptr);
+  ledger.Verify(*store, {"live"});
+  auto after = store->Read(dead->id, last, 10, 1 << 20);
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  ASSERT_FALSE(after->empty());
+  EXPECT_EQ(after->front().offset, last);
+}
+
 // A power cut before each operation on the disk in turn, from the delete on: the delete itself,
 // the copies of the live records, the segment made on the reserve's space, the checkpoint, the
 // deletion of the emptied segments, the reserve made again, the appends that follow. After
