@@ -101,13 +101,17 @@ test-example: build
 # The binary, library, headers, CMake package, pkg-config file, man page, completions and the
 # systemd unit (packaging/). The unit is written for PREFIX: under /usr it reads
 # /etc/default/runnel, elsewhere PREFIX/etc/default/runnel.
+# Only what is installed is built (not the test suites).
 PREFIX ?= /usr/local
-install: build
+INSTALL_TARGETS := runnel_cli runnel_lib runnel_docs
+install: deps $(RELEASE_DIR)/build.ninja
+	cmake --build $(RELEASE_DIR) -j $(JOBS) --target $(INSTALL_TARGETS)
 	DESTDIR=$(DESTDIR) cmake --install $(RELEASE_DIR) --prefix $(PREFIX)
 
 # The .deb (packaging/cpack.cmake), installing under /usr; its dependencies come from
 # dpkg-shlibdeps.
-package: build
+package: deps $(RELEASE_DIR)/build.ninja
+	cmake --build $(RELEASE_DIR) -j $(JOBS) --target $(INSTALL_TARGETS)
 	cd $(RELEASE_DIR) && cpack -G DEB
 	@ls $(RELEASE_DIR)/runnel_*.deb
 
