@@ -31,7 +31,7 @@ export CCACHE_NOHASHDIR ?= 1
 
 .PHONY: fuzz
 .PHONY: all deps build run test test-release test-asan test-tsan test-example bench format \
-        format-check tidy clean help
+        format-check tidy clean help install package
 
 all: build
 
@@ -39,6 +39,8 @@ help:
 	@echo "make run          install deps, build, serve on $(LISTEN) with data in $(DATA)"
 	@echo "make test         install deps, check formatting, build, run every test (release, ASan+UBSan, TSan, example)"
 	@echo "make build        optimised build in $(RELEASE_DIR)"
+	@echo "make install      build, then install into PREFIX ($(PREFIX)); DESTDIR is honoured"
+	@echo "make package      build, then the Debian package $(RELEASE_DIR)/runnel_*.deb (CPack)"
 	@echo "make bench        build and run the benchmarks"
 	@echo "make format       clang-format every source file"
 	@echo "make tidy         clang-tidy over the library sources"
@@ -95,6 +97,23 @@ test-example: build
 	  -L$(BUILD)/prefix/lib -lrunnel -lcrypto -lpq -pthread -o $(BUILD)/example/readme
 	$(BUILD)/example/readme
 	@echo "test-example: installed package, pkg-config and README example all build and run"
+
+# The binary, library, headers, CMake package, pkg-config file, man page, completions and the
+# systemd unit (packaging/). The unit is written for PREFIX: under /usr it reads
+# /etc/default/runnel, elsewhere PREFIX/etc/default/runnel.
+# Only what is installed is built (not the test suites).
+PREFIX ?= /usr/local
+INSTALL_TARGETS := runnel_cli runnel_lib runnel_docs
+install: deps $(RELEASE_DIR)/build.ninja
+	cmake --build $(RELEASE_DIR) -j $(JOBS) --target $(INSTALL_TARGETS)
+	DESTDIR=$(DESTDIR) cmake --install $(RELEASE_DIR) --prefix $(PREFIX)
+
+# The .deb (packaging/cpack.cmake), installing under /usr; its dependencies come from
+# dpkg-shlibdeps.
+package: deps $(RELEASE_DIR)/build.ninja
+	cmake --build $(RELEASE_DIR) -j $(JOBS) --target $(INSTALL_TARGETS)
+	cd $(RELEASE_DIR) && cpack -G DEB
+	@ls $(RELEASE_DIR)/runnel_*.deb
 
 bench:
 	@scripts/install-deps --bench

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/log.h"
+
 namespace runnel {
 
 std::string_view StatusCodeName(StatusCode code) {
@@ -104,7 +106,7 @@ Status Status::Annotate(std::string_view context) const {
 
 namespace internal {
 void DieOnBadResultAccess(const Status& status) {
-  std::fprintf(stderr, "runnel: value() of a failed Result: %s\n", status.ToString().c_str());
+  LogF(LogLevel::kError, "value() of a failed Result: %s", status.ToString().c_str());
   std::abort();
 }
 }  // namespace internal

@@ -6,6 +6,7 @@
 #include "cli/channel_cmd.h"
 #include "cli/check.h"
 #include "cli/client_commands.h"
+#include "cli/docs_command.h"
 #include "cli/group_cmd.h"
 #include "cli/serve_command.h"
 #include "cli/token_cmd.h"
@@ -29,6 +30,8 @@ int main(int argc, char** argv) {
   runnel::cli::AddCheckCommand(app, &exit_code);
   runnel::cli::AddGroupCommand(app, &exit_code);
   runnel::cli::AddBenchCommand(app, &exit_code);
+  // Last: the completions and the man page describe every command added before.
+  runnel::cli::AddDocsCommands(app);
   try {
     app.name(argc > 0 ? argv[0] : "runnel");
     app.parse(runnel::cli::ParseableArgs(argc, argv));

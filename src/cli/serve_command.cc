@@ -10,6 +10,8 @@
 #include <string>
 #include <thread>
 
+#include "base/log.h"
+#include "cli/log_setup.h"
 #include "cli/numbers.h"
 #include "cli/terminal_text.h"
 #include "runnel/registry.h"
@@ -71,6 +73,11 @@ struct ServeFlags {
   // Scopes ("global", "tenant:<id>") whose catch-up reads shared caches may keep even when
   // they needed a token.
   std::vector<std::string> public_cache_scopes;
+  // Every log line (base/log.h): the lowest level written, and text or JSON lines.
+  std::string log_level = "info";
+  std::string log_format = "text";
+  // One line per request to this file ("-": standard output); empty: none.
+  std::string access_log;
 };
 
 // The smallest and largest --segment-size. Below 1 MiB a segment holds little more than its
@@ -94,10 +101,12 @@ bool ValidDurability(const std::string& d) {
 }
 
 int RunServe(const ServeFlags& flags) {
+  // First, so every line after is in the chosen format (both flags are checked by CLI11).
+  SetUpLogging(ParseLogLevel(flags.log_level).value_or(LogLevel::kInfo),
+               ParseLogFormat(flags.log_format).value_or(LogFormat::kText));
   size_t colon = flags.listen.rfind(':');
   if (colon == std::string::npos || colon == 0) {
-    std::fprintf(stderr, "runnel serve: --listen must be HOST:PORT, got '%s'\n",
-                 flags.listen.c_str());
+    LogF(LogLevel::kError, "--listen must be HOST:PORT, got '%s'", flags.listen.c_str());
     return 2;
   }
   std::string host = flags.listen.substr(0, colon);
@@ -107,13 +116,12 @@ int RunServe(const ServeFlags& flags) {
   char* end = nullptr;
   unsigned long port = std::strtoul(flags.listen.c_str() + colon + 1, &end, 10);
   if (*end != '\0' || port > 65535) {
-    std::fprintf(stderr, "runnel serve: bad port in --listen '%s'\n", flags.listen.c_str());
+    LogF(LogLevel::kError, "bad port in --listen '%s'", flags.listen.c_str());
     return 2;
   }
   if (!ValidDurability(flags.durability)) {
-    std::fprintf(stderr,
-                 "runnel serve: --durability must be fsync, interval:<ms> or none, got '%s'\n",
-                 flags.durability.c_str());
+    LogF(LogLevel::kError, "--durability must be fsync, interval:<ms> or none, got '%s'",
+         flags.durability.c_str());
     return 2;
   }
 
@@ -128,7 +136,7 @@ int RunServe(const ServeFlags& flags) {
   }
 
   if (flags.tls_cert.empty() != flags.tls_key.empty()) {
-    std::fprintf(stderr, "runnel serve: --tls-cert and --tls-key must be given together\n");
+    LogF(LogLevel::kError, "--tls-cert and --tls-key must be given together");
     return 2;
   }
   const bool tls = !flags.tls_cert.empty();
@@ -136,8 +144,7 @@ int RunServe(const ServeFlags& flags) {
   // Before anything is opened, so the store may use the whole limit too.
   const server::FdLimit fd_limit = server::RaiseFdLimit();
   if (!fd_limit.error.empty()) {
-    std::fprintf(stderr, "runnel serve: cannot raise the descriptor limit: %s\n",
-                 fd_limit.error.c_str());
+    LogF(LogLevel::kWarn, "cannot raise the descriptor limit: %s", fd_limit.error.c_str());
   }
 
   RegistryOptions registry_options;
@@ -172,21 +179,20 @@ int RunServe(const ServeFlags& flags) {
   if (!registry.ok()) {
     // The log store names its files relative to its directory: this line says which one.
     const std::string where = registry_options.store == "log" ? " in " + flags.data : "";
-    std::fprintf(stderr, "runnel serve: cannot open the %s store%s: %s\n",
-                 registry_options.store.c_str(), TerminalSafe(where).c_str(),
-                 TerminalSafe(registry.status().ToString()).c_str());
+    LogF(LogLevel::kError, "cannot open the %s store%s: %s", registry_options.store.c_str(),
+         TerminalSafe(where).c_str(), TerminalSafe(registry.status().ToString()).c_str());
     if (registry.status().code() == StatusCode::kCorruption && !flags.salvage) {
-      std::fprintf(stderr,
-                   "runnel serve: `runnel check %s` shows the damage; --salvage opens the "
-                   "directory without the damaged bytes (back it up first)\n",
-                   flags.data.c_str());
+      LogF(LogLevel::kError,
+           "`runnel check %s` shows the damage; --salvage opens the "
+           "directory without the damaged bytes (back it up first)",
+           flags.data.c_str());
     }
     return 1;
   }
   // What recovery repaired or skipped (a torn tail, salvaged damage) is said, never silent.
   if (auto* log_store = dynamic_cast<log::LogStore*>(&registry->store())) {
     for (const std::string& note : log_store->RecoveryNotes()) {
-      std::fprintf(stderr, "runnel serve: recovery: %s\n", TerminalSafe(note).c_str());
+      LogF(LogLevel::kWarn, "recovery: %s", TerminalSafe(note).c_str());
     }
   }
 
@@ -197,18 +203,18 @@ int RunServe(const ServeFlags& flags) {
                                                  : server::AccessOptions::Mode::kAuto;
   auto access = server::AccessGate::Open(access_options);
   if (!access.ok()) {
-    std::fprintf(stderr, "runnel serve: cannot load the token file %s: %s\n",
-                 TerminalSafe(access_options.tokens_path).c_str(),
-                 TerminalSafe(access.status().ToString()).c_str());
+    LogF(LogLevel::kError, "cannot load the token file %s: %s",
+         TerminalSafe(access_options.tokens_path).c_str(),
+         TerminalSafe(access.status().ToString()).c_str());
     return 1;
   }
   const bool open = !(*access)->RequiresTokens();
   // Safe by default: an open server listens only on loopback unless asked explicitly.
   if (open && flags.auth != "none" && !IsLoopback(host)) {
-    std::fprintf(stderr,
-                 "runnel serve: no tokens in %s, refusing to serve %s without authentication; "
-                 "create one with `runnel token create`, or pass --auth none\n",
-                 access_options.tokens_path.c_str(), host.c_str());
+    LogF(LogLevel::kError,
+         "no tokens in %s, refusing to serve %s without authentication; "
+         "create one with `runnel token create`, or pass --auth none",
+         access_options.tokens_path.c_str(), host.c_str());
     return 2;
   }
   std::string auth_line =
@@ -241,6 +247,14 @@ int RunServe(const ServeFlags& flags) {
   options.service.max_forks_per_stream = flags.max_forks_per_stream;
   options.service.max_append_messages = flags.max_append_messages;
   options.dashboard = flags.dashboard;
+  if (!flags.access_log.empty()) {
+    auto access_log = server::AccessLog::Open(flags.access_log, CurrentLogFormat());
+    if (!access_log.ok()) {
+      LogF(LogLevel::kError, "%s", TerminalSafe(access_log.status().ToString()).c_str());
+      return 1;
+    }
+    options.access_log = std::move(*access_log);
+  }
   options.public_cache_scopes.insert(flags.public_cache_scopes.begin(),
                                      flags.public_cache_scopes.end());
   options.info = {
@@ -259,15 +273,15 @@ int RunServe(const ServeFlags& flags) {
   }
   auto subscriptions = server::SubscriptionService::Create(*registry, subscription_options);
   if (!subscriptions.ok()) {
-    std::fprintf(stderr, "runnel serve: cannot set up webhook signing: %s\n",
-                 TerminalSafe(subscriptions.status().ToString()).c_str());
+    LogF(LogLevel::kError, "cannot set up webhook signing: %s",
+         TerminalSafe(subscriptions.status().ToString()).c_str());
     return 1;
   }
   options.subscriptions = std::move(*subscriptions);
   std::string durability = registry->store().Durability();
   auto server = server::HttpServer::Start(std::move(*registry), options);
   if (!server.ok()) {
-    std::fprintf(stderr, "runnel serve: %s\n", TerminalSafe(server.status().ToString()).c_str());
+    LogF(LogLevel::kError, "%s", TerminalSafe(server.status().ToString()).c_str());
     return 1;
   }
   // Everything the server holds at start is open now (the store, the listener, the io threads'
@@ -276,49 +290,48 @@ int RunServe(const ServeFlags& flags) {
   const server::FdBudget budget =
       server::PlanFdBudget(fd_limit.soft, fds_in_use, flags.max_connections);
   if (budget.fitting_connections == 0 && flags.max_connections > 0) {
-    std::fprintf(stderr,
-                 "runnel serve: the descriptor limit %llu leaves no room for connections (%llu in "
-                 "use, %llu reserved for the store, %llu for refusing connections); raise it "
-                 "(ulimit -n) to at least %llu\n",
-                 static_cast<unsigned long long>(fd_limit.soft),
-                 static_cast<unsigned long long>(fds_in_use),
-                 static_cast<unsigned long long>(budget.store_reserve),
-                 static_cast<unsigned long long>(budget.reject_slots),
-                 static_cast<unsigned long long>(server::FdLimitNeeded(fds_in_use, 1)));
+    LogF(LogLevel::kError,
+         "the descriptor limit %llu leaves no room for connections (%llu in "
+         "use, %llu reserved for the store, %llu for refusing connections); raise it "
+         "(ulimit -n) to at least %llu",
+         static_cast<unsigned long long>(fd_limit.soft),
+         static_cast<unsigned long long>(fds_in_use),
+         static_cast<unsigned long long>(budget.store_reserve),
+         static_cast<unsigned long long>(budget.reject_slots),
+         static_cast<unsigned long long>(server::FdLimitNeeded(fds_in_use, 1)));
     return 1;
   }
   (*server)->SetMaxConnections(budget.max_connections);
   const std::string raised = fd_limit.soft_before < fd_limit.soft
                                  ? " (raised from " + std::to_string(fd_limit.soft_before) + ")"
                                  : "";
-  std::printf(
-      "runnel serve: descriptor limit %llu%s: %llu in use, %llu reserved for the store, %llu for "
-      "refusing connections, up to %zu connections\n",
-      static_cast<unsigned long long>(fd_limit.soft), raised.c_str(),
-      static_cast<unsigned long long>(fds_in_use),
-      static_cast<unsigned long long>(budget.store_reserve),
-      static_cast<unsigned long long>(budget.reject_slots), budget.max_connections);
+  LogF(LogLevel::kInfo,
+       "descriptor limit %llu%s: %llu in use, %llu reserved for the store, %llu for "
+       "refusing connections, up to %zu connections",
+       static_cast<unsigned long long>(fd_limit.soft), raised.c_str(),
+       static_cast<unsigned long long>(fds_in_use),
+       static_cast<unsigned long long>(budget.store_reserve),
+       static_cast<unsigned long long>(budget.reject_slots), budget.max_connections);
   if (budget.lowered) {
-    std::fprintf(stderr,
-                 "runnel serve: --max-connections lowered from %zu to %zu to fit the descriptor "
-                 "limit %llu (raise it with ulimit -n, or set --max-connections to %zu or less)\n",
-                 flags.max_connections, budget.max_connections,
-                 static_cast<unsigned long long>(fd_limit.soft), budget.max_connections);
+    LogF(LogLevel::kWarn,
+         "--max-connections lowered from %zu to %zu to fit the descriptor "
+         "limit %llu (raise it with ulimit -n, or set --max-connections to %zu or less)",
+         flags.max_connections, budget.max_connections,
+         static_cast<unsigned long long>(fd_limit.soft), budget.max_connections);
   }
   undo.armed = false;
   const bool v6 = options.host.find(':') != std::string::npos;
   const std::string base = std::string(tls ? "https" : "http") + "://" + (v6 ? "[" : "") +
                            options.host + (v6 ? "]" : "") + ":" + std::to_string((*server)->port());
-  std::printf("runnel serve: listening on %s (store: %s, data: %s, durability: %s, auth: %s)\n",
-              base.c_str(),
-              registry_options.store.rfind("postgres", 0) == 0 ? "postgres"
-                                                               : registry_options.store.c_str(),
-              registry_options.store == "log" ? flags.data.c_str() : "-", durability.c_str(),
-              auth_line.c_str());
-  if (options.dashboard) std::printf("runnel serve: dashboard at %s/\n", base.c_str());
-  std::fflush(stdout);
+  LogF(LogLevel::kInfo, "listening on %s (store: %s, data: %s, durability: %s, auth: %s)",
+       base.c_str(),
+       registry_options.store.rfind("postgres", 0) == 0 ? "postgres"
+                                                        : registry_options.store.c_str(),
+       registry_options.store == "log" ? flags.data.c_str() : "-", durability.c_str(),
+       auth_line.c_str());
+  if (options.dashboard) LogF(LogLevel::kInfo, "dashboard at %s/", base.c_str());
   (*server)->Run();
-  std::printf("runnel serve: stopped\n");
+  LogF(LogLevel::kInfo, "stopped");
   return 0;
 }
 
@@ -497,6 +510,22 @@ void AddServeCommand(CLI::App& app) {
         if (v == "global" || (v.starts_with("tenant:") && v.size() > 7)) return "";
         return "a scope is global or tenant:<id>";
       });
+  cmd->add_option("--log-level", flags->log_level,
+                  "Lowest level of the log lines written to standard error: error, warn, info "
+                  "or debug")
+      ->envname("RUNNEL_LOG_LEVEL")
+      ->check(CLI::IsMember({"error", "warn", "info", "debug"}))
+      ->capture_default_str();
+  cmd->add_option("--log-format", flags->log_format,
+                  "text (one line per event: time, level, message) or json (one JSON object per "
+                  "line), for the log and the access log")
+      ->envname("RUNNEL_LOG_FORMAT")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  cmd->add_option("--access-log", flags->access_log,
+                  "Write one line per request (method, target, status, bytes, duration) to this "
+                  "file, appending, or to standard output with '-'")
+      ->envname("RUNNEL_ACCESS_LOG");
   cmd->callback([flags] { std::exit(RunServe(*flags)); });
 }
 

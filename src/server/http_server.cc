@@ -696,6 +696,7 @@ class HttpServer::Impl {
     out += body;
     metrics_.AddBytesOut(body.size());
     metrics_.CountRequest(route, method, response.status);
+    if (options_.access_log) AccessScope::Record(&stream, response.status, body.size());
     bool timed = false;
     co_return co_await WriteLive(stream, net::buffer(out), &timed);
   }
@@ -1018,6 +1019,7 @@ class HttpServer::Impl {
     boost::system::error_code ec;
     if (!co_await WriteSseHead(stream, state)) co_return;
     metrics_.CountRequest(label, "GET", 200);
+    if (options_.access_log) AccessScope::Record(&stream, 200, 0);
     auto waker = NewWaker(stream.get_executor());
     waker->sse = options_.access != nullptr;
     StreamService* service = &service_;
@@ -1074,6 +1076,7 @@ class HttpServer::Impl {
         std::array<net::const_buffer, 2> events{
             step.data ? net::buffer(*step.data) : net::const_buffer(), net::buffer(control)};
         metrics_.AddBytesOut(net::buffer_size(events));
+        if (options_.access_log) AccessScope::Record(&stream, 0, net::buffer_size(events));
         if (!co_await WriteLive(stream, http::make_chunk(events), &timed, waker.get())) {
           write_failed = true;
           break;
@@ -1113,6 +1116,8 @@ class HttpServer::Impl {
     // What the request was admitted with, for rechecks while it runs.
     std::string path;
     std::optional<std::string> authorization;
+    // The request's access log line, written when the SSE response ends.
+    AccessScope access;
   };
 
   // Handles one request. Returns false when the connection must close; an SSE request is
@@ -1623,6 +1628,8 @@ class HttpServer::Impl {
       request.body = std::move(req.body());
       metrics_.AddBytesIn(request.body.size());
       bool keep = false;
+      AccessScope access(options_.access_log.get(), &stream, request.method,
+                         std::string_view(req.target().data(), req.target().size()));
       in_flight_.fetch_add(1);
       if (bad_host) {  // answered, then the connection closes
         co_await Write(stream,
@@ -1639,7 +1646,10 @@ class HttpServer::Impl {
             keep_alive, false, "other", request.method);
       } else {
         keep = co_await Dispatch(stream, std::move(request), keep_alive, sse);
-        if (sse->state) co_return;
+        if (sse->state) {
+          sse->access = std::move(access);
+          co_return;
+        }
       }
       in_flight_.fetch_sub(1);
       if (!keep || !keep_alive) break;

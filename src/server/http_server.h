@@ -58,6 +58,7 @@
 #include "runnel/registry.h"
 #include "runnel/status.h"
 #include "server/access_gate.h"
+#include "server/access_log.h"
 #include "server/fd_budget.h"
 #include "server/group_service.h"
 #include "server/stream_service.h"
@@ -124,6 +125,8 @@ struct ServerOptions {
   // Labels of the `runnel_info` gauge on /metrics (for example version and store), next to the
   // store's durability mode, which the server adds itself.
   std::vector<std::pair<std::string, std::string>> info;
+  // One line per answered request (access_log.h); null: no access log.
+  std::shared_ptr<AccessLog> access_log;
 };
 
 class HttpServer {

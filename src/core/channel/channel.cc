@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "base/log.h"
 #include "base/retry.h"
 #include "core/attributes.h"
 #include "core/channel/checkpoint_format.h"
@@ -227,7 +228,7 @@ void DurableChannel::Warn(const std::string& sentence) const {
   if (warn_) {
     warn_(sentence);
   } else {
-    std::fprintf(stderr, "runnel: WARN channel %s: %s\n", channel_id_.c_str(), sentence.c_str());
+    LogF(LogLevel::kWarn, "channel %s: %s", channel_id_.c_str(), sentence.c_str());
   }
 }
 

@@ -12,6 +12,7 @@
 #include <limits>
 #include <memory>
 
+#include "base/log.h"
 #include "base/thread_name.h"
 #include "store/group_wait.h"
 #include "store/log/crc32c.h"
@@ -1590,8 +1591,8 @@ void LogStore::WriterLoop() {
   if (s.ok()) s = WriteCheckpoint();
   if (!s.ok()) {
     // Nothing is lost (the log holds it all); the next open replays more.
-    std::fprintf(stderr, "runnel: WARN log store %s: closing checkpoint not written (%s)\n",
-                 options_.dir.c_str(), s.ToString().c_str());
+    LogF(LogLevel::kWarn, "log store %s: closing checkpoint not written (%s)", options_.dir.c_str(),
+         s.ToString().c_str());
   }
 }
 
@@ -2305,12 +2306,12 @@ void LogStore::WaitForBackgroundCheckpoint() {
   // Said at most once a minute: a disk too slow for the checkpoints of this append rate.
   if (now - last_checkpoint_wait_warning_ >= std::chrono::minutes(1)) {
     last_checkpoint_wait_warning_ = now;
-    std::fprintf(stderr,
-                 "runnel: WARN log store %s: appends waited %.1f ms for a checkpoint being "
-                 "written (%llu bytes had been logged since the last one that landed, which a "
-                 "restart would have replayed)\n",
-                 options_.dir.c_str(), static_cast<double>(waited_us) / 1000.0,
-                 static_cast<unsigned long long>(behind));
+    LogF(LogLevel::kWarn,
+         "log store %s: appends waited %.1f ms for a checkpoint being "
+         "written (%llu bytes had been logged since the last one that landed, which a "
+         "restart would have replayed)",
+         options_.dir.c_str(), static_cast<double>(waited_us) / 1000.0,
+         static_cast<unsigned long long>(behind));
   }
 }
 
@@ -2325,8 +2326,8 @@ void LogStore::CheckpointFailed(const Status& s) {
   const auto delay = std::chrono::seconds(1u << std::min<uint32_t>(checkpoint_failures_, 6));
   ++checkpoint_failures_;
   checkpoint_retry_at_ = std::chrono::steady_clock::now() + delay;
-  std::fprintf(stderr, "runnel: WARN log store %s: checkpoint failed (%s); retrying in %llds\n",
-               options_.dir.c_str(), s.ToString().c_str(), static_cast<long long>(delay.count()));
+  LogF(LogLevel::kWarn, "log store %s: checkpoint failed (%s); retrying in %llds",
+       options_.dir.c_str(), s.ToString().c_str(), static_cast<long long>(delay.count()));
 }
 
 void LogStore::DeleteDeadSegments(const std::vector<uint64_t>& candidates) {
