@@ -26,7 +26,7 @@ let dataDir;
 let base;
 let browser;
 let page;
-// Script errors in the page (a CSP refusal included); each test must leave none.
+// Script errors in the page and errors it logs; each test must leave none.
 const pageErrors = [];
 
 async function startServer() {
@@ -103,10 +103,10 @@ before(async () => {
   await page.setViewport({ width: 1280, height: 900 });
   page.setDefaultTimeout(waitMs);
   page.on("pageerror", (e) => pageErrors.push(e.message));
+  // Errors the page logs count too (a Content-Security-Policy refusal is one), except the
+  // browser's note of a 4xx answer, which the tests provoke on purpose.
   page.on("console", (m) => {
-    if (m.type() === "error" && !/status of 4\d\d/.test(m.text())) {
-      console.error("page console:", m.text());
-    }
+    if (m.type() === "error" && !/status of 4\d\d/.test(m.text())) pageErrors.push(m.text());
   });
 
   for (const n of ["bench-10", "bench-2", "bench-1", "bench-3"]) {
@@ -246,6 +246,12 @@ test("record browser shows offsets and pretty JSON, jumps, and follows live", as
   await shot("stream");
   await page.click("#follow");
   await waitText("#records-state", "stopped");
+
+  // A shared link can start the follow by itself.
+  await open("#/stream/events?follow=1");
+  await waitText("#records-state", "following");
+  await call("POST", "/v1/stream/events", { type: "application/json", body: '{"shared":true}' });
+  await waitText("#records tbody", '"shared": true');
 });
 
 test("text and binary records are shown as text and by size", async () => {

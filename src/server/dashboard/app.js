@@ -1034,16 +1034,18 @@ if (typeof document !== 'undefined') {
   });
 
   $('settings').addEventListener('submit', (e) => e.preventDefault());
-  const settingsChanged = () => {
-    sessionStorage.setItem('runnel.tenant', tenantInput.value);
+  // A new token shows the same view again with it; a new tenant is another scope, so a stream
+  // view gives way to that scope's list.
+  tokenInput.addEventListener('change', () => {
     sessionStorage.setItem('runnel.token', tokenInput.value);
+    render();
+  });
+  tenantInput.addEventListener('change', () => {
+    sessionStorage.setItem('runnel.tenant', tenantInput.value);
     const r = state.route;
     go(r.view === 'stream' ? 'streams' : r.view, null,
-       r.view === 'streams' ? listParams({}) : {}, true);
-    render();
-  };
-  tenantInput.addEventListener('change', settingsChanged);
-  tokenInput.addEventListener('change', settingsChanged);
+       r.view === 'streams' ? listParams({ after: '' }) : {}, true);
+  });
 
   let filterTimer = null;
   $('list-form').addEventListener('submit', (e) => e.preventDefault());
