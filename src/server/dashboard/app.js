@@ -387,7 +387,8 @@ if (typeof document !== 'undefined') {
   const svgNs = 'http://www.w3.org/2000/svg';
   // The records view keeps at most this many rows; followed records push out the oldest.
   const maxRecordRows = 500;
-  // How often an open stream view refreshes its metadata and groups without a follow.
+  // How often the open stream list, or a stream view's metadata and groups without a follow,
+  // are fetched again.
   const streamRefreshMs = 5000;
 
   const state = {
@@ -632,10 +633,11 @@ if (typeof document !== 'undefined') {
 
   // ---- the stream list ----
 
-  async function renderStreams() {
+  // `refresh`: a periodic fetch, which leaves the error of an action in place.
+  async function renderStreams(refresh = false) {
     const p = state.route.params;
     const size = ['25', '100', '500'].includes(p.size) ? p.size : '100';
-    $('prefix').value = p.prefix || '';
+    if (document.activeElement !== $('prefix')) $('prefix').value = p.prefix || '';
     $('show-internal').checked = p.internal === '1';
     $('page-size').value = size;
     const q = new URLSearchParams({ limit: size });
@@ -645,7 +647,7 @@ if (typeof document !== 'undefined') {
     let body;
     try {
       body = await (await api(scopePaths(tenant()).list + '?' + q.toString())).json();
-      showError('');
+      if (!refresh) showError('');
     } catch (e) {
       tbody.replaceChildren();
       $('stream-count').textContent = '';
@@ -1014,7 +1016,12 @@ if (typeof document !== 'undefined') {
     document.title = view === 'stream' ? state.route.name + ' · runnel'
                    : view === 'streams' ? 'streams · runnel' : 'runnel console';
     if (view === 'overview') renderOverview(null, state.prev);
-    if (view === 'streams') renderStreams();
+    if (view === 'streams') {
+      renderStreams();
+      state.viewTimer = setInterval(() => {
+        if (document.visibilityState === 'visible') renderStreams(true);
+      }, streamRefreshMs);
+    }
     if (view === 'stream') {
       renderStream();
       state.viewTimer = setInterval(() => {
