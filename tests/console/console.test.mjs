@@ -235,7 +235,6 @@ test("record browser shows offsets and pretty JSON, jumps, and follows live", as
   const lagBefore = Number(await page.$eval('#groups tr[data-group="workers"] .lag', (e) => e.textContent));
   await page.click("#follow");
   await waitText("#records-state", "following");
-  await new Promise((r) => setTimeout(r, 300));
   await call("POST", "/v1/stream/events", { type: "application/json", body: '{"followed":true}' });
   const offset = String(before + 1);
   await page.waitForSelector(`#records tbody tr[data-offset="${offset}"]`);

@@ -404,6 +404,7 @@ if (typeof document !== 'undefined') {
     readNext: null,      // the record number the "Next" button reads from
     confirmDelete: null, // {what, until}: a delete waiting for its confirming click
     streamType: '',
+    streamNext: null,    // the stream's Stream-Next-Offset as last read
     carryNotice: '',     // the notice the next view shows
   };
 
@@ -706,6 +707,7 @@ if (typeof document !== 'undefined') {
     }
     if (name !== state.route.name) return null;
     state.streamType = r.headers.get('Content-Type') || '';
+    state.streamNext = r.headers.get('Stream-Next-Offset');
     const next = offsetPosition(r.headers.get('Stream-Next-Offset'));
     const closed = r.headers.get('Stream-Closed') === 'true';
     const rows = [
@@ -927,8 +929,9 @@ if (typeof document !== 'undefined') {
     $('follow').classList.remove('on');
   }
 
-  // Long-polls the stream from its tail, adding each new record, and refreshes the metadata and
-  // group lag after every answer, so the whole view stays current while followed.
+  // Long-polls the stream from its tail as the metadata last showed it (so nothing appended
+  // since is missed), adding each new record, and refreshes the metadata and group lag after
+  // every answer, so the whole view stays current while followed.
   async function follow() {
     if (state.follow) {
       stopFollow();
@@ -942,7 +945,7 @@ if (typeof document !== 'undefined') {
     $('follow').classList.add('on');
     $('records-state').textContent = 'following: waiting for new records';
     const base = scopePaths(tenant()).stream(state.route.name);
-    let offset = 'now';
+    let offset = state.streamNext || 'now';
     let cursor = null;
     while (run === state.followRun) {
       const q = new URLSearchParams({ offset, live: 'long-poll' });
@@ -981,6 +984,7 @@ if (typeof document !== 'undefined') {
   async function renderStream() {
     const name = state.route.name;
     $('stream-name').textContent = name;
+    state.streamNext = null;
     $('group-peek').hidden = true;
     $('records').tBodies[0].replaceChildren();
     $('records-state').textContent = '';
