@@ -122,6 +122,13 @@ before(async () => {
   await call("PUT", "/v1/stream/odd-bin", {
     type: "application/octet-stream", body: new Uint8Array([0, 1, 2, 255, 254]),
   });
+  // More than the console lists whole (2,000), created 16 at a time.
+  let nextMany = 0;
+  await Promise.all(Array.from({ length: 16 }, async () => {
+    for (let i = nextMany++; i < 2005; i = nextMany++) {
+      await call("PUT", `/v1/stream/many-${i}`, { type: "text/plain" });
+    }
+  }));
   for (let i = 1; i <= 30; i++) await call("PUT", `/v1/stream/page-${i}`, { type: "text/plain" });
 });
 
@@ -193,22 +200,41 @@ test("stream list sorts naturally, hides channel internals, filters and pages", 
   assert.equal(await page.$eval("#stream-count", (e) => e.textContent), "1 stream");
   assert.match(page.url(), /prefix=events/);
 
-  // 30 page-N streams, 25 a page: the second page has the rest, and survives a reload.
+  // 30 page-N streams, 25 a page: held whole and paged in natural order; the second page has
+  // the rest, and survives a reload.
   await open("#/streams?prefix=page-&size=25");
-  await waitText("#stream-count", "25 streams on this page");
+  await waitText("#stream-count", "30 streams, 1–25 shown");
   const first = await streamNames();
-  assert.equal(first[0], "page-1");
+  assert.deepEqual([first[0], first[1], first[24]], ["page-1", "page-2", "page-25"]);
   assert.equal(await page.$eval("#page-next", (b) => b.disabled), false);
   await shot("streams");
   await page.click("#page-next");
-  await waitText("#stream-count", "5 streams on this page");
-  assert.match(page.url(), /after=/);
-  const second = await streamNames();
+  await waitText("#stream-count", "30 streams, 26–30 shown");
+  assert.match(page.url(), /page=2/);
   await page.reload({ waitUntil: "domcontentloaded" });
-  await waitText("#stream-count", "5 streams on this page");
-  assert.deepEqual(await streamNames(), second);
-  assert.equal(new Set([...first, ...second]).size, 30);
+  await waitText("#stream-count", "30 streams, 26–30 shown");
+  assert.deepEqual(await streamNames(), ["page-26", "page-27", "page-28", "page-29", "page-30"]);
   assert.equal(await page.$eval("#page-next", (b) => b.disabled), true);
+  await page.click("#page-prev");
+  await waitText("#stream-count", "30 streams, 1–25 shown");
+
+  // More streams than the page lists whole: the server pages them in name order, by cursor.
+  await open("#/streams?prefix=many-&size=500");
+  await waitText("#stream-count", "500 streams on this page");
+  await waitText("#list-mode", "pages follow name order");
+  const one = await streamNames();
+  assert.deepEqual(one, one.slice().sort((a, b) => Number(a.slice(5)) - Number(b.slice(5))),
+                   "a page is in natural order");
+  await page.click("#page-next");
+  await page.waitForFunction(() => location.hash.includes("after="));
+  await waitText("#stream-count", "500 streams on this page");
+  const two = await streamNames();
+  await page.reload({ waitUntil: "domcontentloaded" });
+  await waitText("#stream-count", "500 streams on this page");
+  assert.deepEqual(await streamNames(), two);
+  assert.equal(new Set([...one, ...two]).size, 1000, "pages do not overlap");
+  // Byte order of the names: every name of page one sorts before every name of page two.
+  assert.ok(one.every((a) => two.every((b) => a < b)));
 });
 
 test("record browser shows offsets and pretty JSON, jumps, and follows live", async () => {

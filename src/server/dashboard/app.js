@@ -10,6 +10,9 @@
 // How long the overview's charts reach back, and how often the page samples /metrics.
 const kWindowMs = 15 * 60 * 1000;
 const kSampleMs = 2000;
+// A scope (or prefix) with at most this many streams is listed whole and paged in the page, in
+// natural order; a larger one is paged by the server in name order.
+const kNaturalAll = 2000;
 
 // Prometheus text exposition → [{name, labels, value}]. Comments, blank lines and lines that
 // do not parse are skipped.
@@ -254,6 +257,20 @@ function isInternal(stream) {
   return stream.channel === true || String(stream.name).startsWith('__ds/');
 }
 
+// One page of a listing held whole: the streams shown (`internal`: channel internals too) in
+// natural order, page `page` (1-based, clamped) of `size` rows, with the totals around it.
+function pageOfListing(streams, { internal = false, page = 1, size = 100 } = {}) {
+  const shown = streams.filter((s) => internal || !isInternal(s));
+  shown.sort((a, b) => naturalCompare(a.name, b.name));
+  const pages = Math.max(1, Math.ceil(shown.length / size));
+  const n = Math.min(pages, Math.max(1, Math.floor(Number(page)) || 1));
+  const rows = shown.slice((n - 1) * size, n * size);
+  return {
+    rows, page: n, pages, total: shown.length, hidden: streams.length - shown.length,
+    from: rows.length === 0 ? 0 : (n - 1) * size + 1, to: (n - 1) * size + rows.length,
+  };
+}
+
 // "1 stream", "2 streams", "0 streams".
 function plural(n, one, many) {
   return n + ' ' + (n === 1 ? one : many || one + 's');
@@ -374,9 +391,10 @@ function describeError(status, code, message) {
 if (typeof module !== 'undefined') {
   module.exports = {
     parseMetrics, summarize, histogramQuantile, bucketDelta, rates, chartSample, pushSample,
-    niceCeil, chartPath, chartWindow, formatSpan, encodeName, scopePaths, offsetPosition, offsetToken, naturalCompare,
-    isInternal, plural, parseRoute, routeHash, formatCount, formatBytes, formatSeconds,
-    formatTime, isTextual, recordsForDisplay, describeError,
+    niceCeil, chartPath, chartWindow, formatSpan, encodeName, scopePaths, offsetPosition,
+    offsetToken, naturalCompare, isInternal, pageOfListing, plural, parseRoute, routeHash,
+    formatCount, formatBytes, formatSeconds, formatTime, isTextual, recordsForDisplay,
+    describeError,
   };
 }
 
@@ -399,7 +417,8 @@ if (typeof document !== 'undefined') {
     follow: null,        // {run, controller} of the live follow
     followRun: 0,
     viewTimer: null,     // the open view's refresh interval
-    listNext: null,      // the listing's next_after for the page shown
+    listNext: null,      // the URL parameters of the list's next page ({page} or {after})
+    listPrev: null,      // and whether there is a page before it
     lagHistory: {},      // "<tenant>\n<stream>" → group → [{t, v}]
     readNext: null,      // the record number the "Next" button reads from
     confirmDelete: null, // {what, until}: a delete waiting for its confirming click
@@ -635,31 +654,11 @@ if (typeof document !== 'undefined') {
   // ---- the stream list ----
 
   // `refresh`: a periodic fetch, which leaves the error of an action in place.
-  async function renderStreams(refresh = false) {
-    const p = state.route.params;
-    const size = ['25', '100', '500'].includes(p.size) ? p.size : '100';
-    if (document.activeElement !== $('prefix')) $('prefix').value = p.prefix || '';
-    $('show-internal').checked = p.internal === '1';
-    $('page-size').value = size;
-    const q = new URLSearchParams({ limit: size });
-    if (p.prefix) q.set('prefix', p.prefix);
-    if (p.after) q.set('after', p.after);
+  // The table rows of listed streams.
+  function streamRows(streams) {
     const tbody = $('streams').tBodies[0];
-    let body;
-    try {
-      body = await (await api(scopePaths(tenant()).list + '?' + q.toString())).json();
-      if (!refresh) showError('');
-    } catch (e) {
-      tbody.replaceChildren();
-      $('stream-count').textContent = '';
-      showError('Streams: ' + e.message);
-      return;
-    }
-    const all = body.streams || [];
-    const shown = all.filter((s) => p.internal === '1' || !isInternal(s));
-    shown.sort((a, b) => naturalCompare(a.name, b.name));
     tbody.replaceChildren();
-    for (const s of shown) {
+    for (const s of streams) {
       const tr = el('tr');
       const a = el('a', s.name);
       a.href = link('stream', s.name);
@@ -672,16 +671,65 @@ if (typeof document !== 'undefined') {
       cell(tr, s.closed ? 'closed' : 'open');
       tbody.appendChild(tr);
     }
-    state.listNext = body.next_after === undefined ? null : body.next_after;
-    const hidden = all.length - shown.length;
-    let text = plural(shown.length, 'stream');
-    if (p.after || state.listNext !== null) text += ' on this page';
-    if (hidden > 0) text += ' (' + plural(hidden, 'channel internal') + ' hidden)';
-    $('stream-count').textContent = text;
-    $('page-next').disabled = state.listNext === null;
-    $('page-first').disabled = !p.after;
   }
 
+  // Up to kNaturalAll matching streams are fetched at once and paged here in natural order
+  // (`page` in the URL); past that the server pages them in name order (`after` in the URL),
+  // each page sorted naturally. `refresh`: a periodic fetch, which leaves the error of an
+  // action in place.
+  async function renderStreams(refresh = false) {
+    const p = state.route.params;
+    const size = ['25', '100', '500'].includes(p.size) ? Number(p.size) : 100;
+    if (document.activeElement !== $('prefix')) $('prefix').value = p.prefix || '';
+    $('show-internal').checked = p.internal === '1';
+    $('page-size').value = String(size);
+    const q = new URLSearchParams({ limit: String(p.after ? size : kNaturalAll) });
+    if (p.prefix) q.set('prefix', p.prefix);
+    if (p.after) q.set('after', p.after);
+    let body;
+    try {
+      body = await (await api(scopePaths(tenant()).list + '?' + q.toString())).json();
+      if (!refresh) showError('');
+    } catch (e) {
+      $('streams').tBodies[0].replaceChildren();
+      $('stream-count').textContent = '';
+      showError('Streams: ' + e.message);
+      return;
+    }
+    const listed = body.streams || [];
+    const hiddenText = (n) => (n > 0 ? ' (' + plural(n, 'channel internal') + ' hidden)' : '');
+    if (!p.after && body.next_after === undefined) {
+      const page = pageOfListing(listed, { internal: p.internal === '1', page: p.page, size });
+      streamRows(page.rows);
+      state.listNext = page.page < page.pages ? { page: page.page + 1 } : null;
+      state.listPrev = page.page > 1 ? { page: page.page - 1 } : null;
+      $('page-first').disabled = page.page === 1;
+      $('stream-count').textContent = plural(page.total, 'stream') +
+          (page.pages > 1 ? ', ' + page.from + '–' + page.to + ' shown' : '') +
+          hiddenText(page.hidden);
+      $('list-mode').textContent = 'In natural order (bench-2 before bench-10).';
+    } else {
+      // The server's page: the first `size` names of a fetch from the start, or one page after
+      // the cursor.
+      const raw = listed.slice(0, size);
+      const more = listed.length > size || body.next_after !== undefined;
+      const page = pageOfListing(raw, { internal: p.internal === '1', page: 1, size });
+      streamRows(page.rows);
+      state.listNext = more && raw.length > 0 ? { after: raw[raw.length - 1].name } : null;
+      // A name-order page knows the page after it only: the browser's Back goes back.
+      state.listPrev = null;
+      $('page-first').disabled = !p.after;
+      $('stream-count').textContent = plural(page.total, 'stream') + ' on this page' +
+                                      hiddenText(page.hidden);
+      $('list-mode').textContent = 'More than ' + kNaturalAll + ' streams match: pages follow ' +
+          'name order, each sorted naturally; a longer prefix narrows them.';
+    }
+    $('page-next').disabled = state.listNext === null;
+    $('page-prev').disabled = state.listPrev === null;
+  }
+
+  // The list's URL parameters with `extra` changed; any change but a page move starts at the
+  // first page.
   function listParams(extra) {
     const p = state.route.params;
     return { prefix: p.prefix, internal: p.internal, size: p.size, ...extra };
@@ -1070,7 +1118,10 @@ if (typeof document !== 'undefined') {
   $('page-size').addEventListener('change', () =>
     go('streams', null, listParams({ size: $('page-size').value })));
   $('page-next').addEventListener('click', () => {
-    if (state.listNext !== null) go('streams', null, listParams({ after: state.listNext }));
+    if (state.listNext !== null) go('streams', null, listParams(state.listNext));
+  });
+  $('page-prev').addEventListener('click', () => {
+    if (state.listPrev !== null) go('streams', null, listParams(state.listPrev));
   });
   $('page-first').addEventListener('click', () => go('streams', null, listParams({})));
 
