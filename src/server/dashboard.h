@@ -1,9 +1,9 @@
-// The built-in dashboard: a small page served at `/` (with its script and style under `/ui/`)
-// that shows the server's figures, the streams of a scope, a stream's metadata and consumer
-// groups, and its records, live. The files live in src/server/dashboard/ and are embedded in
-// the binary at build time; the page reads everything through the public HTTP API with the
-// bearer token typed into it, so it shows exactly what that token may see. The files themselves
-// hold no data and are served without a token.
+// The built-in console: a page served at `/` (with its script and style under `/ui/`) that
+// charts the server's figures, pages through the streams of a scope, and shows a stream's
+// records, metadata and consumer groups, live, with the actions the token allows. The files live in
+// src/server/dashboard/ and are embedded in the binary at build time; the page reads everything
+// through the public HTTP API with the bearer token typed into it, so it shows exactly what that
+// token may see. The files themselves hold no data and are served without a token.
 //
 // Thread-safety: pure functions.
 #ifndef RUNNEL_SERVER_DASHBOARD_H_

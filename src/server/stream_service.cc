@@ -1579,6 +1579,9 @@ HttpResponse StreamService::HandleList(const Route& route, const HttpRequest& re
                        {"closed", info.closed},
                        {"event_count", info.event_count},
                        {"retained_bytes", info.retained_bytes}});
+    // A channel's partitions and head checkpoint are listed too, marked, so that a viewer can
+    // tell them from the streams clients write.
+    if (meta.channel) streams.back()["channel"] = true;
     return true;
   };
   // From the prefix on (Store::ListStreamsWithPrefix): a listing costs the streams it matches,

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/attributes.h"
+#include "runnel/channel.h"
 #include "runnel/registry.h"
 #include "runnel/store.h"
 #include "server/http_types.h"
@@ -38,8 +40,13 @@ class CountingStore final : public testing::ForwardingStore {
 
 class StreamListTest : public ::testing::Test {
  protected:
-  StreamListTest()
-      : service_(StreamRegistry(std::make_unique<CountingStore>(&listed_)), {}, nullptr) {}
+  StreamListTest() : service_(StreamRegistry(MakeStore()), {}, nullptr) {}
+
+  std::unique_ptr<Store> MakeStore() {
+    auto store = std::make_unique<CountingStore>(&listed_);
+    store_ = store.get();
+    return store;
+  }
 
   void Create(const std::string& name) {
     HttpRequest r;
@@ -65,6 +72,9 @@ class StreamListTest : public ::testing::Test {
   }
 
   size_t listed_ = 0;
+  // The store under service_, for streams made as another layer (a channel) makes them. Declared
+  // before service_, whose construction sets it.
+  Store* store_ = nullptr;
   StreamService service_;
 };
 
@@ -117,6 +127,27 @@ TEST_F(StreamListTest, DeletedStreamsAreNotListedAndDoNotEndAPage) {
   EXPECT_EQ(next, "q1");
   EXPECT_EQ(List("prefix=q&limit=1&after=q1", &next), (std::vector<std::string>{"q3"}));
   EXPECT_EQ(next, "");
+}
+
+TEST_F(StreamListTest, AChannelsStreamsAreMarkedAndOthersAreNot) {
+  Create("orders");
+  StreamSpec spec;
+  spec.ns = StreamScope::Global().Label();
+  spec.name = "orders:0";
+  spec.content_type = "application/octet-stream";
+  auto tagged = attributes::Set("", DurableChannel::kAttributeKey, R"({"partition":0})");
+  ASSERT_TRUE(tagged.ok());
+  spec.attributes = *tagged;
+  ASSERT_TRUE(store_->CreateStream(spec).ok());
+  HttpRequest r;
+  r.method = "GET";
+  r.path = "/v1/streams";
+  auto body = json::parse(service_.HandleList(ParseRoute(r.path), r).body);
+  ASSERT_EQ(body["streams"].size(), 2u);
+  EXPECT_EQ(body["streams"][0]["name"], "orders");
+  EXPECT_FALSE(body["streams"][0].contains("channel"));
+  EXPECT_EQ(body["streams"][1]["name"], "orders:0");
+  EXPECT_EQ(body["streams"][1]["channel"], true);
 }
 
 }  // namespace
