@@ -126,12 +126,11 @@ int RunServe(const ServeFlags& flags) {
   }
 
   if (flags.segment_size < kMinSegmentSize || flags.segment_size > kMaxSegmentSize) {
-    std::fprintf(stderr,
-                 "runnel serve: --segment-size must be at least %llu bytes (1 MiB) and at most "
-                 "%llu (2 GiB), got %llu\n",
-                 static_cast<unsigned long long>(kMinSegmentSize),
-                 static_cast<unsigned long long>(kMaxSegmentSize),
-                 static_cast<unsigned long long>(flags.segment_size));
+    LogF(LogLevel::kError,
+         "--segment-size must be at least %llu bytes (1 MiB) and at most %llu (2 GiB), got %llu",
+         static_cast<unsigned long long>(kMinSegmentSize),
+         static_cast<unsigned long long>(kMaxSegmentSize),
+         static_cast<unsigned long long>(flags.segment_size));
     return 2;
   }
 

@@ -517,11 +517,11 @@ uint64_t LogStore::MakeReserve(uint64_t target) {
     size = file->Size().value_or(0);
   }
   if (!s.ok()) {
-    std::fprintf(stderr,
-                 "runnel: WARN log store %s: the space reserve holds %llu of %llu bytes (%s); "
-                 "until it is whole, a full disk may not be able to give space back\n",
-                 options_.dir.c_str(), static_cast<unsigned long long>(size),
-                 static_cast<unsigned long long>(target), s.ToString().c_str());
+    LogF(LogLevel::kWarn,
+         "log store %s: the space reserve holds %llu of %llu bytes (%s); "
+         "until it is whole, a full disk may not be able to give space back",
+         options_.dir.c_str(), static_cast<unsigned long long>(size),
+         static_cast<unsigned long long>(target), s.ToString().c_str());
   }
   return size;
 }
@@ -573,8 +573,8 @@ bool LogStore::ShrinkReserve(uint64_t bytes) {
     if (s.ok()) s = (*file)->Sync();
   }
   if (!s.ok()) {
-    std::fprintf(stderr, "runnel: WARN log store %s: cannot give up the space reserve: %s\n",
-                 options_.dir.c_str(), s.ToString().c_str());
+    LogF(LogLevel::kWarn, "log store %s: cannot give up the space reserve: %s",
+         options_.dir.c_str(), s.ToString().c_str());
     return false;
   }
   {
@@ -582,10 +582,10 @@ bool LogStore::ShrinkReserve(uint64_t bytes) {
     reserve_size_ = keep;
   }
   roll_failure_ = Status::OK();  // a segment may fit now
-  std::fprintf(stderr,
-               "runnel: WARN log store %s: the disk is full; gave up %llu bytes of the space "
-               "reserve to reclaim the space of dead records\n",
-               options_.dir.c_str(), static_cast<unsigned long long>(size - keep));
+  LogF(LogLevel::kWarn,
+       "log store %s: the disk is full; gave up %llu bytes of the space "
+       "reserve to reclaim the space of dead records",
+       options_.dir.c_str(), static_cast<unsigned long long>(size - keep));
   return true;
 }
 
@@ -2556,10 +2556,10 @@ bool LogStore::ReclaimSpace() {
     ++reclaim_failures_;
     reclaim_due_ = true;
     reclaim_retry_at_ = std::chrono::steady_clock::now() + delay;
-    std::fprintf(stderr,
-                 "runnel: WARN log store %s: the disk is full and space could not be "
-                 "reclaimed (%s); retrying in %llds, or once more records die\n",
-                 options_.dir.c_str(), s.ToString().c_str(), static_cast<long long>(delay.count()));
+    LogF(LogLevel::kWarn,
+         "log store %s: the disk is full and space could not be "
+         "reclaimed (%s); retrying in %llds, or once more records die",
+         options_.dir.c_str(), s.ToString().c_str(), static_cast<long long>(delay.count()));
   } else {
     reclaim_failures_ = 0;
   }
