@@ -73,6 +73,9 @@ void AddTokenCommand(CLI::App& app, int* exit_code) {
   token->require_subcommand(1);
   token->add_option("--data", opts->data_dir, "Data directory (env RUNNEL_DATA)")
       ->capture_default_str();
+  // `token create --data DIR` as well as `token --data DIR create`: an option the subcommand
+  // does not know goes up to `token`.
+  token->fallthrough();
 
   auto* create = token->add_subcommand("create", "Create a token and print it once");
   create->add_option("--tenant", opts->tenant, "Tenant the token acts as");
@@ -124,15 +127,20 @@ void AddTokenCommand(CLI::App& app, int* exit_code) {
   ls->callback([opts, exit_code] {
     auto store = OpenTokens(opts->data_dir, exit_code);
     if (!store) return;
-    std::printf("%-12s  %-20s  %-5s  %-15s  %s\n", "ID", "PRINCIPAL", "CROSS", "EXPIRES_AT_MS",
+    std::printf("%-12s  %-20s  %-5s  %-20s  %s\n", "ID", "PRINCIPAL", "CROSS", "EXPIRES (UTC)",
                 "NOTE");
+    const uint64_t now_ms = Clock::Real()->NowMs();
     // Ids, tenants and notes were chosen by whoever created the tokens (the file may be edited
     // by hand): escaped, so that none can break the table or drive the terminal.
     for (const TokenInfo& t : store->List()) {
-      std::printf("%-12s  %-20s  %-5s  %-15s  %s\n", TerminalSafe(t.id).c_str(),
+      std::string expires = "never";
+      if (t.grant.expires_at_ms) {
+        expires = HumanTime(*t.grant.expires_at_ms);
+        if (*t.grant.expires_at_ms <= now_ms) expires += " (expired)";
+      }
+      std::printf("%-12s  %-20s  %-5s  %-20s  %s\n", TerminalSafe(t.id).c_str(),
                   t.grant.tenant ? ("tenant:" + TerminalSafe(*t.grant.tenant)).c_str() : "platform",
-                  t.grant.cross_tenant ? "yes" : "no",
-                  t.grant.expires_at_ms ? std::to_string(*t.grant.expires_at_ms).c_str() : "never",
+                  t.grant.cross_tenant ? "yes" : "no", expires.c_str(),
                   TerminalSafe(t.grant.note).c_str());
     }
   });
