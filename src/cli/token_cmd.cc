@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -24,6 +25,7 @@ struct TokenOptions {
   std::string expires;
   std::string note;
   std::string id;
+  bool json_output = false;
 };
 
 // "30d", "12h", "15m", "45s" -> milliseconds.
@@ -124,9 +126,29 @@ void AddTokenCommand(CLI::App& app, int* exit_code) {
   });
 
   auto* ls = token->add_subcommand("ls", "List tokens (ids and grants, never secrets)");
+  ls->add_flag("--json", opts->json_output,
+               "Machine-readable JSON output (expiry also in milliseconds since the epoch)");
   ls->callback([opts, exit_code] {
     auto store = OpenTokens(opts->data_dir, exit_code);
     if (!store) return;
+    if (opts->json_output) {
+      nlohmann::json all = nlohmann::json::array();
+      for (const TokenInfo& t : store->List()) {
+        nlohmann::json row = {
+            {"id", t.id},
+            {"tenant", t.grant.tenant ? nlohmann::json(*t.grant.tenant) : nlohmann::json(nullptr)},
+            {"cross_tenant", t.grant.cross_tenant},
+            {"note", t.grant.note}};
+        if (t.grant.expires_at_ms) {
+          row["expires_at_ms"] = *t.grant.expires_at_ms;
+          row["expires_at"] = HumanTime(*t.grant.expires_at_ms);
+        }
+        all.push_back(std::move(row));
+      }
+      std::printf("%s\n",
+                  all.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+      return;
+    }
     std::printf("%-12s  %-20s  %-5s  %-20s  %s\n", "ID", "PRINCIPAL", "CROSS", "EXPIRES (UTC)",
                 "NOTE");
     const uint64_t now_ms = Clock::Real()->NowMs();

@@ -75,6 +75,9 @@ tokens="$workdir/tokens-dir"
 expect_eq "$("$R" token ls --data "$tokens" | tail -n +2 | wc -l | tr -d ' ')" "3" \
   "--data after, before and in the middle of token create"
 expect_eq "$("$R" --data "$tokens" token ls)" "$("$R" token ls --data "$tokens")" "token ls --data either side"
+expect_eq "$("$R" --json --data "$tokens" token ls | grep -o '"note":"[a-z]*"' | sort | tr '\n' ' ')" \
+  '"note":"after" "note":"before" "note":"middle" ' "token ls --json, before the command"
+expect_has "$("$R" token ls --json --data "$tokens")" '"expires_at_ms":' "token ls --json keeps the milliseconds"
 
 # --- Human times in token ls: a date, never raw milliseconds.
 listing="$("$R" token ls --data "$tokens")"
