@@ -336,7 +336,7 @@ int List(const Common& c, const std::string& prefix) {
     if (!after.empty()) target += "&after=" + UrlEncode(after, false);
     auto r = client->Send("GET", target, {});
     if (!r.ok()) return FailStatus(r.status());
-    if (r->status != 200) return Fail("ls", prefix, *r, c.json_output);
+    if (r->status != 200) return Fail("ls", "", *r, c.json_output);
     auto body = json::parse(r->body, nullptr, false);
     if (!body.is_object()) {
       std::fprintf(stderr, "runnel: ls: the server sent no stream list\n");
@@ -521,7 +521,10 @@ std::string HttpFailureMessage(const std::string& kind, const std::string& name,
   // had a body (a HEAD answer has none).
   switch (r.status) {
     case 401: return "this server needs a token (--token or RUNNEL_TOKEN)";
-    case 404: return kind + " '" + name + "' does not exist";
+    case 404:
+      // A listing names no stream: the server's own message says what was not found.
+      if (!name.empty()) return kind + " '" + name + "' does not exist";
+      break;
     default: break;
   }
   std::string message = r.body;
