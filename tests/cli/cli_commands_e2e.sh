@@ -120,6 +120,11 @@ for cmd in "describe ghost" "read ghost" "tail ghost" "append ghost x" "rm ghost
   # shellcheck disable=SC2086
   expect_rc 3 "$R" $cmd
 done
+for cmd in "publish ghost x" "resolve ghost k" "read ghost"; do
+  # shellcheck disable=SC2086
+  expect_eq "$("$R" channel $cmd 2>&1 >/dev/null || true)" \
+    "runnel: channel ${cmd%% *} failed: HTTP 404: channel 'ghost' does not exist" "404 of 'channel $cmd'"
+done
 expect_eq "$("$R" describe ghost --json || true)" \
   '{"error":"stream '"'"'ghost'"'"' does not exist","ok":false,"status":404}' "404 with --json"
 
