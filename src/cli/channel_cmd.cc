@@ -30,6 +30,8 @@ struct Args {
   std::string idempotency_key;
   size_t partition = 0;
   uint64_t from = 1;
+  // read -o: the messages after this offset (OffsetPositionArg), in place of --from.
+  std::string after;
   size_t limit = 100;
 };
 
@@ -119,10 +121,19 @@ int Publish(const Args& a, bool data_given) {
 }
 
 int Read(const Args& a) {
+  uint64_t from = a.from;
+  if (!a.after.empty()) {
+    auto position = OffsetPositionArg(a.after);
+    if (!position.ok()) return ReportClientFailure(position.status());
+    if (*position == UINT64_MAX) {
+      return ReportClientFailure(Status::InvalidArgument("no message follows that offset"));
+    }
+    from = *position + 1;
+  }
   ClientResponse r;
   int rc = Send(a, "read", "", "GET",
                 Target(a) + "/partitions/" + std::to_string(a.partition) +
-                    "?from=" + std::to_string(a.from) + "&limit=" + std::to_string(a.limit),
+                    "?from=" + std::to_string(from) + "&limit=" + std::to_string(a.limit),
                 {}, "", &r);
   if (rc >= 0) return rc;
   if (a.json_output) {
@@ -198,7 +209,13 @@ void AddChannelCommand(CLI::App& app) {
     cmd->add_option("-p,--partition", a->partition, "Partition")
         ->check(Unsigned())
         ->capture_default_str();
-    cmd->add_option("--from", a->from, "First offset")->check(Unsigned())->capture_default_str();
+    auto* from = cmd->add_option("--from", a->from, "First offset (inclusive)")
+                     ->check(Unsigned())
+                     ->capture_default_str();
+    cmd->add_option("-o,--offset", a->after,
+                    "Read the messages after this offset, as every command takes one: a record "
+                    "number or an offset token")
+        ->excludes(from);
     cmd->add_option("-n,--limit", a->limit, "At most this many (1-1000)")
         ->check(Unsigned())
         ->capture_default_str();

@@ -53,6 +53,14 @@ expect_eq "$("$R" group ack jobs billing "$(token_of 2)")" $'billing\tlast_acked
 expect_eq "$("$R" group ack jobs billing 3)" $'billing\tlast_acked=3' "group ack NUMBER"
 expect_eq "$("$R" group next jobs billing)" $'4\t{"job":4}' "group next after the ack"
 expect_rc 2 "$R" group ack jobs billing 3x
+"$R" channel create feed -p 1 >/dev/null
+"$R" channel publish feed one >/dev/null
+"$R" channel publish feed two >/dev/null
+"$R" channel publish feed three >/dev/null
+expect_eq "$("$R" channel read feed -o 1 | cut -f3 | tr '\n' ' ')" "two three " "channel read -o NUMBER"
+expect_eq "$("$R" channel read feed -o "$(token_of 2)" | cut -f3)" "three" "channel read -o TOKEN"
+expect_eq "$("$R" channel read feed --from 2 | cut -f3 | tr '\n' ' ')" "two three " "channel read --from"
+expect_rc 2 "$R" channel read feed -o 1 --from 2
 expect_eq "$("$R" group prune jobs "$(token_of 1)")" "removed 1" "group prune TOKEN"
 expect_eq "$("$R" group prune jobs 3)" "removed 2" "group prune NUMBER (never past the ack)"
 
