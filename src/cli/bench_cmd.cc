@@ -191,7 +191,8 @@ int Append(const BenchArgs& a) {
                             .c_str());
   } else {
     std::printf("%d connections, %zu-byte %s records, %d stream%s, %.1f s", a.connections, a.size,
-                a.content_type.c_str(), a.streams, a.streams == 1 ? "" : "s", a.seconds);
+                TerminalSafe(a.content_type).c_str(), a.streams, a.streams == 1 ? "" : "s",
+                a.seconds);
     if (a.rate > 0) {
       std::printf(", %.0f appends/s scheduled (latency from when each was due)", a.rate);
     }
