@@ -36,7 +36,7 @@ export CCACHE_NOHASHDIR ?= 1
 all: build
 
 help:
-	@echo "make run          install deps, build, serve on $(LISTEN) with data in $(DATA)"
+	@echo "make run          install deps, build the runnel binary, serve on $(LISTEN) with data in $(DATA)"
 	@echo "make test         install deps, check formatting, build, run every test (release, ASan+UBSan, TSan, example)"
 	@echo "make build        optimised build in $(RELEASE_DIR)"
 	@echo "make install      build, then install into PREFIX ($(PREFIX)); DESTDIR is honoured"
@@ -56,7 +56,9 @@ $(RELEASE_DIR)/build.ninja:
 build: deps $(RELEASE_DIR)/build.ninja
 	cmake --build $(RELEASE_DIR) -j $(JOBS)
 
-run: build
+# Builds only what serving needs (the runnel binary), not the test binaries.
+run: deps $(RELEASE_DIR)/build.ninja
+	cmake --build $(RELEASE_DIR) -j $(JOBS) --target runnel_cli
 	$(RELEASE_DIR)/bin/runnel serve --listen $(LISTEN) --data $(DATA)
 
 test: deps format-check test-release test-asan test-tsan test-example

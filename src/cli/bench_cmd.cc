@@ -23,6 +23,8 @@ struct BenchArgs {
   std::string token;
   std::string tenant;
   bool json_output = false;
+  // append: delete the streams the run created (not those that existed before it).
+  bool cleanup = false;
   std::string stream = "bench";
   // append
   int connections = 16;
@@ -70,9 +72,11 @@ int Fail(const Status& s) {
 }
 
 // Creates the stream (idempotent) with `content_type`; an exit code, kExitOk when it exists.
-int Create(const BenchArgs& a, const HttpClient& client, const std::string& name) {
+// *created says whether this call created it.
+int Create(const BenchArgs& a, const HttpClient& client, const std::string& name, bool* created) {
   auto r = client.Send("PUT", Target(a, name), {{"Content-Type", a.content_type}}, "");
   if (!r.ok()) return Fail(r.status());
+  *created = r->status == 201;
   if (r->status == 200 || r->status == 201) return kExitOk;
   std::fprintf(stderr, "runnel bench: creating '%s' answered HTTP %d%s%s\n",
                TerminalSafe(name).c_str(), r->status,
@@ -116,9 +120,30 @@ int Append(const BenchArgs& a) {
   auto client = HttpClient::Create(a.url, a.token, "");
   if (!client.ok()) return Fail(client.status());
   load::AppendLoad l;
+  std::vector<std::string> created;
+  // With --cleanup, deletes what this run created, however it ends; the exit code of a failed
+  // delete when `rc` was a success.
+  auto cleanup = [&a, &client, &created](int rc) {
+    if (!a.cleanup) return rc;
+    size_t removed = 0;
+    for (const std::string& name : created) {
+      auto r = client->Send("DELETE", Target(a, name), {});
+      if (!r.ok()) return rc == kExitOk ? Fail(r.status()) : rc;
+      if (r->status != 204 && r->status != 200) {
+        std::fprintf(stderr, "runnel bench: deleting '%s' answered HTTP %d\n",
+                     TerminalSafe(name).c_str(), r->status);
+        return rc == kExitOk ? ExitCodeForHttp(r->status) : rc;
+      }
+      ++removed;
+    }
+    if (!a.json_output) std::printf("removed   %zu streams this run created\n", removed);
+    return rc;
+  };
   for (int i = 0; i < a.streams; ++i) {
     const std::string name = a.streams == 1 ? a.stream : a.stream + "-" + std::to_string(i);
-    if (int rc = Create(a, *client, name); rc != kExitOk) return rc;
+    bool made = false;
+    if (int rc = Create(a, *client, name, &made); rc != kExitOk) return cleanup(rc);
+    if (made) created.push_back(name);
     l.targets.push_back(Target(a, name));
   }
   l.content_type = a.content_type;
@@ -137,7 +162,7 @@ int Append(const BenchArgs& a) {
   }
   auto f = load::RunAppends(*endpoint, l);
   if (progress) std::fprintf(stderr, "\r%50s\r", "");
-  if (!f.ok()) return Fail(f.status());
+  if (!f.ok()) return cleanup(Fail(f.status()));
   const double rate = f->seconds > 0 ? static_cast<double>(f->acknowledged) / f->seconds : 0;
   const double mb = rate * static_cast<double>(a.size) / 1e6;
   json statuses = json::object();
@@ -160,12 +185,14 @@ int Append(const BenchArgs& a) {
                               {"rate", a.rate},
                               {"unsent", f->unsent},
                               {"streams", a.streams},
+                              {"removed_streams", a.cleanup ? created.size() : 0},
                               {"size", a.size}})
                             .dump()
                             .c_str());
   } else {
     std::printf("%d connections, %zu-byte %s records, %d stream%s, %.1f s", a.connections, a.size,
-                a.content_type.c_str(), a.streams, a.streams == 1 ? "" : "s", a.seconds);
+                TerminalSafe(a.content_type).c_str(), a.streams, a.streams == 1 ? "" : "s",
+                a.seconds);
     if (a.rate > 0) {
       std::printf(", %.0f appends/s scheduled (latency from when each was due)", a.rate);
     }
@@ -184,7 +211,7 @@ int Append(const BenchArgs& a) {
     std::printf("failed    %llu%s%s\n", static_cast<unsigned long long>(f->failed),
                 f->failed ? " " : "", f->failed ? statuses.dump().c_str() : "");
   }
-  return f->failed == 0 ? kExitOk : kExitFailure;
+  return cleanup(f->failed == 0 ? kExitOk : kExitFailure);
 }
 
 int Read(const BenchArgs& a) {
@@ -344,8 +371,13 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
         ->check(CLI::Range(0.1, load::kMaxSeconds))
         ->capture_default_str();
     cmd->add_option("--size", a->size, "Bytes per record")->capture_default_str();
-    cmd->add_option("--streams", a->streams, "Spread the appends over this many streams")
+    cmd->add_option("--streams", a->streams,
+                    "Spread the appends over this many streams (each connection appends to its "
+                    "share of them in turn, so every stream is written)")
         ->capture_default_str();
+    cmd->add_flag("--cleanup", a->cleanup,
+                  "Delete the streams this run created when it ends (streams that existed "
+                  "before are kept)");
     cmd->add_option("-t,--content-type", a->content_type,
                     "Content type of the streams (application/json sends JSON strings)")
         ->capture_default_str();

@@ -30,6 +30,8 @@ struct Args {
   std::string idempotency_key;
   size_t partition = 0;
   uint64_t from = 1;
+  // read -o: the messages after this offset (OffsetPositionArg), in place of --from.
+  std::string after;
   size_t limit = 100;
 };
 
@@ -42,39 +44,21 @@ void AddCommon(CLI::App* cmd, Args* a) {
   cmd->add_option("channel", a->channel, "Channel id")->required();
 }
 
-// Sends one request; prints and returns an exit code for failures, or -1 on success. With
-// --json, a failed answer is printed on stdout as {"ok":false,"status":N,"error":"..."}, like
-// the other client commands.
-int Send(const Args& a, const std::string& what, const std::string& method,
+// Sends one request; prints and returns an exit code for failures, or -1 on success. Failures
+// read as those of the other client commands ("runnel: channel WHAT failed: HTTP N: ..."; with
+// --json {"ok":false,"status":N,"error":"..."} on stdout). A 404 about `name` (the channel) is
+// "channel 'NAME' does not exist"; with `name` empty the server's message says what is missing
+// (a partition past the count).
+int Send(const Args& a, const std::string& what, const std::string& name, const std::string& method,
          const std::string& target, const std::vector<std::pair<std::string, std::string>>& h,
          const std::string& body, ClientResponse* out) {
   auto client = HttpClient::Create(a.url, a.token, a.cacert);
-  if (!client.ok()) {
-    std::fprintf(stderr, "runnel channel %s: %s\n", what.c_str(),
-                 TerminalSafe(client.status().ToString()).c_str());
-    return kExitUsage;
-  }
+  if (!client.ok()) return ReportClientFailure(client.status());
   auto r = client->Send(method, target, h, body);
-  if (!r.ok()) {
-    std::fprintf(stderr, "runnel channel %s: %s\n", what.c_str(),
-                 TerminalSafe(r.status().ToString()).c_str());
-    return kExitUnavailable;
-  }
+  if (!r.ok()) return ReportClientFailure(r.status());
   *out = std::move(*r);
   if (out->status >= 200 && out->status < 300) return -1;
-  std::string message = out->body;
-  auto parsed = json::parse(out->body, nullptr, false);
-  if (parsed.is_object() && parsed.contains("error")) {
-    message = parsed["error"].value("message", out->body);
-  }
-  if (a.json_output) {
-    std::printf("%s\n",
-                json({{"ok", false}, {"status", out->status}, {"error", message}}).dump().c_str());
-  } else {
-    std::fprintf(stderr, "runnel channel %s failed: HTTP %d: %s\n", what.c_str(), out->status,
-                 TerminalSafe(message).c_str());
-  }
-  return ExitCodeForHttp(out->status);
+  return ReportHttpFailure("channel " + what, "channel", name, *out, a.json_output);
 }
 
 // An empty key would be dropped (publish) or name no key (resolve): refused as a usage error.
@@ -90,8 +74,8 @@ std::string Target(const Args& a) {
 
 int Create(const Args& a) {
   ClientResponse r;
-  int rc = Send(a, "create", "PUT", Target(a) + "?partitions=" + std::to_string(a.partitions), {},
-                "", &r);
+  int rc = Send(a, "create", a.channel, "PUT",
+                Target(a) + "?partitions=" + std::to_string(a.partitions), {}, "", &r);
   if (rc >= 0) return rc;
   if (a.json_output) {
     std::printf("%s\n", r.body.c_str());
@@ -109,7 +93,7 @@ int Publish(const Args& a, bool data_given) {
   if (!a.key.empty()) headers.emplace_back("Partition-Key", a.key);
   if (!a.idempotency_key.empty()) headers.emplace_back("Idempotency-Key", a.idempotency_key);
   ClientResponse r;
-  int rc = Send(a, "publish", "POST", Target(a), headers, body, &r);
+  int rc = Send(a, "publish", a.channel, "POST", Target(a), headers, body, &r);
   if (rc >= 0) {
     if (r.status == 504) {
       std::fprintf(stderr,
@@ -137,10 +121,19 @@ int Publish(const Args& a, bool data_given) {
 }
 
 int Read(const Args& a) {
+  uint64_t from = a.from;
+  if (!a.after.empty()) {
+    auto position = OffsetPositionArg(a.after);
+    if (!position.ok()) return ReportClientFailure(position.status());
+    if (*position == UINT64_MAX) {
+      return ReportClientFailure(Status::InvalidArgument("no message follows that offset"));
+    }
+    from = *position + 1;
+  }
   ClientResponse r;
-  int rc = Send(a, "read", "GET",
+  int rc = Send(a, "read", "", "GET",
                 Target(a) + "/partitions/" + std::to_string(a.partition) +
-                    "?from=" + std::to_string(a.from) + "&limit=" + std::to_string(a.limit),
+                    "?from=" + std::to_string(from) + "&limit=" + std::to_string(a.limit),
                 {}, "", &r);
   if (rc >= 0) return rc;
   if (a.json_output) {
@@ -166,8 +159,8 @@ int Read(const Args& a) {
 
 int Resolve(const Args& a) {
   ClientResponse r;
-  int rc = Send(a, "resolve", "GET", Target(a) + "/keys/" + UrlEncode(a.idempotency_key, false), {},
-                "", &r);
+  int rc = Send(a, "resolve", a.channel, "GET",
+                Target(a) + "/keys/" + UrlEncode(a.idempotency_key, false), {}, "", &r);
   if (rc >= 0) return rc;
   auto j = json::parse(r.body, nullptr, false);
   const bool committed = j.is_object() && j.value("state", "") == "committed";
@@ -216,7 +209,13 @@ void AddChannelCommand(CLI::App& app) {
     cmd->add_option("-p,--partition", a->partition, "Partition")
         ->check(Unsigned())
         ->capture_default_str();
-    cmd->add_option("--from", a->from, "First offset")->check(Unsigned())->capture_default_str();
+    auto* from = cmd->add_option("--from", a->from, "First offset (inclusive)")
+                     ->check(Unsigned())
+                     ->capture_default_str();
+    cmd->add_option("-o,--offset", a->after,
+                    "Read the messages after this offset, as every command takes one: a record "
+                    "number or an offset token")
+        ->excludes(from);
     cmd->add_option("-n,--limit", a->limit, "At most this many (1-1000)")
         ->check(Unsigned())
         ->capture_default_str();

@@ -16,7 +16,9 @@
 
 #include "base/utf8.h"
 #include "cli/http_client.h"
+#include "cli/numbers.h"
 #include "cli/terminal_text.h"
+#include "server/offset_token.h"
 #include "server/sse_format.h"
 
 namespace runnel::cli {
@@ -60,38 +62,65 @@ std::string StreamTarget(const Common& c, const std::string& name) {
   return ScopePrefix(c) + "stream/" + UrlEncode(name, true);
 }
 
-// Prints the error of a failed response and returns its exit code.
+// Prints the error of a failed response about stream `name` and returns its exit code.
 // `extra` adds fields to the --json error object.
-int Fail(const std::string& what, const ClientResponse& r, bool json_output,
-         const json& extra = json::object()) {
-  std::string message = r.body;
-  auto body = json::parse(r.body, nullptr, false);
-  if (body.is_object() && body.contains("error")) {
-    message = body["error"].value("message", r.body);
-  }
-  if (message.empty()) {
-    // A HEAD answer has no body to explain it.
-    switch (r.status) {
-      case 401: message = "this server needs a token (--token or RUNNEL_TOKEN)"; break;
-      case 403: message = "the token may not access this stream"; break;
-      case 404: message = "the stream does not exist"; break;
-      default: break;
-    }
-  }
-  if (json_output) {
-    json out = {{"ok", false}, {"status", r.status}, {"error", message}};
-    out.update(extra);
-    std::printf("%s\n", out.dump().c_str());
-  } else {
-    std::fprintf(stderr, "runnel: %s failed: HTTP %d%s%s\n", what.c_str(), r.status,
-                 message.empty() ? "" : ": ", TerminalSafe(message).c_str());
-  }
-  return ExitCodeForHttp(r.status);
+int Fail(const std::string& what, const std::string& name, const ClientResponse& r,
+         bool json_output, const json& extra = json::object()) {
+  return ReportHttpFailure(what, "stream", name, r, json_output, extra);
 }
 
 int FailStatus(const Status& status) {
-  std::fprintf(stderr, "runnel: %s\n", TerminalSafe(status.ToString()).c_str());
-  return status.code() == StatusCode::kUnavailable ? kExitUnavailable : kExitUsage;
+  return ReportClientFailure(status);
+}
+
+// The stream's content type for `-t`: the short names json, text and bytes, or a media type.
+std::string ContentTypeArg(const std::string& text) {
+  if (text == "json") return "application/json";
+  if (text == "text") return "text/plain";
+  if (text == "bytes" || text == "binary") return "application/octet-stream";
+  return text;
+}
+
+// The retention caps a create or `runnel retention` sets, as the server's headers.
+struct RetentionArgs {
+  std::string max_events, max_age_ms, max_bytes;
+
+  bool Any() const { return !max_events.empty() || !max_age_ms.empty() || !max_bytes.empty(); }
+  void AddHeaders(std::vector<std::pair<std::string, std::string>>* headers) const {
+    if (!max_events.empty()) headers->emplace_back("Stream-Retention-Max-Events", max_events);
+    if (!max_age_ms.empty()) headers->emplace_back("Stream-Retention-Max-Age-Ms", max_age_ms);
+    if (!max_bytes.empty()) headers->emplace_back("Stream-Retention-Max-Bytes", max_bytes);
+  }
+};
+
+void AddRetentionOptions(CLI::App* cmd, RetentionArgs* r) {
+  cmd->add_option("--max-events", r->max_events, "Keep at most this many records")
+      ->check(Unsigned());
+  cmd->add_option("--max-age-ms", r->max_age_ms, "Drop records older than this (milliseconds)")
+      ->check(Unsigned());
+  cmd->add_option("--max-bytes", r->max_bytes, "Keep at most this many bytes of records")
+      ->check(Unsigned());
+}
+
+// The retention caps a HEAD answer states (decimal digits; anything else is left out).
+json RetentionOf(const ClientResponse& r) {
+  json retention = json::object();
+  for (const auto& [header, key] : {std::pair{"stream-retention-max-events", "max_events"},
+                                    std::pair{"stream-retention-max-age-ms", "max_age_ms"},
+                                    std::pair{"stream-retention-max-bytes", "max_bytes"}}) {
+    const std::string v = r.Header(header);
+    if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos) {
+      continue;
+    }
+    retention[key] = std::stoull(v);
+  }
+  return retention;
+}
+
+std::string RetentionText(const json& retention) {
+  std::string text;
+  for (auto& [k, v] : retention.items()) text += (text.empty() ? "" : " ") + k + "=" + v.dump();
+  return text.empty() ? "none" : text;
 }
 
 bool IsTerminal(FILE* f) {
@@ -100,16 +129,18 @@ bool IsTerminal(FILE* f) {
 
 int Create(const Common& c, const std::string& name, const std::string& content_type,
            const std::string& ttl, const std::string& expires_at, bool closed,
-           const std::string& body) {
+           const RetentionArgs& retention, const std::string& body) {
   auto client = HttpClient::Create(c.url, c.token, c.cacert);
   if (!client.ok()) return FailStatus(client.status());
-  std::vector<std::pair<std::string, std::string>> headers = {{"Content-Type", content_type}};
+  std::vector<std::pair<std::string, std::string>> headers = {
+      {"Content-Type", ContentTypeArg(content_type)}};
   if (!ttl.empty()) headers.emplace_back("Stream-TTL", ttl);
   if (!expires_at.empty()) headers.emplace_back("Stream-Expires-At", expires_at);
   if (closed) headers.emplace_back("Stream-Closed", "true");
+  retention.AddHeaders(&headers);
   auto r = client->Send("PUT", StreamTarget(c, name), headers, body);
   if (!r.ok()) return FailStatus(r.status());
-  if (r->status != 200 && r->status != 201) return Fail("create", *r, c.json_output);
+  if (r->status != 200 && r->status != 201) return Fail("create", name, *r, c.json_output);
   if (c.json_output) {
     std::printf("%s\n", json({{"ok", true},
                               {"created", r->status == 201},
@@ -131,7 +162,7 @@ std::string StreamContentType(const Common& c, const HttpClient& client, const s
     return {};
   }
   if (r->status != 200) {
-    *exit_code = Fail(what, *r, json_output);
+    *exit_code = Fail(what, name, *r, json_output);
     return {};
   }
   return r->Header("content-type");
@@ -145,6 +176,8 @@ int Append(const Common& c, const std::string& name, const std::vector<std::stri
     int code = kExitOk;
     content_type = StreamContentType(c, *client, name, "append", &code, c.json_output);
     if (code != kExitOk) return code;
+  } else {
+    content_type = ContentTypeArg(content_type);
   }
   std::vector<std::string> bodies = data;
   if (bodies.empty()) {
@@ -201,7 +234,7 @@ int Append(const Common& c, const std::string& name, const std::vector<std::stri
       return Fail(i == 0 ? std::string("append")
                          : "append of message " + std::to_string(i + 1) + " of " +
                                std::to_string(bodies.size()) + done_before,
-                  *r, c.json_output, {{"appended", i}});
+                  name, *r, c.json_output, {{"appended", i}});
     }
     next_offset = r->Header("stream-next-offset");
     bytes += body.size();
@@ -229,6 +262,16 @@ int Append(const Common& c, const std::string& name, const std::vector<std::stri
 int Read(const Common& c, const std::string& name, std::string offset, bool follow) {
   auto client = HttpClient::Create(c.url, c.token, c.cacert);
   if (!client.ok()) return FailStatus(client.status());
+  auto query = OffsetQueryArg(offset);
+  if (!query.ok()) return FailStatus(query.status());
+  offset = *query;
+  if (offset == "now") {
+    // The tail's own token, so that every --json line names a real offset.
+    auto r = client->Send("HEAD", StreamTarget(c, name), {});
+    if (!r.ok()) return FailStatus(r.status());
+    if (r->status != 200) return Fail(follow ? "tail" : "read", name, *r, c.json_output);
+    if (!r->Header("stream-next-offset").empty()) offset = r->Header("stream-next-offset");
+  }
   std::string cursor;
   bool printed = false;  // with --json: whether a line went out
   for (;;) {
@@ -237,7 +280,9 @@ int Read(const Common& c, const std::string& name, std::string offset, bool foll
     if (!cursor.empty()) target += "&cursor=" + UrlEncode(cursor, false);
     auto r = client->Send("GET", target, {});
     if (!r.ok()) return FailStatus(r.status());
-    if (r->status != 200 && r->status != 204) return Fail("read", *r, c.json_output);
+    if (r->status != 200 && r->status != 204) {
+      return Fail(follow ? "tail" : "read", name, *r, c.json_output);
+    }
     std::string next = r->Header("stream-next-offset");
     bool closed = r->Header("stream-closed") == "true";
     bool up_to_date = r->Header("stream-up-to-date") == "true";
@@ -291,7 +336,7 @@ int List(const Common& c, const std::string& prefix) {
     if (!after.empty()) target += "&after=" + UrlEncode(after, false);
     auto r = client->Send("GET", target, {});
     if (!r.ok()) return FailStatus(r.status());
-    if (r->status != 200) return Fail("ls", *r, c.json_output);
+    if (r->status != 200) return Fail("ls", "", *r, c.json_output);
     auto body = json::parse(r->body, nullptr, false);
     if (!body.is_object()) {
       std::fprintf(stderr, "runnel: ls: the server sent no stream list\n");
@@ -330,24 +375,15 @@ int Describe(const Common& c, const std::string& name) {
   if (!client.ok()) return FailStatus(client.status());
   auto r = client->Send("HEAD", StreamTarget(c, name), {});
   if (!r.ok()) return FailStatus(r.status());
-  if (r->status != 200) return Fail("describe", *r, c.json_output);
+  if (r->status != 200) return Fail("describe", name, *r, c.json_output);
   json d = {{"name", name},
             {"content_type", r->Header("content-type")},
             {"next_offset", r->Header("stream-next-offset")},
             {"closed", r->Header("stream-closed") == "true"}};
   if (!r->Header("stream-ttl").empty()) d["ttl_seconds"] = r->Header("stream-ttl");
   if (!r->Header("stream-expires-at").empty()) d["expires_at"] = r->Header("stream-expires-at");
-  // Retention caps, as the server states them (decimal digits; anything else is left out).
-  json retention = json::object();
-  for (const auto& [header, key] : {std::pair{"stream-retention-max-events", "max_events"},
-                                    std::pair{"stream-retention-max-age-ms", "max_age_ms"},
-                                    std::pair{"stream-retention-max-bytes", "max_bytes"}}) {
-    const std::string v = r->Header(header);
-    if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos) {
-      continue;
-    }
-    retention[key] = std::stoull(v);
-  }
+  // Retention caps, as the server states them.
+  json retention = RetentionOf(*r);
   if (!retention.empty()) d["retention"] = retention;
   // The counts are in the listing, not in HEAD's headers: the stream is the listing's first
   // entry with its own name as the prefix. A listing the server refuses leaves them out.
@@ -371,7 +407,7 @@ int Describe(const Common& c, const std::string& name) {
       if (value.is_string()) {
         text = value.get<std::string>();
       } else if (value.is_object()) {
-        for (auto& [k, v] : value.items()) text += (text.empty() ? "" : " ") + k + "=" + v.dump();
+        text = RetentionText(value);
       } else {
         text = value.dump();
       }
@@ -386,7 +422,7 @@ int Remove(const Common& c, const std::string& name) {
   if (!client.ok()) return FailStatus(client.status());
   auto r = client->Send("DELETE", StreamTarget(c, name), {});
   if (!r.ok()) return FailStatus(r.status());
-  if (r->status != 204 && r->status != 200) return Fail("rm", *r, c.json_output);
+  if (r->status != 204 && r->status != 200) return Fail("rm", name, *r, c.json_output);
   if (c.json_output) {
     std::printf("%s\n", json({{"ok", true}, {"deleted", name}}).dump().c_str());
   } else {
@@ -395,7 +431,125 @@ int Remove(const Common& c, const std::string& name) {
   return kExitOk;
 }
 
+// Closes a stream: an append of nothing that sets Stream-Closed. Closing a closed stream is
+// accepted and changes nothing.
+int Close(const Common& c, const std::string& name) {
+  auto client = HttpClient::Create(c.url, c.token, c.cacert);
+  if (!client.ok()) return FailStatus(client.status());
+  auto r = client->Send("POST", StreamTarget(c, name), {{"Stream-Closed", "true"}});
+  if (!r.ok()) return FailStatus(r.status());
+  if (r->status != 204 && r->status != 200) return Fail("close", name, *r, c.json_output);
+  const std::string next = r->Header("stream-next-offset");
+  if (c.json_output) {
+    std::printf("%s\n",
+                json({{"ok", true}, {"closed", name}, {"next_offset", next}}).dump().c_str());
+  } else {
+    std::printf("closed %s at %s\n", TerminalSafe(name).c_str(), TerminalSafe(next).c_str());
+  }
+  return kExitOk;
+}
+
+// Replaces a stream's retention caps (PATCH): the caps given are set, the others cleared;
+// `none` clears them all.
+int Retention(const Common& c, const std::string& name, const RetentionArgs& retention, bool none) {
+  if (none == retention.Any()) {
+    std::fprintf(stderr,
+                 "runnel: retention: give --max-events, --max-age-ms and/or --max-bytes, or "
+                 "--none\n");
+    return kExitUsage;
+  }
+  auto client = HttpClient::Create(c.url, c.token, c.cacert);
+  if (!client.ok()) return FailStatus(client.status());
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (none) headers.emplace_back("Stream-Retention", "none");
+  retention.AddHeaders(&headers);
+  auto r = client->Send("PATCH", StreamTarget(c, name), headers);
+  if (!r.ok()) return FailStatus(r.status());
+  if (r->status != 204 && r->status != 200) return Fail("retention", name, *r, c.json_output);
+  // What the server now holds, as HEAD states it.
+  auto head = client->Send("HEAD", StreamTarget(c, name), {});
+  if (!head.ok()) return FailStatus(head.status());
+  if (head->status != 200) return Fail("retention", name, *head, c.json_output);
+  const json now = RetentionOf(*head);
+  if (c.json_output) {
+    std::printf("%s\n", json({{"ok", true}, {"name", name}, {"retention", now}}).dump().c_str());
+  } else {
+    std::printf("retention of %s: %s\n", TerminalSafe(name).c_str(),
+                TerminalSafe(RetentionText(now)).c_str());
+  }
+  return kExitOk;
+}
+
 }  // namespace
+
+Result<uint64_t> OffsetPositionArg(std::string_view text) {
+  if (!text.empty() && text.find_first_not_of("0123456789") == text.npos) {
+    uint64_t n = 0;
+    bool overflow = false;
+    for (char ch : text) {
+      const uint64_t digit = static_cast<uint64_t>(ch - '0');
+      if (n > (UINT64_MAX - digit) / 10) {
+        overflow = true;
+        break;
+      }
+      n = n * 10 + digit;
+    }
+    if (!overflow) return n;
+  }
+  auto parsed = server::ParseOffset(text);
+  if (parsed.ok() && parsed->kind == server::OffsetQuery::Kind::kPosition) return parsed->position;
+  return Status::InvalidArgument(
+      "offset '" + std::string(text) +
+      "' is neither a record number (decimal digits) nor an offset token such as "
+      "0000000000000000_0000000000000042");
+}
+
+Result<std::string> OffsetQueryArg(std::string_view text) {
+  if (text == "-1" || text == "now") return std::string(text);
+  RUNNEL_ASSIGN_OR_RETURN(uint64_t position, OffsetPositionArg(text));
+  return server::FormatOffset(position);
+}
+
+int ReportClientFailure(const Status& status) {
+  std::fprintf(stderr, "runnel: %s\n", TerminalSafe(status.ToString()).c_str());
+  return status.code() == StatusCode::kUnavailable ? kExitUnavailable : kExitUsage;
+}
+
+std::string HttpFailureMessage(const std::string& kind, const std::string& name,
+                               const ClientResponse& r) {
+  // One wording per kind of failure, whichever command met it and whether or not the answer
+  // had a body (a HEAD answer has none).
+  switch (r.status) {
+    case 401: return "this server needs a token (--token or RUNNEL_TOKEN)";
+    case 404:
+      // A listing names no stream: the server's own message says what was not found.
+      if (!name.empty()) return kind + " '" + name + "' does not exist";
+      break;
+    default: break;
+  }
+  std::string message = r.body;
+  auto body = json::parse(r.body, nullptr, false);
+  if (body.is_object() && body.contains("error") && body["error"].is_object()) {
+    message = body["error"].value("message", r.body);
+  }
+  // A 403 says why when the server does (an expired token); a HEAD answer has no body.
+  if (message.empty() && r.status == 403) message = "the token may not access this " + kind;
+  return message;
+}
+
+int ReportHttpFailure(const std::string& what, const std::string& kind, const std::string& name,
+                      const ClientResponse& r, bool json_output, const json& extra) {
+  const std::string message = HttpFailureMessage(kind, name, r);
+  if (json_output) {
+    json out = {{"ok", false}, {"status", r.status}, {"error", message}};
+    out.update(extra);
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    std::fprintf(stderr, "runnel: %s failed: HTTP %d%s%s\n", what.c_str(), r.status,
+                 message.empty() ? "" : ": ", TerminalSafe(message).c_str());
+  }
+  return ExitCodeForHttp(r.status);
+}
 
 int ExitCodeForHttp(int status) {
   if (status >= 200 && status < 300) return kExitOk;
@@ -407,25 +561,63 @@ int ExitCodeForHttp(int status) {
 }
 
 void AddClientCommands(CLI::App& app) {
+  static constexpr const char* kOffsetHelp =
+      "Read the records after this offset: a record number N (after record N; 0 is the "
+      "beginning), an offset token as the server gives them, -1 (the oldest retained record) or "
+      "now (the tail)";
   {
     struct Args {
       Common common;
-      std::string name, content_type = "application/octet-stream", ttl, expires_at, body;
+      std::string name, content_type = "json", ttl, expires_at, body;
       bool closed = false;
+      RetentionArgs retention;
     };
     auto a = std::make_shared<Args>();
-    auto* cmd = app.add_subcommand("create", "Create a stream (idempotent)");
+    auto* cmd = app.add_subcommand(
+        "create",
+        "Create a stream (idempotent). A JSON stream by default: each append is one or more JSON "
+        "messages, and reads give them back one per line");
     AddCommon(cmd, &a->common);
     cmd->add_option("name", a->name, "Stream name")->required();
-    cmd->add_option("-t,--content-type", a->content_type, "Content type")->capture_default_str();
+    cmd->add_option("-t,--content-type", a->content_type,
+                    "Content type: json, text, bytes, or any media type")
+        ->capture_default_str();
     cmd->add_option("--ttl", a->ttl, "Sliding time-to-live in seconds");
     cmd->add_option("--expires-at", a->expires_at, "Absolute expiry (RFC 3339)");
-    cmd->add_option("--data", a->body, "Initial content");
+    cmd->add_option("--initial", a->body, "Initial content");
     cmd->add_flag("--closed", a->closed, "Create the stream closed");
+    AddRetentionOptions(cmd, &a->retention);
     cmd->callback([a] {
-      std::exit(
-          Create(a->common, a->name, a->content_type, a->ttl, a->expires_at, a->closed, a->body));
+      std::exit(Create(a->common, a->name, a->content_type, a->ttl, a->expires_at, a->closed,
+                       a->retention, a->body));
     });
+  }
+  {
+    struct Args {
+      Common common;
+      std::string name;
+    };
+    auto a = std::make_shared<Args>();
+    auto* cmd = app.add_subcommand("close", "Close a stream: no append is accepted after it");
+    AddCommon(cmd, &a->common);
+    cmd->add_option("name", a->name, "Stream name")->required();
+    cmd->callback([a] { std::exit(Close(a->common, a->name)); });
+  }
+  {
+    struct Args {
+      Common common;
+      std::string name;
+      RetentionArgs retention;
+      bool none = false;
+    };
+    auto a = std::make_shared<Args>();
+    auto* cmd = app.add_subcommand(
+        "retention", "Replace a stream's retention caps: those given are set, the others cleared");
+    AddCommon(cmd, &a->common);
+    cmd->add_option("name", a->name, "Stream name")->required();
+    AddRetentionOptions(cmd, &a->retention);
+    cmd->add_flag("--none", a->none, "Clear every cap: keep every record");
+    cmd->callback([a] { std::exit(Retention(a->common, a->name, a->retention, a->none)); });
   }
   {
     struct Args {
@@ -468,8 +660,7 @@ void AddClientCommands(CLI::App& app) {
     auto* cmd = app.add_subcommand("read", "Read a stream from an offset until caught up");
     AddCommon(cmd, &a->common);
     cmd->add_option("name", a->name, "Stream name")->required();
-    cmd->add_option("-o,--offset", a->offset, "Start offset: -1, now or a token")
-        ->capture_default_str();
+    cmd->add_option("-o,--offset", a->offset, kOffsetHelp)->capture_default_str();
     cmd->callback([a] { std::exit(Read(a->common, a->name, a->offset, /*follow=*/false)); });
   }
   {
@@ -481,8 +672,7 @@ void AddClientCommands(CLI::App& app) {
     auto* cmd = app.add_subcommand("tail", "Follow a stream live (until it closes or Ctrl-C)");
     AddCommon(cmd, &a->common);
     cmd->add_option("name", a->name, "Stream name")->required();
-    cmd->add_option("-o,--offset", a->offset, "Start offset: -1, now or a token")
-        ->capture_default_str();
+    cmd->add_option("-o,--offset", a->offset, kOffsetHelp)->capture_default_str();
     cmd->callback([a] { std::exit(Read(a->common, a->name, a->offset, /*follow=*/true)); });
   }
   {
@@ -520,13 +710,45 @@ void AddClientCommands(CLI::App& app) {
   }
 }
 
-std::vector<std::string> ParseableArgs(int argc, char** argv) {
-  const bool append = argc > 1 && std::string_view(argv[1]) == "append";
+std::vector<std::string> ParseableArgs(CLI::App& app, int argc, char** argv) {
+  // The command path (`token create`), the global options met before its end, and the rest.
+  std::vector<std::string> path, moved, rest;
+  CLI::App* current = &app;
+  int i = 1;
+  while (i < argc) {
+    const std::string_view arg = argv[i];
+    const std::string_view name = arg.substr(0, arg.find('='));
+    bool global = false;
+    for (const char* g : kGlobalOptions) global = global || name == g;
+    if (global) {
+      moved.emplace_back(arg);
+      // "--url X" takes the next argument too; "--url=X" and "--json" do not.
+      if (name != "--json" && name.size() == arg.size() && i + 1 < argc)
+        moved.emplace_back(argv[++i]);
+      ++i;
+      continue;
+    }
+    CLI::App* sub = nullptr;
+    if (!arg.empty() && arg.front() != '-') {
+      for (CLI::App* candidate : current->get_subcommands([](CLI::App*) { return true; })) {
+        if (candidate->check_name(std::string(arg))) sub = candidate;
+      }
+    }
+    if (sub == nullptr) break;
+    path.emplace_back(arg);
+    current = sub;
+    ++i;
+  }
+  for (; i < argc; ++i) rest.emplace_back(argv[i]);
+  const bool append = !path.empty() && path.front() == "append";
+  std::vector<std::string> ordered = path;
+  ordered.insert(ordered.end(), moved.begin(), moved.end());
+  ordered.insert(ordered.end(), rest.begin(), rest.end());
   std::vector<std::string> args;
-  for (int i = argc - 1; i >= 1; --i) {
-    std::string arg = argv[i];
+  for (size_t k = ordered.size(); k-- > 0;) {
+    std::string arg = std::move(ordered[k]);
     const bool bracketed = arg.size() >= 2 && arg.front() == '[' && arg.back() == ']';
-    if (append && i > 1 && (bracketed || (!arg.empty() && arg.front() == kArgEscape))) {
+    if (append && k >= path.size() && (bracketed || (!arg.empty() && arg.front() == kArgEscape))) {
       arg.insert(arg.begin(), kArgEscape);
     }
     args.push_back(std::move(arg));

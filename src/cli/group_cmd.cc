@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "cli/client_commands.h"
@@ -24,11 +25,15 @@ struct GroupArgs {
   bool json_output = false;
   std::string stream;
   std::string group;
-  uint64_t offset = 0;
+  // A record number or an offset token (OffsetPositionArg).
+  std::string offset;
   uint64_t limit = 100;
+  // The subcommand, for messages ("group ack").
+  std::string what;
 };
 
 void AddCommon(CLI::App* cmd, GroupArgs* a) {
+  a->what = "group " + cmd->get_name();
   cmd->add_option("--url", a->url, "Server URL")->envname("RUNNEL_URL")->capture_default_str();
   cmd->add_option("--token", a->token, "Bearer token for the server")->envname("RUNNEL_TOKEN");
   cmd->add_option("--cacert", a->cacert, "PEM certificates to trust for an https:// URL")
@@ -49,34 +54,15 @@ std::string GroupTarget(const GroupArgs& a) {
 // exit code.
 int Call(const GroupArgs& a, const std::string& method, const std::string& query, json* body) {
   auto client = HttpClient::Create(a.url, a.token, a.cacert);
-  if (!client.ok()) {
-    std::fprintf(stderr, "runnel: %s\n", TerminalSafe(client.status().ToString()).c_str());
-    return kExitUsage;
-  }
+  if (!client.ok()) return ReportClientFailure(client.status());
   auto r = client->Send(method, GroupTarget(a) + query, {});
-  if (!r.ok()) {
-    std::fprintf(stderr, "runnel: %s\n", TerminalSafe(r.status().ToString()).c_str());
-    return r.status().code() == StatusCode::kUnavailable ? kExitUnavailable : kExitFailure;
-  }
+  if (!r.ok()) return ReportClientFailure(r.status());
   if (r->status == 204) {  // a delete: nothing to parse
     *body = json::object();
     return kExitOk;
   }
+  if (r->status != 200) return ReportHttpFailure(a.what, "stream", a.stream, *r, a.json_output);
   *body = json::parse(r->body, nullptr, false);
-  if (r->status != 200) {
-    std::string message = r->body;
-    if (body->is_object() && body->contains("error")) {
-      message = (*body)["error"].value("message", r->body);
-    }
-    if (a.json_output) {
-      std::printf("%s\n",
-                  json({{"ok", false}, {"status", r->status}, {"error", message}}).dump().c_str());
-    } else {
-      std::fprintf(stderr, "runnel: group request failed: HTTP %d: %s\n", r->status,
-                   TerminalSafe(message).c_str());
-    }
-    return ExitCodeForHttp(r->status);
-  }
   if (body->is_discarded()) {
     std::fprintf(stderr, "runnel: the server answered with malformed JSON\n");
     return kExitFailure;
@@ -122,10 +108,22 @@ int List(const GroupArgs& a, bool only_lag) {
   return kExitOk;
 }
 
+// The offset argument as a position, or a usage error printed into *exit_code.
+std::optional<uint64_t> OffsetArg(const GroupArgs& a, int* exit_code) {
+  auto position = OffsetPositionArg(a.offset);
+  if (!position.ok()) {
+    *exit_code = ReportClientFailure(position.status());
+    return std::nullopt;
+  }
+  return *position;
+}
+
 int Ack(const GroupArgs& a) {
+  int code = kExitOk;
+  auto offset = OffsetArg(a, &code);
+  if (!offset) return code;
   json body;
-  int code =
-      Call(a, "POST", "?" + Query("group", a.group) + "&ack=" + std::to_string(a.offset), &body);
+  code = Call(a, "POST", "?" + Query("group", a.group) + "&ack=" + std::to_string(*offset), &body);
   if (code != kExitOk) return code;
   if (a.json_output) {
     std::printf("%s\n", body.dump().c_str());
@@ -161,8 +159,11 @@ int Next(const GroupArgs& a) {
 }
 
 int Prune(const GroupArgs& a) {
+  int code = kExitOk;
+  auto offset = OffsetArg(a, &code);
+  if (!offset) return code;
   json body;
-  int code = Call(a, "POST", "?prune=" + std::to_string(a.offset), &body);
+  code = Call(a, "POST", "?prune=" + std::to_string(*offset), &body);
   if (code != kExitOk) return code;
   if (a.json_output) {
     std::printf("%s\n", body.dump().c_str());
@@ -211,7 +212,9 @@ void AddGroupCommand(CLI::App& app, int* exit_code) {
         "ahead: the group then waits for records beyond it)");
     AddCommon(cmd, a.get());
     cmd->add_option("group", a->group, "Group name")->required();
-    cmd->add_option("offset", a->offset, "Last processed offset")->required()->check(Unsigned());
+    cmd->add_option("offset", a->offset,
+                    "Last processed offset: a record number or an offset token")
+        ->required();
     cmd->callback([a, exit_code] { *exit_code = Ack(*a); });
   }
   {
@@ -229,9 +232,9 @@ void AddGroupCommand(CLI::App& app, int* exit_code) {
     auto* cmd = group->add_subcommand(
         "prune", "Delete events through THROUGH, never past the slowest group's ack");
     AddCommon(cmd, a.get());
-    cmd->add_option("through", a->offset, "Prune through this offset")
-        ->required()
-        ->check(Unsigned());
+    cmd->add_option("through", a->offset,
+                    "Prune through this offset: a record number or an offset token")
+        ->required();
     cmd->callback([a, exit_code] { *exit_code = Prune(*a); });
   }
   {

@@ -374,8 +374,10 @@ class AppendThread {
  public:
   // `interval` zero: each connection sends its next append as soon as the last is answered.
   // Otherwise each sends on a fixed schedule, one append per `interval` from `first_due[i]`.
-  AppendThread(const Endpoint& e, std::vector<std::string> requests, Clock::time_point deadline,
-               Clock::duration interval, std::vector<Clock::time_point> first_due)
+  // Connection i sends the requests of `requests[i]` in turn (they must outlive the thread).
+  AppendThread(const Endpoint& e, std::vector<std::vector<const std::string*>> requests,
+               Clock::time_point deadline, Clock::duration interval,
+               std::vector<Clock::time_point> first_due)
       : endpoint_(e),
         requests_(std::move(requests)),
         deadline_(deadline),
@@ -407,6 +409,9 @@ class AppendThread {
   struct Conn {
     int fd = -1;
     bool connecting = true;
+    // The requests this connection sends in turn, and the next one's index.
+    std::vector<const std::string*> rotation;
+    size_t next_request = 0;
     const std::string* request = nullptr;
     size_t sent = 0;  // bytes of *request written
     bool in_flight = false;
@@ -483,6 +488,8 @@ class AppendThread {
   }
 
   void Begin(Conn& c, Clock::time_point sent_at) {
+    c.request = c.rotation[c.next_request];
+    c.next_request = (c.next_request + 1) % c.rotation.size();
     c.sent = 0;
     c.in_flight = true;
     c.sent_at = sent_at;
@@ -553,7 +560,8 @@ class AppendThread {
     if (epoll_ < 0) return;
     conns_.resize(requests_.size());
     for (size_t i = 0; i < conns_.size(); ++i) {
-      conns_[i].request = &requests_[i];
+      conns_[i].rotation = requests_[i];
+      conns_[i].request = requests_[i].front();
       if (i < first_due_.size()) conns_[i].due = first_due_[i];
       conns_[i].fd = OpenNonBlocking(endpoint_, epoll_, i);
       if (conns_[i].fd < 0) {
@@ -598,7 +606,7 @@ class AppendThread {
   }
 
   const Endpoint& endpoint_;
-  const std::vector<std::string> requests_;
+  const std::vector<std::vector<const std::string*>> requests_;
   const Clock::time_point deadline_;
   const Clock::duration interval_;
   const std::vector<Clock::time_point> first_due_;
@@ -948,11 +956,20 @@ Result<AppendFigures> RunAppends(const Endpoint& endpoint, const AppendLoad& loa
   const Clock::time_point deadline = start + std::chrono::duration_cast<Clock::duration>(
                                                  std::chrono::duration<double>(load.seconds));
   std::vector<std::unique_ptr<AppendThread>> pool;
+  // Connection c appends in turn to targets c, c + connections, c + 2 * connections...: every
+  // target gets appends, also when there are more targets than connections.
+  const auto connections = static_cast<size_t>(load.connections);
   for (int t = 0; t < threads; ++t) {
-    std::vector<std::string> requests;
+    std::vector<std::vector<const std::string*>> requests;
     std::vector<Clock::time_point> first_due;
     for (int c = t; c < load.connections; c += threads) {
-      requests.push_back(per_target[static_cast<size_t>(c) % per_target.size()]);
+      std::vector<const std::string*> rotation;
+      for (size_t k = static_cast<size_t>(c); k < per_target.size(); k += connections) {
+        rotation.push_back(&per_target[k]);
+      }
+      if (rotation.empty())
+        rotation.push_back(&per_target[static_cast<size_t>(c) % per_target.size()]);
+      requests.push_back(std::move(rotation));
       first_due.push_back(start + interval * c / load.connections);
     }
     pool.push_back(std::make_unique<AppendThread>(endpoint, std::move(requests), deadline, interval,

@@ -1,7 +1,11 @@
 #include "cli/terminal_text.h"
 
+#include <time.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
+#include <string>
 
 namespace runnel::cli {
 namespace {
@@ -73,6 +77,15 @@ std::string TerminalSafe(std::string_view text) {
     i += len;
   }
   return out;
+}
+
+std::string HumanTime(uint64_t unix_ms) {
+  const std::time_t seconds = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm utc{};
+  if (::gmtime_r(&seconds, &utc) == nullptr) return std::to_string(unix_ms) + " ms";
+  char text[64];
+  const size_t n = std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%SZ", &utc);
+  return n == 0 ? std::to_string(unix_ms) + " ms" : std::string(text, n);
 }
 
 }  // namespace runnel::cli

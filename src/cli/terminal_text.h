@@ -11,6 +11,7 @@
 #ifndef RUNNEL_CLI_TERMINAL_TEXT_H_
 #define RUNNEL_CLI_TERMINAL_TEXT_H_
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -24,6 +25,10 @@ namespace runnel::cli {
 // - a backslash becomes "\\", so the output maps back to exactly one input;
 // - everything else (printable ASCII, and printable UTF-8 such as "café" or "日本") is kept.
 std::string TerminalSafe(std::string_view text);
+
+// A time for a table: milliseconds since the Unix epoch as "2026-12-05 23:10:00Z" (UTC, to the
+// second, rounded down).
+std::string HumanTime(uint64_t unix_ms);
 
 }  // namespace runnel::cli
 

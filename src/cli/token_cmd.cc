@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -24,6 +25,7 @@ struct TokenOptions {
   std::string expires;
   std::string note;
   std::string id;
+  bool json_output = false;
 };
 
 // "30d", "12h", "15m", "45s" -> milliseconds.
@@ -73,6 +75,9 @@ void AddTokenCommand(CLI::App& app, int* exit_code) {
   token->require_subcommand(1);
   token->add_option("--data", opts->data_dir, "Data directory (env RUNNEL_DATA)")
       ->capture_default_str();
+  // `token create --data DIR` as well as `token --data DIR create`: an option the subcommand
+  // does not know goes up to `token`.
+  token->fallthrough();
 
   auto* create = token->add_subcommand("create", "Create a token and print it once");
   create->add_option("--tenant", opts->tenant, "Tenant the token acts as");
@@ -121,18 +126,43 @@ void AddTokenCommand(CLI::App& app, int* exit_code) {
   });
 
   auto* ls = token->add_subcommand("ls", "List tokens (ids and grants, never secrets)");
+  ls->add_flag("--json", opts->json_output,
+               "Machine-readable JSON output (expiry also in milliseconds since the epoch)");
   ls->callback([opts, exit_code] {
     auto store = OpenTokens(opts->data_dir, exit_code);
     if (!store) return;
-    std::printf("%-12s  %-20s  %-5s  %-15s  %s\n", "ID", "PRINCIPAL", "CROSS", "EXPIRES_AT_MS",
+    if (opts->json_output) {
+      nlohmann::json all = nlohmann::json::array();
+      for (const TokenInfo& t : store->List()) {
+        nlohmann::json row = {
+            {"id", t.id},
+            {"tenant", t.grant.tenant ? nlohmann::json(*t.grant.tenant) : nlohmann::json(nullptr)},
+            {"cross_tenant", t.grant.cross_tenant},
+            {"note", t.grant.note}};
+        if (t.grant.expires_at_ms) {
+          row["expires_at_ms"] = *t.grant.expires_at_ms;
+          row["expires_at"] = HumanTime(*t.grant.expires_at_ms);
+        }
+        all.push_back(std::move(row));
+      }
+      std::printf("%s\n",
+                  all.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+      return;
+    }
+    std::printf("%-12s  %-20s  %-5s  %-20s  %s\n", "ID", "PRINCIPAL", "CROSS", "EXPIRES (UTC)",
                 "NOTE");
+    const uint64_t now_ms = Clock::Real()->NowMs();
     // Ids, tenants and notes were chosen by whoever created the tokens (the file may be edited
     // by hand): escaped, so that none can break the table or drive the terminal.
     for (const TokenInfo& t : store->List()) {
-      std::printf("%-12s  %-20s  %-5s  %-15s  %s\n", TerminalSafe(t.id).c_str(),
+      std::string expires = "never";
+      if (t.grant.expires_at_ms) {
+        expires = HumanTime(*t.grant.expires_at_ms);
+        if (*t.grant.expires_at_ms <= now_ms) expires += " (expired)";
+      }
+      std::printf("%-12s  %-20s  %-5s  %-20s  %s\n", TerminalSafe(t.id).c_str(),
                   t.grant.tenant ? ("tenant:" + TerminalSafe(*t.grant.tenant)).c_str() : "platform",
-                  t.grant.cross_tenant ? "yes" : "no",
-                  t.grant.expires_at_ms ? std::to_string(*t.grant.expires_at_ms).c_str() : "never",
+                  t.grant.cross_tenant ? "yes" : "no", expires.c_str(),
                   TerminalSafe(t.grant.note).c_str());
     }
   });

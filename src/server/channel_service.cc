@@ -81,20 +81,23 @@ HttpResponse ChannelService::HandleNow(const Route& route, const HttpRequest& re
   Status valid = ValidateChannelId(route.name);
   if (!valid.ok()) return Error(valid);
   const std::string& method = request.method;
+  // HEAD answers like GET on every route (the server writes no body for it).
+  const bool get = method == "GET" || method == "HEAD";
   if (route.channel_key) {
-    if (method == "GET") return Resolve(route.name, *route.channel_key);
+    if (get) return Resolve(route.name, *route.channel_key);
   } else if (route.channel_partition) {
-    if (method == "GET") return ReadPartition(route.name, *route.channel_partition, request);
+    if (get) return ReadPartition(route.name, *route.channel_partition, request);
   } else if (method == "PUT") {
     return Create(route.name, request);
-  } else if (method == "GET" || method == "HEAD") {
+  } else if (get) {
     return Describe(route.name);
   } else if (method == "POST") {
     return Publish(route.name, request);
   }
   HttpResponse r = Error(Status::InvalidArgument("method " + method + " is not allowed here"));
   r.status = 405;
-  r.Set("Allow", route.channel_key || route.channel_partition ? "GET" : "GET, HEAD, POST, PUT");
+  r.Set("Allow",
+        route.channel_key || route.channel_partition ? "GET, HEAD" : "GET, HEAD, POST, PUT");
   return r;
 }
 

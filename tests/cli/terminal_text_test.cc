@@ -85,5 +85,11 @@ TEST(TerminalSafeTest, NoInputLeavesAControlByteInTheOutput) {
   }
 }
 
+TEST(HumanTimeTest, PrintsUtcToTheSecond) {
+  EXPECT_EQ(HumanTime(0), "1970-01-01 00:00:00Z");
+  // 2026-12-05 23:10:00.999 UTC: the milliseconds are dropped, not rounded up.
+  EXPECT_EQ(HumanTime(1796512200999ULL), "2026-12-05 23:10:00Z");
+}
+
 }  // namespace
 }  // namespace runnel::cli

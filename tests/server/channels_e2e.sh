@@ -34,6 +34,17 @@ expect_eq "$("$R" channel read orders -p "$part" | cut -f2,3)" $'cust-7\torder o
 expect_eq "$("$R" channel resolve orders k1 | cut -d' ' -f1)" "committed" "resolve committed key"
 expect_rc 3 "$R" channel resolve orders never-sent
 expect_eq "$(curl -s "$RUNNEL_URL/v1/channels/orders/keys/never-sent")" '{"state":"absent"}' "absent over HTTP"
+# HEAD answers like GET on every channel route: the same status and content type.
+for target in "orders" "orders/partitions/$part" "orders/keys/k1" "orders/keys/never-sent" \
+    "orders/partitions/9" "ghost"; do
+  get_code="$(http_code "$RUNNEL_URL/v1/channels/$target")"
+  expect_eq "$(http_code -I "$RUNNEL_URL/v1/channels/$target")" "$get_code" "HEAD of $target"
+  expect_eq "$(curl -sI "$RUNNEL_URL/v1/channels/$target" | grep -i '^content-type:' | tr -d '\r')" \
+    "$(curl -s -D - -o /dev/null "$RUNNEL_URL/v1/channels/$target" | grep -i '^content-type:' | tr -d '\r')" \
+    "HEAD of $target: GET's content type"
+done
+expect_eq "$(curl -s -D - -o /dev/null -X DELETE "$RUNNEL_URL/v1/channels/orders/keys/k1" | grep -i '^allow:' | tr -d '\r')" \
+  "Allow: GET, HEAD" "a key's route allows GET and HEAD"
 expect_eq "$(http_code "$RUNNEL_URL/v1/stream/orders:$part?offset=-1")" "200" "partition is a stream"
 expect_eq "$(http_code "$RUNNEL_URL/v1/channels/orders/partitions/9")" "404" "partition out of range"
 # Beyond the largest partition count too: the answer says how many partitions there are.

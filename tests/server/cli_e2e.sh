@@ -51,7 +51,7 @@ expect_eq "$("$R" describe raw --json | sed 's/.*"next_offset":"[0-9]*_0*\([0-9]
 expect_rc 2 "$R" append raw more -f "$workdir/input.txt"
 expect_rc 2 "$R" append raw -f "$workdir"
 expect_eq "$("$R" append missing x 2>&1 >/dev/null)" \
-  "runnel: append failed: HTTP 404: the stream does not exist" "append to a missing stream"
+  "runnel: append failed: HTTP 404: stream 'missing' does not exist" "append to a missing stream"
 "$R" rm raw >/dev/null
 
 # read --json: bytes that are not UTF-8 come back as base64, exactly; an empty stream still
@@ -61,7 +61,7 @@ printf '\xff\x00A\x80' > "$workdir/bin.in"
 "$R" append bin -f "$workdir/bin.in" >/dev/null
 "$R" read bin --json | sed 's/.*"data_base64":"\([^"]*\)".*/\1/' | base64 -d > "$workdir/bin.out"
 cmp -s "$workdir/bin.in" "$workdir/bin.out" || fail "read --json of binary data"
-"$R" create empty >/dev/null
+"$R" create empty -t bytes >/dev/null
 expect_eq "$("$R" read empty --json)" \
   '{"data":"","next_offset":"0000000000000000_0000000000000000","offset":"-1"}' "read --json, empty"
 "$R" rm bin >/dev/null
@@ -93,7 +93,7 @@ expect_eq "$("$R" append parts 1 bad --json | sed 's/.*"appended":\([0-9]*\).*/\
 
 # A body over the server's limit: its 413 is reported, not a lost connection.
 head -c 4000000 /dev/zero > "$workdir/big"
-"$R" create big >/dev/null
+"$R" create big -t bytes >/dev/null
 expect_eq "$("$R" append big -f "$workdir/big" 2>&1 >/dev/null | cut -c1-36)" \
   "runnel: append failed: HTTP 413: req" "body over the limit"
 "$R" rm big >/dev/null
