@@ -17,7 +17,8 @@
 // 3. SSE through the front: three readers on the same URL each get an appended record.
 // 4. Tokens: a second server with tokens; the same read with two tokens, twice each, reaches
 //    runnel every time (private, Vary: Authorization, never a cache hit), and the same read
-//    without a token is refused, not served from the cache.
+//    without a token is refused, not served from the cache. A third server with the same tokens
+//    and `--public-cache-scope global` answers public: there the four reads cost one.
 //
 // Every reader must get every record once, in order. Every wait is bounded; the run takes well
 // under a minute. Node 20, no dependencies.
@@ -318,6 +319,29 @@ async function tokens() {
   check(upstream >= 4, `token reads: ${upstream} reads reached runnel, want all 4 token reads`);
   log(`token reads: 4 reads with two tokens (each twice) and 1 without; ${upstream} reached runnel;`,
       `cache status ${seen.join(" ")}; without a token ${anonymous.status}`);
+
+  // The same tokens on a server that declares the global scope public: now the front shares
+  // the read (the response headers are what decide).
+  const open = await startServe(binary, ["--store", "memory", "--data", join(work, "public-data"),
+                                         "--tokens", join(data, "tokens"), "--public-cache-scope", "global"],
+                                { what: "runnel with tokens and a public scope" });
+  started.push(open);
+  open.auth = { Authorization: `Bearer ${a}` };
+  const openFront = await startFront("public", open.url.replace("http://", ""));
+  await request(open.url, "PUT", "/v1/stream/shared", { headers: asA });
+  await request(open.url, "POST", "/v1/stream/shared", { headers: asA, body: JSON.stringify([{ i: 0 }]) });
+  const publicBefore = await upstreamReads(open);
+  const shared = [];
+  for (const token of [a, b, a, b]) {
+    r = await request(openFront.url, "GET", "/v1/stream/shared?offset=-1", { headers: { Authorization: `Bearer ${token}` } });
+    check(r.status === 200 && r.text === '[{"i":0}]', `public-scope read through the front: ${r.status} ${r.text}`);
+    check(r.headers.get("cache-control")?.startsWith("public"), `public-scope read: Cache-Control ${r.headers.get("cache-control")}`);
+    shared.push(r.headers.get("x-cache-status"));
+  }
+  const publicUpstream = (await upstreamReads(open)) - publicBefore;
+  check(publicUpstream === 1, `public-scope reads: ${publicUpstream} of 4 reached runnel (want 1: the others from the cache)`);
+  log(`public-scope token reads (--public-cache-scope global): 4 reads with two tokens, ${publicUpstream} reached runnel;`,
+      `cache status ${shared.join(" ")}`);
 }
 
 let status = 0;
