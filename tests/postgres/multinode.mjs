@@ -646,7 +646,7 @@ async function failover() {
         }
       } else if (r.status === 503) {
         check(r.headers.get("retry-after") === "1", `${key}: 503 without Retry-After`);
-      } else if (r.status === 504 || r.status === 0 || r.status === 500) {
+      } else if (r.status === 504 || r.status === 0) {
         unknown.add(key);
       } else {
         check(false, `append ${key}: unexpected ${r.status} ${r.text}`);
