@@ -105,13 +105,18 @@ http {
   let out = "";
   proc.stdout.on("data", (d) => (out += d));
   proc.stderr.on("data", (d) => (out += d));
-  const exited = new Promise((r) => proc.on("exit", r));
+  // A binary that cannot be started (not installed: run scripts/install-deps) says so here.
+  proc.on("error", (e) => (out += `${e}\n`));
+  const exited = new Promise((r) => {
+    proc.on("exit", r);
+    proc.on("error", r);
+  });
   const front = { url: `http://127.0.0.1:${port}`, proc, exited, accessLog };
   fronts.push(front);
   for (let t = 0; t < 100; t++) {
     const r = await request(front.url, "GET", "/healthz", { timeout: 1000 });
     if (r.status === 200) return front;
-    if (proc.exitCode !== null) break;
+    if (proc.exitCode !== null || out.includes("ENOENT")) break;
     await sleep(50);
   }
   let errors = "";
