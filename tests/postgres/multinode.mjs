@@ -17,13 +17,21 @@
 //                                               answer 503/504 within a bound, never hang,
 //                                               nothing acknowledged is lost or doubled, and
 //                                               service resumes by itself
+//   node multinode.mjs RUNNEL_BINARY failover   under scripts/pg-test-cluster --standby: two
+//                                               nodes on the URL naming primary and standby
+//                                               (target_session_attrs=read-write), writers and
+//                                               waiting long-poll and SSE readers through both;
+//                                               every process of the primary SIGKILLed, the
+//                                               standby promoted; prints the time from the kill
+//                                               to the first acknowledged append on each node;
+//                                               no reader is ever told 404
 //
 // Checks (SEMANTICS A1/A8/S3 across nodes, N1 across nodes): every acknowledged append is
 // present exactly once (at the position its acknowledgement named, for plain and conditional
 // appends); an append whose outcome the client never learned is present at most once; every
 // node returns the same sequence; the long-poll reader saw exactly that sequence. Every wait is
 // bounded; the whole run takes well under 60 s.
-import { execFileSync } from "node:child_process";
+import { execFile, execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -33,13 +41,16 @@ import {
 } from "../support/e2e.mjs";
 
 const [binary, mode] = process.argv.slice(2);
-const pgUrl = process.env.RUNNEL_TEST_PG_URL;
-if (!binary || !["nodes", "db-restart", "faults"].includes(mode) || !pgUrl) {
-  console.error("usage (under scripts/pg-test-cluster --run): multinode.mjs RUNNEL_BINARY nodes|db-restart|faults");
+// The failover run names both servers, so the nodes follow the promotion.
+const pgUrl = mode === "failover" ? process.env.RUNNEL_TEST_PG_FAILOVER_URL : process.env.RUNNEL_TEST_PG_URL;
+if (!binary || !["nodes", "db-restart", "faults", "failover"].includes(mode) || !pgUrl) {
+  console.error("usage (under scripts/pg-test-cluster [--standby] --run): multinode.mjs RUNNEL_BINARY nodes|db-restart|faults|failover");
+  console.error("(failover needs --standby)");
   process.exit(2);
 }
 const REQUEST_TIMEOUT_MS = 10000;
-const LONG_POLL_MS = 1500;
+// The failover run holds its long-polls open longer, so readers are waiting when the primary dies.
+const LONG_POLL_MS = mode === "failover" ? 8000 : 1500;
 const work = mkdtempSync(join(tmpdir(), "runnel-multinode-"));
 const nodes = [];
 
@@ -59,8 +70,8 @@ async function stopAll() {
 // ---- HTTP -----------------------------------------------------------------------------------
 
 // One request through `node`; network failures and timeouts come back as { status: 0, error }.
-const http = (node, method, path, { headers = {}, body, timeout = REQUEST_TIMEOUT_MS } = {}) =>
-  request(nodes[node].url, method, path, { headers, body, timeout });
+const http = (node, method, path, { headers = {}, body, timeout = REQUEST_TIMEOUT_MS, signal } = {}) =>
+  request(nodes[node].url, method, path, { headers, body, timeout, signal });
 
 async function createStream(name) {
   const r = await http(0, "PUT", `/v1/stream/${name}`, { headers: { "Content-Type": "application/json" } });
@@ -73,14 +84,17 @@ const readAll = (node, name) =>
 
 // A long-poll reader through `node` that collects every message until stopped.
 function tail(node, name) {
-  const state = { seen: [], stop: false, errors: 0, done: null };
+  const state = { seen: [], stop: false, errors: 0, statuses: new Map(), done: null };
+  const aborter = new AbortController();
   state.done = (async () => {
     let at = "-1";
     while (!state.stop) {
       const live = at === "-1" ? "" : "&live=long-poll";
       const r = await http(node, "GET", `/v1/stream/${name}?offset=${at}${live}`, {
-        timeout: LONG_POLL_MS + REQUEST_TIMEOUT_MS,
+        timeout: LONG_POLL_MS + REQUEST_TIMEOUT_MS, signal: aborter.signal,
       });
+      if (aborter.signal.aborted) break;
+      state.statuses.set(r.status, (state.statuses.get(r.status) ?? 0) + 1);
       if (r.status === 200) {
         state.seen.push(...JSON.parse(r.text));
         at = r.headers.get("stream-next-offset");
@@ -93,6 +107,74 @@ function tail(node, name) {
       }
     }
   })();
+  // Stops the reader at once (a long-poll still waiting is abandoned).
+  state.end = async () => {
+    state.stop = true;
+    aborter.abort();
+    await state.done;
+  };
+  return state;
+}
+
+// An SSE reader through `node` that collects every message until stopped. A data event counts
+// once the control event after it names the next offset (a connection lost between the two is
+// read again from the last offset); an error event or a lost connection is followed by a new
+// request from that offset.
+function sseTail(node, name) {
+  const state = { seen: [], stop: false, statuses: new Map(), errorEvents: [], aborter: null, done: null };
+  const count = (k) => state.statuses.set(k, (state.statuses.get(k) ?? 0) + 1);
+  state.done = (async () => {
+    let at = "-1";
+    while (!state.stop) {
+      state.aborter = new AbortController();
+      let res;
+      try {
+        res = await fetch(`${nodes[node].url}/v1/stream/${name}?offset=${at}&live=sse`,
+                          { signal: state.aborter.signal });
+      } catch {
+        count(0);
+        if (!state.stop) await sleep(200);
+        continue;
+      }
+      count(res.status);
+      if (res.status !== 200) {
+        await res.text().catch(() => "");
+        await sleep(res.status === 503 ? 1000 * Number(res.headers.get("retry-after") ?? 1) : 200);
+        continue;
+      }
+      const decoder = new TextDecoder();
+      let buffered = "";
+      let pending = null;
+      try {
+        for await (const bytes of res.body) {
+          buffered += decoder.decode(bytes, { stream: true });
+          for (let end; (end = buffered.indexOf("\n\n")) >= 0;) {
+            const lines = buffered.slice(0, end).split("\n");
+            buffered = buffered.slice(end + 2);
+            const event = lines.find((l) => l.startsWith("event:"))?.slice(6).trim();
+            const data = lines.filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, "")).join("\n");
+            if (event === "data") {
+              pending = JSON.parse(data);
+            } else if (event === "control") {
+              if (pending) state.seen.push(...pending);
+              pending = null;
+              at = JSON.parse(data).streamNextOffset;
+            } else if (event === "error") {
+              state.errorEvents.push(data);
+            }
+          }
+        }
+      } catch {
+        // The connection broke (a node gone, or stopped by us): read again from `at`.
+      }
+      if (!state.stop) await sleep(100);
+    }
+  })();
+  state.end = async () => {
+    state.stop = true;
+    state.aborter?.abort();
+    await state.done;
+  };
   return state;
 }
 
@@ -489,9 +571,140 @@ async function faults() {
   await verify("fx", acked, unknown, reader, 2);
 }
 
+// Every process of the primary (postmaster and children), from its data directory's pid file.
+function primaryProcesses() {
+  const dir = process.env.RUNNEL_TEST_PG_PRIMARY_DATA;
+  if (!dir) throw new Error("RUNNEL_TEST_PG_PRIMARY_DATA is not set: run under scripts/pg-test-cluster --standby");
+  const postmaster = Number(readFileSync(join(dir, "postmaster.pid"), "utf8").split("\n")[0]);
+  const children = execFileSync("pgrep", ["-P", String(postmaster)], { encoding: "utf8" })
+    .split("\n").filter(Boolean).map(Number);
+  return [postmaster, ...children];
+}
+
+// `$RUNNEL_TEST_PG_STANDBY_CTL promote`, without blocking the event loop (readers and writers
+// keep running and timing while it waits).
+function promoteStandby() {
+  const words = (process.env.RUNNEL_TEST_PG_STANDBY_CTL ?? "").split(" ").filter(Boolean);
+  if (words.length === 0) throw new Error("RUNNEL_TEST_PG_STANDBY_CTL is not set");
+  return new Promise((resolve, reject) => {
+    execFile(words[0], [...words.slice(1), "promote"], (err, stdout, stderr) =>
+      err ? reject(new Error(`promote: ${err.message} ${stderr}`)) : resolve());
+  });
+}
+
+// A synchronous standby takes over: nothing acknowledged before the kill may be missing, and
+// no reader may be told that a stream is gone. Two streams: `fo` is appended to throughout
+// (readers are answered all the time), `fo-quiet` gets nothing between its first records and
+// the end of the failover, so its readers are certainly waiting when the primary dies.
+async function failover() {
+  const REPLY_MS = 5000;
+  for (let i = 0; i < 2; i++) await startNode(i, ["--postgres-reply-timeout-ms", String(REPLY_MS)]);
+  log("nodes:", nodes.map((n) => n.url).join(" "), "store:", pgUrl);
+  await createStream("fo");
+  await createStream("fo-quiet");
+  const quietAcked = [];
+  const quietUnknown = new Set();
+  const quietAppend = async (n) => {
+    for (let attempt = 0; attempt < 100; attempt++) {
+      const r = await http(n % 2, "POST", "/v1/stream/fo-quiet", {
+        headers: { "Content-Type": "application/json" }, body: JSON.stringify({ w: "q", n }),
+      });
+      if (OK(r.status)) return quietAcked.push({ key: `q#${n}`, pos: position(r.headers.get("stream-next-offset")) });
+      if (r.status !== 503) return quietUnknown.add(`q#${n}`);
+      await sleep(100);
+    }
+    check(false, `quiet append ${n}: 503 for 100 attempts`);
+  };
+  for (let n = 0; n < 5; n++) await quietAppend(n);
+  const readers = [];
+  for (const name of ["fo", "fo-quiet"]) {
+    for (let node = 0; node < 2; node++) {
+      readers.push({ what: `long-poll ${name} via node ${node}`, name, r: tail(node, name) });
+      readers.push({ what: `SSE ${name} via node ${node}`, name, r: sseTail(node, name) });
+    }
+  }
+  const acked = [];
+  const unknown = new Set();
+  const statuses = new Map();
+  let killedAt = null;
+  const firstAfterKill = [null, null];
+  let stop = false;
+  // Four writers, one request at a time each, alternating nodes; never retried.
+  const writer = async (w) => {
+    for (let n = 0; !stop; n++) {
+      const key = `${w}#${n}`;
+      const node = n % 2;
+      const sent = performance.now();
+      const r = await http(node, "POST", "/v1/stream/fo", {
+        headers: { "Content-Type": "application/json" }, body: JSON.stringify({ w, n }),
+      });
+      statuses.set(r.status, (statuses.get(r.status) ?? 0) + 1);
+      if (OK(r.status)) {
+        acked.push({ key, pos: position(r.headers.get("stream-next-offset")) });
+        if (killedAt !== null && sent > killedAt && firstAfterKill[node] === null) {
+          firstAfterKill[node] = performance.now() - killedAt;
+        }
+      } else if (r.status === 503) {
+        check(r.headers.get("retry-after") === "1", `${key}: 503 without Retry-After`);
+      } else if (r.status === 504 || r.status === 0) {
+        unknown.add(key);
+      } else {
+        check(false, `append ${key}: unexpected ${r.status} ${r.text}`);
+      }
+      await sleep(r.status === 503 ? 50 : 5);
+    }
+  };
+  const writers = [0, 1, 2, 3].map((w) => writer(`w${w}`));
+  await sleep(3000);
+  const before = acked.length;
+  const victims = primaryProcesses();
+  for (const pid of victims) process.kill(pid, "SIGKILL");
+  killedAt = performance.now();
+  log(`SIGKILL to every process of the primary (${victims.length}) after ${before} acknowledged appends`);
+  await promoteStandby();
+  const promotedMs = performance.now() - killedAt;
+  log(`standby promoted ${promotedMs.toFixed(0)} ms after the kill`);
+  for (let t = 0; t < 300 && firstAfterKill.includes(null); t++) await sleep(100);
+  check(!firstAfterKill.includes(null), `appends did not resume on every node within 30 s: ${JSON.stringify(firstAfterKill)}`);
+  // The promotion is PostgreSQL's part; what follows it (noticing the new primary) is the nodes'.
+  log(`time to service (kill -> first acknowledged append): node 0 ${firstAfterKill[0]?.toFixed(0)} ms,`,
+      `node 1 ${firstAfterKill[1]?.toFixed(0)} ms; the promotion took ${promotedMs.toFixed(0)} ms`);
+  await sleep(2000);
+  stop = true;
+  await Promise.all(writers);
+  log("append answers:", JSON.stringify(Object.fromEntries(statuses)));
+  check(acked.length > before, "no append acknowledged after the failover");
+  for (let n = 5; n < 10; n++) await quietAppend(n);
+  // Readers catch up (bounded), then end.
+  const lengths = {
+    fo: (await readAll(0, "fo")).length,
+    "fo-quiet": (await readAll(0, "fo-quiet")).length,
+  };
+  for (let t = 0; t < 150 && readers.some(({ name, r }) => r.seen.length < lengths[name]); t++) await sleep(100);
+  log("readers caught up:", readers.map(({ r }) => r.seen.length).join(" "), JSON.stringify(lengths));
+  await Promise.all(readers.map(({ r }) => r.end()));
+  const contents = {
+    fo: await verify("fo", acked, unknown, null, 2),
+    "fo-quiet": await verify("fo-quiet", quietAcked, quietUnknown, null, 2),
+  };
+  check(quietAcked.length === 10, `fo-quiet: ${quietAcked.length} of 10 appends acknowledged`);
+  for (const { what, name, r } of readers) {
+    const answers = JSON.stringify(Object.fromEntries(r.statuses));
+    check(JSON.stringify(r.seen) === JSON.stringify(contents[name]),
+          `${what}: saw ${r.seen.length} messages, the stream has ${contents[name].length} (or another order)`);
+    check(!r.statuses.has(404) && !r.statuses.has(410), `${what}: told the stream is gone: ${answers}`);
+    for (const e of r.errorEvents ?? []) {
+      check(JSON.parse(e).error?.code === "unavailable", `${what}: error event ${e}`);
+    }
+    log(`${what}: ${r.seen.length} messages, answers ${answers}` +
+        (r.errorEvents ? `, ${r.errorEvents.length} error events` : ""));
+  }
+}
+
 let status = 0;
 try {
   if (mode === "nodes") await multiNode();
+  else if (mode === "failover") await failover();
   else if (mode === "faults") await faults();
   else await dbRestart();
 } catch (e) {

@@ -44,11 +44,15 @@ export async function stopServe(s) {
 }
 
 // One request. Never throws: a network failure or timeout comes back as { status: 0, error },
-// where error is the system code (ECONNREFUSED, ECONNRESET, ...) or the abort's name.
-export async function request(url, method, path, { headers = {}, body, timeout = 10000 } = {}) {
+// where error is the system code (ECONNREFUSED, ECONNRESET, ...) or the abort's name. `signal`
+// (an AbortSignal) ends the request early too.
+export async function request(url, method, path, { headers = {}, body, timeout = 10000, signal } = {}) {
   const started = performance.now();
   try {
-    const res = await fetch(url + path, { method, headers, body, signal: AbortSignal.timeout(timeout) });
+    const bound = AbortSignal.timeout(timeout);
+    const res = await fetch(url + path, {
+      method, headers, body, signal: signal ? AbortSignal.any([bound, signal]) : bound,
+    });
     const text = await res.text();
     return { status: res.status, headers: res.headers, text, ms: performance.now() - started };
   } catch (e) {
