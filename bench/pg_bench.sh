@@ -244,9 +244,10 @@ statements_per_append() {
 # on a database nobody else writes to).
 table=""
 http_run() {
-  local before after c0 c1 j0 j1 k0 k1 i prefix f rate=0 waits=() appends cpu txn
+  local before after w0 wal c0 c1 j0 j1 k0 k1 i prefix f rate=0 waits=() appends cpu txn
   [ "$stats" -eq 1 ] && "${psql[@]}" -c "SELECT pg_stat_statements_reset()" >/dev/null
   before=$(xacts)
+  w0=$("${psql[@]}" -c "SELECT pg_current_wal_lsn()")
   c0=$(node_commits "${urls[@]}")
   j0=$(cpu_jiffies)
   k0=$(pg_cpu_by_kind)
@@ -266,6 +267,7 @@ http_run() {
   j1=$(cpu_jiffies)
   k1=$(pg_cpu_by_kind)
   after=$(xacts)
+  wal=$("${psql[@]}" -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$w0')::bigint")
   c1=$(node_commits "${urls[@]}")
   for f in "$work/$1"-[0-9]; do rate=$(( rate + $(cat "$f") )); done
   run_rate=$rate
@@ -278,7 +280,7 @@ http_run() {
   run_total=$cpu_t
   echo "runnel serve, $2: ${rate} appends/s ($(( (after - before) / seconds )) commits/s," \
        "$txn records per append transaction; CPU per append: runnel ${cpu_r} µs," \
-       "postgres ${cpu_p} µs, total ${cpu_t} µs)"
+       "postgres ${cpu_p} µs, total ${cpu_t} µs; $(( wal / appends )) bytes of WAL per append)"
   pg_cpu_split "$k0" "$k1" "$appends"
   statements_per_append "$appends"
   table+=$(printf '%-34s %9s %8s %8s %9s %8s' "$2" "$rate" "$txn" "$cpu_r" "$cpu_p" "$cpu_t")$'\n'
@@ -294,6 +296,8 @@ own=$run_rate
 own_cpu=$run_total
 http_run third "1 node, 21 connections"
 third_cpu=$run_total
+"${psql[@]}" -F ' ' -c "SELECT count(*), pg_total_relation_size('runnel.events') FROM runnel.events" |
+  awk '$1 > 0 { printf "events table: %d rows of 100 bytes, %d bytes per row with its index\n", $1, $2 / $1 }'
 
 echo
 echo "CPU per append, runnel nodes + PostgreSQL (64 connections, 16 streams per prefix, ${seconds} s each):"
