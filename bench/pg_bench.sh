@@ -6,15 +6,20 @@
 #   3. runnel's store alone (BUILD_DIR/bin/pg_append_bench, when built), 64 threads, one record
 #      per append;
 #   4. `runnel serve --store postgres://...`: 100-byte HTTP appends (wrk, 64 connections over 16
-#      streams), all through one node;
+#      streams), all through one node (the other two nodes idle);
 #   5. the same 64 connections spread over three nodes on the same database;
 #   6. the same again, but each node on 16 streams of its own: no stream is written through two
-#      nodes, which is the best that forwarding each stream to one owner node could do.
+#      nodes, which is the best that forwarding each stream to one owner node could do;
+#   7. 21 connections to one node alone (a third of the clients);
+#   8. with nginx installed, all 64 through nginx as the nodes' load balancer: every request
+#      spread over the three nodes, then appends (POST) sent to the first node only (the other
+#      two its backups), everything else spread.
 # Then (1) once more. Prints rows/s, transactions/s seen by the server (reads count too), and
 # for each HTTP run the CPU per append of the runnel nodes (all three, idle ones included) and of
 # PostgreSQL (the postmaster and every process it started: utime + stime from /proc/<pid>/stat
 # before and after), with their total. With pg_stat_statements available (it is preloaded when
 # the PostgreSQL install has it), each HTTP run also prints the statements executed per append.
+# nginx's CPU is shown on its own.
 # Last comes the table of total CPU per append, one node next to three, and the ratios against
 # the targets, using the mean of the two unbatched pgbench runs: one node >= 3x the unbatched
 # pgbench rate; three nodes within 10% of one node's rate; three nodes' total CPU per append at
@@ -22,7 +27,7 @@
 #
 #   bench/pg_bench.sh [BUILD_DIR] [SECONDS]
 #
-# PG_BENCH_HTTP_ONLY=1 runs only the HTTP runs (4-6) and the CPU table.
+# PG_BENCH_HTTP_ONLY=1 runs only the HTTP runs (4-8) and the CPU table.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build_dir=$(cd "${1:-$root/build/bench}" && pwd)
@@ -52,8 +57,9 @@ bindir=${RUNNEL_TEST_PG_BINDIR:-/usr/lib/postgresql/15/bin}
 psql=("$bindir/psql" -X -q -At "$RUNNEL_TEST_PG_URL")
 work=$(mktemp -d /tmp/runnel-pgbench.XXXXXX)
 pids=()
+front_pids=()
 cleanup() {
-  for p in "${pids[@]}"; do
+  for p in "${pids[@]}" "${front_pids[@]}"; do
     if kill -0 "$p" 2>/dev/null; then kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; fi
   done
   rm -rf "$work"
@@ -84,21 +90,25 @@ postmaster_pid() {
   [ -n "$b" ] && [ -r "/proc/$b/stat" ] && awk '{print $4}' "/proc/$b/stat"
   return 0
 }
-# CPU jiffies used so far by the runnel nodes ($pids) and by the postmaster and its children
-# (every backend, the WAL writer, the checkpointer ...), as "R P". Only this cluster's processes
-# count, not those of another PostgreSQL on the same host.
+# CPU jiffies used so far by the runnel nodes ($pids), by the postmaster and its children
+# (every backend, the WAL writer, the checkpointer ...) and by the load balancer in front of the
+# nodes ($front_pids), as "R P F". Only this cluster's processes count, not those of another
+# PostgreSQL on the same host.
 cpu_jiffies() {
-  local r=0 pm
+  local r=0 f=0 pm
   for pid in "${pids[@]}"; do
     r=$(( r + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0) ))
   done
+  for pid in "${front_pids[@]}"; do
+    f=$(( f + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0) ))
+  done
   pm=$(postmaster_pid)
-  if [ -z "$pm" ]; then echo "$r -1"; return; fi
+  if [ -z "$pm" ]; then echo "$r -1 $f"; return; fi
   # Field 2 (comm) is "(postgres)", without spaces; 4 is the parent, 14 + 15 user + system, and
   # the postmaster's 16 + 17 the CPU of its children that exited (backends, autovacuum workers).
   cat /proc/[0-9]*/stat 2>/dev/null |
-    awk -v r="$r" -v pm="$pm" '$1 == pm { p += $14 + $15 + $16 + $17 } $4 == pm { p += $14 + $15 }
-      END { print r, p + 0 }'
+    awk -v r="$r" -v f="$f" -v pm="$pm" '$1 == pm { p += $14 + $15 + $16 + $17 }
+      $4 == pm { p += $14 + $15 } END { print r, p + 0, f }'
 }
 # pg_cpu_by_kind: the jiffies used so far by the live processes of the cluster, by kind (the
 # process title without its connection details) and user / system time, one "KIND JIFFIES"
@@ -123,15 +133,16 @@ pg_cpu_split() {
       if (f[1] != "" && d > 0 && n > 0) out = out sprintf(" %s %.1f µs;", f[1], d * 1e6 / hz / n) }
     print "    postgres CPU per append by process:" out }'
 }
-# cpu_us "R0 P0" "R1 P1" APPENDS_PER_S: µs of CPU per append as "RUNNEL POSTGRES TOTAL"
-# (postgres and total are n/a when the server is not on this host).
+# cpu_us "R0 P0 F0" "R1 P1 F1" APPENDS_PER_S: µs of CPU per append as "RUNNEL POSTGRES FRONT
+# TOTAL" (postgres and total are n/a when the server is not on this host).
 cpu_us() {
   awk -v a="$1" -v b="$2" -v n="$3" -v s="$seconds" -v hz="$(getconf CLK_TCK)" 'BEGIN {
-    split(a, x, " "); split(b, y, " "); t = n * s; if (t <= 0) { print "n/a n/a n/a"; exit }
+    split(a, x, " "); split(b, y, " "); t = n * s; if (t <= 0) { print "n/a n/a n/a n/a"; exit }
     r = (y[1] - x[1]) * 1e6 / hz / t
-    if (x[2] < 0) { printf "%.1f n/a n/a", r; exit }
+    f = (y[3] - x[3]) * 1e6 / hz / t
+    if (x[2] < 0) { printf "%.1f n/a %.1f n/a", r, f; exit }
     p = (y[2] - x[2]) * 1e6 / hz / t
-    printf "%.1f %.1f %.1f", r, p, r + p }'
+    printf "%.1f %.1f %.1f %.1f", r, p, f, r + p + f }'
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
@@ -206,6 +217,59 @@ for s in $(seq 0 15); do
   done
 done
 
+# With nginx installed: one nginx process (no master) in front of the three nodes, as the load
+# balancer of a multi-node deployment. On one port it spreads every request over the nodes; on
+# the other it sends appends (POST) to the first node, with the other two as backups, and
+# everything else over all three (docs/scale-out.md, "Appends to one writer").
+front_pids=()
+lb_urls=()
+if command -v nginx >/dev/null; then
+  mkdir -p "$work/nginx"
+  p1=$(( 20000 + RANDOM % 20000 )); p2=$(( p1 + 1 ))
+  cat >"$work/nginx/nginx.conf" <<CONF
+error_log $work/nginx/error.log;
+pid $work/nginx/nginx.pid;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $work/nginx/body;
+  upstream all_nodes {
+    server ${urls[0]#http://}; server ${urls[1]#http://}; server ${urls[2]#http://};
+    keepalive 64;
+  }
+  upstream writer {
+    server ${urls[0]#http://}; server ${urls[1]#http://} backup; server ${urls[2]#http://} backup;
+    keepalive 64;
+  }
+  map \$request_method \$runnel_pool { POST writer; default all_nodes; }
+  proxy_http_version 1.1;
+  proxy_set_header Connection "";
+  proxy_buffering off;
+  server {
+    listen 127.0.0.1:$p1;
+    location / { proxy_pass http://all_nodes; }
+  }
+  server {
+    listen 127.0.0.1:$p2;
+    location / { proxy_pass http://\$runnel_pool; }
+  }
+}
+CONF
+  nginx -e stderr -p "$work/nginx" -c "$work/nginx/nginx.conf" \
+    -g 'daemon off; master_process off;' >"$work/nginx/out.log" 2>&1 &
+  front_pids+=($!)
+  for _ in $(seq 1 50); do
+    curl -sf -o /dev/null "http://127.0.0.1:$p1/v1/stream/bench-0" && break
+    sleep 0.1
+  done
+  if curl -sf -o /dev/null "http://127.0.0.1:$p2/v1/stream/bench-0"; then
+    lb_urls=("http://127.0.0.1:$p1" "http://127.0.0.1:$p2")
+  else
+    echo "pg_bench.sh: nginx did not start; skipping the load-balanced runs" >&2
+    cat "$work/nginx/out.log" >&2
+  fi
+fi
+
 # wrk_run URL CONNECTIONS OUT [PREFIX]: 100-byte appends over the 16 streams PREFIX-0..15
 # (PREFIX defaults to bench); writes requests/s to OUT.
 wrk_run() {
@@ -241,7 +305,8 @@ statements_per_append() {
 # $run_rate and its table row appended to $table. MODE one: all to the first node; shared:
 # 22 + 21 + 21 to the three nodes, all on bench-*; own: the same, node i on own<i>-* alone;
 # third: 21 connections to the first node alone (one of the three nodes' share of the clients,
-# on a database nobody else writes to).
+# on a database nobody else writes to); lb: all 64 through nginx, spread over the three nodes;
+# lbw: all 64 through nginx, appends to the first node only.
 table=""
 http_run() {
   local before after w0 wal c0 c1 j0 j1 k0 k1 i prefix f rate=0 waits=() appends cpu txn
@@ -255,6 +320,10 @@ http_run() {
     wrk_run "${urls[0]}" 64 "$work/$1-0"
   elif [ "$1" = third ]; then
     wrk_run "${urls[0]}" 21 "$work/$1-0"
+  elif [ "$1" = lb ]; then
+    wrk_run "${lb_urls[0]}" 64 "$work/$1-0"
+  elif [ "$1" = lbw ]; then
+    wrk_run "${lb_urls[1]}" 64 "$work/$1-0"
   else
     for i in 0 1 2; do
       prefix=bench
@@ -276,18 +345,21 @@ http_run() {
   [ "$appends" -gt 0 ] || appends=$(( rate * seconds ))
   cpu=$(cpu_us "$j0" "$j1" "$(( appends / seconds ))")
   txn=$(per_txn "$c0" "$c1")
-  read -r cpu_r cpu_p cpu_t <<<"$cpu"
+  read -r cpu_r cpu_p cpu_f cpu_t <<<"$cpu"
   run_total=$cpu_t
   echo "runnel serve, $2: ${rate} appends/s ($(( (after - before) / seconds )) commits/s," \
        "$txn records per append transaction; CPU per append: runnel ${cpu_r} µs," \
-       "postgres ${cpu_p} µs, total ${cpu_t} µs; $(( wal / appends )) bytes of WAL per append)"
+       "postgres ${cpu_p} µs, load balancer ${cpu_f} µs, total ${cpu_t} µs; $(( wal / appends )) bytes of WAL per append)"
   pg_cpu_split "$k0" "$k1" "$appends"
   statements_per_append "$appends"
-  table+=$(printf '%-34s %9s %8s %8s %9s %8s' "$2" "$rate" "$txn" "$cpu_r" "$cpu_p" "$cpu_t")$'\n'
+  run_nodes_db=$(awk -v r="$cpu_r" -v p="$cpu_p" 'BEGIN { if (p == "n/a") print "n/a"; else printf "%.1f", r + p }')
+  table+=$(printf '%-40s %9s %8s %8s %9s %8s %8s' "$2" "$rate" "$txn" "$cpu_r" "$cpu_p" "$cpu_f" \
+    "$cpu_t")$'\n'
 }
 http_run one "1 node"
 one=$run_rate
 one_cpu=$run_total
+one_nodes_db=$run_nodes_db
 http_run shared "3 nodes, shared streams"
 three=$run_rate
 three_cpu=$run_total
@@ -296,17 +368,30 @@ own=$run_rate
 own_cpu=$run_total
 http_run third "1 node, 21 connections"
 third_cpu=$run_total
-"${psql[@]}" -F ' ' -c "SELECT count(*), pg_total_relation_size('runnel.events') FROM runnel.events" |
-  awk '$1 > 0 { printf "events table: %d rows of 100 bytes, %d bytes per row with its index\n", $1, $2 / $1 }'
+lb_cpu=""
+lbw_cpu=""
+if [ ${#lb_urls[@]} -eq 2 ]; then
+  http_run lb "3 nodes behind nginx"
+  lb_cpu=$run_total
+  http_run lbw "3 nodes behind nginx, appends to one"
+  lbw_cpu=$run_total
+  lbw_nodes_db=$run_nodes_db
+fi
 
 echo
 echo "CPU per append, runnel nodes + PostgreSQL (64 connections, 16 streams per prefix, ${seconds} s each):"
-printf '%-34s %9s %8s %8s %9s %8s\n' "run" "appends/s" "rec/txn" "runnel" "postgres" "total µs"
+printf '%-40s %9s %8s %8s %9s %8s %8s\n' "run" "appends/s" "rec/txn" "runnel" "postgres" \
+  "nginx" "total µs"
 printf '%s' "$table"
 echo "three nodes / one node, total CPU per append = $(ratio "$three_cpu" "$one_cpu")x (target <= 1.25x);" \
      "no stream shared: $(ratio "$own_cpu" "$one_cpu")x"
 echo "three nodes / one node, appends/s = $(ratio "$three" "$one")x (target >= 0.90x);" \
      "no stream shared: $(ratio "$own" "$one")x"
+if [ -n "$lbw_cpu" ]; then
+  echo "behind nginx, appends to one node / spread over three, total CPU per append =" \
+    "$(ratio "$lbw_cpu" "$lb_cpu")x; / one node without nginx = $(ratio "$lbw_cpu" "$one_cpu")x," \
+    "nodes and PostgreSQL alone $(ratio "$lbw_nodes_db" "$one_nodes_db")x (target <= 1.25x)"
+fi
 echo "one node with 21 connections / with 64, total CPU per append = $(ratio "$third_cpu" "$one_cpu")x" \
      "(what a third of the clients costs a writer by itself)"
 [ "$http_only" = 1 ] && exit 0
