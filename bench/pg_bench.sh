@@ -106,7 +106,8 @@ cpu_jiffies() {
   if [ -z "$pm" ]; then echo "$r -1 $f"; return; fi
   # Field 2 (comm) is "(postgres)", without spaces; 4 is the parent, 14 + 15 user + system, and
   # the postmaster's 16 + 17 the CPU of its children that exited (backends, autovacuum workers).
-  cat /proc/[0-9]*/stat 2>/dev/null |
+  # Processes come and go meanwhile (a psql session that just ended): a vanished file is skipped.
+  { cat /proc/[0-9]*/stat 2>/dev/null || true; } |
     awk -v r="$r" -v f="$f" -v pm="$pm" '$1 == pm { p += $14 + $15 + $16 + $17 }
       $4 == pm { p += $14 + $15 } END { print r, p + 0, f }'
 }
@@ -117,11 +118,11 @@ pg_cpu_by_kind() {
   local pm pid kind
   pm=$(postmaster_pid)
   [ -n "$pm" ] || return 0
-  for pid in $(awk -v pm="$pm" '$4 == pm { print $1 }' /proc/[0-9]*/stat 2>/dev/null); do
+  for pid in $({ cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v pm="$pm" '$4 == pm { print $1 }'); do
     kind=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null |
       sed -E 's/^postgres: //; s/ [0-9.]+\([0-9]+\).*//; s/ +$//; s/ /_/g') || continue
     awk -v k="${kind:-other}" '{ print k "(user)", $14; print k "(sys)", $15 }' \
-      "/proc/$pid/stat" 2>/dev/null
+      "/proc/$pid/stat" 2>/dev/null || true
   done | awk '{ j[$1] += $2 } END { for (k in j) print k, j[k] }' | sort
 }
 # pg_cpu_split BEFORE AFTER APPENDS: the µs per append of each kind of process between the two
