@@ -19,7 +19,8 @@
 # PostgreSQL (the postmaster and every process it started: utime + stime from /proc/<pid>/stat
 # before and after), with their total. With pg_stat_statements available (it is preloaded when
 # the PostgreSQL install has it), each HTTP run also prints the statements executed per append.
-# nginx's CPU is shown on its own.
+# nginx's CPU is shown on its own. The cluster runs without autovacuum; each HTTP run is
+# followed by a VACUUM (ANALYZE) of the store's tables, whose CPU per append is printed apart.
 # Last comes the table of total CPU per append, one node next to three, and the ratios against
 # the targets, using the mean of the two unbatched pgbench runs: one node >= 3x the unbatched
 # pgbench rate; three nodes within 10% of one node's rate; three nodes' total CPU per append at
@@ -42,11 +43,13 @@ fi
 command -v wrk >/dev/null || { echo "pg_bench.sh: wrk is not installed (apt-get install wrk)" >&2; exit 1; }
 if [ -z "${RUNNEL_TEST_PG_URL:-}" ]; then
   # The statement counts per append come from pg_stat_statements, which must be preloaded.
-  conf=()
+  # Autovacuum is off: the script vacuums after each HTTP run instead (and prints what that
+  # cost per append), so that no run is charged for a vacuum of the rows of runs before it.
+  conf=(--conf autovacuum=off)
   for v in 17 16 15 14 13; do
     if [ -x "/usr/lib/postgresql/$v/bin/initdb" ]; then
       if [ -f "/usr/lib/postgresql/$v/lib/pg_stat_statements.so" ]; then
-        conf=(--conf shared_preload_libraries=pg_stat_statements)
+        conf+=(--conf shared_preload_libraries=pg_stat_statements)
       fi
       break
     fi
@@ -310,7 +313,7 @@ statements_per_append() {
 # lbw: all 64 through nginx, appends to the first node only.
 table=""
 http_run() {
-  local before after w0 wal c0 c1 j0 j1 k0 k1 i prefix f rate=0 waits=() appends cpu txn
+  local before after w0 wal c0 c1 j0 j1 k0 k1 vj0 vj1 i prefix f rate=0 waits=() appends cpu txn
   [ "$stats" -eq 1 ] && "${psql[@]}" -c "SELECT pg_stat_statements_reset()" >/dev/null
   before=$(xacts)
   w0=$("${psql[@]}" -c "SELECT pg_current_wal_lsn()")
@@ -353,6 +356,14 @@ http_run() {
        "postgres ${cpu_p} µs, load balancer ${cpu_f} µs, total ${cpu_t} µs; $(( wal / appends )) bytes of WAL per append)"
   pg_cpu_split "$k0" "$k1" "$appends"
   statements_per_append "$appends"
+  # This run's share of maintenance: a VACUUM of the store's tables, outside the window (the
+  # pause lets the postmaster reap the session, whose CPU it then counts).
+  vj0=$(cpu_jiffies)
+  "${psql[@]}" -c "VACUUM (ANALYZE) runnel.events, runnel.streams, runnel.producers, runnel.cursors"
+  sleep 0.3
+  vj1=$(cpu_jiffies)
+  echo "    VACUUM (ANALYZE) after the run: $(cpu_us "$vj0" "$vj1" "$(( appends / seconds ))" |
+    awk '{print $2}') µs of PostgreSQL CPU per append of the run (not in the totals)"
   run_nodes_db=$(awk -v r="$cpu_r" -v p="$cpu_p" 'BEGIN { if (p == "n/a") print "n/a"; else printf "%.1f", r + p }')
   table+=$(printf '%-40s %9s %8s %8s %9s %8s %8s' "$2" "$rate" "$txn" "$cpu_r" "$cpu_p" "$cpu_f" \
     "$cpu_t")$'\n'
