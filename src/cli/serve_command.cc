@@ -42,6 +42,11 @@ struct ServeFlags {
   size_t max_connections = 10000;
   size_t max_groups_per_stream = server::GroupService::kDefaultMaxGroupsPerStream;
   uint64_t sse_max_duration_ms = 60000;
+  // Response compression (server/content_coding.h).
+  bool compression = true;
+  size_t compression_min_bytes = 1024;
+  int gzip_level = 1;
+  int zstd_level = 3;
   // Empty: <data>/tokens.
   std::string tokens;
   // "tokens", "none", or empty: tokens when the token file has any.
@@ -205,6 +210,10 @@ int RunServe(const ServeFlags& flags) {
   options.service.max_fork_bytes = flags.max_fork_bytes;
   options.service.max_forks_per_stream = flags.max_forks_per_stream;
   options.service.max_append_messages = flags.max_append_messages;
+  options.service.compression.enabled = flags.compression;
+  options.service.compression.min_bytes = flags.compression_min_bytes;
+  options.service.compression.gzip_level = flags.gzip_level;
+  options.service.compression.zstd_level = flags.zstd_level;
   options.dashboard = flags.dashboard;
   options.public_cache_scopes.insert(flags.public_cache_scopes.begin(),
                                      flags.public_cache_scopes.end());
@@ -381,6 +390,25 @@ void AddServeCommand(CLI::App& app) {
                   "End SSE responses after this long so clients reconnect")
       ->envname("RUNNEL_SSE_MAX_DURATION_MS")
       ->check(Unsigned())
+      ->capture_default_str();
+  cmd->add_flag("--compression,!--no-compression", flags->compression,
+                "Compress catch-up and long-poll bodies with gzip or zstd when the client's "
+                "Accept-Encoding allows (never SSE; on by default)")
+      ->envname("RUNNEL_COMPRESSION");
+  cmd->add_option("--compression-min-bytes", flags->compression_min_bytes,
+                  "Bodies shorter than this are sent uncompressed")
+      ->envname("RUNNEL_COMPRESSION_MIN_BYTES")
+      ->check(Unsigned())
+      ->capture_default_str();
+  cmd->add_option("--gzip-level", flags->gzip_level,
+                  "zlib level of gzip bodies (1 fastest, 9 smallest)")
+      ->envname("RUNNEL_GZIP_LEVEL")
+      ->check(CLI::Range(1, 9))
+      ->capture_default_str();
+  cmd->add_option("--zstd-level", flags->zstd_level,
+                  "Level of zstd bodies (1 fastest, 19 smallest)")
+      ->envname("RUNNEL_ZSTD_LEVEL")
+      ->check(CLI::Range(1, 19))
       ->capture_default_str();
   cmd->add_option("--tokens", flags->tokens, "Bearer token file (default: <data>/tokens)")
       ->envname("RUNNEL_TOKENS");
