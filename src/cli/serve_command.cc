@@ -42,6 +42,9 @@ struct ServeFlags {
   size_t max_connections = 10000;
   size_t max_groups_per_stream = server::GroupService::kDefaultMaxGroupsPerStream;
   uint64_t sse_max_duration_ms = 60000;
+  // h2c with prior knowledge on the plain port.
+  bool http2 = true;
+  size_t http2_max_streams = 100;
   // Response compression (server/content_coding.h).
   bool compression = true;
   size_t compression_min_bytes = 1024;
@@ -210,6 +213,8 @@ int RunServe(const ServeFlags& flags) {
   options.service.max_fork_bytes = flags.max_fork_bytes;
   options.service.max_forks_per_stream = flags.max_forks_per_stream;
   options.service.max_append_messages = flags.max_append_messages;
+  options.http2 = flags.http2;
+  options.http2_max_streams = flags.http2_max_streams;
   options.service.compression.enabled = flags.compression;
   options.service.compression.min_bytes = flags.compression_min_bytes;
   options.service.compression.gzip_level = flags.gzip_level;
@@ -390,6 +395,15 @@ void AddServeCommand(CLI::App& app) {
                   "End SSE responses after this long so clients reconnect")
       ->envname("RUNNEL_SSE_MAX_DURATION_MS")
       ->check(Unsigned())
+      ->capture_default_str();
+  cmd->add_flag("--http2,!--no-http2", flags->http2,
+                "Serve HTTP/2 (h2c with prior knowledge) beside HTTP/1.1 on the plain port (on by "
+                "default)")
+      ->envname("RUNNEL_HTTP2");
+  cmd->add_option("--http2-max-streams", flags->http2_max_streams,
+                  "Streams one HTTP/2 connection may have open at a time")
+      ->envname("RUNNEL_HTTP2_MAX_STREAMS")
+      ->check(CLI::Range(size_t{1}, size_t{10000}))
       ->capture_default_str();
   cmd->add_flag("--compression,!--no-compression", flags->compression,
                 "Compress catch-up and long-poll bodies with gzip or zstd when the client's "

@@ -35,6 +35,7 @@
 #include "server/channel_service.h"
 #include "server/dashboard.h"
 #include "server/group_service.h"
+#include "server/h2_session.h"
 #include "server/http_errors.h"
 #include "server/metrics.h"
 #include "server/worker_pool.h"
@@ -273,6 +274,74 @@ class WakeQueue {
   std::mutex mu_;
   std::vector<std::weak_ptr<Waker>> pending_;   // GUARDED_BY(mu_)
   std::vector<std::weak_ptr<Waker>> draining_;  // the io thread only
+};
+
+// The client connection preface of HTTP/2 (RFC 9113 3.4), which starts an h2c connection with
+// prior knowledge on the plain port.
+constexpr std::string_view kH2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+// Whether the bytes read so far could still be the start of the preface.
+bool MayBeH2Preface(const beast::flat_buffer& buffer) {
+  const std::string_view head(static_cast<const char*>(buffer.data().data()),
+                              std::min(buffer.size(), kH2Preface.size()));
+  return kH2Preface.starts_with(head);
+}
+
+// One HTTP/2 connection (h2c on the plain port): its socket, its session and what the
+// coroutines of its streams share. Everything here is touched on the connection's io thread
+// only. The reader coroutine feeds the session, the writer coroutine writes what the session
+// has ready whenever Kick() wakes it, and one coroutine per request runs the request handling.
+struct H2Conn {
+  explicit H2Conn(tcp::socket s) : socket(std::move(s)), signal(socket.get_executor()) {}
+  tcp::socket socket;
+  net::steady_timer signal;  // the writer waits on it while there is nothing to write
+  std::optional<H2Session> session;
+  // Live readers (long-poll, SSE) by stream: a reset stream wakes its reader with hung_up set.
+  std::map<int32_t, std::weak_ptr<Waker>> wakers;
+  bool closed = false;
+  bool writer_waiting = false;
+  bool writing = false;
+  bool shutting_down = false;
+  std::chrono::steady_clock::time_point last_activity = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point write_started;
+
+  void Kick() {
+    if (writer_waiting) signal.cancel();
+  }
+  // Wakes a stream's live reader as gone (its stream was reset or the connection closed).
+  void HangUp(int32_t id) {
+    auto it = wakers.find(id);
+    if (it == wakers.end()) return;
+    if (auto w = it->second.lock()) {
+      w->hung_up = true;
+      w->timer.cancel();
+    }
+    wakers.erase(it);
+  }
+  // Ends the connection at once: every live reader is released, the socket closed.
+  void Close() {
+    if (closed) return;
+    closed = true;
+    for (auto& [id, weak] : wakers) {
+      if (auto w = weak.lock()) {
+        w->hung_up = true;
+        w->timer.cancel();
+      }
+    }
+    wakers.clear();
+    boost::system::error_code ec;
+    socket.shutdown(tcp::socket::shutdown_both, ec);
+    socket.close(ec);
+    signal.cancel();
+  }
+};
+
+// One HTTP/2 stream, which the request handling writes its answer to as it writes to a
+// connection on HTTP/1.1 (the `Stream` of Dispatch and the live reads).
+struct H2Stream {
+  std::shared_ptr<H2Conn> conn;
+  int32_t id = 0;
+  net::any_io_executor get_executor() const { return conn->socket.get_executor(); }
 };
 
 }  // namespace
@@ -898,8 +967,7 @@ class HttpServer::Impl {
     const auto deadline =
         until.value_or(std::chrono::steady_clock::now() +
                        std::chrono::milliseconds(service_.options().long_poll_timeout_ms));
-    Tcp(stream).expires_never();
-    WatchHangUp(Tcp(stream).socket(), waker);
+    BeginLiveWait(stream, waker);
     for (;;) {
       // Read after subscribing, so an append between the first read and the subscription wakes.
       chunk = co_await StoreCall(read);
@@ -911,10 +979,28 @@ class HttpServer::Impl {
         break;
       }
     }
-    StopWatchingHangUp(Tcp(stream).socket(), *waker);
+    EndLiveWait(stream, *waker);
     metrics_.LiveReaderEnded();
     co_return chunk;
   }
+
+  // A live wait begins and ends: on a connection, no timeout while it waits and a watch for
+  // the reader hanging up; on an HTTP/2 stream, a reset of the stream (or the connection
+  // closing) wakes the reader as gone.
+  template <typename Stream>
+  static void BeginLiveWait(Stream& stream, const std::shared_ptr<Waker>& waker) {
+    Tcp(stream).expires_never();
+    WatchHangUp(Tcp(stream).socket(), waker);
+  }
+  template <typename Stream>
+  static void EndLiveWait(Stream& stream, Waker& waker) {
+    StopWatchingHangUp(Tcp(stream).socket(), waker);
+  }
+  static void BeginLiveWait(H2Stream& stream, const std::shared_ptr<Waker>& waker) {
+    if (stream.conn->closed || !stream.conn->session->Open(stream.id)) waker->hung_up = true;
+    stream.conn->wakers[stream.id] = waker;
+  }
+  static void EndLiveWait(H2Stream& stream, Waker&) { stream.conn->wakers.erase(stream.id); }
 
   template <typename Stream>
   net::awaitable<bool> LongPoll(Stream& stream, ReadState state, bool keep_alive) {
@@ -1452,8 +1538,25 @@ class HttpServer::Impl {
     }
   }
 
+  // A plain connection: HTTP/2 when it opens with the h2c preface (and ServerOptions::http2),
+  // else HTTP/1.1.
   net::awaitable<void> Session(beast::tcp_stream stream, beast::flat_buffer buffer,
                                [[maybe_unused]] SocketSlot slot) {
+    if (options_.http2) {
+      boost::system::error_code ec;
+      stream.expires_after(std::chrono::milliseconds(options_.idle_timeout_ms));
+      while (buffer.size() < kH2Preface.size() && MayBeH2Preface(buffer)) {
+        const size_t n = co_await stream.async_read_some(
+            buffer.prepare(ReadSize(buffer)), net::redirect_error(net::use_awaitable, ec));
+        buffer.commit(n);
+        if (ec) co_return;  // closed or idle before a request: nothing to answer
+      }
+      if (MayBeH2Preface(buffer)) {
+        stream.expires_never();
+        co_await ServeH2(stream.release_socket(), std::move(buffer));
+        co_return;
+      }
+    }
     co_await Serve(stream, std::move(buffer));
   }
 
@@ -1644,6 +1747,283 @@ class HttpServer::Impl {
       in_flight_.fetch_sub(1);
       if (!keep || !keep_alive) break;
     }
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // HTTP/2 (h2c with prior knowledge on the plain port). Each stream's request runs through
+  // Dispatch like an HTTP/1.1 request; answers go out through the session (H2Session), whose
+  // flow control decides when their bytes leave.
+
+  // The most bytes of an SSE response queued for a stream whose peer has not opened its
+  // window for them: beyond it, the reader reads no further records until the peer takes some.
+  static constexpr size_t kH2SseQueueLimit = 256u << 10;
+
+  H2Limits MakeH2Limits() const {
+    H2Limits limits;
+    limits.max_concurrent_streams = options_.http2_max_streams;
+    limits.max_header_bytes = options_.max_header_bytes;
+    limits.max_url_bytes = options_.max_url_bytes;
+    limits.max_body_bytes = options_.max_body_bytes;
+    return limits;
+  }
+
+  // Writes a whole answer on an HTTP/2 stream (the HTTP/2 form of Write above): the same
+  // fields, no connection-specific ones, Content-Length as HTTP/1.1 would send it.
+  net::awaitable<bool> Write(H2Stream& stream, HttpResponse response, bool /*keep_alive*/,
+                             bool head, std::string_view route, std::string_view method) {
+    head = head || method == "HEAD";
+    const bool no_body = response.status == 204 || response.status == 304;
+    StreamService::AddCommonHeaders(&response);
+    if (!no_body && !(head && response.length_unknown)) {
+      response.Set("Content-Length", std::to_string(response.body.size()));
+    }
+    std::string body = head || no_body ? std::string() : std::move(response.body);
+    metrics_.AddBytesOut(body.size());
+    metrics_.CountRequest(route, method, response.status);
+    metrics_.CountHttp2Request();
+    if (!stream.conn->closed) {
+      stream.conn->session->Respond(stream.id, response.status, response.headers, std::move(body),
+                                    /*streaming=*/false);
+      stream.conn->Kick();
+    }
+    co_return false;
+  }
+
+  // SSE on an HTTP/2 stream: as Sse above, with each event appended to the stream's queue, and
+  // no further read while kH2SseQueueLimit bytes wait for the peer's window (a reader that
+  // takes none for request_timeout_ms is reset). A reset stream ends it at once.
+  net::awaitable<void> H2Sse(H2Stream& stream, ReadState state, std::string_view label,
+                             std::string path, std::optional<std::string> authorization) {
+    std::shared_ptr<H2Conn> conn = stream.conn;
+    HttpResponse head = service_.SseHeaders(state);
+    StreamService::AddCommonHeaders(&head);
+    if (conn->closed || !conn->session->Respond(stream.id, 200, head.headers, std::string(),
+                                                /*streaming=*/true)) {
+      co_return;
+    }
+    conn->Kick();
+    metrics_.CountRequest(label, "GET", 200);
+    metrics_.CountHttp2Request();
+    auto waker = NewWaker(stream.get_executor());
+    waker->sse = options_.access != nullptr;
+    BeginLiveWait(stream, waker);
+    StreamService* service = &service_;
+    const ReadState* at = &state;
+    Result<Subscription> subscription = Status::Unavailable("not subscribed");
+    {
+      const std::function<void()> hint = HintFor(waker);
+      const std::function<Result<Subscription>()> watch = [service, at, hint] {
+        return service->Watch(*at, hint);
+      };
+      subscription = co_await StoreCall(watch);
+    }
+    const std::function<SseStep()> read = [service, at] { return service->ReadSse(*at); };
+    metrics_.LiveReaderStarted();
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.sse_max_duration_ms);
+    net::steady_timer drain(stream.get_executor());
+    bool first = true;
+    bool reset = false;
+    auto gone = [&] { return waker->hung_up || conn->closed; };
+    for (;;) {
+      if (gone() || waker->stopped) break;
+      if (conn->session->Queued(stream.id) > kH2SseQueueLimit) {
+        const auto give_up = std::chrono::steady_clock::now() +
+                             std::chrono::milliseconds(options_.request_timeout_ms);
+        while (!gone() && !waker->stopped && conn->session->Queued(stream.id) > kH2SseQueueLimit &&
+               std::chrono::steady_clock::now() < give_up) {
+          drain.expires_after(std::chrono::milliseconds(10));
+          boost::system::error_code ec;
+          co_await drain.async_wait(net::redirect_error(net::use_awaitable, ec));
+        }
+        if (gone() || waker->stopped) break;
+        if (conn->session->Queued(stream.id) > kH2SseQueueLimit) {
+          reset = true;
+          break;
+        }
+      }
+      SseStep step = co_await StoreCall(read);
+      if (gone()) break;
+      if (step.gone) {
+        if (!step.error.ok()) conn->session->Append(stream.id, StreamService::SseError(step.error));
+        break;
+      }
+      if (first || step.data || step.closed) {
+        std::string event = step.data ? *step.data : std::string();
+        event += service_.SseControl(state, step);
+        metrics_.AddBytesOut(event.size());
+        if (!conn->session->Append(stream.id, event)) break;
+        conn->Kick();
+        first = false;
+        state.position = step.next;
+      }
+      if (step.closed) break;
+      if (!step.up_to_date) continue;
+      if (!subscription.ok()) break;
+      const bool hinted = co_await WaitForHint(*waker, deadline);
+      if (!hinted) break;
+      if (waker->recheck) {
+        waker->recheck = false;
+        if (!StillAdmitted(path, authorization)) break;
+      }
+    }
+    EndLiveWait(stream, *waker);
+    metrics_.LiveReaderEnded();
+    if (gone()) co_return;
+    if (reset) {
+      conn->session->Reset(stream.id, /*CANCEL*/ 0x8);
+    } else {
+      conn->session->End(stream.id);
+    }
+    conn->Kick();
+  }
+
+  // Fills a request's path and query from an HTTP/2 :path; an error message when it is
+  // malformed or not UTF-8.
+  static std::optional<std::string> FillTarget(std::string_view target, HttpRequest* request) {
+    const size_t question = target.find('?');
+    auto path = PercentDecode(target.substr(0, question), false);
+    if (!path || (question != std::string_view::npos &&
+                  !ParseQuery(target.substr(question + 1), &request->query))) {
+      return "malformed percent-encoding in URL";
+    }
+    request->path = std::move(*path);
+    bool utf8 = IsValidUtf8(request->path);
+    for (const auto& [key, value] : request->query) {
+      utf8 = utf8 && IsValidUtf8(key) && IsValidUtf8(value);
+    }
+    if (!utf8) return "the URL's path and query must be UTF-8 once percent-decoded";
+    if (request->path.empty() || request->path[0] != '/') return "the :path must start with '/'";
+    return std::nullopt;
+  }
+
+  // One request on an HTTP/2 stream, through the same handling as on HTTP/1.1.
+  net::awaitable<void> H2Handle(std::shared_ptr<H2Conn> conn, H2Request in) {
+    H2Stream stream{conn, in.stream_id};
+    in_flight_.fetch_add(1);
+    if (in.refuse_status != 0) {
+      HttpResponse r =
+          StreamService::ErrorResponse(Status::ResourceExhausted(std::move(in.refuse_message)));
+      r.status = in.refuse_status;
+      co_await Write(stream, std::move(r), false, false, "other", in.method);
+    } else {
+      HttpRequest request;
+      request.method = std::move(in.method);
+      request.headers = std::move(in.headers);
+      // :authority stands for Host (RFC 9113 8.3.1).
+      if (!in.authority.empty()) request.headers.emplace("host", std::move(in.authority));
+      request.body = std::move(in.body);
+      metrics_.AddBytesIn(request.body.size());
+      if (auto bad = FillTarget(in.target, &request)) {
+        co_await Write(stream, StreamService::ErrorResponse(Status::InvalidArgument(*bad)), false,
+                       false, "other", request.method);
+      } else {
+        PendingSse sse;
+        co_await Dispatch(stream, std::move(request), true, &sse);
+        if (sse.state) {
+          co_await H2Sse(stream, std::move(*sse.state), sse.label, std::move(sse.path),
+                         std::move(sse.authorization));
+        }
+      }
+    }
+    in_flight_.fetch_sub(1);
+  }
+
+  // Writes what the session has ready, waiting on the connection's signal in between; ends the
+  // connection when the session is done or a write fails.
+  static net::awaitable<void> H2Writer(std::shared_ptr<H2Conn> conn) {
+    std::string out;
+    boost::system::error_code ec;
+    while (!conn->closed) {
+      out.clear();
+      conn->session->Collect(&out);
+      if (out.empty()) {
+        if (!conn->session->Alive()) break;
+        conn->writer_waiting = true;
+        conn->signal.expires_at(std::chrono::steady_clock::time_point::max());
+        co_await conn->signal.async_wait(net::redirect_error(net::use_awaitable, ec));
+        conn->writer_waiting = false;
+        continue;
+      }
+      conn->writing = true;
+      conn->write_started = std::chrono::steady_clock::now();
+      co_await net::async_write(conn->socket, net::buffer(out),
+                                net::redirect_error(net::use_awaitable, ec));
+      conn->writing = false;
+      if (ec) break;
+    }
+    conn->Close();
+  }
+
+  // Once a second: closes a connection idle for idle_timeout_ms with no stream open, or whose
+  // write has not finished within request_timeout_ms, and starts a graceful shutdown (GOAWAY)
+  // when the server stops.
+  net::awaitable<void> H2Watchdog(std::shared_ptr<H2Conn> conn) {
+    net::steady_timer timer(conn->socket.get_executor());
+    boost::system::error_code ec;
+    while (!conn->closed) {
+      timer.expires_after(std::chrono::seconds(1));
+      co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));
+      if (conn->closed) break;
+      const auto now = std::chrono::steady_clock::now();
+      if (conn->writing &&
+          now - conn->write_started > std::chrono::milliseconds(options_.request_timeout_ms)) {
+        conn->Close();
+        break;
+      }
+      if (conn->session->OpenStreams() == 0 &&
+          now - conn->last_activity > std::chrono::milliseconds(options_.idle_timeout_ms)) {
+        conn->Close();
+        break;
+      }
+      if (stopping_.load() && !conn->shutting_down) {
+        conn->shutting_down = true;
+        conn->session->Shutdown();
+        conn->Kick();
+      }
+    }
+  }
+
+  // Serves an h2c connection whose first bytes (the preface, at least) are in `buffer`.
+  net::awaitable<void> ServeH2(tcp::socket socket, beast::flat_buffer buffer) {
+    metrics_.ConnectionOpened();
+    metrics_.Http2ConnectionOpened();
+    auto conn = std::make_shared<H2Conn>(std::move(socket));
+    std::weak_ptr<H2Conn> weak = conn;
+    H2Conn* raw = conn.get();
+    H2Session::Callbacks callbacks;
+    callbacks.on_request = [this, weak](H2Request request) {
+      auto c = weak.lock();
+      if (!c) return;
+      // Posted: the session is inside a call that must return before the handler uses it.
+      auto ex = c->socket.get_executor();
+      net::post(ex, [this, c, request = std::move(request)]() mutable {
+        net::co_spawn(c->socket.get_executor(), H2Handle(c, std::move(request)), net::detached);
+      });
+    };
+    callbacks.on_stream_closed = [raw](int32_t id) { raw->HangUp(id); };
+    conn->session.emplace(MakeH2Limits(), std::move(callbacks));
+    auto ex = conn->socket.get_executor();
+    net::co_spawn(ex, H2Writer(conn), net::detached);
+    net::co_spawn(ex, H2Watchdog(conn), net::detached);
+    std::string_view pending(static_cast<const char*>(buffer.data().data()), buffer.size());
+    std::vector<char> scratch(64u << 10);
+    boost::system::error_code ec;
+    while (!conn->closed) {
+      const bool ok = conn->session->Receive(pending);
+      conn->Kick();
+      if (!ok || !conn->session->Alive()) break;  // the writer sends what is left, then closes
+      const size_t n = co_await conn->socket.async_read_some(
+          net::buffer(scratch), net::redirect_error(net::use_awaitable, ec));
+      if (ec) {
+        conn->Close();
+        break;
+      }
+      conn->last_activity = std::chrono::steady_clock::now();
+      pending = std::string_view(scratch.data(), n);
+    }
+    metrics_.Http2ConnectionClosed();
+    metrics_.ConnectionClosed();
   }
 
   ServerOptions options_;
