@@ -397,8 +397,8 @@ void AddServeCommand(CLI::App& app) {
       ->check(Unsigned())
       ->capture_default_str();
   cmd->add_flag("--http2,!--no-http2", flags->http2,
-                "Serve HTTP/2 (h2c with prior knowledge) beside HTTP/1.1 on the plain port (on by "
-                "default)")
+                "Serve HTTP/2 beside HTTP/1.1: h2c with prior knowledge on a plain port, h2 by "
+                "ALPN with TLS (on by default)")
       ->envname("RUNNEL_HTTP2");
   cmd->add_option("--http2-max-streams", flags->http2_max_streams,
                   "Streams one HTTP/2 connection may have open at a time")

@@ -269,7 +269,11 @@ bool H2Session::Open(int32_t stream_id) const {
 }
 
 void H2Session::Shutdown() {
-  nghttp2_session_terminate_session(session_, NGHTTP2_NO_ERROR);
+  // GOAWAY naming the last stream taken: those finish, no new one starts, and once none is
+  // open the session wants neither to read nor to write.
+  nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
+                        nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
+                        nullptr, 0);
 }
 
 }  // namespace runnel::server

@@ -19,6 +19,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -102,6 +103,31 @@ Result<std::unique_ptr<ssl::context>> MakeTlsContext(const std::string& cert_fil
                                    "' does not match the certificate '" + cert_file + "'");
   }
   return ctx;
+}
+
+// The protocols offered by ALPN, in our order of preference (RFC 7301 wire format).
+constexpr unsigned char kAlpnH2[] = "\x02h2\x08http/1.1";
+constexpr unsigned char kAlpnHttp11[] = "\x08http/1.1";
+
+// Has the TLS context choose a protocol by ALPN: h2 when the client offers it and `http2`,
+// else http/1.1; a client that offers neither goes on without ALPN (HTTP/1.1).
+void OfferAlpn(ssl::context* ctx, bool http2) {
+  SSL_CTX_set_alpn_select_cb(
+      ctx->native_handle(),
+      [](SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
+         unsigned int inlen, void* arg) -> int {
+        const bool h2 = arg != nullptr;
+        const unsigned char* ours = h2 ? kAlpnH2 : kAlpnHttp11;
+        const unsigned int ours_len = h2 ? sizeof(kAlpnH2) - 1 : sizeof(kAlpnHttp11) - 1;
+        unsigned char* chosen = nullptr;
+        if (SSL_select_next_proto(&chosen, outlen, ours, ours_len, in, inlen) !=
+            OPENSSL_NPN_NEGOTIATED) {
+          return SSL_TLSEXT_ERR_NOACK;
+        }
+        *out = chosen;
+        return SSL_TLSEXT_ERR_OK;
+      },
+      http2 ? ctx : nullptr);
 }
 
 // One accepted socket's place in a count of sockets (HttpServer::Impl::serving_ or rejecting_),
@@ -292,16 +318,38 @@ bool MayBeH2Preface(const beast::flat_buffer& buffer) {
 // only. The reader coroutine feeds the session, the writer coroutine writes what the session
 // has ready whenever Kick() wakes it, and one coroutine per request runs the request handling.
 struct H2Conn {
-  explicit H2Conn(tcp::socket s) : socket(std::move(s)), signal(socket.get_executor()) {}
-  tcp::socket socket;
+  explicit H2Conn(tcp::socket s) : plain(std::move(s)), signal(plain->get_executor()) {}
+  explicit H2Conn(TlsStream s) : tls(std::move(s)), signal(tls->get_executor()) {}
+  // One of the two: h2c on the plain port, or h2 chosen by ALPN on the TLS port.
+  std::optional<tcp::socket> plain;
+  std::optional<TlsStream> tls;
   net::steady_timer signal;  // the writer waits on it while there is nothing to write
   std::optional<H2Session> session;
   // Live readers (long-poll, SSE) by stream: a reset stream wakes its reader with hung_up set.
   std::map<int32_t, std::weak_ptr<Waker>> wakers;
   bool closed = false;
   bool writer_waiting = false;
+  tcp::socket& socket() { return plain ? *plain : tls->next_layer().socket(); }
+  net::any_io_executor executor() { return socket().get_executor(); }
+  net::awaitable<size_t> ReadSome(net::mutable_buffer buffer, boost::system::error_code& ec) {
+    if (plain)
+      co_return co_await plain->async_read_some(buffer,
+                                                net::redirect_error(net::use_awaitable, ec));
+    co_return co_await tls->async_read_some(buffer, net::redirect_error(net::use_awaitable, ec));
+  }
+  net::awaitable<void> WriteAll(net::const_buffer buffer, boost::system::error_code& ec) {
+    if (plain) {
+      co_await net::async_write(*plain, buffer, net::redirect_error(net::use_awaitable, ec));
+    } else {
+      co_await net::async_write(*tls, buffer, net::redirect_error(net::use_awaitable, ec));
+    }
+  }
   bool writing = false;
   bool shutting_down = false;
+  // A connection beyond the cap (on TLS, refused after the handshake): every request is
+  // answered 503 and the connection ends (GOAWAY), within about a second in any case.
+  bool busy = false;
+  const std::chrono::steady_clock::time_point opened = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_activity = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point write_started;
 
@@ -330,8 +378,8 @@ struct H2Conn {
     }
     wakers.clear();
     boost::system::error_code ec;
-    socket.shutdown(tcp::socket::shutdown_both, ec);
-    socket.close(ec);
+    socket().shutdown(tcp::socket::shutdown_both, ec);
+    socket().close(ec);
     signal.cancel();
   }
 };
@@ -341,7 +389,7 @@ struct H2Conn {
 struct H2Stream {
   std::shared_ptr<H2Conn> conn;
   int32_t id = 0;
-  net::any_io_executor get_executor() const { return conn->socket.get_executor(); }
+  net::any_io_executor get_executor() const { return conn->executor(); }
 };
 
 }  // namespace
@@ -671,6 +719,18 @@ class HttpServer::Impl {
       co_return;
     }
     buffer.consume(used);
+    // h2 when the client chose it by ALPN (offered only with ServerOptions::http2); a busy
+    // server answers its requests 503 in HTTP/2 and sends GOAWAY.
+    const unsigned char* protocol = nullptr;
+    unsigned int protocol_len = 0;
+    SSL_get0_alpn_selected(stream.native_handle(), &protocol, &protocol_len);
+    if (protocol_len == 2 && std::memcmp(protocol, "h2", 2) == 0) {
+      Tcp(stream).expires_never();
+      auto conn = std::make_shared<H2Conn>(std::move(stream));
+      conn->busy = busy;
+      co_await ServeH2(std::move(conn), std::move(buffer));
+      co_return;
+    }
     if (busy) {
       // The same answer as RejectBusy's on plain HTTP: 503, not resource_exhausted's usual 429.
       HttpResponse r =
@@ -1553,7 +1613,7 @@ class HttpServer::Impl {
       }
       if (MayBeH2Preface(buffer)) {
         stream.expires_never();
-        co_await ServeH2(stream.release_socket(), std::move(buffer));
+        co_await ServeH2(std::make_shared<H2Conn>(stream.release_socket()), std::move(buffer));
         co_return;
       }
     }
@@ -1901,7 +1961,19 @@ class HttpServer::Impl {
   net::awaitable<void> H2Handle(std::shared_ptr<H2Conn> conn, H2Request in) {
     H2Stream stream{conn, in.stream_id};
     in_flight_.fetch_add(1);
-    if (in.refuse_status != 0) {
+    if (conn->busy) {
+      HttpResponse r =
+          StreamService::ErrorResponse(Status::ResourceExhausted("too many connections"));
+      r.status = 503;
+      r.Set("Retry-After", "1");
+      co_await Write(stream, std::move(r), false, false, "other", "-");
+      if (!conn->shutting_down) {
+        conn->shutting_down = true;
+        metrics_.CountRefusedConnection(/*answered=*/true);
+        conn->session->Shutdown();
+        conn->Kick();
+      }
+    } else if (in.refuse_status != 0) {
       HttpResponse r =
           StreamService::ErrorResponse(Status::ResourceExhausted(std::move(in.refuse_message)));
       r.status = in.refuse_status;
@@ -1947,8 +2019,7 @@ class HttpServer::Impl {
       }
       conn->writing = true;
       conn->write_started = std::chrono::steady_clock::now();
-      co_await net::async_write(conn->socket, net::buffer(out),
-                                net::redirect_error(net::use_awaitable, ec));
+      co_await conn->WriteAll(net::buffer(out), ec);
       conn->writing = false;
       if (ec) break;
     }
@@ -1959,13 +2030,17 @@ class HttpServer::Impl {
   // write has not finished within request_timeout_ms, and starts a graceful shutdown (GOAWAY)
   // when the server stops.
   net::awaitable<void> H2Watchdog(std::shared_ptr<H2Conn> conn) {
-    net::steady_timer timer(conn->socket.get_executor());
+    net::steady_timer timer(conn->executor());
     boost::system::error_code ec;
     while (!conn->closed) {
       timer.expires_after(std::chrono::seconds(1));
       co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));
       if (conn->closed) break;
       const auto now = std::chrono::steady_clock::now();
+      if (conn->busy && now - conn->opened > kRejectWriteTimeout) {
+        conn->Close();
+        break;
+      }
       if (conn->writing &&
           now - conn->write_started > std::chrono::milliseconds(options_.request_timeout_ms)) {
         conn->Close();
@@ -1984,11 +2059,10 @@ class HttpServer::Impl {
     }
   }
 
-  // Serves an h2c connection whose first bytes (the preface, at least) are in `buffer`.
-  net::awaitable<void> ServeH2(tcp::socket socket, beast::flat_buffer buffer) {
+  // Serves an HTTP/2 connection whose first bytes (of the preface, at least) are in `buffer`.
+  net::awaitable<void> ServeH2(std::shared_ptr<H2Conn> conn, beast::flat_buffer buffer) {
     metrics_.ConnectionOpened();
     metrics_.Http2ConnectionOpened();
-    auto conn = std::make_shared<H2Conn>(std::move(socket));
     std::weak_ptr<H2Conn> weak = conn;
     H2Conn* raw = conn.get();
     H2Session::Callbacks callbacks;
@@ -1996,14 +2070,14 @@ class HttpServer::Impl {
       auto c = weak.lock();
       if (!c) return;
       // Posted: the session is inside a call that must return before the handler uses it.
-      auto ex = c->socket.get_executor();
+      auto ex = c->executor();
       net::post(ex, [this, c, request = std::move(request)]() mutable {
-        net::co_spawn(c->socket.get_executor(), H2Handle(c, std::move(request)), net::detached);
+        net::co_spawn(c->executor(), H2Handle(c, std::move(request)), net::detached);
       });
     };
     callbacks.on_stream_closed = [raw](int32_t id) { raw->HangUp(id); };
     conn->session.emplace(MakeH2Limits(), std::move(callbacks));
-    auto ex = conn->socket.get_executor();
+    auto ex = conn->executor();
     net::co_spawn(ex, H2Writer(conn), net::detached);
     net::co_spawn(ex, H2Watchdog(conn), net::detached);
     std::string_view pending(static_cast<const char*>(buffer.data().data()), buffer.size());
@@ -2013,8 +2087,7 @@ class HttpServer::Impl {
       const bool ok = conn->session->Receive(pending);
       conn->Kick();
       if (!ok || !conn->session->Alive()) break;  // the writer sends what is left, then closes
-      const size_t n = co_await conn->socket.async_read_some(
-          net::buffer(scratch), net::redirect_error(net::use_awaitable, ec));
+      const size_t n = co_await conn->ReadSome(net::buffer(scratch), ec);
       if (ec) {
         conn->Close();
         break;
@@ -2070,6 +2143,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(StreamRegistry registry,
       return Status::InvalidArgument("TLS needs both a certificate file and a key file");
     }
     RUNNEL_ASSIGN_OR_RETURN(tls, MakeTlsContext(resolved.tls_cert_file, resolved.tls_key_file));
+    OfferAlpn(tls.get(), resolved.http2);
   }
   std::unique_ptr<Impl> impl;
   try {

@@ -40,7 +40,8 @@
 // and the connection is closed.
 //
 // HTTP/2 (ServerOptions::http2): a plain connection whose first bytes are the HTTP/2 client
-// preface (`PRI * HTTP/2.0`, h2c with prior knowledge) is served as HTTP/2 through libnghttp2
+// preface (`PRI * HTTP/2.0`, h2c with prior knowledge), and a TLS connection whose client chose
+// `h2` by ALPN (offered before http/1.1), are served as HTTP/2 through libnghttp2
 // (h2_session.h); any other is HTTP/1.1. Each stream's request goes through the same handling
 // as an HTTP/1.1 request (routing, authorization, quotas, limits, metrics, live reads), its
 // answer through the stream, paced by the peer's flow-control windows: an SSE response reads
@@ -49,8 +50,8 @@
 // http2_max_streams streams are open per connection; header fields count against
 // max_header_bytes (431), :path against max_url_bytes (414), DATA against max_body_bytes (413).
 // A connection with no open stream for idle_timeout_ms, or whose write has not finished within
-// request_timeout_ms, is closed; Stop() sends GOAWAY. Not served: h2 by ALPN on the TLS port
-// and `Upgrade: h2c` (both answer HTTP/1.1).
+// request_timeout_ms, is closed; Stop() sends GOAWAY. An h2 connection beyond the cap gets 503
+// on its requests, then GOAWAY. `Upgrade: h2c` is not honoured (answered as HTTP/1.1).
 //
 // Lifecycle: Start() binds and listens; Run() serves on the calling thread plus threads - 1
 // more, and returns after Stop() has drained: Stop() stops accepting, ends live readers,
