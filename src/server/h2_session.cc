@@ -165,6 +165,18 @@ H2Session::Stream* H2Session::Find(int32_t id) const {
   return it == streams_.end() ? nullptr : it->second.get();
 }
 
+bool H2Session::Upgrade(std::string_view settings, bool head_request) {
+  if (nghttp2_session_upgrade2(session_, reinterpret_cast<const uint8_t*>(settings.data()),
+                               settings.size(), head_request ? 1 : 0, nullptr) != 0) {
+    return false;
+  }
+  auto s = std::make_unique<Stream>();
+  s->request.stream_id = 1;
+  s->reported = true;
+  streams_[1] = std::move(s);
+  return true;
+}
+
 bool H2Session::Receive(std::string_view bytes) {
   if (failed_) return false;
   const ssize_t rv = nghttp2_session_mem_recv(

@@ -69,6 +69,11 @@ class H2Session {
   H2Session(const H2Session&) = delete;
   H2Session& operator=(const H2Session&) = delete;
 
+  // Takes over an HTTP/1.1 request that asked for `Upgrade: h2c` (RFC 7540 3.2) as stream 1,
+  // half closed: `settings` is its decoded HTTP2-Settings payload. The request itself is not
+  // reported (the caller has it); its answer goes to stream 1 with Respond. False when the
+  // settings are malformed.
+  bool Upgrade(std::string_view settings, bool head_request);
   // Feeds bytes read from the connection (the client preface first). False on a protocol
   // error: the GOAWAY nghttp2 queued should still be collected and written, then the
   // connection closed.

@@ -39,6 +39,7 @@
 #include "server/h2_session.h"
 #include "server/http_errors.h"
 #include "server/metrics.h"
+#include "server/webhook_signer.h"
 #include "server/worker_pool.h"
 
 namespace runnel::server {
@@ -1251,6 +1252,31 @@ class HttpServer::Impl {
                               net::redirect_error(net::use_awaitable, ec));
   }
 
+  // An HTTP/1.1 request that asked to continue as HTTP/2 (`Upgrade: h2c`), which ServeRequests
+  // leaves to Serve with what was read after it.
+  struct PendingUpgrade {
+    std::optional<HttpRequest> request;
+    std::string settings;  // the decoded HTTP2-Settings payload
+    beast::flat_buffer rest;
+  };
+  // Whether a request asks for h2c by Upgrade (RFC 7540 3.2): `Upgrade` lists h2c, `Connection`
+  // lists Upgrade and HTTP2-Settings, and the settings are there.
+  static bool WantsH2cUpgrade(const HttpRequest& request) {
+    auto lists = [](std::optional<std::string_view> field, std::string_view token) {
+      if (!field) return false;
+      std::string_view rest = *field;
+      while (!rest.empty()) {
+        const size_t comma = rest.find(',');
+        if (EqualsIgnoreCase(TrimBlanks(rest.substr(0, comma)), token)) return true;
+        rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+      }
+      return false;
+    };
+    return lists(request.Header("upgrade"), "h2c") &&
+           lists(request.Header("connection"), "upgrade") &&
+           request.Header("http2-settings").has_value();
+  }
+
   // An SSE response Dispatch leaves to Serve, so Dispatch's large coroutine frame is not kept
   // for the whole life of the response (memory per live reader).
   struct PendingSse {
@@ -1625,7 +1651,24 @@ class HttpServer::Impl {
   net::awaitable<void> Serve(Stream& stream, beast::flat_buffer buffer) {
     metrics_.ConnectionOpened();
     PendingSse sse;
-    co_await ServeRequests(stream, std::move(buffer), &sse);
+    PendingUpgrade upgrade;
+    co_await ServeRequests(stream, std::move(buffer), &sse, &upgrade);
+    if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+      if (upgrade.request) {
+        static constexpr std::string_view kSwitching =
+            "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n";
+        boost::system::error_code ec;
+        stream.expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
+        co_await net::async_write(stream, net::buffer(kSwitching.data(), kSwitching.size()),
+                                  net::redirect_error(net::use_awaitable, ec));
+        metrics_.ConnectionClosed();  // counted again as an HTTP/2 connection
+        if (ec) co_return;
+        stream.expires_never();
+        co_await ServeH2(std::make_shared<H2Conn>(stream.release_socket()), std::move(upgrade.rest),
+                         std::move(upgrade.request), std::move(upgrade.settings));
+        co_return;
+      }
+    }
     if (sse.state) {
       // The request loop's frame, parser and read buffer are gone by now: a live SSE reader
       // keeps only this small frame and the response's own.
@@ -1655,7 +1698,8 @@ class HttpServer::Impl {
   // Serves requests until the connection must close or a request turns into an SSE response,
   // which it leaves in *sse (still counted in flight) for the caller to serve.
   template <typename Stream>
-  net::awaitable<void> ServeRequests(Stream& stream, beast::flat_buffer buffer, PendingSse* sse) {
+  net::awaitable<void> ServeRequests(Stream& stream, beast::flat_buffer buffer, PendingSse* sse,
+                                     PendingUpgrade* upgrade) {
     boost::system::error_code ec;
     for (;;) {
       http::request_parser<http::string_body> parser;
@@ -1801,6 +1845,20 @@ class HttpServer::Impl {
                     : "the URL's path and query must be UTF-8 once percent-decoded")),
             keep_alive, false, "other", request.method);
       } else {
+        if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+          // `Upgrade: h2c` with its HTTP2-Settings: the request is answered on stream 1 of
+          // the HTTP/2 connection this one turns into (Serve). One whose settings do not
+          // decode is served as HTTP/1.1.
+          if (options_.http2 && WantsH2cUpgrade(request)) {
+            if (auto settings = Base64UrlDecode(*request.Header("http2-settings"))) {
+              upgrade->settings = std::move(*settings);
+              upgrade->request = std::move(request);
+              upgrade->rest = std::move(buffer);
+              in_flight_.fetch_sub(1);
+              co_return;
+            }
+          }
+        }
         keep = co_await Dispatch(stream, std::move(request), keep_alive, sse);
         if (sse->state) co_return;
       }
@@ -1990,14 +2048,27 @@ class HttpServer::Impl {
         co_await Write(stream, StreamService::ErrorResponse(Status::InvalidArgument(*bad)), false,
                        false, "other", request.method);
       } else {
-        PendingSse sse;
-        co_await Dispatch(stream, std::move(request), true, &sse);
-        if (sse.state) {
-          co_await H2Sse(stream, std::move(*sse.state), sse.label, std::move(sse.path),
-                         std::move(sse.authorization));
-        }
+        co_await H2Run(stream, std::move(request));
       }
     }
+    in_flight_.fetch_sub(1);
+  }
+
+  // A parsed request on an HTTP/2 stream: Dispatch, then SSE when it turned into that.
+  net::awaitable<void> H2Run(H2Stream& stream, HttpRequest request) {
+    PendingSse sse;
+    co_await Dispatch(stream, std::move(request), true, &sse);
+    if (sse.state) {
+      co_await H2Sse(stream, std::move(*sse.state), sse.label, std::move(sse.path),
+                     std::move(sse.authorization));
+    }
+  }
+
+  // The request that upgraded an HTTP/1.1 connection, answered on stream 1.
+  net::awaitable<void> H2HandleUpgraded(std::shared_ptr<H2Conn> conn, HttpRequest request) {
+    H2Stream stream{conn, 1};
+    in_flight_.fetch_add(1);
+    co_await H2Run(stream, std::move(request));
     in_flight_.fetch_sub(1);
   }
 
@@ -2060,7 +2131,11 @@ class HttpServer::Impl {
   }
 
   // Serves an HTTP/2 connection whose first bytes (of the preface, at least) are in `buffer`.
-  net::awaitable<void> ServeH2(std::shared_ptr<H2Conn> conn, beast::flat_buffer buffer) {
+  // `upgraded`: the HTTP/1.1 request that asked for `Upgrade: h2c`, with its decoded
+  // HTTP2-Settings in `settings`.
+  net::awaitable<void> ServeH2(std::shared_ptr<H2Conn> conn, beast::flat_buffer buffer,
+                               std::optional<HttpRequest> upgraded = std::nullopt,
+                               std::string settings = std::string()) {
     metrics_.ConnectionOpened();
     metrics_.Http2ConnectionOpened();
     std::weak_ptr<H2Conn> weak = conn;
@@ -2078,6 +2153,15 @@ class HttpServer::Impl {
     callbacks.on_stream_closed = [raw](int32_t id) { raw->HangUp(id); };
     conn->session.emplace(MakeH2Limits(), std::move(callbacks));
     auto ex = conn->executor();
+    if (upgraded) {
+      if (!conn->session->Upgrade(settings, upgraded->method == "HEAD")) {
+        conn->Close();
+        metrics_.Http2ConnectionClosed();
+        metrics_.ConnectionClosed();
+        co_return;
+      }
+      net::co_spawn(ex, H2HandleUpgraded(conn, std::move(*upgraded)), net::detached);
+    }
     net::co_spawn(ex, H2Writer(conn), net::detached);
     net::co_spawn(ex, H2Watchdog(conn), net::detached);
     std::string_view pending(static_cast<const char*>(buffer.data().data()), buffer.size());

@@ -51,7 +51,9 @@
 // max_header_bytes (431), :path against max_url_bytes (414), DATA against max_body_bytes (413).
 // A connection with no open stream for idle_timeout_ms, or whose write has not finished within
 // request_timeout_ms, is closed; Stop() sends GOAWAY. An h2 connection beyond the cap gets 503
-// on its requests, then GOAWAY. `Upgrade: h2c` is not honoured (answered as HTTP/1.1).
+// on its requests, then GOAWAY. On the plain port, an HTTP/1.1 request asking for
+// `Upgrade: h2c` (with HTTP2-Settings) gets 101 and its answer on stream 1 of the HTTP/2
+// connection the socket turns into.
 //
 // Lifecycle: Start() binds and listens; Run() serves on the calling thread plus threads - 1
 // more, and returns after Stop() has drained: Stop() stops accepting, ends live readers,

@@ -1,9 +1,9 @@
 // HTTP/2 (h2c with prior knowledge) end to end against a real `runnel serve`, with Node's own
 // http2 client (no packages): 50 streams followed with SSE over one connection, long-poll, a
 // reset stream releasing its reader at once, flow control holding back a reader that takes
-// nothing while the others go on, gzip, the request limits, and HTTP/1.1 beside it on the
-// same port. Usage: node h2_e2e.mjs RUNNEL_BINARY
-import { spawn } from "node:child_process";
+// nothing while the others go on, gzip, the request limits, HTTP/1.1 beside it on the same
+// port, and (with a curl that speaks HTTP/2) `Upgrade: h2c`. Usage: node h2_e2e.mjs RUNNEL_BINARY
+import { execFileSync, spawn, spawnSync } from "node:child_process";
 import http2 from "node:http2";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -207,6 +207,26 @@ try {
   check("requests are counted by protocol version",
     (await metric(session, 'runnel_http_requests_by_version_total{version="2"}')) > 100 &&
     (await metric(session, 'runnel_http_requests_by_version_total{version="1.1"}')) >= 1);
+  // `Upgrade: h2c` from HTTP/1.1 (curl --http2 on an http:// URL asks for it): the request is
+  // answered on stream 1 after 101, its body included.
+  let curl = "";
+  try {
+    curl = execFileSync("curl", ["-V"]).toString();
+  } catch {}
+  if (/\bHTTP2\b/.test(curl)) {
+    const run = (...args) => execFileSync("curl", ["-sS", "--max-time", "10", "--http2", ...args]).toString();
+    await request(session, { ":method": "PUT", ":path": "/v1/stream/up", "content-type": "text/plain" });
+    const posted = run("-X", "POST", "-H", "Content-Type: text/plain", "--data-binary", "upgraded",
+      "-o", "/dev/null", "-w", "%{http_version} %{http_code}", `${url}/v1/stream/up`);
+    check("a POST with Upgrade: h2c is answered over HTTP/2", posted === "2 204", posted);
+    const read = spawnSync("curl", ["-sS", "-v", "--max-time", "10", "--http2", "-w", " %{http_version}",
+      `${url}/v1/stream/up?offset=-1`], { encoding: "utf8" });
+    check("an upgraded read answers 101, then the record over HTTP/2",
+      read.stdout === "upgraded 2" && read.stderr.includes("< HTTP/1.1 101 Switching Protocols"),
+      read.stdout);
+  } else {
+    console.log("# this curl has no HTTP/2: the Upgrade: h2c checks did not run");
+  }
   session.close();
 } catch (e) {
   failed++;
