@@ -11,6 +11,7 @@ namespace runnel::server {
 
 struct H2Session::Stream {
   H2Request request;
+  std::chrono::steady_clock::time_point begun = std::chrono::steady_clock::now();
   size_t header_bytes = 0;
   bool reported = false;  // on_request ran for it
   // A response's body not yet handed to nghttp2: queue[sent...].
@@ -274,6 +275,14 @@ void H2Session::Reset(int32_t stream_id, uint32_t error_code) {
 size_t H2Session::Queued(int32_t stream_id) const {
   const Stream* s = Find(stream_id);
   return s == nullptr ? 0 : s->queue.size() - s->sent;
+}
+
+bool H2Session::RequestOverdue(std::chrono::steady_clock::duration limit,
+                               std::chrono::steady_clock::time_point now) const {
+  for (const auto& [id, s] : streams_) {
+    if (!s->reported && now - s->begun > limit) return true;
+  }
+  return false;
 }
 
 bool H2Session::Open(int32_t stream_id) const {

@@ -16,6 +16,7 @@
 #ifndef RUNNEL_SERVER_H2_SESSION_H_
 #define RUNNEL_SERVER_H2_SESSION_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -101,6 +102,10 @@ class H2Session {
   bool Open(int32_t stream_id) const;
   // Starts a graceful shutdown: GOAWAY, no new streams; open ones finish.
   void Shutdown();
+  // Whether a request began (its HEADERS arrived) longer than `limit` before `now` and has not
+  // arrived whole yet: a client that sends its request too slowly.
+  bool RequestOverdue(std::chrono::steady_clock::duration limit,
+                      std::chrono::steady_clock::time_point now) const;
   // Streams open now.
   size_t OpenStreams() const { return streams_.size(); }
 

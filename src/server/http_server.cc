@@ -2097,9 +2097,9 @@ class HttpServer::Impl {
     conn->Close();
   }
 
-  // Once a second: closes a connection idle for idle_timeout_ms with no stream open, or whose
-  // write has not finished within request_timeout_ms, and starts a graceful shutdown (GOAWAY)
-  // when the server stops.
+  // Once a second: closes a connection idle for idle_timeout_ms with no stream open, one with a
+  // request or a write not finished within request_timeout_ms, and starts a graceful shutdown
+  // (GOAWAY) when the server stops.
   net::awaitable<void> H2Watchdog(std::shared_ptr<H2Conn> conn) {
     net::steady_timer timer(conn->executor());
     boost::system::error_code ec;
@@ -2112,8 +2112,12 @@ class HttpServer::Impl {
         conn->Close();
         break;
       }
-      if (conn->writing &&
-          now - conn->write_started > std::chrono::milliseconds(options_.request_timeout_ms)) {
+      // As on HTTP/1.1, a request (or a write) slower than request_timeout_ms ends the
+      // connection.
+      if (conn->session->RequestOverdue(std::chrono::milliseconds(options_.request_timeout_ms),
+                                        now) ||
+          (conn->writing &&
+           now - conn->write_started > std::chrono::milliseconds(options_.request_timeout_ms))) {
         conn->Close();
         break;
       }

@@ -49,11 +49,12 @@
 // request_timeout_ms. A reset stream releases its live reader at once. At most
 // http2_max_streams streams are open per connection; header fields count against
 // max_header_bytes (431), :path against max_url_bytes (414), DATA against max_body_bytes (413).
-// A connection with no open stream for idle_timeout_ms, or whose write has not finished within
-// request_timeout_ms, is closed; Stop() sends GOAWAY. An h2 connection beyond the cap gets 503
-// on its requests, then GOAWAY. On the plain port, an HTTP/1.1 request asking for
-// `Upgrade: h2c` (with HTTP2-Settings) gets 101 and its answer on stream 1 of the HTTP/2
-// connection the socket turns into.
+// A connection with no open stream for idle_timeout_ms, or with a request not received whole
+// or a write not finished within request_timeout_ms, is closed; each open stream may hold a
+// whole answer (up to max_read_bytes of records) waiting for the peer's window; Stop() sends
+// GOAWAY. An h2 connection beyond the cap gets 503 on its requests, then GOAWAY. On the plain port,
+// an HTTP/1.1 request asking for `Upgrade: h2c` (with HTTP2-Settings) gets 101 and its answer on
+// stream 1 of the HTTP/2 connection the socket turns into.
 //
 // Lifecycle: Start() binds and listens; Run() serves on the calling thread plus threads - 1
 // more, and returns after Stop() has drained: Stop() stops accepting, ends live readers,

@@ -35,7 +35,8 @@ async function startServer() {
   server = spawn(
     binary,
     ["serve", "--listen", "127.0.0.1:0", "--store", "memory", "--data", join(dir, "data"),
-      "--max-body-bytes", "65536", "--max-header-bytes", "8192", "--long-poll-timeout-ms", "5000"],
+      "--max-body-bytes", "65536", "--max-header-bytes", "8192", "--long-poll-timeout-ms", "5000",
+      "--request-timeout-ms", "2000"],
     { stdio: ["ignore", "pipe", "pipe"] },
   );
   let log = "";
@@ -200,6 +201,19 @@ try {
   const missing = await request(session, { ":path": "/v1/stream/nope?offset=-1" });
   check("errors keep their JSON body", missing.status === 404 &&
     JSON.parse(missing.body.toString()).error?.code === "not_found", missing.body.toString());
+
+  // A request that never arrives whole ends its connection after --request-timeout-ms.
+  const slow = http2.connect(url);
+  slow.on("error", () => {});
+  const slowStart = Date.now();
+  const unfinished = slow.request({ ":method": "POST", ":path": "/v1/stream/s5", "content-type": "text/plain" },
+    { endStream: false });
+  unfinished.on("error", () => {});
+  unfinished.write("part of a body");
+  await within(6000, new Promise((resolve) => slow.once("close", resolve)), "a slow request's connection to close");
+  const slowMs = Date.now() - slowStart;
+  check("a request slower than --request-timeout-ms closes its connection", slowMs >= 1900 && slowMs < 5000,
+    `${slowMs} ms`);
 
   // HTTP/1.1 beside it, on the same port.
   const plain = await fetch(`${url}/v1/stream/s2?offset=-1`);
