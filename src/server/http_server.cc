@@ -325,9 +325,10 @@ struct H2Conn {
   std::optional<tcp::socket> plain;
   std::optional<TlsStream> tls;
   net::steady_timer signal;  // the writer waits on it while there is nothing to write
-  std::optional<H2Session> session;
   // Live readers (long-poll, SSE) by stream: a reset stream wakes its reader with hung_up set.
   std::map<int32_t, std::weak_ptr<Waker>> wakers;
+  // After `wakers`, so it is destroyed first: its callbacks use them.
+  std::optional<H2Session> session;
   bool closed = false;
   bool writer_waiting = false;
   tcp::socket& socket() { return plain ? *plain : tls->next_layer().socket(); }
