@@ -46,6 +46,14 @@ struct ServeFlags {
   size_t max_connections = 10000;
   size_t max_groups_per_stream = server::GroupService::kDefaultMaxGroupsPerStream;
   uint64_t sse_max_duration_ms = 60000;
+  // h2c with prior knowledge on the plain port.
+  bool http2 = true;
+  size_t http2_max_streams = 100;
+  // Response compression (server/content_coding.h).
+  bool compression = true;
+  size_t compression_min_bytes = 1024;
+  int gzip_level = 1;
+  int zstd_level = 3;
   // Empty: <data>/tokens.
   std::string tokens;
   // "tokens", "none", or empty: tokens when the token file has any.
@@ -245,6 +253,12 @@ int RunServe(const ServeFlags& flags) {
   options.service.max_fork_bytes = flags.max_fork_bytes;
   options.service.max_forks_per_stream = flags.max_forks_per_stream;
   options.service.max_append_messages = flags.max_append_messages;
+  options.http2 = flags.http2;
+  options.http2_max_streams = flags.http2_max_streams;
+  options.service.compression.enabled = flags.compression;
+  options.service.compression.min_bytes = flags.compression_min_bytes;
+  options.service.compression.gzip_level = flags.gzip_level;
+  options.service.compression.zstd_level = flags.zstd_level;
   options.dashboard = flags.dashboard;
   if (!flags.access_log.empty()) {
     auto access_log = server::AccessLog::Open(flags.access_log, CurrentLogFormat());
@@ -435,6 +449,34 @@ void AddServeCommand(CLI::App& app) {
                   "End SSE responses after this long so clients reconnect")
       ->envname("RUNNEL_SSE_MAX_DURATION_MS")
       ->check(Unsigned())
+      ->capture_default_str();
+  cmd->add_flag("--http2,!--no-http2", flags->http2,
+                "Serve HTTP/2 beside HTTP/1.1: h2c with prior knowledge on a plain port, h2 by "
+                "ALPN with TLS (on by default)")
+      ->envname("RUNNEL_HTTP2");
+  cmd->add_option("--http2-max-streams", flags->http2_max_streams,
+                  "Streams one HTTP/2 connection may have open at a time")
+      ->envname("RUNNEL_HTTP2_MAX_STREAMS")
+      ->check(CLI::Range(size_t{1}, size_t{10000}))
+      ->capture_default_str();
+  cmd->add_flag("--compression,!--no-compression", flags->compression,
+                "Compress catch-up and long-poll bodies with gzip or zstd when the client's "
+                "Accept-Encoding allows (never SSE; on by default)")
+      ->envname("RUNNEL_COMPRESSION");
+  cmd->add_option("--compression-min-bytes", flags->compression_min_bytes,
+                  "Bodies shorter than this are sent uncompressed")
+      ->envname("RUNNEL_COMPRESSION_MIN_BYTES")
+      ->check(Unsigned())
+      ->capture_default_str();
+  cmd->add_option("--gzip-level", flags->gzip_level,
+                  "zlib level of gzip bodies (1 fastest, 9 smallest)")
+      ->envname("RUNNEL_GZIP_LEVEL")
+      ->check(CLI::Range(1, 9))
+      ->capture_default_str();
+  cmd->add_option("--zstd-level", flags->zstd_level,
+                  "Level of zstd bodies (1 fastest, 19 smallest)")
+      ->envname("RUNNEL_ZSTD_LEVEL")
+      ->check(CLI::Range(1, 19))
       ->capture_default_str();
   cmd->add_option("--tokens", flags->tokens, "Bearer token file (default: <data>/tokens)")
       ->envname("RUNNEL_TOKENS");

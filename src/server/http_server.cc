@@ -19,6 +19,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -35,8 +36,10 @@
 #include "server/channel_service.h"
 #include "server/dashboard.h"
 #include "server/group_service.h"
+#include "server/h2_session.h"
 #include "server/http_errors.h"
 #include "server/metrics.h"
+#include "server/webhook_signer.h"
 #include "server/worker_pool.h"
 
 namespace runnel::server {
@@ -101,6 +104,31 @@ Result<std::unique_ptr<ssl::context>> MakeTlsContext(const std::string& cert_fil
                                    "' does not match the certificate '" + cert_file + "'");
   }
   return ctx;
+}
+
+// The protocols offered by ALPN, in our order of preference (RFC 7301 wire format).
+constexpr unsigned char kAlpnH2[] = "\x02h2\x08http/1.1";
+constexpr unsigned char kAlpnHttp11[] = "\x08http/1.1";
+
+// Has the TLS context choose a protocol by ALPN: h2 when the client offers it and `http2`,
+// else http/1.1; a client that offers neither goes on without ALPN (HTTP/1.1).
+void OfferAlpn(ssl::context* ctx, bool http2) {
+  SSL_CTX_set_alpn_select_cb(
+      ctx->native_handle(),
+      [](SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
+         unsigned int inlen, void* arg) -> int {
+        const bool h2 = arg != nullptr;
+        const unsigned char* ours = h2 ? kAlpnH2 : kAlpnHttp11;
+        const unsigned int ours_len = h2 ? sizeof(kAlpnH2) - 1 : sizeof(kAlpnHttp11) - 1;
+        unsigned char* chosen = nullptr;
+        if (SSL_select_next_proto(&chosen, outlen, ours, ours_len, in, inlen) !=
+            OPENSSL_NPN_NEGOTIATED) {
+          return SSL_TLSEXT_ERR_NOACK;
+        }
+        *out = chosen;
+        return SSL_TLSEXT_ERR_OK;
+      },
+      http2 ? ctx : nullptr);
 }
 
 // One accepted socket's place in a count of sockets (HttpServer::Impl::serving_ or rejecting_),
@@ -273,6 +301,97 @@ class WakeQueue {
   std::mutex mu_;
   std::vector<std::weak_ptr<Waker>> pending_;   // GUARDED_BY(mu_)
   std::vector<std::weak_ptr<Waker>> draining_;  // the io thread only
+};
+
+// The client connection preface of HTTP/2 (RFC 9113 3.4), which starts an h2c connection with
+// prior knowledge on the plain port.
+constexpr std::string_view kH2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+// Whether the bytes read so far could still be the start of the preface.
+bool MayBeH2Preface(const beast::flat_buffer& buffer) {
+  const std::string_view head(static_cast<const char*>(buffer.data().data()),
+                              std::min(buffer.size(), kH2Preface.size()));
+  return kH2Preface.starts_with(head);
+}
+
+// One HTTP/2 connection (h2c on the plain port): its socket, its session and what the
+// coroutines of its streams share. Everything here is touched on the connection's io thread
+// only. The reader coroutine feeds the session, the writer coroutine writes what the session
+// has ready whenever Kick() wakes it, and one coroutine per request runs the request handling.
+struct H2Conn {
+  explicit H2Conn(tcp::socket s) : plain(std::move(s)), signal(plain->get_executor()) {}
+  explicit H2Conn(TlsStream s) : tls(std::move(s)), signal(tls->get_executor()) {}
+  // One of the two: h2c on the plain port, or h2 chosen by ALPN on the TLS port.
+  std::optional<tcp::socket> plain;
+  std::optional<TlsStream> tls;
+  net::steady_timer signal;  // the writer waits on it while there is nothing to write
+  // Live readers (long-poll, SSE) by stream: a reset stream wakes its reader with hung_up set.
+  std::map<int32_t, std::weak_ptr<Waker>> wakers;
+  // After `wakers`, so it is destroyed first: its callbacks use them.
+  std::optional<H2Session> session;
+  bool closed = false;
+  bool writer_waiting = false;
+  tcp::socket& socket() { return plain ? *plain : tls->next_layer().socket(); }
+  net::any_io_executor executor() { return socket().get_executor(); }
+  net::awaitable<size_t> ReadSome(net::mutable_buffer buffer, boost::system::error_code& ec) {
+    if (plain)
+      co_return co_await plain->async_read_some(buffer,
+                                                net::redirect_error(net::use_awaitable, ec));
+    co_return co_await tls->async_read_some(buffer, net::redirect_error(net::use_awaitable, ec));
+  }
+  net::awaitable<void> WriteAll(net::const_buffer buffer, boost::system::error_code& ec) {
+    if (plain) {
+      co_await net::async_write(*plain, buffer, net::redirect_error(net::use_awaitable, ec));
+    } else {
+      co_await net::async_write(*tls, buffer, net::redirect_error(net::use_awaitable, ec));
+    }
+  }
+  bool writing = false;
+  bool shutting_down = false;
+  // A connection beyond the cap (on TLS, refused after the handshake): every request is
+  // answered 503 and the connection ends (GOAWAY), within about a second in any case.
+  bool busy = false;
+  const std::chrono::steady_clock::time_point opened = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_activity = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point write_started;
+
+  void Kick() {
+    if (writer_waiting) signal.cancel();
+  }
+  // Wakes a stream's live reader as gone (its stream was reset or the connection closed).
+  void HangUp(int32_t id) {
+    auto it = wakers.find(id);
+    if (it == wakers.end()) return;
+    if (auto w = it->second.lock()) {
+      w->hung_up = true;
+      w->timer.cancel();
+    }
+    wakers.erase(it);
+  }
+  // Ends the connection at once: every live reader is released, the socket closed.
+  void Close() {
+    if (closed) return;
+    closed = true;
+    for (auto& [id, weak] : wakers) {
+      if (auto w = weak.lock()) {
+        w->hung_up = true;
+        w->timer.cancel();
+      }
+    }
+    wakers.clear();
+    boost::system::error_code ec;
+    socket().shutdown(tcp::socket::shutdown_both, ec);
+    socket().close(ec);
+    signal.cancel();
+  }
+};
+
+// One HTTP/2 stream, which the request handling writes its answer to as it writes to a
+// connection on HTTP/1.1 (the `Stream` of Dispatch and the live reads).
+struct H2Stream {
+  std::shared_ptr<H2Conn> conn;
+  int32_t id = 0;
+  net::any_io_executor get_executor() const { return conn->executor(); }
 };
 
 }  // namespace
@@ -602,6 +721,18 @@ class HttpServer::Impl {
       co_return;
     }
     buffer.consume(used);
+    // h2 when the client chose it by ALPN (offered only with ServerOptions::http2); a busy
+    // server answers its requests 503 in HTTP/2 and sends GOAWAY.
+    const unsigned char* protocol = nullptr;
+    unsigned int protocol_len = 0;
+    SSL_get0_alpn_selected(stream.native_handle(), &protocol, &protocol_len);
+    if (protocol_len == 2 && std::memcmp(protocol, "h2", 2) == 0) {
+      Tcp(stream).expires_never();
+      auto conn = std::make_shared<H2Conn>(std::move(stream));
+      conn->busy = busy;
+      co_await ServeH2(std::move(conn), std::move(buffer));
+      co_return;
+    }
     if (busy) {
       // The same answer as RejectBusy's on plain HTTP: 503, not resource_exhausted's usual 429.
       HttpResponse r =
@@ -899,8 +1030,7 @@ class HttpServer::Impl {
     const auto deadline =
         until.value_or(std::chrono::steady_clock::now() +
                        std::chrono::milliseconds(service_.options().long_poll_timeout_ms));
-    Tcp(stream).expires_never();
-    WatchHangUp(Tcp(stream).socket(), waker);
+    BeginLiveWait(stream, waker);
     for (;;) {
       // Read after subscribing, so an append between the first read and the subscription wakes.
       chunk = co_await StoreCall(read);
@@ -912,10 +1042,28 @@ class HttpServer::Impl {
         break;
       }
     }
-    StopWatchingHangUp(Tcp(stream).socket(), *waker);
+    EndLiveWait(stream, *waker);
     metrics_.LiveReaderEnded();
     co_return chunk;
   }
+
+  // A live wait begins and ends: on a connection, no timeout while it waits and a watch for
+  // the reader hanging up; on an HTTP/2 stream, a reset of the stream (or the connection
+  // closing) wakes the reader as gone.
+  template <typename Stream>
+  static void BeginLiveWait(Stream& stream, const std::shared_ptr<Waker>& waker) {
+    Tcp(stream).expires_never();
+    WatchHangUp(Tcp(stream).socket(), waker);
+  }
+  template <typename Stream>
+  static void EndLiveWait(Stream& stream, Waker& waker) {
+    StopWatchingHangUp(Tcp(stream).socket(), waker);
+  }
+  static void BeginLiveWait(H2Stream& stream, const std::shared_ptr<Waker>& waker) {
+    if (stream.conn->closed || !stream.conn->session->Open(stream.id)) waker->hung_up = true;
+    stream.conn->wakers[stream.id] = waker;
+  }
+  static void EndLiveWait(H2Stream& stream, Waker&) { stream.conn->wakers.erase(stream.id); }
 
   template <typename Stream>
   net::awaitable<bool> LongPoll(Stream& stream, ReadState state, bool keep_alive) {
@@ -1106,6 +1254,31 @@ class HttpServer::Impl {
     Tcp(stream).expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
     co_await net::async_write(stream, http::make_chunk_last(),
                               net::redirect_error(net::use_awaitable, ec));
+  }
+
+  // An HTTP/1.1 request that asked to continue as HTTP/2 (`Upgrade: h2c`), which ServeRequests
+  // leaves to Serve with what was read after it.
+  struct PendingUpgrade {
+    std::optional<HttpRequest> request;
+    std::string settings;  // the decoded HTTP2-Settings payload
+    beast::flat_buffer rest;
+  };
+  // Whether a request asks for h2c by Upgrade (RFC 7540 3.2): `Upgrade` lists h2c, `Connection`
+  // lists Upgrade and HTTP2-Settings, and the settings are there.
+  static bool WantsH2cUpgrade(const HttpRequest& request) {
+    auto lists = [](std::optional<std::string_view> field, std::string_view token) {
+      if (!field) return false;
+      std::string_view rest = *field;
+      while (!rest.empty()) {
+        const size_t comma = rest.find(',');
+        if (EqualsIgnoreCase(TrimBlanks(rest.substr(0, comma)), token)) return true;
+        rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+      }
+      return false;
+    };
+    return lists(request.Header("upgrade"), "h2c") &&
+           lists(request.Header("connection"), "upgrade") &&
+           request.Header("http2-settings").has_value();
   }
 
   // An SSE response Dispatch leaves to Serve, so Dispatch's large coroutine frame is not kept
@@ -1457,8 +1630,25 @@ class HttpServer::Impl {
     }
   }
 
+  // A plain connection: HTTP/2 when it opens with the h2c preface (and ServerOptions::http2),
+  // else HTTP/1.1.
   net::awaitable<void> Session(beast::tcp_stream stream, beast::flat_buffer buffer,
                                [[maybe_unused]] SocketSlot slot) {
+    if (options_.http2) {
+      boost::system::error_code ec;
+      stream.expires_after(std::chrono::milliseconds(options_.idle_timeout_ms));
+      while (buffer.size() < kH2Preface.size() && MayBeH2Preface(buffer)) {
+        const size_t n = co_await stream.async_read_some(
+            buffer.prepare(ReadSize(buffer)), net::redirect_error(net::use_awaitable, ec));
+        buffer.commit(n);
+        if (ec) co_return;  // closed or idle before a request: nothing to answer
+      }
+      if (MayBeH2Preface(buffer)) {
+        stream.expires_never();
+        co_await ServeH2(std::make_shared<H2Conn>(stream.release_socket()), std::move(buffer));
+        co_return;
+      }
+    }
     co_await Serve(stream, std::move(buffer));
   }
 
@@ -1467,7 +1657,24 @@ class HttpServer::Impl {
   net::awaitable<void> Serve(Stream& stream, beast::flat_buffer buffer) {
     metrics_.ConnectionOpened();
     PendingSse sse;
-    co_await ServeRequests(stream, std::move(buffer), &sse);
+    PendingUpgrade upgrade;
+    co_await ServeRequests(stream, std::move(buffer), &sse, &upgrade);
+    if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+      if (upgrade.request) {
+        static constexpr std::string_view kSwitching =
+            "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n";
+        boost::system::error_code ec;
+        stream.expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
+        co_await net::async_write(stream, net::buffer(kSwitching.data(), kSwitching.size()),
+                                  net::redirect_error(net::use_awaitable, ec));
+        metrics_.ConnectionClosed();  // counted again as an HTTP/2 connection
+        if (ec) co_return;
+        stream.expires_never();
+        co_await ServeH2(std::make_shared<H2Conn>(stream.release_socket()), std::move(upgrade.rest),
+                         std::move(upgrade.request), std::move(upgrade.settings));
+        co_return;
+      }
+    }
     if (sse.state) {
       // The request loop's frame, parser and read buffer are gone by now: a live SSE reader
       // keeps only this small frame and the response's own.
@@ -1497,7 +1704,8 @@ class HttpServer::Impl {
   // Serves requests until the connection must close or a request turns into an SSE response,
   // which it leaves in *sse (still counted in flight) for the caller to serve.
   template <typename Stream>
-  net::awaitable<void> ServeRequests(Stream& stream, beast::flat_buffer buffer, PendingSse* sse) {
+  net::awaitable<void> ServeRequests(Stream& stream, beast::flat_buffer buffer, PendingSse* sse,
+                                     PendingUpgrade* upgrade) {
     boost::system::error_code ec;
     for (;;) {
       http::request_parser<http::string_body> parser;
@@ -1645,6 +1853,20 @@ class HttpServer::Impl {
                     : "the URL's path and query must be UTF-8 once percent-decoded")),
             keep_alive, false, "other", request.method);
       } else {
+        if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+          // `Upgrade: h2c` with its HTTP2-Settings: the request is answered on stream 1 of
+          // the HTTP/2 connection this one turns into (Serve). One whose settings do not
+          // decode is served as HTTP/1.1.
+          if (options_.http2 && WantsH2cUpgrade(request)) {
+            if (auto settings = Base64UrlDecode(*request.Header("http2-settings"))) {
+              upgrade->settings = std::move(*settings);
+              upgrade->request = std::move(request);
+              upgrade->rest = std::move(buffer);
+              in_flight_.fetch_sub(1);
+              co_return;
+            }
+          }
+        }
         keep = co_await Dispatch(stream, std::move(request), keep_alive, sse);
         if (sse->state) {
           sse->access = std::move(access);
@@ -1654,6 +1876,326 @@ class HttpServer::Impl {
       in_flight_.fetch_sub(1);
       if (!keep || !keep_alive) break;
     }
+  }
+
+  // ---------------------------------------------------------------------------------------
+  // HTTP/2 (h2c with prior knowledge on the plain port). Each stream's request runs through
+  // Dispatch like an HTTP/1.1 request; answers go out through the session (H2Session), whose
+  // flow control decides when their bytes leave.
+
+  // The most bytes of an SSE response queued for a stream whose peer has not opened its
+  // window for them: beyond it, the reader reads no further records until the peer takes some.
+  static constexpr size_t kH2SseQueueLimit = 256u << 10;
+
+  H2Limits MakeH2Limits() const {
+    H2Limits limits;
+    limits.max_concurrent_streams = options_.http2_max_streams;
+    limits.max_header_bytes = options_.max_header_bytes;
+    limits.max_url_bytes = options_.max_url_bytes;
+    limits.max_body_bytes = options_.max_body_bytes;
+    return limits;
+  }
+
+  // Writes a whole answer on an HTTP/2 stream (the HTTP/2 form of Write above): the same
+  // fields, no connection-specific ones, Content-Length as HTTP/1.1 would send it.
+  net::awaitable<bool> Write(H2Stream& stream, HttpResponse response, bool /*keep_alive*/,
+                             bool head, std::string_view route, std::string_view method) {
+    head = head || method == "HEAD";
+    const bool no_body = response.status == 204 || response.status == 304;
+    StreamService::AddCommonHeaders(&response);
+    if (!no_body && !(head && response.length_unknown)) {
+      response.Set("Content-Length", std::to_string(response.body.size()));
+    }
+    std::string body = head || no_body ? std::string() : std::move(response.body);
+    metrics_.AddBytesOut(body.size());
+    metrics_.CountRequest(route, method, response.status);
+    metrics_.CountHttp2Request();
+    if (!stream.conn->closed) {
+      stream.conn->session->Respond(stream.id, response.status, response.headers, std::move(body),
+                                    /*streaming=*/false);
+      stream.conn->Kick();
+    }
+    co_return false;
+  }
+
+  // SSE on an HTTP/2 stream: as Sse above, with each event appended to the stream's queue, and
+  // no further read while kH2SseQueueLimit bytes wait for the peer's window (a reader that
+  // takes none for request_timeout_ms is reset). A reset stream ends it at once.
+  net::awaitable<void> H2Sse(H2Stream& stream, ReadState state, std::string_view label,
+                             std::string path, std::optional<std::string> authorization) {
+    std::shared_ptr<H2Conn> conn = stream.conn;
+    HttpResponse head = service_.SseHeaders(state);
+    StreamService::AddCommonHeaders(&head);
+    if (conn->closed || !conn->session->Respond(stream.id, 200, head.headers, std::string(),
+                                                /*streaming=*/true)) {
+      co_return;
+    }
+    conn->Kick();
+    metrics_.CountRequest(label, "GET", 200);
+    metrics_.CountHttp2Request();
+    auto waker = NewWaker(stream.get_executor());
+    waker->sse = options_.access != nullptr;
+    BeginLiveWait(stream, waker);
+    StreamService* service = &service_;
+    const ReadState* at = &state;
+    Result<Subscription> subscription = Status::Unavailable("not subscribed");
+    {
+      const std::function<void()> hint = HintFor(waker);
+      const std::function<Result<Subscription>()> watch = [service, at, hint] {
+        return service->Watch(*at, hint);
+      };
+      subscription = co_await StoreCall(watch);
+    }
+    const std::function<SseStep()> read = [service, at] { return service->ReadSse(*at); };
+    metrics_.LiveReaderStarted();
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.sse_max_duration_ms);
+    net::steady_timer drain(stream.get_executor());
+    bool first = true;
+    bool reset = false;
+    auto gone = [&] { return waker->hung_up || conn->closed; };
+    for (;;) {
+      if (gone() || waker->stopped) break;
+      if (conn->session->Queued(stream.id) > kH2SseQueueLimit) {
+        const auto give_up = std::chrono::steady_clock::now() +
+                             std::chrono::milliseconds(options_.request_timeout_ms);
+        while (!gone() && !waker->stopped && conn->session->Queued(stream.id) > kH2SseQueueLimit &&
+               std::chrono::steady_clock::now() < give_up) {
+          drain.expires_after(std::chrono::milliseconds(10));
+          boost::system::error_code ec;
+          co_await drain.async_wait(net::redirect_error(net::use_awaitable, ec));
+        }
+        if (gone() || waker->stopped) break;
+        if (conn->session->Queued(stream.id) > kH2SseQueueLimit) {
+          reset = true;
+          break;
+        }
+      }
+      SseStep step = co_await StoreCall(read);
+      if (gone()) break;
+      if (step.gone) {
+        if (!step.error.ok()) conn->session->Append(stream.id, StreamService::SseError(step.error));
+        break;
+      }
+      if (first || step.data || step.closed) {
+        std::string event = step.data ? *step.data : std::string();
+        event += service_.SseControl(state, step);
+        metrics_.AddBytesOut(event.size());
+        if (!conn->session->Append(stream.id, event)) break;
+        conn->Kick();
+        first = false;
+        state.position = step.next;
+      }
+      if (step.closed) break;
+      if (!step.up_to_date) continue;
+      if (!subscription.ok()) break;
+      const bool hinted = co_await WaitForHint(*waker, deadline);
+      if (!hinted) break;
+      if (waker->recheck) {
+        waker->recheck = false;
+        if (!StillAdmitted(path, authorization)) break;
+      }
+    }
+    EndLiveWait(stream, *waker);
+    metrics_.LiveReaderEnded();
+    if (gone()) co_return;
+    if (reset) {
+      conn->session->Reset(stream.id, /*CANCEL*/ 0x8);
+    } else {
+      conn->session->End(stream.id);
+    }
+    conn->Kick();
+  }
+
+  // Fills a request's path and query from an HTTP/2 :path; an error message when it is
+  // malformed or not UTF-8.
+  static std::optional<std::string> FillTarget(std::string_view target, HttpRequest* request) {
+    const size_t question = target.find('?');
+    auto path = PercentDecode(target.substr(0, question), false);
+    if (!path || (question != std::string_view::npos &&
+                  !ParseQuery(target.substr(question + 1), &request->query))) {
+      return "malformed percent-encoding in URL";
+    }
+    request->path = std::move(*path);
+    bool utf8 = IsValidUtf8(request->path);
+    for (const auto& [key, value] : request->query) {
+      utf8 = utf8 && IsValidUtf8(key) && IsValidUtf8(value);
+    }
+    if (!utf8) return "the URL's path and query must be UTF-8 once percent-decoded";
+    if (request->path.empty() || request->path[0] != '/') return "the :path must start with '/'";
+    return std::nullopt;
+  }
+
+  // One request on an HTTP/2 stream, through the same handling as on HTTP/1.1.
+  net::awaitable<void> H2Handle(std::shared_ptr<H2Conn> conn, H2Request in) {
+    H2Stream stream{conn, in.stream_id};
+    in_flight_.fetch_add(1);
+    if (conn->busy) {
+      HttpResponse r =
+          StreamService::ErrorResponse(Status::ResourceExhausted("too many connections"));
+      r.status = 503;
+      r.Set("Retry-After", "1");
+      co_await Write(stream, std::move(r), false, false, "other", "-");
+      if (!conn->shutting_down) {
+        conn->shutting_down = true;
+        metrics_.CountRefusedConnection(/*answered=*/true);
+        conn->session->Shutdown();
+        conn->Kick();
+      }
+    } else if (in.refuse_status != 0) {
+      HttpResponse r =
+          StreamService::ErrorResponse(Status::ResourceExhausted(std::move(in.refuse_message)));
+      r.status = in.refuse_status;
+      co_await Write(stream, std::move(r), false, false, "other", in.method);
+    } else {
+      HttpRequest request;
+      request.method = std::move(in.method);
+      request.headers = std::move(in.headers);
+      // :authority stands for Host (RFC 9113 8.3.1).
+      if (!in.authority.empty()) request.headers.emplace("host", std::move(in.authority));
+      request.body = std::move(in.body);
+      metrics_.AddBytesIn(request.body.size());
+      if (auto bad = FillTarget(in.target, &request)) {
+        co_await Write(stream, StreamService::ErrorResponse(Status::InvalidArgument(*bad)), false,
+                       false, "other", request.method);
+      } else {
+        co_await H2Run(stream, std::move(request));
+      }
+    }
+    in_flight_.fetch_sub(1);
+  }
+
+  // A parsed request on an HTTP/2 stream: Dispatch, then SSE when it turned into that.
+  net::awaitable<void> H2Run(H2Stream& stream, HttpRequest request) {
+    PendingSse sse;
+    co_await Dispatch(stream, std::move(request), true, &sse);
+    if (sse.state) {
+      co_await H2Sse(stream, std::move(*sse.state), sse.label, std::move(sse.path),
+                     std::move(sse.authorization));
+    }
+  }
+
+  // The request that upgraded an HTTP/1.1 connection, answered on stream 1.
+  net::awaitable<void> H2HandleUpgraded(std::shared_ptr<H2Conn> conn, HttpRequest request) {
+    H2Stream stream{conn, 1};
+    in_flight_.fetch_add(1);
+    co_await H2Run(stream, std::move(request));
+    in_flight_.fetch_sub(1);
+  }
+
+  // Writes what the session has ready, waiting on the connection's signal in between; ends the
+  // connection when the session is done or a write fails.
+  static net::awaitable<void> H2Writer(std::shared_ptr<H2Conn> conn) {
+    std::string out;
+    boost::system::error_code ec;
+    while (!conn->closed) {
+      out.clear();
+      conn->session->Collect(&out);
+      if (out.empty()) {
+        if (!conn->session->Alive()) break;
+        conn->writer_waiting = true;
+        conn->signal.expires_at(std::chrono::steady_clock::time_point::max());
+        co_await conn->signal.async_wait(net::redirect_error(net::use_awaitable, ec));
+        conn->writer_waiting = false;
+        continue;
+      }
+      conn->writing = true;
+      conn->write_started = std::chrono::steady_clock::now();
+      co_await conn->WriteAll(net::buffer(out), ec);
+      conn->writing = false;
+      if (ec) break;
+    }
+    conn->Close();
+  }
+
+  // Once a second: closes a connection idle for idle_timeout_ms with no stream open, one with a
+  // request or a write not finished within request_timeout_ms, and starts a graceful shutdown
+  // (GOAWAY) when the server stops.
+  net::awaitable<void> H2Watchdog(std::shared_ptr<H2Conn> conn) {
+    net::steady_timer timer(conn->executor());
+    boost::system::error_code ec;
+    while (!conn->closed) {
+      timer.expires_after(std::chrono::seconds(1));
+      co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));
+      if (conn->closed) break;
+      const auto now = std::chrono::steady_clock::now();
+      if (conn->busy && now - conn->opened > kRejectWriteTimeout) {
+        conn->Close();
+        break;
+      }
+      // As on HTTP/1.1, a request (or a write) slower than request_timeout_ms ends the
+      // connection.
+      if (conn->session->RequestOverdue(std::chrono::milliseconds(options_.request_timeout_ms),
+                                        now) ||
+          (conn->writing &&
+           now - conn->write_started > std::chrono::milliseconds(options_.request_timeout_ms))) {
+        conn->Close();
+        break;
+      }
+      if (conn->session->OpenStreams() == 0 &&
+          now - conn->last_activity > std::chrono::milliseconds(options_.idle_timeout_ms)) {
+        conn->Close();
+        break;
+      }
+      if (stopping_.load() && !conn->shutting_down) {
+        conn->shutting_down = true;
+        conn->session->Shutdown();
+        conn->Kick();
+      }
+    }
+  }
+
+  // Serves an HTTP/2 connection whose first bytes (of the preface, at least) are in `buffer`.
+  // `upgraded`: the HTTP/1.1 request that asked for `Upgrade: h2c`, with its decoded
+  // HTTP2-Settings in `settings`.
+  net::awaitable<void> ServeH2(std::shared_ptr<H2Conn> conn, beast::flat_buffer buffer,
+                               std::optional<HttpRequest> upgraded = std::nullopt,
+                               std::string settings = std::string()) {
+    metrics_.ConnectionOpened();
+    metrics_.Http2ConnectionOpened();
+    std::weak_ptr<H2Conn> weak = conn;
+    H2Conn* raw = conn.get();
+    H2Session::Callbacks callbacks;
+    callbacks.on_request = [this, weak](H2Request request) {
+      auto c = weak.lock();
+      if (!c) return;
+      // Posted: the session is inside a call that must return before the handler uses it.
+      auto ex = c->executor();
+      net::post(ex, [this, c, request = std::move(request)]() mutable {
+        net::co_spawn(c->executor(), H2Handle(c, std::move(request)), net::detached);
+      });
+    };
+    callbacks.on_stream_closed = [raw](int32_t id) { raw->HangUp(id); };
+    conn->session.emplace(MakeH2Limits(), std::move(callbacks));
+    auto ex = conn->executor();
+    if (upgraded) {
+      if (!conn->session->Upgrade(settings, upgraded->method == "HEAD")) {
+        conn->Close();
+        metrics_.Http2ConnectionClosed();
+        metrics_.ConnectionClosed();
+        co_return;
+      }
+      net::co_spawn(ex, H2HandleUpgraded(conn, std::move(*upgraded)), net::detached);
+    }
+    net::co_spawn(ex, H2Writer(conn), net::detached);
+    net::co_spawn(ex, H2Watchdog(conn), net::detached);
+    std::string_view pending(static_cast<const char*>(buffer.data().data()), buffer.size());
+    std::vector<char> scratch(64u << 10);
+    boost::system::error_code ec;
+    while (!conn->closed) {
+      const bool ok = conn->session->Receive(pending);
+      conn->Kick();
+      if (!ok || !conn->session->Alive()) break;  // the writer sends what is left, then closes
+      const size_t n = co_await conn->ReadSome(net::buffer(scratch), ec);
+      if (ec) {
+        conn->Close();
+        break;
+      }
+      conn->last_activity = std::chrono::steady_clock::now();
+      pending = std::string_view(scratch.data(), n);
+    }
+    metrics_.Http2ConnectionClosed();
+    metrics_.ConnectionClosed();
   }
 
   ServerOptions options_;
@@ -1700,6 +2242,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(StreamRegistry registry,
       return Status::InvalidArgument("TLS needs both a certificate file and a key file");
     }
     RUNNEL_ASSIGN_OR_RETURN(tls, MakeTlsContext(resolved.tls_cert_file, resolved.tls_key_file));
+    OfferAlpn(tls.get(), resolved.http2);
   }
   std::unique_ptr<Impl> impl;
   try {

@@ -1,4 +1,4 @@
-// HttpServer: `runnel serve`'s HTTP/1.1 front end on Boost.Beast with C++20 coroutines.
+// HttpServer: `runnel serve`'s HTTP/1.1 and HTTP/2 front end on Boost.Beast with C++20 coroutines.
 //
 // `threads` io threads, each running an io_context of its own; accepted connections are spread
 // over them round robin, and a connection stays on its thread, so its state is touched by one
@@ -38,6 +38,23 @@
 // Asio; TLS 1.2 or later) and runs the same request handling as plain HTTP, templated on the
 // stream type. A plain-HTTP request to a TLS listener is answered with a clear 400 in plain text
 // and the connection is closed.
+//
+// HTTP/2 (ServerOptions::http2): a plain connection whose first bytes are the HTTP/2 client
+// preface (`PRI * HTTP/2.0`, h2c with prior knowledge), and a TLS connection whose client chose
+// `h2` by ALPN (offered before http/1.1), are served as HTTP/2 through libnghttp2
+// (h2_session.h); any other is HTTP/1.1. Each stream's request goes through the same handling
+// as an HTTP/1.1 request (routing, authorization, quotas, limits, metrics, live reads), its
+// answer through the stream, paced by the peer's flow-control windows: an SSE response reads
+// no further while 256 KiB wait for its window, and is reset when none of it leaves within
+// request_timeout_ms. A reset stream releases its live reader at once. At most
+// http2_max_streams streams are open per connection; header fields count against
+// max_header_bytes (431), :path against max_url_bytes (414), DATA against max_body_bytes (413).
+// A connection with no open stream for idle_timeout_ms, or with a request not received whole
+// or a write not finished within request_timeout_ms, is closed; each open stream may hold a
+// whole answer (up to max_read_bytes of records) waiting for the peer's window; Stop() sends
+// GOAWAY. An h2 connection beyond the cap gets 503 on its requests, then GOAWAY. On the plain port,
+// an HTTP/1.1 request asking for `Upgrade: h2c` (with HTTP2-Settings) gets 101 and its answer on
+// stream 1 of the HTTP/2 connection the socket turns into.
 //
 // Lifecycle: Start() binds and listens; Run() serves on the calling thread plus threads - 1
 // more, and returns after Stop() has drained: Stop() stops accepting, ends live readers,
@@ -99,6 +116,11 @@ struct ServerOptions {
   // HTTP; one without the other, or files that cannot be loaded, fail Start().
   std::string tls_cert_file;
   std::string tls_key_file;
+  // HTTP/2 cleartext (h2c) with prior knowledge on the plain port: a connection that opens
+  // with the HTTP/2 preface speaks HTTP/2, any other HTTP/1.1. False serves HTTP/1.1 only.
+  bool http2 = true;
+  // Streams one HTTP/2 connection may have open at a time (SETTINGS_MAX_CONCURRENT_STREAMS).
+  size_t http2_max_streams = 100;
   // A TLS connection must complete its handshake within this long, else it is closed.
   uint64_t tls_handshake_timeout_ms = 10000;
   // Where stream requests make their store calls (lookups, reads, HEAD, listings): on the

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <tuple>
 
 namespace runnel::server {
@@ -29,6 +30,20 @@ std::string Metrics::Render() const {
     out +=
         fmt::format("runnel_http_requests_total{{route=\"{}\",method=\"{}\",status=\"{}\"}} {}\n",
                     std::get<0>(key), std::get<1>(key), std::get<2>(key), count);
+  }
+  {
+    uint64_t all = 0;
+    for (const auto& [key, count] : requests_) all += count;
+    const uint64_t h2 = http2_requests_.load(std::memory_order_relaxed);
+    out += "# HELP runnel_http_requests_by_version_total HTTP requests by protocol version.\n";
+    out += "# TYPE runnel_http_requests_by_version_total counter\n";
+    out += fmt::format("runnel_http_requests_by_version_total{{version=\"1.1\"}} {}\n",
+                       all - std::min(all, h2));
+    out += fmt::format("runnel_http_requests_by_version_total{{version=\"2\"}} {}\n", h2);
+    out += "# HELP runnel_http2_connections Open HTTP/2 connections.\n";
+    out += "# TYPE runnel_http2_connections gauge\n";
+    out += fmt::format("runnel_http2_connections {}\n",
+                       http2_connections_.load(std::memory_order_relaxed));
   }
   out += "# HELP runnel_append_latency_seconds Append latency until the commit is acknowledged.\n";
   out += "# TYPE runnel_append_latency_seconds histogram\n";

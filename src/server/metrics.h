@@ -22,6 +22,12 @@ class Metrics {
  public:
   // One finished request: route label ("stream", "healthz", ...), method and status.
   void CountRequest(std::string_view route, std::string_view method, int status);
+  // One finished request over HTTP/2 (counted by CountRequest too): requests by protocol
+  // version are rendered as runnel_http_requests_by_version_total{version="1.1"|"2"}.
+  void CountHttp2Request() { http2_requests_.fetch_add(1, std::memory_order_relaxed); }
+  // An HTTP/2 connection opened or closed (counted as a connection too).
+  void Http2ConnectionOpened() { http2_connections_.fetch_add(1, std::memory_order_relaxed); }
+  void Http2ConnectionClosed() { http2_connections_.fetch_sub(1, std::memory_order_relaxed); }
   // Latency of one append, from request parsed to commit acknowledged.
   void ObserveAppendLatency(uint64_t micros);
   void AddBytesIn(uint64_t n) { bytes_in_.fetch_add(n, std::memory_order_relaxed); }
@@ -53,6 +59,8 @@ class Metrics {
   uint64_t append_count_ = 0;
   uint64_t append_sum_micros_ = 0;
 
+  std::atomic<uint64_t> http2_requests_{0};
+  std::atomic<int64_t> http2_connections_{0};
   std::atomic<uint64_t> bytes_in_{0};
   std::atomic<uint64_t> bytes_out_{0};
   std::atomic<int64_t> live_readers_{0};

@@ -1693,6 +1693,10 @@ std::optional<ReadState> StreamService::BeginRead(const Route& route, const Http
   }
   if (auto cursor = request.Query("cursor")) state.client_cursor = std::string(*cursor);
   if (auto inm = request.Header("if-none-match")) state.if_none_match = std::string(*inm);
+  // SSE is never compressed (content_coding.h).
+  if (options_.compression.enabled && state.mode != LiveMode::kSse) {
+    state.coding = NegotiateCoding(request.Header("accept-encoding"));
+  }
   return state;
 }
 
@@ -1755,24 +1759,46 @@ HttpResponse StreamService::ReadResponse(const ReadState& state, const ReadChunk
   if (state.mode != LiveMode::kNone && !chunk.closed) {
     r.Set("Stream-Cursor", NextCursor(state.client_cursor, NowMs()));
   }
+  std::string body = ReadBody(state, chunk);
+  // The coding is chosen before the validators: each coding is a representation of its own,
+  // with its own entity tag (content_coding.h).
+  ContentCoding coding =
+      body.size() >= options_.compression.min_bytes ? state.coding : ContentCoding::kIdentity;
+  auto etag_for = [&](ContentCoding c) {
+    return "\"" + std::to_string(state.id) + ":" + std::to_string(chunk.start) + ":" +
+           std::to_string(chunk.next) + (chunk.closed ? ":c" : "") +
+           (c == ContentCoding::kIdentity ? "" : ":" + std::string(CodingName(c))) + "\"";
+  };
+  // Whatever the coding, the answer depends on Accept-Encoding while compression is on.
+  std::string vary = options_.compression.enabled ? "Accept-Encoding" : "";
+  std::optional<std::string> etag;
   if (state.offset_now) {
     r.Set("Cache-Control", "no-store");
   } else {
-    std::string etag = "\"" + std::to_string(state.id) + ":" + std::to_string(chunk.start) + ":" +
-                       std::to_string(chunk.next) + (chunk.closed ? ":c" : "") + "\"";
-    r.Set("ETag", etag);
+    etag = etag_for(coding);
     if (state.shared_cache) {
       r.Set("Cache-Control", "public, max-age=60, stale-while-revalidate=300");
     } else {
       r.Set("Cache-Control", "private, max-age=60, stale-while-revalidate=300");
-      r.Set("Vary", "Authorization");
-    }
-    if (state.if_none_match && NoneMatchHits(*state.if_none_match, etag)) {
-      r.status = 304;
-      return r;
+      vary = vary.empty() ? "Authorization" : MergeVary("Authorization", vary);
     }
   }
-  r.body = ReadBody(state, chunk);
+  if (!vary.empty()) r.Set("Vary", vary);
+  if (etag && state.if_none_match && NoneMatchHits(*state.if_none_match, *etag)) {
+    r.Set("ETag", std::move(*etag));
+    r.status = 304;
+    return r;
+  }
+  if (coding != ContentCoding::kIdentity) {
+    if (auto encoded = Compress(coding, body, options_.compression)) {
+      body = std::move(*encoded);
+      r.Set("Content-Encoding", std::string(CodingName(coding)));
+    } else if (etag) {
+      etag = etag_for(ContentCoding::kIdentity);  // the compressor failed: sent as it is
+    }
+  }
+  if (etag) r.Set("ETag", std::move(*etag));
+  r.body = std::move(body);
   return r;
 }
 

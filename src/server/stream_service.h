@@ -39,6 +39,7 @@
 #include <unordered_set>
 
 #include "runnel/registry.h"
+#include "server/content_coding.h"
 #include "server/http_types.h"
 #include "server/metrics.h"
 #include "server/offset_token.h"
@@ -99,6 +100,8 @@ struct StreamServiceOptions {
   // 100 bytes of memory on top of its text while the append runs, so this bounds what a body of
   // tiny messages (`[1,1,1,...]`) can cost.
   size_t max_append_messages = 100000;
+  // Compression of catch-up and long-poll bodies by Accept-Encoding (content_coding.h).
+  CompressionOptions compression;
 };
 
 enum class LiveMode { kNone, kLongPoll, kSse };
@@ -120,6 +123,9 @@ struct ReadState {
   // Whether a shared cache (a CDN, a caching proxy) may store the answer and give it to anyone:
   // false for a read that needed a token, whose answers are `private`.
   bool shared_cache = true;
+  // The coding the client's Accept-Encoding asks for (identity for SSE, and when compression
+  // is off); ReadResponse uses it for bodies of at least CompressionOptions::min_bytes.
+  ContentCoding coding = ContentCoding::kIdentity;
 };
 
 // One read from a ReadState's position.

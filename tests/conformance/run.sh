@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Starts `runnel serve` on a free loopback port, runs one npm suite against it, stops the server.
-# Usage: run.sh RUNNEL_BINARY STORE [conformance|client|dashboard]
+# Usage: run.sh RUNNEL_BINARY STORE [conformance|conformance-h2|client|dashboard]
+# (conformance-h2: the conformance suite with every request over HTTP/2, h2-fetch.mjs)
 # The suite's webhook receivers listen on 127.0.0.1, so the server runs with the localhost
 # development exception for webhook URLs.
 set -euo pipefail

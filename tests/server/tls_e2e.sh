@@ -73,6 +73,18 @@ set -e
 expect_eq "$rc" 60 "curl without --cacert (certificate problem)"
 
 expect_eq "$(code "$url/healthz")" 200 "healthz over https"
+
+# HTTP/2 by ALPN (when this curl speaks it), HTTP/1.1 for a client that asks for it.
+h2_curl=0
+if curl -V | grep -qw HTTP2; then
+  h2_curl=1
+  expect_eq "$(c --http2 -o /dev/null -w '%{http_version} %{http_code}' "$url/healthz")" "2 200" \
+    "h2 chosen by ALPN"
+  expect_eq "$(c --http1.1 -o /dev/null -w '%{http_version} %{http_code}' "$url/healthz")" \
+    "1.1 200" "http/1.1 chosen by ALPN"
+else
+  echo "tls e2e: this curl has no HTTP/2; the ALPN checks did not run"
+fi
 expect_eq "$(code -X PUT -H 'Content-Type: application/json' "$url/v1/stream/t")" 201 "create"
 expect_eq "$(code -X POST -H 'Content-Type: application/json' -d '[{"n":1},{"n":2}]' \
   "$url/v1/stream/t")" 204 "append"
@@ -136,8 +148,13 @@ for _ in $(seq 1 100); do
 done
 [[ -n "$url" ]] || { cat "$workdir/capped.log" >&2; fail "no https:// start-up line"; }
 exec {held}<>"/dev/tcp/127.0.0.1/${url##*:}"
-busy="$(c -D - -o /dev/null "$url/healthz" | tr -d '\r')"
+busy="$(c --http1.1 -D - -o /dev/null "$url/healthz" | tr -d '\r')"
 expect_has "$busy" "HTTP/1.1 503" "a TLS connection beyond the cap"
 expect_has "$busy" "Retry-After: 1" "a TLS connection beyond the cap"
+if [[ "$h2_curl" == 1 ]]; then
+  busy="$(c --http2 -D - -o /dev/null "$url/healthz" | tr -d '\r')"
+  expect_has "$busy" "HTTP/2 503" "an h2 connection beyond the cap"
+  expect_has "$busy" "retry-after: 1" "an h2 connection beyond the cap"
+fi
 exec {held}>&-
 echo "tls e2e: all checks passed"

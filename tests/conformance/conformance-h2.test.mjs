@@ -1,0 +1,22 @@
+// The official Durable Streams conformance suite over HTTP/2: every request the suite makes to
+// RUNNEL_BASE_URL goes through h2-fetch.mjs (h2c with prior knowledge), the rest as in
+// conformance.test.mjs. The last test checks that the requests really went over HTTP/2.
+import { h2Requests } from "./h2-fetch.mjs";
+import { afterAll, expect, test } from "vitest";
+import { runConformanceTests } from "@durable-streams/server-conformance-tests";
+
+const baseUrl = process.env.RUNNEL_BASE_URL;
+if (!baseUrl) throw new Error("RUNNEL_BASE_URL is not set; use run.sh");
+
+runConformanceTests({
+  baseUrl,
+  longPollTimeoutMs: Number(process.env.RUNNEL_LONG_POLL_TIMEOUT_MS ?? "500"),
+  subscriptions: true,
+});
+
+test("the suite's requests went over HTTP/2", async () => {
+  const metrics = await (await fetch(`${baseUrl}/metrics`)).text();
+  const line = metrics.split("\n").find((l) => l.startsWith('runnel_http_requests_by_version_total{version="2"}'));
+  expect(h2Requests).toBeGreaterThan(300);
+  expect(Number(line?.split(" ").pop())).toBeGreaterThanOrEqual(h2Requests - 1);
+});
