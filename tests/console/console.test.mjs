@@ -227,6 +227,13 @@ test("stream list sorts naturally, hides channel internals, filters and pages", 
                    "a page is in natural order");
   await page.click("#page-next");
   await page.waitForFunction(() => location.hash.includes("after="));
+  // The count reads the same on both pages: wait for the rows of the next one.
+  await page.waitForFunction(
+      (first) => {
+        const cell = document.querySelector("#streams tbody td:first-child");
+        return cell !== null && cell.textContent !== first;
+      },
+      {timeout: 10000}, one[0]);
   await waitText("#stream-count", "500 streams on this page");
   const two = await streamNames();
   await page.reload({ waitUntil: "domcontentloaded" });
@@ -322,7 +329,9 @@ test("consumer groups: ack, reset, read with times, delete", async () => {
 
 test("create, append, retention, close and delete from the page", async () => {
   await open("#/streams");
+  await page.waitForSelector("#create-panel summary", {visible: true, timeout: 10000});
   await page.click("#create-panel summary");
+  await page.waitForSelector("#create-name", {visible: true, timeout: 10000});
   await page.type("#create-name", "made-here");
   await page.click("#create-submit");
   await page.waitForFunction(() => location.hash.startsWith("#/stream/made-here"));
