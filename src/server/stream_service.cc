@@ -14,6 +14,7 @@
 #include "base/retry.h"
 #include "base/utf8.h"
 #include "core/attributes.h"
+#include "core/state_compaction.h"
 #include "runnel/channel.h"
 #include "server/http_errors.h"
 #include "server/json_messages.h"
@@ -172,6 +173,20 @@ std::string LocationOf(const HttpRequest& request) {
          PercentEncode(request.path, /*keep_slash=*/true);
 }
 
+// Whether a reader at `position` could miss a delete that compaction dropped (see
+// core/state_compaction.h): position 0 (the beginning) never can.
+bool BelowHorizon(const std::optional<compaction::Config>& c, uint64_t position) {
+  return c && position > 0 && position < c->horizon;
+}
+
+HttpResponse HorizonGone() {
+  HttpResponse r = StreamService::ErrorResponse(
+      Status::NotFound("offset is before the stream's compaction horizon (a delete after it was "
+                       "compacted away); read again from -1"));
+  r.status = 410;
+  return r;
+}
+
 HttpResponse Gone() {
   HttpResponse r = StreamService::ErrorResponse(Status::NotFound("stream was deleted"));
   r.status = 410;
@@ -221,14 +236,20 @@ struct StreamService::Meta {
   bool channel = false;
   // The newest access recorded by any node sharing the store (see Touch), unix ms; 0: none.
   uint64_t touched_ms = 0;
+  // Keyed compaction (core/state_compaction.h), kept under its own attributes key.
+  std::optional<compaction::Config> compaction;
 
   // Reads the protocol's key ("ds") of the stream's attributes (see core/attributes.h); of other
   // layers' keys, only whether the channel's is present. Unreadable metadata reads as none.
   static Meta Parse(std::string_view attrs) {
     Meta m;
-    auto values = attributes::GetEach(attrs, {DurableChannel::kAttributeKey, kAttributeKey});
+    auto values = attributes::GetEach(
+        attrs, {DurableChannel::kAttributeKey, kAttributeKey, compaction::kAttributeKey});
     if (!values.ok()) return m;
     m.channel = (*values)[0].has_value();
+    if ((*values)[2]) {
+      if (auto c = compaction::Config::Parse(*(*values)[2]); c.ok()) m.compaction = *c;
+    }
     if (!(*values)[1]) return m;
     const std::string& text = *(*values)[1];
     json j = json::parse(text.begin(), text.end(), nullptr, false);
@@ -238,6 +259,7 @@ struct StreamService::Meta {
     } catch (const json::exception&) {
       Meta none;
       none.channel = m.channel;
+      none.compaction = m.compaction;
       return none;
     }
     return m;
@@ -741,6 +763,15 @@ void StreamService::HandleWrite(const Route& route, HttpRequest request, Done do
     done(ErrorResponse(Status::InvalidArgument("Stream-Closed must be true or false")));
     return;
   }
+  if (request.method == "POST" && request.Query("compact")) {
+    if (options_.blocking_executor) {
+      options_.blocking_executor(
+          [this, route, done = std::move(done)]() mutable { CompactNow(route, std::move(done)); });
+    } else {
+      CompactNow(route, std::move(done));
+    }
+    return;
+  }
   auto shared = std::make_shared<const HttpRequest>(std::move(request));
   std::string key = LaneKey(route.scope, route.name);
   if (shared->method == "POST") {
@@ -833,6 +864,8 @@ struct CreateConfig {
   uint64_t fork_sub_offset = 0;
   bool has_sub_offset = false;
   StreamRetention retention;
+  // Stream-Compaction: state (and Stream-Compaction-Tombstone-Ms).
+  std::optional<compaction::Config> compaction;
 };
 
 // Stream-Retention-Max-Events / -Max-Age-Ms / -Max-Bytes (a runnel extension): positive
@@ -900,7 +933,55 @@ Result<CreateConfig> ParseCreateConfig(const HttpRequest& request) {
     return Status::InvalidArgument("fork headers require Stream-Forked-From");
   }
   RUNNEL_ASSIGN_OR_RETURN(c.retention, ParseRetentionHeaders(request));
+  auto mode = request.Header("stream-compaction");
+  auto tombstone = request.Header("stream-compaction-tombstone-ms");
+  if (mode) {
+    if (TrimBlanks(*mode) != compaction::kModeState) {
+      return Status::InvalidArgument("Stream-Compaction takes only the value state");
+    }
+    if (!c.content_type || !IsJsonContentType(*c.content_type)) {
+      return Status::InvalidArgument(
+          "Stream-Compaction: state needs Content-Type: application/json (State Protocol "
+          "messages are JSON)");
+    }
+    if (c.fork_from) {
+      return Status::InvalidArgument("a fork cannot set Stream-Compaction");
+    }
+    c.compaction = compaction::Config{};
+  }
+  if (tombstone) {
+    if (!mode) {
+      return Status::InvalidArgument("Stream-Compaction-Tombstone-Ms needs Stream-Compaction");
+    }
+    auto ms = ParseCanonicalUint(*tombstone, compaction::kMaxTombstoneMs);
+    if (!ms) {
+      return Status::InvalidArgument(
+          "Stream-Compaction-Tombstone-Ms must be an integer from 0 to " +
+          std::to_string(compaction::kMaxTombstoneMs));
+    }
+    c.compaction->tombstone_ms = *ms;
+  }
   return c;
+}
+
+// Refuses a batch for a compacted stream unless every message is a State Protocol message.
+Status ValidateStateMessages(const std::vector<AppendRecord>& records) {
+  for (size_t i = 0; i < records.size(); ++i) {
+    auto m = compaction::ParseMessage(records[i].payload);
+    if (!m.ok()) {
+      return Status::InvalidArgument("message " + std::to_string(i + 1) +
+                                     " is not a State Protocol message for a compacted stream: " +
+                                     std::string(m.status().message()));
+    }
+  }
+  return Status::OK();
+}
+
+void SetCompactionHeaders(const std::optional<compaction::Config>& c, HttpResponse* r) {
+  if (!c) return;
+  r->Set("Stream-Compaction", std::string(compaction::kModeState));
+  r->Set("Stream-Compaction-Tombstone-Ms", std::to_string(c->tombstone_ms));
+  if (c->horizon) r->Set("Stream-Compaction-Horizon", FormatOffset(c->horizon));
 }
 
 }  // namespace
@@ -958,6 +1039,9 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
     }
     same = same && config.closed == f.info.closed;
     same = same && config.retention == f.info.spec.retention;
+    same =
+        same && config.compaction.has_value() == f.meta.compaction.has_value() &&
+        (!config.compaction || config.compaction->tombstone_ms == f.meta.compaction->tombstone_ms);
     if (config.fork_from) {
       same = same && f.meta.fork_ns == source_scope->Label() && f.meta.fork_name == source_name;
       if (config.fork_offset) {
@@ -1105,12 +1189,23 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   } else if (!request.body.empty()) {
     initial.push_back(AppendRecord{std::nullopt, request.body});
   }
+  if (config.compaction) {
+    if (Status valid = ValidateStateMessages(initial); !valid.ok()) {
+      return finish(ErrorResponse(valid));
+    }
+  }
 
   // With initial records or a close, the stream is created marked `creating` (invisible to
   // other requests), and the commit of those records clears the mark: nothing can be appended
   // before them, even through another node.
   const bool initial_commit = !inherited.empty() || !initial.empty() || config.closed;
-  auto final_attrs = attributes::Set("", Meta::kAttributeKey, meta.Stored());
+  std::string base_attrs;
+  if (config.compaction) {
+    auto with = compaction::WithConfig("", *config.compaction);
+    if (!with.ok()) return finish(ErrorResponse(with.status()));
+    base_attrs = std::move(*with);
+  }
+  auto final_attrs = attributes::Set(base_attrs, Meta::kAttributeKey, meta.Stored());
   if (!final_attrs.ok()) return finish(ErrorResponse(final_attrs.status()));
   CreateStreamOptions options;
   options.content_type = content_type;
@@ -1119,7 +1214,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   if (initial_commit) {
     Meta creating = meta;
     creating.creating = true;
-    auto attrs = attributes::Set("", Meta::kAttributeKey, creating.Stored());
+    auto attrs = attributes::Set(base_attrs, Meta::kAttributeKey, creating.Stored());
     if (!attrs.ok()) return finish(ErrorResponse(attrs.status()));
     options.attributes = std::move(*attrs);
   }
@@ -1393,6 +1488,11 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
       records.push_back(AppendRecord{std::nullopt, request.body});
     }
   }
+  if (found->meta.compaction) {
+    if (Status valid = ValidateStateMessages(records); !valid.ok()) {
+      return finish(ErrorResponse(valid));
+    }
+  }
 
   AppendOptions options;
   options.producer = producer;
@@ -1515,6 +1615,45 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
 // ---------------------------------------------------------------------------------------------
 // HEAD, listing and reads
 
+void StreamService::CompactNow(const Route& route, Done done) {
+  auto found = Lookup(route.scope, route.name);
+  if (!found.ok()) return done(ErrorResponse(found.status()));
+  if (found->meta.soft_deleted) return done(Gone());
+  if (!found->meta.compaction) {
+    return done(ErrorResponse(Status::FailedPrecondition(
+        "stream '" + route.name + "' was not created with Stream-Compaction: state")));
+  }
+  const StreamId id = found->info.id;
+  {
+    std::lock_guard lock(compacting_mu_);
+    if (!compacting_.insert(id).second) {
+      return done(ErrorResponse(Status::Conflict(
+          "a compaction of stream '" + route.name + "' is running; try again when it ends", 0, 0)));
+    }
+  }
+  auto report = compaction::Compact(registry_.store(), id, registry_.clock().NowMs());
+  {
+    std::lock_guard lock(compacting_mu_);
+    compacting_.erase(id);
+  }
+  ForgetLookup(LaneKey(route.scope, route.name));
+  if (!report.ok()) return done(ErrorResponse(report.status()));
+  json body = {{"compacted_through", FormatOffset(report->compacted_through)},
+               {"scanned_records", report->scanned_records},
+               {"scanned_bytes", report->scanned_bytes},
+               {"dropped_records", report->dropped_records},
+               {"dropped_bytes", report->dropped_bytes},
+               {"dropped_tombstones", report->dropped_tombstones},
+               {"kept_records", report->kept_records},
+               {"horizon", FormatOffset(report->horizon)}};
+  HttpResponse r;
+  r.status = 200;
+  r.Set("Content-Type", "application/json");
+  r.Set("Cache-Control", "no-store");
+  r.body = body.dump();
+  done(std::move(r));
+}
+
 void StreamService::UpdateRetention(const Route& route, const HttpRequest& request, Release release,
                                     Done done) {
   HttpResponse response;
@@ -1579,6 +1718,7 @@ HttpResponse StreamService::HandleList(const Route& route, const HttpRequest& re
                        {"closed", info.closed},
                        {"event_count", info.event_count},
                        {"retained_bytes", info.retained_bytes}});
+    if (meta.compaction) streams.back()["compaction"] = compaction::kModeState;
     return true;
   };
   // From the prefix on (Store::ListStreamsWithPrefix): a listing costs the streams it matches,
@@ -1618,6 +1758,7 @@ HttpResponse StreamService::HandleHead(const Route& route, const HttpRequest&) {
   if (found->meta.expires_at) r.Set("Stream-Expires-At", *found->meta.expires_at);
   if (found->info.closed) r.Set("Stream-Closed", "true");
   SetRetentionHeaders(found->info.spec.retention, &r);
+  SetCompactionHeaders(found->meta.compaction, &r);
   r.Set("Cache-Control", "no-store");
   return r;
 }
@@ -1685,6 +1826,10 @@ std::optional<ReadState> StreamService::BeginRead(const Route& route, const Http
         error->status = 410;
         return std::nullopt;
       }
+      if (BelowHorizon(found->meta.compaction, query.position)) {
+        *error = HorizonGone();
+        return std::nullopt;
+      }
       state.position = query.position;
       break;
   }
@@ -1707,6 +1852,16 @@ ReadChunk StreamService::Read(const ReadState& state) {
     const Status& failed = !info.ok() ? info.status() : records.status();
     if (failed.code() != StatusCode::kNotFound) chunk.error = failed;
     return chunk;
+  }
+  if (state.position > 0 &&
+      info->spec.attributes.find(compaction::kAttributeKey) != std::string::npos) {
+    // A compaction may have moved the horizon past this reader since it began.
+    auto c = compaction::ConfigOf(info->spec.attributes);
+    if (c.ok() && BelowHorizon(*c, state.position)) {
+      chunk.gone = true;
+      chunk.below_horizon = true;
+      return chunk;
+    }
   }
   if (state.offset_now && state.mode == LiveMode::kNone) records->clear();
   for (StoredRecord& rec : *records) {
@@ -1734,6 +1889,7 @@ std::string ReadBody(const ReadState& state, const ReadChunk& chunk) {
 }
 
 HttpResponse GoneOrFailed(const ReadChunk& chunk) {
+  if (chunk.below_horizon) return HorizonGone();
   if (!chunk.error.ok()) return StreamService::ErrorResponse(chunk.error);
   return StreamService::ErrorResponse(Status::NotFound("stream was deleted"));
 }

@@ -129,6 +129,8 @@ struct ReadChunk {
   // Why, when the read failed for another reason than the stream being gone (a damaged record
   // reads as `corruption`, a failing disk as `io_error`): the answer carries it.
   Status error;
+  // Gone because the reader's position fell below the stream's compaction horizon (410).
+  bool below_horizon = false;
   // The records read, each as stored (a JSON message or a slice of bytes).
   std::vector<std::string> records;
   uint64_t start = 0;
@@ -294,6 +296,12 @@ class StreamService {
   // Stream-Retention-Max-* headers sent (an absent header clears that cap); with none of them,
   // `Stream-Retention: none` clears every cap and anything else is 400.
   void UpdateRetention(const Route& route, const HttpRequest& request, Release release, Done done);
+  // POST <stream>?compact: compacts a State Protocol stream now (core/state_compaction.h) and
+  // answers what it reclaimed as JSON. One compaction per stream at a time (409 otherwise).
+  void CompactNow(const Route& route, Done done);
+  // Streams being compacted now (CompactNow), guarded by compacting_mu_.
+  std::mutex compacting_mu_;
+  std::unordered_set<StreamId> compacting_;
 
   StreamRegistry registry_;
   StreamServiceOptions options_;

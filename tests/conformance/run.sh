@@ -12,7 +12,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 long_poll_ms=500
 
 if [[ ! -d "$here/node_modules/@durable-streams/server-conformance-tests" ||
-      ! -d "$here/node_modules/jsdom" ]]; then
+      ! -d "$here/node_modules/jsdom" ||
+      ! -d "$here/node_modules/@durable-streams/state" ]]; then
   (cd "$here" && npm install --no-audit --no-fund >/dev/null)
 fi
 

@@ -4,7 +4,7 @@ import { defineConfig } from "vitest/config";
 
 export default defineConfig({
   test: {
-    include: ["conformance.test.mjs", "client.test.mjs", "dashboard.test.mjs"],
+    include: ["conformance.test.mjs", "client.test.mjs", "dashboard.test.mjs", "state.test.mjs"],
     exclude: [],
     testTimeout: 30000,
     hookTimeout: 30000,
