@@ -272,6 +272,10 @@ class Store {
                                       " store cannot remove records from the middle of a stream");
   }
 
+  // Whether DropRecords removes records (the memory and PostgreSQL stores) rather than
+  // refusing. Keyed compaction is offered only on such a store.
+  virtual bool SupportsDropRecords() const { return false; }
+
   // Atomic max-merge of a named cursor; registers the cursor if absent. Returns the stored
   // value after the merge. updated_at_ms changes only when the value advances.
   virtual Result<uint64_t> CommitCursor(StreamId id, std::string_view consumer, uint64_t offset,

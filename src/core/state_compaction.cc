@@ -168,6 +168,10 @@ Result<Report> Compact(Store& store, StreamId id, uint64_t now_ms) {
     return Status::FailedPrecondition("stream '" + info.spec.name +
                                       "' was not created with compaction");
   }
+  if (!store.SupportsDropRecords()) {
+    return Status::FailedPrecondition("the " + std::string(store.Name()) +
+                                      " store does not support keyed compaction yet");
+  }
   Report report;
   report.compacted_through = info.next_offset - 1;
   Planner planner(now_ms, config->tombstone_ms);

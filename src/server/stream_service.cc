@@ -1190,6 +1190,12 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
     initial.push_back(AppendRecord{std::nullopt, request.body});
   }
   if (config.compaction) {
+    if (!registry_.store().SupportsDropRecords()) {
+      return finish(ErrorResponse(
+          Status::FailedPrecondition("Stream-Compaction is not supported by the server's " +
+                                     std::string(registry_.store().Name()) +
+                                     " store yet (use the memory or postgres store)")));
+    }
     if (Status valid = ValidateStateMessages(initial); !valid.ok()) {
       return finish(ErrorResponse(valid));
     }
@@ -1492,6 +1498,9 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
     if (Status valid = ValidateStateMessages(records); !valid.ok()) {
       return finish(ErrorResponse(valid));
     }
+    uint64_t bytes = 0;
+    for (const AppendRecord& r : records) bytes += r.payload.size();
+    NoteCompactedAppend(found->info, LaneKey(route.scope, route.name), bytes);
   }
 
   AppendOptions options;
@@ -1615,6 +1624,49 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
 // ---------------------------------------------------------------------------------------------
 // HEAD, listing and reads
 
+Result<compaction::Report> StreamService::RunCompaction(StreamId id, const std::string& lane_key,
+                                                        std::string_view name) {
+  {
+    std::lock_guard lock(compacting_mu_);
+    if (!compacting_.insert(id).second) {
+      return Status::Conflict(
+          "a compaction of stream '" + std::string(name) + "' is running; try again when it ends",
+          0, 0);
+    }
+    appended_since_compaction_.erase(id);
+  }
+  auto report = compaction::Compact(registry_.store(), id, registry_.clock().NowMs());
+  {
+    std::lock_guard lock(compacting_mu_);
+    compacting_.erase(id);
+  }
+  ForgetLookup(lane_key);
+  return report;
+}
+
+void StreamService::NoteCompactedAppend(const StreamInfo& info, const std::string& lane_key,
+                                        uint64_t bytes) {
+  if (options_.compaction_share <= 0 || !options_.blocking_executor) return;
+  {
+    std::lock_guard lock(compacting_mu_);
+    uint64_t& since = appended_since_compaction_[info.id];
+    since += bytes;
+    const auto share = static_cast<uint64_t>(options_.compaction_share *
+                                             static_cast<double>(info.retained_bytes + since));
+    if (since < std::max(options_.compaction_min_bytes, share) || compacting_.count(info.id)) {
+      return;
+    }
+  }
+  options_.blocking_executor([this, id = info.id, lane_key, name = info.spec.name] {
+    auto report = RunCompaction(id, lane_key, name);
+    if (!report.ok() && report.status().code() != StatusCode::kConflict &&
+        report.status().code() != StatusCode::kNotFound) {
+      spdlog::warn("background compaction of stream '{}' failed: {}", name,
+                   report.status().ToString());
+    }
+  });
+}
+
 void StreamService::CompactNow(const Route& route, Done done) {
   auto found = Lookup(route.scope, route.name);
   if (!found.ok()) return done(ErrorResponse(found.status()));
@@ -1623,20 +1675,7 @@ void StreamService::CompactNow(const Route& route, Done done) {
     return done(ErrorResponse(Status::FailedPrecondition(
         "stream '" + route.name + "' was not created with Stream-Compaction: state")));
   }
-  const StreamId id = found->info.id;
-  {
-    std::lock_guard lock(compacting_mu_);
-    if (!compacting_.insert(id).second) {
-      return done(ErrorResponse(Status::Conflict(
-          "a compaction of stream '" + route.name + "' is running; try again when it ends", 0, 0)));
-    }
-  }
-  auto report = compaction::Compact(registry_.store(), id, registry_.clock().NowMs());
-  {
-    std::lock_guard lock(compacting_mu_);
-    compacting_.erase(id);
-  }
-  ForgetLookup(LaneKey(route.scope, route.name));
+  auto report = RunCompaction(found->info.id, LaneKey(route.scope, route.name), route.name);
   if (!report.ok()) return done(ErrorResponse(report.status()));
   json body = {{"compacted_through", FormatOffset(report->compacted_through)},
                {"scanned_records", report->scanned_records},
@@ -1833,6 +1872,7 @@ std::optional<ReadState> StreamService::BeginRead(const Route& route, const Http
       state.position = query.position;
       break;
   }
+  if (found->meta.compaction) state.horizon_seen = found->meta.compaction->horizon;
   if (auto cursor = request.Query("cursor")) state.client_cursor = std::string(*cursor);
   if (auto inm = request.Header("if-none-match")) state.if_none_match = std::string(*inm);
   return state;
@@ -1853,14 +1893,27 @@ ReadChunk StreamService::Read(const ReadState& state) {
     if (failed.code() != StatusCode::kNotFound) chunk.error = failed;
     return chunk;
   }
-  if (state.position > 0 &&
-      info->spec.attributes.find(compaction::kAttributeKey) != std::string::npos) {
-    // A compaction may have moved the horizon past this reader since it began.
+  if (info->spec.attributes.find(compaction::kAttributeKey) != std::string::npos) {
     auto c = compaction::ConfigOf(info->spec.attributes);
     if (c.ok() && BelowHorizon(*c, state.position)) {
+      // A compaction moved the horizon past this reader since it began.
       chunk.gone = true;
       chunk.below_horizon = true;
       return chunk;
+    }
+    // A read from the beginning returns every survivor up to the horizon in this one response,
+    // past max_read_bytes if need be: a position below the horizon is never handed out, so no
+    // reader of the compacted stream is refused later for standing there.
+    while (c.ok() && *c && !records->empty() && records->back().offset < (*c)->horizon) {
+      auto more = registry_.store().Read(state.id, records->back().offset + 1,
+                                         options_.max_read_records, options_.max_read_bytes);
+      if (!more.ok()) {
+        chunk.gone = true;
+        if (more.status().code() != StatusCode::kNotFound) chunk.error = more.status();
+        return chunk;
+      }
+      if (more->empty()) break;
+      for (StoredRecord& r : *more) records->push_back(std::move(r));
     }
   }
   if (state.offset_now && state.mode == LiveMode::kNone) records->clear();
@@ -1869,6 +1922,11 @@ ReadChunk StreamService::Read(const ReadState& state) {
     chunk.records.push_back(std::move(rec.payload));
   }
   if (chunk.records.empty() && !state.offset_now) chunk.next = PastTrimmed(*info, state.position);
+  // The last record read is the last one stored: the offsets after it up to the tail were
+  // removed by compaction, so the reader stands past them (and is up to date).
+  if (!chunk.records.empty() && chunk.next == info->tail_offset) {
+    chunk.next = std::max(chunk.next, TailPosition(*info));
+  }
   chunk.up_to_date = chunk.next >= TailPosition(*info);
   chunk.closed = info->closed && chunk.up_to_date;
   return chunk;
@@ -1977,6 +2035,20 @@ SseStep StreamService::ReadSse(const ReadState& state) {
     step.gone = true;
     if (info.status().code() != StatusCode::kNotFound) step.error = info.status();
     return step;
+  }
+  if (state.position > 0 &&
+      info->spec.attributes.find(compaction::kAttributeKey) != std::string::npos) {
+    // A compaction moved the horizon past this reader since it began: it could miss a delete,
+    // so it is told to start over, as a new read there would be (410). Below a horizon that has
+    // not moved it has read survivors only, which is safe.
+    auto c = compaction::ConfigOf(info->spec.attributes);
+    if (c.ok() && BelowHorizon(*c, state.position) && (*c)->horizon != state.horizon_seen) {
+      step.gone = true;
+      step.error = Status::NotFound(
+          "offset is before the stream's compaction horizon (a delete after it was compacted "
+          "away); read again from -1");
+      return step;
+    }
   }
   const uint64_t tail = TailPosition(*info);
   if (state.position < tail) {

@@ -299,14 +299,19 @@ Result<uint64_t> MemoryStore::DropRecords(StreamId id, const std::vector<uint64_
   std::lock_guard lock(s->mu);
   if (s->deleted) return StreamNotFound(id);
   if (offsets.empty()) return uint64_t{0};
-  // One stable in-place pass from the first named record on: the records not named move down
-  // over the removed ones, so a drop costs the records after it, never the whole stream.
-  auto begin = std::lower_bound(s->records.begin(), s->records.end(), offsets.front(),
-                                [](const StoredRecord& r, uint64_t o) { return r.offset < o; });
+  // One stable in-place pass over the records from the first named one to the last: the
+  // records not named move down over the removed ones, then the gap left at the end of that
+  // span is erased, which moves the shorter side of the deque. A compaction drops in ascending
+  // batches, so the side before the span (the survivors of earlier batches) is the short one,
+  // and a batch costs its span, not the whole stream.
+  auto by_offset = [](const StoredRecord& r, uint64_t o) { return r.offset < o; };
+  auto begin = std::lower_bound(s->records.begin(), s->records.end(), offsets.front(), by_offset);
+  auto end = std::lower_bound(begin, s->records.end(), offsets.back(), by_offset);
+  if (end != s->records.end() && end->offset == offsets.back()) ++end;
   uint64_t removed = 0;
   auto drop = offsets.begin();
   auto out = begin;
-  for (auto it = begin; it != s->records.end(); ++it) {
+  for (auto it = begin; it != end; ++it) {
     while (drop != offsets.end() && *drop < it->offset) ++drop;
     if (drop != offsets.end() && *drop == it->offset) {
       s->bytes -= RecordBytes(it->key ? it->key->size() : 0, it->payload.size());
@@ -316,7 +321,7 @@ Result<uint64_t> MemoryStore::DropRecords(StreamId id, const std::vector<uint64_
     if (out != it) *out = std::move(*it);
     ++out;
   }
-  s->records.erase(out, s->records.end());
+  s->records.erase(out, end);
   return removed;
 }
 

@@ -44,6 +44,7 @@ class MemoryStore final : public Store {
   Result<std::optional<StoredRecord>> ReadAt(StreamId id, uint64_t offset) override;
   Result<uint64_t> TruncatePrefix(StreamId id, uint64_t through, bool respect_cursors) override;
   Result<uint64_t> DropRecords(StreamId id, const std::vector<uint64_t>& offsets) override;
+  bool SupportsDropRecords() const override { return true; }
   Result<uint64_t> CommitCursor(StreamId id, std::string_view consumer, uint64_t offset,
                                 uint64_t now_ms) override;
   Result<std::optional<CursorState>> GetCursor(StreamId id, std::string_view consumer) override;
