@@ -673,6 +673,7 @@ constexpr std::pair<std::string_view, std::string_view> kCommonHeaders[] = {
      "Stream-Expires-At, ETag, Location, Content-Type, Producer-Epoch, Producer-Seq, "
      "Producer-Expected-Seq, Producer-Received-Seq, Stream-SSE-Data-Encoding, "
      "Stream-Retention-Max-Events, Stream-Retention-Max-Age-Ms, Stream-Retention-Max-Bytes, "
+     "Stream-Compaction, Stream-Compaction-Tombstone-Ms, Stream-Compaction-Horizon, "
      "WWW-Authenticate"},
     {"X-Content-Type-Options", "nosniff"},
     {"Cross-Origin-Resource-Policy", "cross-origin"},
@@ -1102,6 +1103,14 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
         return finish(ErrorResponse(
             Status::InvalidArgument("Stream-Fork-Offset is beyond the source stream's tail")));
       }
+    }
+    // Below its last compaction point a compacted stream no longer holds the state at every
+    // offset (a row whose latest change came later has no record there any more).
+    if (const auto& c = source->meta.compaction;
+        c && position > 0 && position < c->compacted_through) {
+      return finish(ErrorResponse(Status::InvalidArgument(
+          "Stream-Fork-Offset is before the source's last compaction point; fork at " +
+          FormatOffset(c->compacted_through) + " or later")));
     }
     if (!config.ttl_s && !config.expires_at) {
       meta.ttl_s = source->meta.ttl_s;
