@@ -948,6 +948,12 @@ Result<CreateConfig> ParseCreateConfig(const HttpRequest& request) {
     if (c.fork_from) {
       return Status::InvalidArgument("a fork cannot set Stream-Compaction");
     }
+    // Compaction decides alone which records go: a reader's 410 is the horizon's, never a
+    // retention cap's.
+    if (!(c.retention == StreamRetention{})) {
+      return Status::InvalidArgument(
+          "Stream-Compaction cannot be combined with Stream-Retention-* caps");
+    }
     c.compaction = compaction::Config{};
   }
   if (tombstone) {
@@ -1726,6 +1732,9 @@ void StreamService::UpdateRetention(const Route& route, const HttpRequest& reque
     response = Gone();
   } else if (found->meta.channel) {
     response = ChannelOwned(route.name);
+  } else if (found->meta.compaction) {
+    response = ErrorResponse(Status::InvalidArgument(
+        "stream '" + route.name + "' uses Stream-Compaction, which takes no retention caps"));
   } else if (Status set = registry_.SetRetention(route.scope, route.name, *retention); !set.ok()) {
     response = ErrorResponse(set);
   } else {
@@ -1866,16 +1875,16 @@ std::optional<ReadState> StreamService::BeginRead(const Route& route, const Http
         *error = ErrorResponse(Status::InvalidArgument("offset is beyond the stream's tail"));
         return std::nullopt;
       }
+      if (BelowHorizon(found->meta.compaction, query.position)) {
+        *error = HorizonGone();
+        return std::nullopt;
+      }
       if (const uint64_t first_kept = info.head_offset ? info.head_offset : info.next_offset;
-          query.position + 1 < first_kept) {
+          !found->meta.compaction && query.position + 1 < first_kept) {
         // Records at this position were trimmed by retention or prune (PROTOCOL.md reserves
         // 410 for an offset before the retention window). "-1" still reads from the head.
         *error = ErrorResponse(Status::NotFound("offset is before the oldest retained record"));
         error->status = 410;
-        return std::nullopt;
-      }
-      if (BelowHorizon(found->meta.compaction, query.position)) {
-        *error = HorizonGone();
         return std::nullopt;
       }
       state.position = query.position;

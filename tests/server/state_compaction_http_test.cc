@@ -118,6 +118,9 @@ TEST_F(StateCompactionHttpTest, OptInIsReportedAndOnlyStateProtocolMessagesAreAc
   other.headers["stream-compaction"] = "latest";
   EXPECT_EQ(Serve(service_, other).status, 400);
   EXPECT_EQ(Serve(service_, Put("v", false, "10")).status, 400);
+  HttpRequest capped = Put("w", true);
+  capped.headers["stream-retention-max-events"] = "10";
+  EXPECT_EQ(Serve(service_, capped).status, 400);
   // A stream without compaction takes any JSON and cannot be compacted.
   ASSERT_EQ(Serve(service_, Put("plain", false)).status, 201);
   EXPECT_EQ(Serve(service_, Post("plain", R"({"n":1})")).status, 204);
