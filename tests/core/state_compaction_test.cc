@@ -1,19 +1,22 @@
-// Keyed compaction of State Protocol streams (core/state_compaction.h): folding the survivors
-// gives the state the full history gives, readers resuming from before a compaction end in the
-// same state or are refused below the horizon, and offsets never change.
+// Keyed compaction of State Protocol streams (core/state_compaction.h), a shared suite run on
+// every store that supports it (Store::SupportsDropRecords): folding the survivors gives the
+// state the full history gives, readers resuming from before a compaction end in the same state
+// or stand below the horizon, and offsets never change.
 #include "core/state_compaction.h"
 
 #include <gtest/gtest.h>
 
+#include <future>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/state_compaction_suite.h"
 #include "runnel/store.h"
 
-namespace runnel {
+namespace runnel::testing {
 namespace {
 
 using json = nlohmann::json;
@@ -70,8 +73,12 @@ void AppendAll(Store& store, StreamId id, const std::vector<std::string>& payloa
   req.stream = id;
   req.now_ms = now_ms;
   for (const auto& p : payloads) req.records.push_back(AppendRecord{std::nullopt, p});
-  Status status;
-  store.Append(std::move(req), [&](Result<AppendResult> r) { status = r.status(); });
+  // Stores may answer on a thread of their own: wait for the answer.
+  std::promise<Status> answered;
+  auto answer = answered.get_future();
+  store.Append(std::move(req),
+               [&answered](Result<AppendResult> r) { answered.set_value(r.status()); });
+  const Status status = answer.get();
   ASSERT_TRUE(status.ok()) << status.ToString();
 }
 
@@ -104,12 +111,12 @@ std::vector<std::string> History(size_t n, int keys, uint32_t seed) {
   return out;
 }
 
-class StateCompactionTest : public ::testing::Test {
- protected:
-  std::unique_ptr<Store> store_ = NewMemoryStore();
-};
+}  // namespace
 
-TEST_F(StateCompactionTest, ParseMessageAcceptsTheProtocolAndNamesWhatIsWrong) {
+// A store without DropRecords (the log store, for now) does not instantiate the suite.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(StateCompactionTest);
+
+TEST_P(StateCompactionTest, ParseMessageAcceptsTheProtocolAndNamesWhatIsWrong) {
   EXPECT_TRUE(compaction::ParseMessage(Change("user", "1", "insert", 1)).ok());
   EXPECT_TRUE(compaction::ParseMessage(Change("user", "1", "delete", 1)).ok());
   EXPECT_TRUE(compaction::ParseMessage(Control("snapshot-start")).ok());
@@ -128,7 +135,7 @@ TEST_F(StateCompactionTest, ParseMessageAcceptsTheProtocolAndNamesWhatIsWrong) {
             compaction::ParseMessage(Change("a", "bc", "insert", 1))->identity);
 }
 
-TEST_F(StateCompactionTest, SurvivorsFoldToTheFullHistorysStateAtTheirOriginalOffsets) {
+TEST_P(StateCompactionTest, SurvivorsFoldToTheFullHistorysStateAtTheirOriginalOffsets) {
   const StreamId id = CreateCompacted(*store_, "s", /*tombstone_ms=*/0);
   const auto history = History(5000, 200, 1);
   AppendAll(*store_, id, history, 1000);
@@ -149,7 +156,12 @@ TEST_F(StateCompactionTest, SurvivorsFoldToTheFullHistorysStateAtTheirOriginalOf
   }
   auto info = store_->GetStreamById(id);
   EXPECT_EQ(info->next_offset, history.size() + 1);  // offsets never move
-  EXPECT_EQ(info->event_count, survivors.size());
+  EXPECT_EQ(info->head_offset, survivors.front().offset);
+  // The memory store counts the records it holds; PostgreSQL counts from the head to the tail,
+  // gaps included (its streams row keeps no record count).
+  if (store_->Name() == "memory") {
+    EXPECT_EQ(info->event_count, survivors.size());
+  }
   // A second compaction finds nothing more to drop.
   auto again = compaction::Compact(*store_, id, 2000);
   ASSERT_TRUE(again.ok());
@@ -157,7 +169,7 @@ TEST_F(StateCompactionTest, SurvivorsFoldToTheFullHistorysStateAtTheirOriginalOf
   EXPECT_EQ(Fold(ReadAll(*store_, id, 1)), expected);
 }
 
-TEST_F(StateCompactionTest, ResumedReadersEndInTheSameStateOrStandBelowTheHorizon) {
+TEST_P(StateCompactionTest, ResumedReadersEndInTheSameStateOrStandBelowTheHorizon) {
   const StreamId id = CreateCompacted(*store_, "s", /*tombstone_ms=*/0);
   AppendAll(*store_, id, History(3000, 100, 2), 1000);
   const auto full = ReadAll(*store_, id, 1);
@@ -185,7 +197,7 @@ TEST_F(StateCompactionTest, ResumedReadersEndInTheSameStateOrStandBelowTheHorizo
   EXPECT_NE(Fold(ReadAll(*store_, id, h), before), expected);
 }
 
-TEST_F(StateCompactionTest, YoungTombstonesStayAndSetNoHorizon) {
+TEST_P(StateCompactionTest, YoungTombstonesStayAndSetNoHorizon) {
   const StreamId id = CreateCompacted(*store_, "s", /*tombstone_ms=*/60000);
   AppendAll(*store_, id,
             {Change("u", "a", "insert", 1), Change("u", "a", "update", 2),
@@ -211,7 +223,7 @@ TEST_F(StateCompactionTest, YoungTombstonesStayAndSetNoHorizon) {
   EXPECT_EQ((*config)->compacted_through, 4u);
 }
 
-TEST_F(StateCompactionTest, EverythingBeforeTheLastResetGoesAndLaterRecordsAreUntouched) {
+TEST_P(StateCompactionTest, EverythingBeforeTheLastResetGoesAndLaterRecordsAreUntouched) {
   const StreamId id = CreateCompacted(*store_, "s", 0);
   AppendAll(*store_, id,
             {Change("u", "a", "insert", 1), Control("snapshot-start"),
@@ -229,7 +241,7 @@ TEST_F(StateCompactionTest, EverythingBeforeTheLastResetGoesAndLaterRecordsAreUn
   EXPECT_EQ(report->horizon, 0u);  // a reset drops no tombstone a reader needs
 }
 
-TEST_F(StateCompactionTest, ReadsSkipTheGapsAndReadAtSeesThem) {
+TEST_P(StateCompactionTest, ReadsSkipTheGapsAndReadAtSeesThem) {
   const StreamId id = CreateCompacted(*store_, "s", 0);
   AppendAll(
       *store_, id,
@@ -247,7 +259,7 @@ TEST_F(StateCompactionTest, ReadsSkipTheGapsAndReadAtSeesThem) {
   EXPECT_EQ(info->tail_offset, 3u);
 }
 
-TEST_F(StateCompactionTest, AStreamWithoutCompactionIsRefused) {
+TEST_P(StateCompactionTest, AStreamWithoutCompactionIsRefused) {
   StreamSpec spec;
   spec.ns = "test";
   spec.name = "plain";
@@ -257,5 +269,4 @@ TEST_F(StateCompactionTest, AStreamWithoutCompactionIsRefused) {
             StatusCode::kFailedPrecondition);
 }
 
-}  // namespace
-}  // namespace runnel
+}  // namespace runnel::testing
