@@ -15,6 +15,7 @@
 
 #include "core/state_compaction_suite.h"
 #include "runnel/store.h"
+#include "support/forwarding_store.h"
 
 namespace runnel::testing {
 namespace {
@@ -267,6 +268,56 @@ TEST_P(StateCompactionTest, AStreamWithoutCompactionIsRefused) {
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(compaction::Compact(*store_, info->id, 0).status().code(),
             StatusCode::kFailedPrecondition);
+}
+
+// A memory store whose `fail_at`-th write of a compaction (0: the horizon's attributes update,
+// then each DropRecords call) fails as a crash there would leave it: not done.
+class FailingStore final : public ForwardingStore {
+ public:
+  int fail_at = -1;
+  int writes = 0;
+  Status UpdateStream(StreamId id, const std::optional<StreamRetention>& retention,
+                      std::string_view attributes,
+                      std::optional<std::string_view> expected_attributes,
+                      std::optional<uint64_t> expected_next_offset) override {
+    if (writes++ == fail_at) return Status::IOError("injected failure");
+    return ForwardingStore::UpdateStream(id, retention, attributes, expected_attributes,
+                                         expected_next_offset);
+  }
+  Result<uint64_t> DropRecords(StreamId id, const std::vector<uint64_t>& offsets) override {
+    if (writes++ == fail_at) return Status::IOError("injected failure");
+    return ForwardingStore::DropRecords(id, offsets);
+  }
+};
+
+TEST(StateCompactionFaultTest, AFailureAtAnyStepLosesNoSurvivorAndTheNextCompactionFinishes) {
+  // Enough records for several DropRecords batches (kDropBatch offsets each).
+  const auto history = History(5 * compaction::kDropBatch, 50, 3);
+  for (int fail_at = 0;; ++fail_at) {
+    FailingStore store;
+    const StreamId id = CreateCompacted(store, "s", 0);
+    AppendAll(store, id, history, 1000);
+    const State expected = Fold(ReadAll(store, id, 1));
+    store.fail_at = fail_at;
+    store.writes = 0;
+    auto failed = compaction::Compact(store, id, 2000);
+    if (failed.ok()) {
+      // Past the last write: every step has had its failure.
+      EXPECT_GT(fail_at, 2);
+      break;
+    }
+    EXPECT_EQ(failed.status().code(), StatusCode::kIOError);
+    // Whatever was dropped before the failure, the survivors still fold to the same state...
+    EXPECT_EQ(Fold(ReadAll(store, id, 1)), expected) << "failed at write " << fail_at;
+    // ...and the next compaction finishes the job.
+    store.fail_at = -1;
+    auto again = compaction::Compact(store, id, 2000);
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    const auto survivors = ReadAll(store, id, 1);
+    EXPECT_EQ(Fold(survivors), expected);
+    EXPECT_EQ(survivors.size(), expected.size()) << "failed at write " << fail_at;
+    ASSERT_LT(fail_at, 100);
+  }
 }
 
 }  // namespace runnel::testing
