@@ -205,6 +205,8 @@ Result<Report> Compact(Store& store, StreamId id, uint64_t now_ms) {
     RUNNEL_ASSIGN_OR_RETURN(auto fresh_config, ConfigOf(expected));
     if (!fresh_config) return Status::FailedPrecondition("the stream's compaction was removed");
     updated.horizon = std::max(updated.horizon, fresh_config->horizon);
+    updated.compacted_through =
+        std::max(updated.compacted_through, fresh_config->compacted_through);
   }
 
   for (size_t i = 0; i < plan.drop.size(); i += kDropBatch) {

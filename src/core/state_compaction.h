@@ -26,8 +26,11 @@
 // the next compaction.
 //
 // Thread-safety: the free functions are pure; Compact may run concurrently with appends and
-// reads of the same stream (it never blocks them for longer than one DropRecords call), but two
-// compactions of one stream must not overlap (the caller serialises them).
+// reads of the same stream (it never blocks them for longer than one DropRecords call). A server
+// runs one compaction of a stream at a time; compactions through several nodes sharing a store
+// may overlap: each drops only records its own prefix of the stream shows superseded (so never
+// the latest of a row in any longer prefix), and the horizon and compaction point are merged by
+// maximum under the attributes' compare-and-set.
 #ifndef RUNNEL_CORE_STATE_COMPACTION_H_
 #define RUNNEL_CORE_STATE_COMPACTION_H_
 
