@@ -245,7 +245,8 @@ class Store {
   // survive). `done` runs exactly once.
   virtual void Append(AppendRequest request, AppendCallback done) = 0;
 
-  // Up to `limit` records with offset >= from, ascending and gap-free, stopping before the
+  // Up to `limit` records with offset >= from, ascending and gap-free (except where DropRecords
+  // removed records: those offsets are skipped), stopping before the
   // total payload bytes would pass max_bytes (but always returning at least one record if any
   // is available and limit > 0). A from below the head starts at the head.
   virtual Result<std::vector<StoredRecord>> Read(StreamId id, uint64_t from, size_t limit,
@@ -257,6 +258,23 @@ class Store {
   // smallest cursor on the stream, atomically with respect to CommitCursor (SEMANTICS P7/P8).
   // Returns the number of records removed; never moves next_offset or any cursor.
   virtual Result<uint64_t> TruncatePrefix(StreamId id, uint64_t through, bool respect_cursors) = 0;
+
+  // Removes the records at `offsets` (ascending) from the middle of the stream, as keyed
+  // compaction does (core/state_compaction.h): the other records keep their offsets, reads skip
+  // the removed ones, and next_offset never moves. Offsets that hold no record (never written,
+  // trimmed or dropped already) are ignored. Atomic: after a crash either all of the call's
+  // records are gone or none is. Returns the number of records removed. The default answers
+  // kFailedPrecondition (a store that cannot remove records from the middle).
+  virtual Result<uint64_t> DropRecords(StreamId id, const std::vector<uint64_t>& offsets) {
+    (void)id;
+    (void)offsets;
+    return Status::FailedPrecondition(std::string("the ") + std::string(Name()) +
+                                      " store cannot remove records from the middle of a stream");
+  }
+
+  // Whether DropRecords removes records (the memory and PostgreSQL stores) rather than
+  // refusing. Keyed compaction is offered only on such a store.
+  virtual bool SupportsDropRecords() const { return false; }
 
   // Atomic max-merge of a named cursor; registers the cursor if absent. Returns the stored
   // value after the merge. updated_at_ms changes only when the value advances.

@@ -129,11 +129,14 @@ bool IsTerminal(FILE* f) {
 
 int Create(const Common& c, const std::string& name, const std::string& content_type,
            const std::string& ttl, const std::string& expires_at, bool closed,
-           const RetentionArgs& retention, const std::string& body) {
+           const RetentionArgs& retention, const std::string& body,
+           const std::string& compaction, const std::string& tombstone_ms) {
   auto client = HttpClient::Create(c.url, c.token, c.cacert);
   if (!client.ok()) return FailStatus(client.status());
   std::vector<std::pair<std::string, std::string>> headers = {
       {"Content-Type", ContentTypeArg(content_type)}};
+  if (!compaction.empty()) headers.emplace_back("Stream-Compaction", compaction);
+  if (!tombstone_ms.empty()) headers.emplace_back("Stream-Compaction-Tombstone-Ms", tombstone_ms);
   if (!ttl.empty()) headers.emplace_back("Stream-TTL", ttl);
   if (!expires_at.empty()) headers.emplace_back("Stream-Expires-At", expires_at);
   if (closed) headers.emplace_back("Stream-Closed", "true");
@@ -385,6 +388,13 @@ int Describe(const Common& c, const std::string& name) {
   // Retention caps, as the server states them.
   json retention = RetentionOf(*r);
   if (!retention.empty()) d["retention"] = retention;
+  if (!r->Header("stream-compaction").empty()) {
+    d["compaction"] = r->Header("stream-compaction");
+    d["tombstone_ms"] = r->Header("stream-compaction-tombstone-ms");
+    if (!r->Header("stream-compaction-horizon").empty()) {
+      d["horizon"] = r->Header("stream-compaction-horizon");
+    }
+  }
   // The counts are in the listing, not in HEAD's headers: the stream is the listing's first
   // entry with its own name as the prefix. A listing the server refuses leaves them out.
   auto listed =
@@ -414,6 +424,27 @@ int Describe(const Common& c, const std::string& name) {
       std::printf("%-15s %s\n", (key + ":").c_str(), TerminalSafe(text).c_str());
     }
   }
+  return kExitOk;
+}
+
+int Compact(const Common& c, const std::string& name) {
+  auto client = HttpClient::Create(c.url, c.token, c.cacert);
+  if (!client.ok()) return FailStatus(client.status());
+  auto r = client->Send("POST", StreamTarget(c, name) + "?compact", {});
+  if (!r.ok()) return FailStatus(r.status());
+  if (r->status != 200) return Fail("compact", *r, c.json_output);
+  auto body = json::parse(r->body, nullptr, false);
+  if (c.json_output || !body.is_object()) {
+    std::printf("%s\n", r->body.c_str());
+    return kExitOk;
+  }
+  std::printf(
+      "compacted %s through %s: dropped %s records (%s bytes, %s tombstones) of %s, "
+      "kept %s; horizon %s\n",
+      TerminalSafe(name).c_str(), body.value("compacted_through", "").c_str(),
+      body["dropped_records"].dump().c_str(), body["dropped_bytes"].dump().c_str(),
+      body["dropped_tombstones"].dump().c_str(), body["scanned_records"].dump().c_str(),
+      body["kept_records"].dump().c_str(), body.value("horizon", "").c_str());
   return kExitOk;
 }
 
@@ -569,6 +600,7 @@ void AddClientCommands(CLI::App& app) {
     struct Args {
       Common common;
       std::string name, content_type = "json", ttl, expires_at, body;
+      std::string compaction, tombstone_ms;
       bool closed = false;
       RetentionArgs retention;
     };
@@ -587,9 +619,13 @@ void AddClientCommands(CLI::App& app) {
     cmd->add_option("--initial", a->body, "Initial content");
     cmd->add_flag("--closed", a->closed, "Create the stream closed");
     AddRetentionOptions(cmd, &a->retention);
+    cmd->add_option("--compaction", a->compaction,
+                    "Keyed compaction: 'state' (State Protocol messages; JSON)");
+    cmd->add_option("--tombstone-ms", a->tombstone_ms,
+                    "With --compaction: how long deletes are kept (default 24 h)");
     cmd->callback([a] {
       std::exit(Create(a->common, a->name, a->content_type, a->ttl, a->expires_at, a->closed,
-                       a->retention, a->body));
+                       a->retention, a->body, a->compaction, a->tombstone_ms));
     });
   }
   {
@@ -707,6 +743,18 @@ void AddClientCommands(CLI::App& app) {
     AddCommon(cmd, &a->common);
     cmd->add_option("name", a->name, "Stream name")->required();
     cmd->callback([a] { std::exit(Remove(a->common, a->name)); });
+  }
+  {
+    struct Args {
+      Common common;
+      std::string name;
+    };
+    auto a = std::make_shared<Args>();
+    auto* cmd = app.add_subcommand(
+        "compact", "Compact a State Protocol stream now; waits and prints what it reclaimed");
+    AddCommon(cmd, &a->common);
+    cmd->add_option("name", a->name, "Stream name")->required();
+    cmd->callback([a] { std::exit(Compact(a->common, a->name)); });
   }
 }
 

@@ -38,6 +38,8 @@ struct ServeFlags {
   size_t max_body_bytes = 64u << 20;
   size_t max_fork_bytes = 64u << 20;
   size_t max_forks_per_stream = 1000;
+  double compaction_share = 0.5;
+  uint64_t compaction_min_bytes = 1u << 20;
   size_t max_append_messages = 100000;
   size_t max_header_bytes = 16u << 10;
   size_t max_url_bytes = 8u << 10;
@@ -252,6 +254,8 @@ int RunServe(const ServeFlags& flags) {
   options.service.long_poll_timeout_ms = flags.long_poll_timeout_ms;
   options.service.max_fork_bytes = flags.max_fork_bytes;
   options.service.max_forks_per_stream = flags.max_forks_per_stream;
+  options.service.compaction_share = flags.compaction_share;
+  options.service.compaction_min_bytes = flags.compaction_min_bytes;
   options.service.max_append_messages = flags.max_append_messages;
   options.http2 = flags.http2;
   options.http2_max_streams = flags.http2_max_streams;
@@ -403,6 +407,17 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--max-fork-bytes", flags->max_fork_bytes,
                   "Most record bytes a fork copies from its source (else 413)")
       ->envname("RUNNEL_MAX_FORK_BYTES")
+      ->check(Unsigned())
+      ->capture_default_str();
+  cmd->add_option("--compaction-share", flags->compaction_share,
+                  "Compact a Stream-Compaction: state stream in the background once the bytes "
+                  "appended since its last compaction pass this share of it (0: only on demand)")
+      ->envname("RUNNEL_COMPACTION_SHARE")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--compaction-min-bytes", flags->compaction_min_bytes,
+                  "...and at least this many bytes")
+      ->envname("RUNNEL_COMPACTION_MIN_BYTES")
       ->check(Unsigned())
       ->capture_default_str();
   cmd->add_option("--max-forks-per-stream", flags->max_forks_per_stream,

@@ -14,6 +14,7 @@
 #include "base/retry.h"
 #include "base/utf8.h"
 #include "core/attributes.h"
+#include "core/state_compaction.h"
 #include "runnel/channel.h"
 #include "server/http_errors.h"
 #include "server/json_messages.h"
@@ -172,6 +173,20 @@ std::string LocationOf(const HttpRequest& request) {
          PercentEncode(request.path, /*keep_slash=*/true);
 }
 
+// Whether a reader at `position` could miss a delete that compaction dropped (see
+// core/state_compaction.h): position 0 (the beginning) never can.
+bool BelowHorizon(const std::optional<compaction::Config>& c, uint64_t position) {
+  return c && position > 0 && position < c->horizon;
+}
+
+HttpResponse HorizonGone() {
+  HttpResponse r = StreamService::ErrorResponse(
+      Status::NotFound("offset is before the stream's compaction horizon (a delete after it was "
+                       "compacted away); read again from -1"));
+  r.status = 410;
+  return r;
+}
+
 HttpResponse Gone() {
   HttpResponse r = StreamService::ErrorResponse(Status::NotFound("stream was deleted"));
   r.status = 410;
@@ -221,14 +236,20 @@ struct StreamService::Meta {
   bool channel = false;
   // The newest access recorded by any node sharing the store (see Touch), unix ms; 0: none.
   uint64_t touched_ms = 0;
+  // Keyed compaction (core/state_compaction.h), kept under its own attributes key.
+  std::optional<compaction::Config> compaction;
 
   // Reads the protocol's key ("ds") of the stream's attributes (see core/attributes.h); of other
   // layers' keys, only whether the channel's is present. Unreadable metadata reads as none.
   static Meta Parse(std::string_view attrs) {
     Meta m;
-    auto values = attributes::GetEach(attrs, {DurableChannel::kAttributeKey, kAttributeKey});
+    auto values = attributes::GetEach(
+        attrs, {DurableChannel::kAttributeKey, kAttributeKey, compaction::kAttributeKey});
     if (!values.ok()) return m;
     m.channel = (*values)[0].has_value();
+    if ((*values)[2]) {
+      if (auto c = compaction::Config::Parse(*(*values)[2]); c.ok()) m.compaction = *c;
+    }
     if (!(*values)[1]) return m;
     const std::string& text = *(*values)[1];
     json j = json::parse(text.begin(), text.end(), nullptr, false);
@@ -238,6 +259,7 @@ struct StreamService::Meta {
     } catch (const json::exception&) {
       Meta none;
       none.channel = m.channel;
+      none.compaction = m.compaction;
       return none;
     }
     return m;
@@ -651,6 +673,7 @@ constexpr std::pair<std::string_view, std::string_view> kCommonHeaders[] = {
      "Stream-Expires-At, ETag, Location, Content-Type, Producer-Epoch, Producer-Seq, "
      "Producer-Expected-Seq, Producer-Received-Seq, Stream-SSE-Data-Encoding, "
      "Stream-Retention-Max-Events, Stream-Retention-Max-Age-Ms, Stream-Retention-Max-Bytes, "
+     "Stream-Compaction, Stream-Compaction-Tombstone-Ms, Stream-Compaction-Horizon, "
      "WWW-Authenticate"},
     {"X-Content-Type-Options", "nosniff"},
     {"Cross-Origin-Resource-Policy", "cross-origin"},
@@ -739,6 +762,15 @@ void StreamService::HandleWrite(const Route& route, HttpRequest request, Done do
   if (auto closed = request.Header("stream-closed");
       closed && !EqualsIgnoreCase(*closed, "true") && !EqualsIgnoreCase(*closed, "false")) {
     done(ErrorResponse(Status::InvalidArgument("Stream-Closed must be true or false")));
+    return;
+  }
+  if (request.method == "POST" && request.Query("compact")) {
+    if (options_.blocking_executor) {
+      options_.blocking_executor(
+          [this, route, done = std::move(done)]() mutable { CompactNow(route, std::move(done)); });
+    } else {
+      CompactNow(route, std::move(done));
+    }
     return;
   }
   auto shared = std::make_shared<const HttpRequest>(std::move(request));
@@ -833,6 +865,8 @@ struct CreateConfig {
   uint64_t fork_sub_offset = 0;
   bool has_sub_offset = false;
   StreamRetention retention;
+  // Stream-Compaction: state (and Stream-Compaction-Tombstone-Ms).
+  std::optional<compaction::Config> compaction;
 };
 
 // Stream-Retention-Max-Events / -Max-Age-Ms / -Max-Bytes (a runnel extension): positive
@@ -900,7 +934,61 @@ Result<CreateConfig> ParseCreateConfig(const HttpRequest& request) {
     return Status::InvalidArgument("fork headers require Stream-Forked-From");
   }
   RUNNEL_ASSIGN_OR_RETURN(c.retention, ParseRetentionHeaders(request));
+  auto mode = request.Header("stream-compaction");
+  auto tombstone = request.Header("stream-compaction-tombstone-ms");
+  if (mode) {
+    if (TrimBlanks(*mode) != compaction::kModeState) {
+      return Status::InvalidArgument("Stream-Compaction takes only the value state");
+    }
+    if (!c.content_type || !IsJsonContentType(*c.content_type)) {
+      return Status::InvalidArgument(
+          "Stream-Compaction: state needs Content-Type: application/json (State Protocol "
+          "messages are JSON)");
+    }
+    if (c.fork_from) {
+      return Status::InvalidArgument("a fork cannot set Stream-Compaction");
+    }
+    // Compaction decides alone which records go: a reader's 410 is the horizon's, never a
+    // retention cap's.
+    if (!(c.retention == StreamRetention{})) {
+      return Status::InvalidArgument(
+          "Stream-Compaction cannot be combined with Stream-Retention-* caps");
+    }
+    c.compaction = compaction::Config{};
+  }
+  if (tombstone) {
+    if (!mode) {
+      return Status::InvalidArgument("Stream-Compaction-Tombstone-Ms needs Stream-Compaction");
+    }
+    auto ms = ParseCanonicalUint(*tombstone, compaction::kMaxTombstoneMs);
+    if (!ms) {
+      return Status::InvalidArgument(
+          "Stream-Compaction-Tombstone-Ms must be an integer from 0 to " +
+          std::to_string(compaction::kMaxTombstoneMs));
+    }
+    c.compaction->tombstone_ms = *ms;
+  }
   return c;
+}
+
+// Refuses a batch for a compacted stream unless every message is a State Protocol message.
+Status ValidateStateMessages(const std::vector<AppendRecord>& records) {
+  for (size_t i = 0; i < records.size(); ++i) {
+    auto m = compaction::ParseMessage(records[i].payload);
+    if (!m.ok()) {
+      return Status::InvalidArgument("message " + std::to_string(i + 1) +
+                                     " is not a State Protocol message for a compacted stream: " +
+                                     std::string(m.status().message()));
+    }
+  }
+  return Status::OK();
+}
+
+void SetCompactionHeaders(const std::optional<compaction::Config>& c, HttpResponse* r) {
+  if (!c) return;
+  r->Set("Stream-Compaction", std::string(compaction::kModeState));
+  r->Set("Stream-Compaction-Tombstone-Ms", std::to_string(c->tombstone_ms));
+  if (c->horizon) r->Set("Stream-Compaction-Horizon", FormatOffset(c->horizon));
 }
 
 }  // namespace
@@ -958,6 +1046,9 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
     }
     same = same && config.closed == f.info.closed;
     same = same && config.retention == f.info.spec.retention;
+    same =
+        same && config.compaction.has_value() == f.meta.compaction.has_value() &&
+        (!config.compaction || config.compaction->tombstone_ms == f.meta.compaction->tombstone_ms);
     if (config.fork_from) {
       same = same && f.meta.fork_ns == source_scope->Label() && f.meta.fork_name == source_name;
       if (config.fork_offset) {
@@ -1018,6 +1109,14 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
         return finish(ErrorResponse(
             Status::InvalidArgument("Stream-Fork-Offset is beyond the source stream's tail")));
       }
+    }
+    // Below its last compaction point a compacted stream no longer holds the state at every
+    // offset (a row whose latest change came later has no record there any more).
+    if (const auto& c = source->meta.compaction;
+        c && position > 0 && position < c->compacted_through) {
+      return finish(ErrorResponse(Status::InvalidArgument(
+          "Stream-Fork-Offset is before the source's last compaction point; fork at " +
+          FormatOffset(c->compacted_through) + " or later")));
     }
     if (!config.ttl_s && !config.expires_at) {
       meta.ttl_s = source->meta.ttl_s;
@@ -1105,12 +1204,29 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   } else if (!request.body.empty()) {
     initial.push_back(AppendRecord{std::nullopt, request.body});
   }
+  if (config.compaction) {
+    if (!registry_.store().SupportsDropRecords()) {
+      return finish(ErrorResponse(
+          Status::FailedPrecondition("Stream-Compaction is not supported by the server's " +
+                                     std::string(registry_.store().Name()) +
+                                     " store yet (use the memory or postgres store)")));
+    }
+    if (Status valid = ValidateStateMessages(initial); !valid.ok()) {
+      return finish(ErrorResponse(valid));
+    }
+  }
 
   // With initial records or a close, the stream is created marked `creating` (invisible to
   // other requests), and the commit of those records clears the mark: nothing can be appended
   // before them, even through another node.
   const bool initial_commit = !inherited.empty() || !initial.empty() || config.closed;
-  auto final_attrs = attributes::Set("", Meta::kAttributeKey, meta.Stored());
+  std::string base_attrs;
+  if (config.compaction) {
+    auto with = compaction::WithConfig("", *config.compaction);
+    if (!with.ok()) return finish(ErrorResponse(with.status()));
+    base_attrs = std::move(*with);
+  }
+  auto final_attrs = attributes::Set(base_attrs, Meta::kAttributeKey, meta.Stored());
   if (!final_attrs.ok()) return finish(ErrorResponse(final_attrs.status()));
   CreateStreamOptions options;
   options.content_type = content_type;
@@ -1119,7 +1235,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   if (initial_commit) {
     Meta creating = meta;
     creating.creating = true;
-    auto attrs = attributes::Set("", Meta::kAttributeKey, creating.Stored());
+    auto attrs = attributes::Set(base_attrs, Meta::kAttributeKey, creating.Stored());
     if (!attrs.ok()) return finish(ErrorResponse(attrs.status()));
     options.attributes = std::move(*attrs);
   }
@@ -1393,6 +1509,14 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
       records.push_back(AppendRecord{std::nullopt, request.body});
     }
   }
+  if (found->meta.compaction) {
+    if (Status valid = ValidateStateMessages(records); !valid.ok()) {
+      return finish(ErrorResponse(valid));
+    }
+    uint64_t bytes = 0;
+    for (const AppendRecord& r : records) bytes += r.payload.size();
+    NoteCompactedAppend(found->info, LaneKey(route.scope, route.name), bytes);
+  }
 
   AppendOptions options;
   options.producer = producer;
@@ -1515,6 +1639,75 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
 // ---------------------------------------------------------------------------------------------
 // HEAD, listing and reads
 
+Result<compaction::Report> StreamService::RunCompaction(StreamId id, const std::string& lane_key,
+                                                        std::string_view name) {
+  {
+    std::lock_guard lock(compacting_mu_);
+    if (!compacting_.insert(id).second) {
+      return Status::Conflict(
+          "a compaction of stream '" + std::string(name) + "' is running; try again when it ends",
+          0, 0);
+    }
+    appended_since_compaction_.erase(id);
+  }
+  auto report = compaction::Compact(registry_.store(), id, registry_.clock().NowMs());
+  {
+    std::lock_guard lock(compacting_mu_);
+    compacting_.erase(id);
+  }
+  ForgetLookup(lane_key);
+  return report;
+}
+
+void StreamService::NoteCompactedAppend(const StreamInfo& info, const std::string& lane_key,
+                                        uint64_t bytes) {
+  if (options_.compaction_share <= 0 || !options_.blocking_executor) return;
+  {
+    std::lock_guard lock(compacting_mu_);
+    uint64_t& since = appended_since_compaction_[info.id];
+    since += bytes;
+    const auto share = static_cast<uint64_t>(options_.compaction_share *
+                                             static_cast<double>(info.retained_bytes + since));
+    if (since < std::max(options_.compaction_min_bytes, share) || compacting_.count(info.id)) {
+      return;
+    }
+  }
+  options_.blocking_executor([this, id = info.id, lane_key, name = info.spec.name] {
+    auto report = RunCompaction(id, lane_key, name);
+    if (!report.ok() && report.status().code() != StatusCode::kConflict &&
+        report.status().code() != StatusCode::kNotFound) {
+      spdlog::warn("background compaction of stream '{}' failed: {}", name,
+                   report.status().ToString());
+    }
+  });
+}
+
+void StreamService::CompactNow(const Route& route, Done done) {
+  auto found = Lookup(route.scope, route.name);
+  if (!found.ok()) return done(ErrorResponse(found.status()));
+  if (found->meta.soft_deleted) return done(Gone());
+  if (!found->meta.compaction) {
+    return done(ErrorResponse(Status::FailedPrecondition(
+        "stream '" + route.name + "' was not created with Stream-Compaction: state")));
+  }
+  auto report = RunCompaction(found->info.id, LaneKey(route.scope, route.name), route.name);
+  if (!report.ok()) return done(ErrorResponse(report.status()));
+  json body = {{"compacted_through", FormatOffset(report->compacted_through)},
+               {"scanned_records", report->scanned_records},
+               {"scanned_bytes", report->scanned_bytes},
+               {"dropped_records", report->dropped_records},
+               {"dropped_bytes", report->dropped_bytes},
+               {"dropped_tombstones", report->dropped_tombstones},
+               {"kept_records", report->kept_records},
+               {"horizon", FormatOffset(report->horizon)}};
+  HttpResponse r;
+  r.status = 200;
+  r.Set("Content-Type", "application/json");
+  r.Set("Cache-Control", "no-store");
+  r.body = body.dump();
+  done(std::move(r));
+}
+
 void StreamService::UpdateRetention(const Route& route, const HttpRequest& request, Release release,
                                     Done done) {
   HttpResponse response;
@@ -1539,6 +1732,9 @@ void StreamService::UpdateRetention(const Route& route, const HttpRequest& reque
     response = Gone();
   } else if (found->meta.channel) {
     response = ChannelOwned(route.name);
+  } else if (found->meta.compaction) {
+    response = ErrorResponse(Status::InvalidArgument(
+        "stream '" + route.name + "' uses Stream-Compaction, which takes no retention caps"));
   } else if (Status set = registry_.SetRetention(route.scope, route.name, *retention); !set.ok()) {
     response = ErrorResponse(set);
   } else {
@@ -1582,6 +1778,7 @@ HttpResponse StreamService::HandleList(const Route& route, const HttpRequest& re
     // A channel's partitions and head checkpoint are listed too, marked, so that a viewer can
     // tell them from the streams clients write.
     if (meta.channel) streams.back()["channel"] = true;
+    if (meta.compaction) streams.back()["compaction"] = compaction::kModeState;
     return true;
   };
   // From the prefix on (Store::ListStreamsWithPrefix): a listing costs the streams it matches,
@@ -1621,6 +1818,7 @@ HttpResponse StreamService::HandleHead(const Route& route, const HttpRequest&) {
   if (found->meta.expires_at) r.Set("Stream-Expires-At", *found->meta.expires_at);
   if (found->info.closed) r.Set("Stream-Closed", "true");
   SetRetentionHeaders(found->info.spec.retention, &r);
+  SetCompactionHeaders(found->meta.compaction, &r);
   r.Set("Cache-Control", "no-store");
   return r;
 }
@@ -1680,8 +1878,12 @@ std::optional<ReadState> StreamService::BeginRead(const Route& route, const Http
         *error = ErrorResponse(Status::InvalidArgument("offset is beyond the stream's tail"));
         return std::nullopt;
       }
+      if (BelowHorizon(found->meta.compaction, query.position)) {
+        *error = HorizonGone();
+        return std::nullopt;
+      }
       if (const uint64_t first_kept = info.head_offset ? info.head_offset : info.next_offset;
-          query.position + 1 < first_kept) {
+          !found->meta.compaction && query.position + 1 < first_kept) {
         // Records at this position were trimmed by retention or prune (PROTOCOL.md reserves
         // 410 for an offset before the retention window). "-1" still reads from the head.
         *error = ErrorResponse(Status::NotFound("offset is before the oldest retained record"));
@@ -1691,6 +1893,7 @@ std::optional<ReadState> StreamService::BeginRead(const Route& route, const Http
       state.position = query.position;
       break;
   }
+  if (found->meta.compaction) state.horizon_seen = found->meta.compaction->horizon;
   if (auto cursor = request.Query("cursor")) state.client_cursor = std::string(*cursor);
   if (auto inm = request.Header("if-none-match")) state.if_none_match = std::string(*inm);
   // SSE is never compressed (content_coding.h).
@@ -1715,12 +1918,40 @@ ReadChunk StreamService::Read(const ReadState& state) {
     if (failed.code() != StatusCode::kNotFound) chunk.error = failed;
     return chunk;
   }
+  if (info->spec.attributes.find(compaction::kAttributeKey) != std::string::npos) {
+    auto c = compaction::ConfigOf(info->spec.attributes);
+    if (c.ok() && BelowHorizon(*c, state.position)) {
+      // A compaction moved the horizon past this reader since it began.
+      chunk.gone = true;
+      chunk.below_horizon = true;
+      return chunk;
+    }
+    // A read from the beginning returns every survivor up to the horizon in this one response,
+    // past max_read_bytes if need be: a position below the horizon is never handed out, so no
+    // reader of the compacted stream is refused later for standing there.
+    while (c.ok() && *c && !records->empty() && records->back().offset < (*c)->horizon) {
+      auto more = registry_.store().Read(state.id, records->back().offset + 1,
+                                         options_.max_read_records, options_.max_read_bytes);
+      if (!more.ok()) {
+        chunk.gone = true;
+        if (more.status().code() != StatusCode::kNotFound) chunk.error = more.status();
+        return chunk;
+      }
+      if (more->empty()) break;
+      for (StoredRecord& r : *more) records->push_back(std::move(r));
+    }
+  }
   if (state.offset_now && state.mode == LiveMode::kNone) records->clear();
   for (StoredRecord& rec : *records) {
     chunk.next = rec.offset;
     chunk.records.push_back(std::move(rec.payload));
   }
   if (chunk.records.empty() && !state.offset_now) chunk.next = PastTrimmed(*info, state.position);
+  // The last record read is the last one stored: the offsets after it up to the tail were
+  // removed by compaction, so the reader stands past them (and is up to date).
+  if (!chunk.records.empty() && chunk.next == info->tail_offset) {
+    chunk.next = std::max(chunk.next, TailPosition(*info));
+  }
   chunk.up_to_date = chunk.next >= TailPosition(*info);
   chunk.closed = info->closed && chunk.up_to_date;
   return chunk;
@@ -1741,6 +1972,7 @@ std::string ReadBody(const ReadState& state, const ReadChunk& chunk) {
 }
 
 HttpResponse GoneOrFailed(const ReadChunk& chunk) {
+  if (chunk.below_horizon) return HorizonGone();
   if (!chunk.error.ok()) return StreamService::ErrorResponse(chunk.error);
   return StreamService::ErrorResponse(Status::NotFound("stream was deleted"));
 }
@@ -1850,6 +2082,20 @@ SseStep StreamService::ReadSse(const ReadState& state) {
     step.gone = true;
     if (info.status().code() != StatusCode::kNotFound) step.error = info.status();
     return step;
+  }
+  if (state.position > 0 &&
+      info->spec.attributes.find(compaction::kAttributeKey) != std::string::npos) {
+    // A compaction moved the horizon past this reader since it began: it could miss a delete,
+    // so it is told to start over, as a new read there would be (410). Below a horizon that has
+    // not moved it has read survivors only, which is safe.
+    auto c = compaction::ConfigOf(info->spec.attributes);
+    if (c.ok() && BelowHorizon(*c, state.position) && (*c)->horizon != state.horizon_seen) {
+      step.gone = true;
+      step.error = Status::NotFound(
+          "offset is before the stream's compaction horizon (a delete after it was compacted "
+          "away); read again from -1");
+      return step;
+    }
   }
   const uint64_t tail = TailPosition(*info);
   if (state.position < tail) {

@@ -38,6 +38,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/state_compaction.h"
 #include "runnel/registry.h"
 #include "server/content_coding.h"
 #include "server/http_types.h"
@@ -95,6 +96,14 @@ struct StreamServiceOptions {
   // The most live forks one stream may have: a source lists its forks' ids in its metadata,
   // which every fork created or removed rewrites. One more is refused with 409.
   size_t max_forks_per_stream = 1000;
+  // Background compaction of State Protocol streams (core/state_compaction.h): a stream is
+  // compacted on blocking_executor once the payload bytes appended to it through this service
+  // since its last compaction pass this share of its retained bytes, and at least
+  // compaction_min_bytes. Those bytes bound what the next compaction can drop from above (each
+  // can supersede at most one earlier message). The count lives in memory and starts at 0 when
+  // the service starts. 0 turns background compaction off (POST ?compact still works).
+  double compaction_share = 0.5;
+  uint64_t compaction_min_bytes = 1u << 20;
   // The most messages one JSON-mode append (or create with a body) may carry: a top-level array
   // of more elements is refused with 413 before any message is made. Each message costs about
   // 100 bytes of memory on top of its text while the append runs, so this bounds what a body of
@@ -118,6 +127,10 @@ struct ReadState {
   LiveMode mode = LiveMode::kNone;
   bool offset_now = false;
   uint64_t position = 0;
+  // The stream's compaction horizon when the read began. An SSE reader that started from the
+  // beginning reads only survivors while the horizon stays there, so its positions below it are
+  // safe; once a compaction moves it, they are not (ReadSse).
+  uint64_t horizon_seen = 0;
   std::optional<std::string> client_cursor;
   std::optional<std::string> if_none_match;
   // Whether a shared cache (a CDN, a caching proxy) may store the answer and give it to anyone:
@@ -135,6 +148,8 @@ struct ReadChunk {
   // Why, when the read failed for another reason than the stream being gone (a damaged record
   // reads as `corruption`, a failing disk as `io_error`): the answer carries it.
   Status error;
+  // Gone because the reader's position fell below the stream's compaction horizon (410).
+  bool below_horizon = false;
   // The records read, each as stored (a JSON message or a slice of bytes).
   std::vector<std::string> records;
   uint64_t start = 0;
@@ -300,6 +315,20 @@ class StreamService {
   // Stream-Retention-Max-* headers sent (an absent header clears that cap); with none of them,
   // `Stream-Retention: none` clears every cap and anything else is 400.
   void UpdateRetention(const Route& route, const HttpRequest& request, Release release, Done done);
+  // POST <stream>?compact: compacts a State Protocol stream now (core/state_compaction.h) and
+  // answers what it reclaimed as JSON. One compaction per stream at a time (409 otherwise).
+  void CompactNow(const Route& route, Done done);
+  // Runs one compaction of stream `id` unless one is running (then kConflict).
+  Result<compaction::Report> RunCompaction(StreamId id, const std::string& lane_key,
+                                           std::string_view name);
+  // Counts `bytes` appended to a compacted stream and starts a background compaction when
+  // they pass StreamServiceOptions::compaction_share.
+  void NoteCompactedAppend(const StreamInfo& info, const std::string& lane_key, uint64_t bytes);
+  // Streams being compacted now, and payload bytes appended to compacted streams since their
+  // last compaction; guarded by compacting_mu_.
+  std::mutex compacting_mu_;
+  std::unordered_set<StreamId> compacting_;
+  std::unordered_map<StreamId, uint64_t> appended_since_compaction_;
 
   StreamRegistry registry_;
   StreamServiceOptions options_;

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Starts `runnel serve` on a free loopback port, runs one npm suite against it, stops the server.
-# Usage: run.sh RUNNEL_BINARY STORE [conformance|conformance-h2|client|dashboard]
+# Usage: run.sh RUNNEL_BINARY STORE [conformance|conformance-h2|client|dashboard|state]
 # (conformance-h2: the conformance suite with every request over HTTP/2, h2-fetch.mjs)
 # The suite's webhook receivers listen on 127.0.0.1, so the server runs with the localhost
-# development exception for webhook URLs.
+# development exception for webhook URLs. Background compaction is off (--compaction-share 0):
+# the state suite compacts on demand, at the moments it checks.
 set -euo pipefail
 
 binary="$1"
@@ -12,7 +13,8 @@ suite="${3:-conformance}"
 here="$(cd "$(dirname "$0")" && pwd)"
 long_poll_ms=500
 
-if [[ ! -d "$here/node_modules/@durable-streams/server-conformance-tests" ]]; then
+if [[ ! -d "$here/node_modules/@durable-streams/server-conformance-tests" ||
+      ! -d "$here/node_modules/@durable-streams/state" ]]; then
   (cd "$here" && npm install --no-audit --no-fund >/dev/null)
 fi
 
@@ -34,7 +36,8 @@ if [[ "$store" == "postgres" ]]; then
   store="${RUNNEL_TEST_PG_URL:?run under scripts/pg-test-cluster --run}"
 fi
 "$binary" serve --listen 127.0.0.1:0 --store "$store" --data "$workdir/data" \
-  --long-poll-timeout-ms "$long_poll_ms" --webhook-allow-localhost >"$log" 2>&1 &
+  --long-poll-timeout-ms "$long_poll_ms" --webhook-allow-localhost --compaction-share 0 \
+  >"$log" 2>&1 &
 server_pid=$!
 
 url=""

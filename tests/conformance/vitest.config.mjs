@@ -9,6 +9,7 @@ export default defineConfig({
       "conformance-h2.test.mjs",
       "client.test.mjs",
       "dashboard.test.mjs",
+      "state.test.mjs",
     ],
     exclude: [],
     testTimeout: 30000,

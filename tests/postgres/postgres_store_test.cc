@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/registry_suites.h"
+#include "core/state_compaction_suite.h"
 #include "postgres/postgres_harness.h"
 #include "store/postgres/postgres_store.h"
 #include "store/store_contract.h"
@@ -28,6 +29,8 @@ INSTANTIATE_TEST_SUITE_P(Postgres, PersistentStoreTest, ::testing::Values(Postgr
 INSTANTIATE_TEST_SUITE_P(Postgres, RegistryRulesTest, ::testing::Values(PostgresStoreParam()),
                          StoreParamName);
 INSTANTIATE_TEST_SUITE_P(Postgres, RegistryGroupsTest, ::testing::Values(PostgresStoreParam()),
+                         StoreParamName);
+INSTANTIATE_TEST_SUITE_P(Postgres, StateCompactionTest, ::testing::Values(PostgresStoreParam()),
                          StoreParamName);
 
 namespace {

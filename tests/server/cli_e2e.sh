@@ -41,6 +41,23 @@ offset="$("$R" describe notes --json | sed 's/.*"next_offset":"\([^"]*\)".*/\1/'
 "$R" append notes ' more' >/dev/null
 expect_eq "$("$R" read notes --offset "$offset")" " more" "read from a saved offset"
 
+# Keyed compaction: create --compaction state, compact, describe.
+"$R" create rows --compaction state --tombstone-ms 0 >/dev/null
+"$R" append rows '{"type":"u","key":"a","value":1,"headers":{"operation":"insert"}}' \
+  '{"type":"u","key":"a","value":2,"headers":{"operation":"update"}}' \
+  '{"type":"u","key":"b","value":3,"headers":{"operation":"insert"}}' \
+  '{"type":"u","key":"b","headers":{"operation":"delete"}}' >/dev/null
+expect_rc 2 "$R" append rows '{"n":1}'
+expect_eq "$("$R" compact rows | sed 's/ through [^:]*:/:/; s/horizon .*/horizon/')" \
+  "compacted rows: dropped 3 records (185 bytes, 1 tombstones) of 4, kept 1; horizon" \
+  "compact prints what it reclaimed"
+expect_eq "$("$R" read rows)" '{"headers":{"operation":"update"},"key":"a","type":"u","value":2}' \
+  "only the survivor is read"
+expect_eq "$("$R" describe rows --json | sed 's/.*"compaction":"\([a-z]*\)".*/\1/')" "state" \
+  "describe shows compaction"
+expect_rc 4 "$R" compact events
+"$R" rm rows >/dev/null
+
 # DATA arguments go out byte for byte, brackets and commas included (one message each).
 "$R" create raw -t text/plain >/dev/null
 "$R" append raw '[hello world]' '[a,b]' $'\x01[x]' >/dev/null

@@ -55,6 +55,10 @@ class ForwardingStore : public Store {
   Result<uint64_t> TruncatePrefix(StreamId id, uint64_t through, bool respect_cursors) override {
     return inner_->TruncatePrefix(id, through, respect_cursors);
   }
+  Result<uint64_t> DropRecords(StreamId id, const std::vector<uint64_t>& offsets) override {
+    return inner_->DropRecords(id, offsets);
+  }
+  bool SupportsDropRecords() const override { return inner_->SupportsDropRecords(); }
   Result<uint64_t> CommitCursor(StreamId id, std::string_view consumer, uint64_t offset,
                                 uint64_t now_ms) override {
     return inner_->CommitCursor(id, consumer, offset, now_ms);

@@ -267,13 +267,13 @@ Result<std::vector<StoredRecord>> MemoryStore::Read(StreamId id, uint64_t from, 
   if (s->deleted) return StreamNotFound(id);
   std::vector<StoredRecord> out;
   if (limit == 0 || s->records.empty()) return out;
-  const uint64_t head = s->records.front().offset;
-  const uint64_t start = std::max(from, head);
-  if (start >= s->next_offset) return out;
+  if (from >= s->next_offset) return out;
+  auto it =
+      std::lower_bound(s->records.begin(), s->records.end(), from,
+                       [](const StoredRecord& r, uint64_t offset) { return r.offset < offset; });
   size_t bytes = 0;
-  for (size_t i = static_cast<size_t>(start - head); i < s->records.size() && out.size() < limit;
-       ++i) {
-    const StoredRecord& r = s->records[i];
+  for (; it != s->records.end() && out.size() < limit; ++it) {
+    const StoredRecord& r = *it;
     const size_t size = r.payload.size();
     if (!out.empty() && bytes + size > max_bytes) break;
     bytes += size;
@@ -287,11 +287,42 @@ Result<std::optional<StoredRecord>> MemoryStore::ReadAt(StreamId id, uint64_t of
   if (!s) return StreamNotFound(id);
   std::lock_guard lock(s->mu);
   if (s->deleted) return StreamNotFound(id);
-  if (s->records.empty() || offset < s->records.front().offset ||
-      offset > s->records.back().offset) {
-    return std::optional<StoredRecord>();
+  auto it = std::lower_bound(s->records.begin(), s->records.end(), offset,
+                             [](const StoredRecord& r, uint64_t o) { return r.offset < o; });
+  if (it == s->records.end() || it->offset != offset) return std::optional<StoredRecord>();
+  return std::optional<StoredRecord>(*it);
+}
+
+Result<uint64_t> MemoryStore::DropRecords(StreamId id, const std::vector<uint64_t>& offsets) {
+  auto s = Find(id);
+  if (!s) return StreamNotFound(id);
+  std::lock_guard lock(s->mu);
+  if (s->deleted) return StreamNotFound(id);
+  if (offsets.empty()) return uint64_t{0};
+  // One stable in-place pass over the records from the first named one to the last: the
+  // records not named move down over the removed ones, then the gap left at the end of that
+  // span is erased, which moves the shorter side of the deque. A compaction drops in ascending
+  // batches, so the side before the span (the survivors of earlier batches) is the short one,
+  // and a batch costs its span, not the whole stream.
+  auto by_offset = [](const StoredRecord& r, uint64_t o) { return r.offset < o; };
+  auto begin = std::lower_bound(s->records.begin(), s->records.end(), offsets.front(), by_offset);
+  auto end = std::lower_bound(begin, s->records.end(), offsets.back(), by_offset);
+  if (end != s->records.end() && end->offset == offsets.back()) ++end;
+  uint64_t removed = 0;
+  auto drop = offsets.begin();
+  auto out = begin;
+  for (auto it = begin; it != end; ++it) {
+    while (drop != offsets.end() && *drop < it->offset) ++drop;
+    if (drop != offsets.end() && *drop == it->offset) {
+      s->bytes -= RecordBytes(it->key ? it->key->size() : 0, it->payload.size());
+      ++removed;
+      continue;
+    }
+    if (out != it) *out = std::move(*it);
+    ++out;
   }
-  return std::optional<StoredRecord>(s->records[offset - s->records.front().offset]);
+  s->records.erase(out, end);
+  return removed;
 }
 
 Result<uint64_t> MemoryStore::TruncatePrefix(StreamId id, uint64_t through, bool respect_cursors) {

@@ -43,6 +43,8 @@ class MemoryStore final : public Store {
                                          size_t max_bytes) override;
   Result<std::optional<StoredRecord>> ReadAt(StreamId id, uint64_t offset) override;
   Result<uint64_t> TruncatePrefix(StreamId id, uint64_t through, bool respect_cursors) override;
+  Result<uint64_t> DropRecords(StreamId id, const std::vector<uint64_t>& offsets) override;
+  bool SupportsDropRecords() const override { return true; }
   Result<uint64_t> CommitCursor(StreamId id, std::string_view consumer, uint64_t offset,
                                 uint64_t now_ms) override;
   Result<std::optional<CursorState>> GetCursor(StreamId id, std::string_view consumer) override;
@@ -62,7 +64,8 @@ class MemoryStore final : public Store {
     uint64_t bytes = 0;        // GUARDED_BY(mu)
     bool closed = false;       // GUARDED_BY(mu)
     bool deleted = false;      // GUARDED_BY(mu)
-    // Invariant: dense and ascending; records.front().offset is the head.
+    // Invariant: ascending; records.front().offset is the head. Dense unless DropRecords removed
+    // records from the middle (then found by binary search).
     std::deque<StoredRecord> records;                             // GUARDED_BY(mu)
     std::map<std::string, CursorState, std::less<>> cursors;      // GUARDED_BY(mu)
     std::map<std::string, ProducerState, std::less<>> producers;  // GUARDED_BY(mu)

@@ -506,6 +506,45 @@ Result<uint64_t> PostgresStore::TruncatePrefix(StreamId id, uint64_t through,
   return r;
 }
 
+Result<uint64_t> PostgresStore::DropRecords(StreamId id, const std::vector<uint64_t>& offsets) {
+  if (offsets.empty()) return uint64_t{0};
+  RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
+  std::vector<int64_t> db_offsets;
+  db_offsets.reserve(offsets.size());
+  for (uint64_t o : offsets) db_offsets.push_back(OffsetToDb(o));
+  auto run = [&]() -> Result<uint64_t> {
+    RUNNEL_RETURN_IF_ERROR(conn->Exec("BEGIN").status());
+    // The same row lock as TruncatePrefix: orders the removal with appends and truncations.
+    RUNNEL_ASSIGN_OR_RETURN(Rows s, conn->Exec("SELECT next_offset FROM streams "
+                                               "WHERE id = $1 AND NOT deleted FOR NO KEY UPDATE",
+                                               Params().Int8(BitsToDb(id))));
+    if (s.size() == 0) {
+      RUNNEL_RETURN_IF_ERROR(conn->Exec("ROLLBACK").status());
+      return StreamNotFound(id);
+    }
+    RUNNEL_ASSIGN_OR_RETURN(
+        Rows d, conn->Exec("WITH d AS (DELETE FROM events WHERE stream_id = $1 AND off = ANY($2) "
+                           "RETURNING coalesce(octet_length(key), 0) + octet_length(payload) AS b) "
+                           "SELECT count(*)::bigint, coalesce(sum(b), 0)::bigint FROM d",
+                           Params().Int8(BitsToDb(id)).Int8Array(db_offsets)));
+    const uint64_t removed = BitsFromDb(d.Int8(0, 0));
+    // The head moves to the first record left (or the next offset when none is).
+    RUNNEL_RETURN_IF_ERROR(
+        conn->Exec("UPDATE streams SET retained_bytes = retained_bytes - $2, head_offset = "
+                   "coalesce((SELECT min(off) FROM events WHERE stream_id = $1), next_offset) "
+                   "WHERE id = $1",
+                   Params().Int8(BitsToDb(id)).Int8(d.Int8(0, 1)))
+            .status());
+    RUNNEL_RETURN_IF_ERROR(conn->Exec("COMMIT").status());
+    return removed;
+  };
+  auto r = run();
+  if (!r.ok() && r.status().code() != StatusCode::kNotFound && !conn->broken()) {
+    (void)conn->Exec("ROLLBACK");
+  }
+  return r;
+}
+
 Result<uint64_t> PostgresStore::CommitCursor(StreamId id, std::string_view consumer,
                                              uint64_t offset, uint64_t now_ms) {
   RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());

@@ -57,6 +57,11 @@ class PostgresStore final : public Store {
                                          size_t max_bytes) override;
   Result<std::optional<StoredRecord>> ReadAt(StreamId id, uint64_t offset) override;
   Result<uint64_t> TruncatePrefix(StreamId id, uint64_t through, bool respect_cursors) override;
+  // One DELETE of the named rows and one update of the stream's head and retained bytes, in one
+  // transaction. StreamInfo::event_count still counts from the head to the tail (gaps
+  // included), as the streams row keeps no record count.
+  Result<uint64_t> DropRecords(StreamId id, const std::vector<uint64_t>& offsets) override;
+  bool SupportsDropRecords() const override { return true; }
   Result<uint64_t> CommitCursor(StreamId id, std::string_view consumer, uint64_t offset,
                                 uint64_t now_ms) override;
   Result<std::optional<CursorState>> GetCursor(StreamId id, std::string_view consumer) override;
