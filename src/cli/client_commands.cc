@@ -432,7 +432,7 @@ int Compact(const Common& c, const std::string& name) {
   if (!client.ok()) return FailStatus(client.status());
   auto r = client->Send("POST", StreamTarget(c, name) + "?compact", {});
   if (!r.ok()) return FailStatus(r.status());
-  if (r->status != 200) return Fail("compact", *r, c.json_output);
+  if (r->status != 200) return Fail("compact", name, *r, c.json_output);
   auto body = json::parse(r->body, nullptr, false);
   if (c.json_output || !body.is_object()) {
     std::printf("%s\n", r->body.c_str());
