@@ -129,8 +129,8 @@ bool IsTerminal(FILE* f) {
 
 int Create(const Common& c, const std::string& name, const std::string& content_type,
            const std::string& ttl, const std::string& expires_at, bool closed,
-           const RetentionArgs& retention, const std::string& body,
-           const std::string& compaction, const std::string& tombstone_ms) {
+           const RetentionArgs& retention, const std::string& body, const std::string& compaction,
+           const std::string& tombstone_ms) {
   auto client = HttpClient::Create(c.url, c.token, c.cacert);
   if (!client.ok()) return FailStatus(client.status());
   std::vector<std::pair<std::string, std::string>> headers = {
