@@ -329,11 +329,15 @@ test("consumer groups: ack, reset, read with times, delete", async () => {
 
 test("create, append, retention, close and delete from the page", async () => {
   await open("#/streams");
+  // The list above the form fills in after the page loads and moves the form down: wait for it,
+  // so the clicks below land where the form is.
+  await waitText("#stream-count", "stream");
   await page.waitForSelector("#create-panel summary", {visible: true, timeout: 10000});
   await page.click("#create-panel summary");
   await page.waitForSelector("#create-name", {visible: true, timeout: 10000});
   await page.type("#create-name", "made-here");
-  await page.click("#create-submit");
+  await page.waitForSelector("#create-submit", {visible: true, timeout: 10000});
+  await page.$eval("#create-form", (form) => form.requestSubmit(form.querySelector("#create-submit")));
   await page.waitForFunction(() => location.hash.startsWith("#/stream/made-here"));
   await waitText("#stream-name", "made-here");
   await waitText("#notice", "Created made-here");
