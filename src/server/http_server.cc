@@ -1008,6 +1008,19 @@ class HttpServer::Impl {
     co_return hinted;
   }
 
+  // Subscribes `waker` to the stream at the state's position (StreamService::Watch), on the
+  // store's workers when store calls are offloaded.
+  net::awaitable<Result<Subscription>> WatchFrom(const ReadState& state,
+                                                 const std::shared_ptr<Waker>& waker) {
+    StreamService* service = &service_;
+    const ReadState* at = &state;
+    const std::function<void()> hint = HintFor(waker);
+    const std::function<Result<Subscription>()> watch = [service, at, hint] {
+      return service->Watch(*at, hint);
+    };
+    co_return co_await StoreCall(watch);
+  }
+
   // Reads at the state's position, waiting (the long-poll timeout) for records when there are
   // none: returns the first chunk with records, or the last one read when the stream is gone or
   // closed, the timeout passed or the server stops.
@@ -1021,11 +1034,7 @@ class HttpServer::Impl {
     ReadChunk chunk = co_await StoreCall(read);
     if (chunk.gone || !chunk.records.empty() || chunk.closed) co_return chunk;
     auto waker = NewWaker(stream.get_executor());
-    const std::function<void()> hint = HintFor(waker);
-    const std::function<Result<Subscription>()> watch = [service, at, hint] {
-      return service->Watch(*at, hint);
-    };
-    auto subscription = co_await StoreCall(watch);
+    auto subscription = co_await WatchFrom(state, waker);
     metrics_.LiveReaderStarted();
     const auto deadline =
         until.value_or(std::chrono::steady_clock::now() +
@@ -1172,14 +1181,7 @@ class HttpServer::Impl {
     waker->sse = options_.access != nullptr;
     StreamService* service = &service_;
     const ReadState* at = &state;
-    Result<Subscription> subscription = Status::Unavailable("not subscribed");
-    {
-      const std::function<void()> hint = HintFor(waker);
-      const std::function<Result<Subscription>()> watch = [service, at, hint] {
-        return service->Watch(*at, hint);
-      };
-      subscription = co_await StoreCall(watch);
-    }
+    Result<Subscription> subscription = co_await WatchFrom(state, waker);
     const std::function<SseStep()> read = [service, at] { return service->ReadSse(*at); };
     metrics_.LiveReaderStarted();
     WatchHangUp(Tcp(stream).socket(), waker);
@@ -1938,14 +1940,7 @@ class HttpServer::Impl {
     BeginLiveWait(stream, waker);
     StreamService* service = &service_;
     const ReadState* at = &state;
-    Result<Subscription> subscription = Status::Unavailable("not subscribed");
-    {
-      const std::function<void()> hint = HintFor(waker);
-      const std::function<Result<Subscription>()> watch = [service, at, hint] {
-        return service->Watch(*at, hint);
-      };
-      subscription = co_await StoreCall(watch);
-    }
+    Result<Subscription> subscription = co_await WatchFrom(state, waker);
     const std::function<SseStep()> read = [service, at] { return service->ReadSse(*at); };
     metrics_.LiveReaderStarted();
     const auto deadline =

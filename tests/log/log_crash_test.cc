@@ -608,6 +608,22 @@ Status FillDiskInTurns(Store& store, env::FaultInjectionEnv& faults, Ledger& led
   return Status::OK();
 }
 
+// After a delete or trim on a full disk (`what`): appends to `live` resume within 5 s, and at
+// least 25 more fit, so the dead records' space came back.
+void ExpectAppendsResumeAndSpaceComesBack(Store& store, Ledger& ledger, StreamId live,
+                                          const std::string& what) {
+  bool resumed = false;
+  for (int i = 0; i < 500 && !resumed; ++i) {
+    resumed = LedgerAppend(store, ledger, "live", live, 'r').ok();
+    if (!resumed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(resumed) << "appends did not resume within 5 s of the " << what;
+  // The dead stream held about half of six segments: most of that is room again.
+  int more = 0;
+  while (more < 200 && LedgerAppend(store, ledger, "live", live, 'm').ok()) ++more;
+  EXPECT_GE(more, 25) << "the space of the " << what << " did not come back";
+}
+
 // On a full disk, deleting a stream whose records are interleaved with those of a live stream
 // gives its space back within seconds, without a restart: the writer moves the live records
 // of the emptiest segments into a new segment (made on the space of the reserve), writes a
@@ -630,16 +646,8 @@ TEST_F(LogFaultTest, DeletingAnInterleavedStreamOnAFullDiskLetsAppendsResume) {
   EXPECT_TRUE(again.status().no_space()) << "nothing is dead yet: " << again.status().ToString();
 
   ASSERT_TRUE(store->DeleteStream(dead->id).ok()) << "a delete fits on a full disk";
-  bool resumed = false;
-  for (int i = 0; i < 500 && !resumed; ++i) {
-    resumed = LedgerAppend(*store, ledger, "live", live->id, 'r').ok();
-    if (!resumed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_TRUE(resumed) << "appends did not resume within 5 s of the delete";
-  // The dead stream held about half of six segments: most of that is room again.
-  int more = 0;
-  while (more < 200 && LedgerAppend(*store, ledger, "live", live->id, 'm').ok()) ++more;
-  EXPECT_GE(more, 25) << "the space of the deleted stream did not come back";
+  ExpectAppendsResumeAndSpaceComesBack(*store, ledger, live->id, "delete");
+  if (HasFatalFailure()) return;
   const StoreCommitStats stats = store->CommitStats();
   EXPECT_GE(stats.space_reclaims, 1u);
   EXPECT_GE(stats.reserve_draws, 1u) << "a disk without a free byte needs the reserve";
@@ -672,15 +680,8 @@ TEST_F(LogFaultTest, TrimmingAnInterleavedStreamOnAFullDiskLetsAppendsResume) {
   const uint64_t last = info->next_offset - 1;
   auto trimmed = store->TruncatePrefix(dead->id, last - 1, false);
   ASSERT_TRUE(trimmed.ok()) << "a trim fits on a full disk: " << trimmed.status().ToString();
-  bool resumed = false;
-  for (int i = 0; i < 500 && !resumed; ++i) {
-    resumed = LedgerAppend(*store, ledger, "live", live->id, 'r').ok();
-    if (!resumed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_TRUE(resumed) << "appends did not resume within 5 s of the trim";
-  int more = 0;
-  while (more < 200 && LedgerAppend(*store, ledger, "live", live->id, 'm').ok()) ++more;
-  EXPECT_GE(more, 25) << "the space of the trimmed records did not come back";
+  ExpectAppendsResumeAndSpaceComesBack(*store, ledger, live->id, "trim");
+  if (HasFatalFailure()) return;
   EXPECT_GE(store->CommitStats().space_reclaims, 1u);
   ledger.Verify(*store, {"live"});
   auto kept = store->Read(dead->id, last, 10, 1 << 20);
