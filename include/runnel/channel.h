@@ -7,7 +7,7 @@
 // docs/formats/envelope.md) and its record key is the envelope's `key`.
 //
 // Positions. The seed counts partition slots from 0 ("sequences"); runnel's public offsets
-// count from 1. Slot s of a partition is stream offset s + 1 (SEMANTICS section 3, item 1).
+// count from 1. Slot s of a partition is stream offset s + 1 (SEMANTICS choice 1).
 // NextSequences()/NextExpectedSequence() are slot counters: the slot the next publish to that
 // partition will reserve. Everything returned to callers as a position (PublishReceipt::offset,
 // AppendResolution::offset, conflict expected/actual) is a public offset; the slot is given

@@ -74,7 +74,7 @@ struct ListStreamsOptions {
 };
 
 struct AppendOptions {
-  // Timestamp of the batch; the registry's clock when unset (SEMANTICS section 3, item 8).
+  // Timestamp of the batch; the registry's clock when unset (SEMANTICS choice 8).
   std::optional<uint64_t> now_ms;
   // Conditional append: the batch must start at this offset, else kConflict carrying
   // (expected, actual next offset) and nothing is written.

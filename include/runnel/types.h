@@ -1,7 +1,7 @@
 // Value types of the public API: scopes, retention, events, descriptors, group status.
 //
 // Offsets are public and 1-based everywhere: the first event of a stream has offset 1, and 0
-// means "nothing yet" (SEMANTICS section 3, item 1). Times are milliseconds since the Unix epoch.
+// means "nothing yet" (SEMANTICS choice 1). Times are milliseconds since the Unix epoch.
 #ifndef RUNNEL_TYPES_H_
 #define RUNNEL_TYPES_H_
 
@@ -76,7 +76,7 @@ struct StreamDescriptor {
   // Number of retained events.
   uint64_t event_count = 0;
   // The offset the next append will get. Never decreases, even when retention empties the
-  // stream (SEMANTICS section 3, item 13).
+  // stream (SEMANTICS choice 13).
   uint64_t next_offset = 1;
   // Retained payload and key bytes.
   uint64_t retained_bytes = 0;

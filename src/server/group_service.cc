@@ -228,7 +228,7 @@ HttpResponse GroupService::HandleRequest(const Principal& who, const HttpRequest
           Status::InvalidArgument("prune must be a non-negative integer"));
     }
     // A channel's partitions are not trimmed from outside: its idempotency index would then
-    // disagree with a scan of what is left (SEMANTICS section 3, item 11).
+    // disagree with a scan of what is left (SEMANTICS choice 11).
     auto owner = attributes::Get(info->spec.attributes, DurableChannel::kAttributeKey);
     if (owner.ok() && owner->has_value()) return StreamService::ChannelOwned(route.name);
     auto removed = registry.Prune(route.scope, route.name, *through);

@@ -56,7 +56,7 @@ expect_eq "$(http_code -X DELETE "$RUNNEL_URL/v1/channels/orders")" "405" "unsup
 
 # Partitions are readable as streams, but only the channel writes, trims or deletes them: a
 # protocol append would not be an envelope, and a trim would make the key index disagree with a
-# scan of what is left (SEMANTICS section 3, item 11).
+# scan of what is left (SEMANTICS choice 11).
 S="$RUNNEL_URL/v1/stream/orders:$part"
 expect_eq "$(http_code "$S?offset=-1")" "200" "partition readable as a stream"
 expect_eq "$(curl -sI "$S" | grep -ci '^content-type:' || true)" "0" "no empty Content-Type on HEAD"
