@@ -31,7 +31,7 @@ export CCACHE_NOHASHDIR ?= 1
 
 .PHONY: fuzz
 .PHONY: all deps build run test test-release test-asan test-tsan test-example bench format \
-        format-check tidy clean help install package
+        format-check tidy clean help install package thread-safety
 
 all: build
 
@@ -61,7 +61,7 @@ run: deps $(RELEASE_DIR)/build.ninja
 	cmake --build $(RELEASE_DIR) -j $(JOBS) --target runnel_cli
 	$(RELEASE_DIR)/bin/runnel serve --listen $(LISTEN) --data $(DATA)
 
-test: deps format-check test-release test-asan test-tsan test-example
+test: deps format-check thread-safety test-release test-asan test-tsan test-example
 	@echo "make test: all suites passed"
 
 test-release: build
@@ -123,6 +123,15 @@ bench:
 	  -DRUNNEL_BUILD_BENCHMARKS=ON
 	cmake --build $(BENCH_DIR) -j $(JOBS)
 	scripts/run-benchmarks $(BENCH_DIR)
+
+# clang's lock analysis (-Wthread-safety as errors) over every file that takes an annotated lock
+# (src/base/mutex.h). Configures a clang build directory for its compile commands and parses
+# only; nothing is built there.
+TSA_DIR := $(BUILD)/thread-safety
+thread-safety: deps
+	cmake -S . -B $(TSA_DIR) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
+	  -DRUNNEL_BUILD_TESTS=ON -DRUNNEL_BUILD_BENCHMARKS=OFF -DRUNNEL_WERROR=OFF >/dev/null
+	scripts/thread-safety-check $(TSA_DIR)
 
 # libFuzzer over every parser, FUZZ_SECONDS each, starting from the committed corpus (copied,
 # so the repository's corpus only grows by hand).

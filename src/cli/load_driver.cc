@@ -26,6 +26,8 @@
 #include <thread>
 #include <utility>
 
+#include "base/mutex.h"
+
 namespace runnel::cli::load {
 namespace {
 
@@ -679,7 +681,7 @@ class ReaderThread {
   uint64_t delivered() const { return delivered_.load(); }
   // Readers that have seen at least `n` messages (any thread; a moment's count).
   int received_at_least(int n) const {
-    std::lock_guard lock(received_mu_);
+    MutexLock lock(received_mu_);
     int out = 0;
     for (int r : received_) out += r >= n ? 1 : 0;
     return out;
@@ -819,7 +821,7 @@ class ReaderThread {
     }
     r.events.erase(0, start);
     if (mode_.follow) {
-      std::lock_guard lock(received_mu_);
+      MutexLock lock(received_mu_);
       received_[static_cast<size_t>(&r - readers_.data())] = r.received;
     }
     return true;
@@ -852,8 +854,8 @@ class ReaderThread {
   const std::string request_;
   const ReaderMode mode_;
   std::vector<Reader> readers_;
-  mutable std::mutex received_mu_;
-  std::vector<int> received_ = std::vector<int>(readers_.size());  // GUARDED_BY(received_mu_)
+  mutable Mutex received_mu_;
+  std::vector<int> received_ RUNNEL_GUARDED_BY(received_mu_) = std::vector<int>(readers_.size());
   int epoll_ = -1;
   size_t connecting_ = 0;  // only the thread itself
   std::atomic<int> connected_{0};

@@ -1,4 +1,5 @@
 #include "runnel/registry.h"
+#include "base/mutex.h"
 
 #include <algorithm>
 #include <future>
@@ -41,20 +42,20 @@ class RegistryCore {
   // recreated it). In-process stores look names up in memory and skip the cache.
   bool id_cache_enabled() const { return id_cache_enabled_; }
   std::optional<StreamId> CachedId(const std::string& key) {
-    std::lock_guard lock(cache_mu_);
+    MutexLock lock(cache_mu_);
     auto it = ids_.find(key);
     if (it == ids_.end()) return std::nullopt;
     return it->second;
   }
   void RememberId(const std::string& key, StreamId id) {
-    std::lock_guard lock(cache_mu_);
+    MutexLock lock(cache_mu_);
     if (ids_.size() >= kMaxCachedIds) ids_.clear();  // bounded: start over rather than grow
     ids_[key] = id;
   }
   void WakeReaders(StreamId id) { hub_.Notify(id); }
 
   void ForgetId(const std::string& key) {
-    std::lock_guard lock(cache_mu_);
+    MutexLock lock(cache_mu_);
     ids_.erase(key);
   }
   static std::string CacheKey(const StreamScope& scope, std::string_view name) {
@@ -97,8 +98,8 @@ class RegistryCore {
   static constexpr size_t kMaxCachedIds = 100000;
   Clock* const clock_;
   SubscriptionHub hub_;
-  std::mutex cache_mu_;
-  std::unordered_map<std::string, StreamId> ids_;  // GUARDED_BY(cache_mu_)
+  Mutex cache_mu_;
+  std::unordered_map<std::string, StreamId> ids_ RUNNEL_GUARDED_BY(cache_mu_);
   bool id_cache_enabled_ = false;
   // Declared last so it is destroyed first, while the hub its listener points at still lives.
   std::unique_ptr<Store> store_;

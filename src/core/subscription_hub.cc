@@ -6,7 +6,7 @@ namespace runnel::internal {
 
 void Subscriber::Hint() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     pending_ = true;
   }
   cv_.notify_all();
@@ -14,21 +14,25 @@ void Subscriber::Hint() {
 }
 
 bool Subscriber::WaitFor(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mu_);
-  if (!cv_.wait_for(lock, timeout, [this] { return pending_; })) return false;
+  MutexLock lock(mu_);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!pending_) {
+    if (lock.WaitUntil(cv_, deadline) == std::cv_status::timeout) break;
+  }
+  if (!pending_) return false;
   pending_ = false;
   return true;
 }
 
 bool Subscriber::TryConsume() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const bool had = pending_;
   pending_ = false;
   return had;
 }
 
 void SubscriptionHub::Add(StreamId stream, const std::shared_ptr<Subscriber>& subscriber) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto& list = subs_[stream];
   std::erase_if(list, [](const std::weak_ptr<Subscriber>& w) { return w.expired(); });
   list.push_back(subscriber);
@@ -37,7 +41,7 @@ void SubscriptionHub::Add(StreamId stream, const std::shared_ptr<Subscriber>& su
 void SubscriptionHub::Notify(StreamId stream) {
   std::vector<std::shared_ptr<Subscriber>> live;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = subs_.find(stream);
     if (it == subs_.end()) return;
     auto& list = it->second;
@@ -55,7 +59,7 @@ void SubscriptionHub::Notify(StreamId stream) {
 
 std::vector<StreamId> SubscriptionHub::Watched() {
   std::vector<StreamId> out;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (auto it = subs_.begin(); it != subs_.end();) {
     std::erase_if(it->second, [](const std::weak_ptr<Subscriber>& w) { return w.expired(); });
     if (it->second.empty()) {
@@ -69,7 +73,7 @@ std::vector<StreamId> SubscriptionHub::Watched() {
 }
 
 size_t SubscriptionHub::LiveCount() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   size_t n = 0;
   for (const auto& [id, list] : subs_) {
     n += static_cast<size_t>(

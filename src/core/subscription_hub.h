@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/mutex.h"
 #include "runnel/store.h"
 
 namespace runnel::internal {
@@ -30,9 +31,9 @@ class Subscriber {
   bool TryConsume();
 
  private:
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  bool pending_ = false;  // GUARDED_BY(mu_)
+  bool pending_ RUNNEL_GUARDED_BY(mu_) = false;
   const std::function<void()> on_hint_;
 };
 
@@ -47,8 +48,8 @@ class SubscriptionHub {
   size_t LiveCount();
 
  private:
-  std::mutex mu_;
-  std::unordered_map<StreamId, std::vector<std::weak_ptr<Subscriber>>> subs_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::unordered_map<StreamId, std::vector<std::weak_ptr<Subscriber>>> subs_ RUNNEL_GUARDED_BY(mu_);
 };
 
 }  // namespace runnel::internal

@@ -196,6 +196,7 @@ Status TokenStore::Load() {
   }
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   RUNNEL_ASSIGN_OR_RETURN(auto tokens, ParseTokenFile(text, path_));
+  WriterLock lock(mu_);  // Open's store is not shared yet; taken for the analysis
   for (StoredToken& t : tokens) {
     const std::string id = t.info.id;
     entries_[id] = std::move(t);
@@ -258,7 +259,7 @@ Result<std::string> TokenStore::Create(const TokenGrant& grant) {
   e.info.grant = grant;
   e.info.created_at_ms = clock_->NowMs();
   e.hash_hex = Sha256Hex(secret_text);
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   if (entries_.count(id)) return Status::Internal("token id collision; try again");
   auto next = entries_;
   next[id] = e;
@@ -268,7 +269,7 @@ Result<std::string> TokenStore::Create(const TokenGrant& grant) {
 }
 
 Status TokenStore::Revoke(std::string_view id) {
-  std::unique_lock lock(mu_);
+  WriterLock lock(mu_);
   auto it = entries_.find(std::string(id));
   if (it == entries_.end()) return Status::NotFound("no token with id '" + std::string(id) + "'");
   auto next = entries_;
@@ -279,14 +280,14 @@ Status TokenStore::Revoke(std::string_view id) {
 }
 
 std::vector<TokenInfo> TokenStore::List() const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   std::vector<TokenInfo> out;
   for (const auto& [id, e] : entries_) out.push_back(e.info);
   return out;
 }
 
 bool TokenStore::empty() const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   return entries_.empty();
 }
 
@@ -299,7 +300,7 @@ Result<Principal> TokenStore::Authenticate(std::string_view bearer) const {
   }
   const std::string id(bearer.substr(kPrefix.size(), kIdBytes * 2));
   const std::string hash = Sha256Hex(bearer.substr(kPrefix.size() + kIdBytes * 2 + 1));
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   auto it = entries_.find(id);
   if (it == entries_.end() ||
       CRYPTO_memcmp(it->second.hash_hex.data(), hash.data(), hash.size()) != 0) {

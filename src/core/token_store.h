@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/mutex.h"
 #include "runnel/clock.h"
 #include "runnel/registry.h"
 #include "runnel/status.h"
@@ -83,12 +84,12 @@ class TokenStore {
  private:
   TokenStore(std::string path, Clock* clock) : path_(std::move(path)), clock_(clock) {}
   Status Load();
-  Status Persist(const std::map<std::string, StoredToken>& entries) const;  // REQUIRES: mu_ held
+  Status Persist(const std::map<std::string, StoredToken>& entries) const RUNNEL_REQUIRES(mu_);
 
   const std::string path_;
   Clock* const clock_;
-  mutable std::shared_mutex mu_;
-  std::map<std::string, StoredToken> entries_;  // GUARDED_BY(mu_), by id
+  mutable SharedMutex mu_;
+  std::map<std::string, StoredToken> entries_ RUNNEL_GUARDED_BY(mu_);  // by id
 };
 
 }  // namespace runnel

@@ -62,33 +62,33 @@ class FaultFile final : public File {
 FaultInjectionEnv::FaultInjectionEnv(Env* base) : base_(base) {}
 
 void FaultInjectionEnv::FailOpen(uint64_t n) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   fail_open_in_ = n;
 }
 
 void FaultInjectionEnv::FailWrite(uint64_t n) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   fail_write_in_ = n;
 }
 
 void FaultInjectionEnv::FailSync(uint64_t n) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   fail_sync_in_ = n;
 }
 
 void FaultInjectionEnv::SetNoSpace(bool on) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   no_space_ = on;
 }
 
 void FaultInjectionEnv::SetSpaceLimit(uint64_t bytes) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   space_limit_ = bytes;
   space_limited_ = true;
 }
 
 uint64_t FaultInjectionEnv::SpaceUsed() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return SpaceUsedLocked();
 }
 
@@ -112,13 +112,13 @@ std::unique_lock<std::mutex> FaultInjectionEnv::SpaceLock() {
 }
 
 void FaultInjectionEnv::BeforeOpDo(uint64_t n, std::function<void()> action) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   op_action_in_ = n;
   op_action_ = std::move(action);
 }
 
 void FaultInjectionEnv::PowerOff() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   powered_off_ = true;
 }
 
@@ -126,11 +126,11 @@ Status FaultInjectionEnv::BeforeOp() {
   ops_.fetch_add(1);
   std::function<void()> action;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (op_action_in_ > 0 && --op_action_in_ == 0) action = std::move(op_action_);
   }
   if (action) action();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (powered_off_) {
     injected_.fetch_add(1);
     return Status::IOError("the power is off (injected)");
@@ -139,18 +139,18 @@ Status FaultInjectionEnv::BeforeOp() {
 }
 
 void FaultInjectionEnv::BeforeSyncDo(uint64_t n, std::function<void()> action) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   sync_action_in_ = n;
   sync_action_ = std::move(action);
 }
 
 void FaultInjectionEnv::SetFaultPathSuffix(std::string suffix) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   suffix_ = std::move(suffix);
 }
 
 void FaultInjectionEnv::SetExemptPathSuffix(std::string suffix) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   exempt_ = std::move(suffix);
 }
 
@@ -163,7 +163,7 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 
 void FaultInjectionEnv::ClearFaults() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     sync_action_in_ = 0;
     sync_action_ = nullptr;
     fail_open_in_ = 0;
@@ -182,7 +182,7 @@ void FaultInjectionEnv::ClearFaults() {
 Result<std::unique_ptr<File>> FaultInjectionEnv::OpenFile(const std::string& path, bool create) {
   if (create && !base_->FileExists(path)) RUNNEL_RETURN_IF_ERROR(BeforeOp());
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ++opens_[path];
     const bool faultable = EndsWith(path, suffix_) && (exempt_.empty() || !EndsWith(path, exempt_));
     if (faultable && fail_open_in_ > 0 && --fail_open_in_ == 0) {
@@ -193,7 +193,7 @@ Result<std::unique_ptr<File>> FaultInjectionEnv::OpenFile(const std::string& pat
   RUNNEL_ASSIGN_OR_RETURN(auto file, base_->OpenFile(path, create));
   {
     // Counted once it exists: SpaceUsed drops a name it does not find.
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     tracked_.insert(path);
   }
   return std::unique_ptr<File>(std::make_unique<FaultFile>(this, path, std::move(file)));
@@ -209,7 +209,7 @@ Status FaultInjectionEnv::RenameFile(const std::string& from, const std::string&
   // Under the lock that SpaceUsed holds: between the rename and the update, it would find
   // `from` gone, stop counting it, and `to` would never be counted (the disk would look emptier
   // than it is, and fuller after a reopen that opens `to` again).
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   RUNNEL_RETURN_IF_ERROR(base_->RenameFile(from, to));
   if (tracked_.erase(from) > 0) tracked_.insert(to);
   return Status::OK();
@@ -231,7 +231,7 @@ Status FaultInjectionEnv::SyncDir(const std::string& dir) {
 }
 
 int FaultInjectionEnv::Opens(const std::string& path) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const auto it = opens_.find(path);
   return it == opens_.end() ? 0 : it->second;
 }
@@ -239,7 +239,7 @@ int FaultInjectionEnv::Opens(const std::string& path) {
 Status FaultInjectionEnv::BeforeWrite(const std::string& path, uint64_t offset, uint64_t size,
                                       size_t bytes, size_t fits, size_t* allowed) {
   writes_.fetch_add(1);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!EndsWith(path, suffix_) || (!exempt_.empty() && EndsWith(path, exempt_))) {
     return Status::OK();
   }
@@ -269,20 +269,20 @@ Status FaultInjectionEnv::BeforeWrite(const std::string& path, uint64_t offset, 
 }
 
 void FaultInjectionEnv::HoldSyncs(std::string suffix) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   hold_ = std::move(suffix);
 }
 
 void FaultInjectionEnv::ReleaseSyncs() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     hold_.reset();
   }
   released_.notify_all();
 }
 
 int FaultInjectionEnv::HeldSyncs() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return held_;
 }
 
@@ -290,17 +290,17 @@ Status FaultInjectionEnv::BeforeSync(const std::string& path) {
   syncs_.fetch_add(1);
   std::function<void()> action;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (sync_action_in_ > 0 && --sync_action_in_ == 0) action = std::move(sync_action_);
   }
   if (action) action();
   if (const int64_t us = sync_delay_us_.load(); us > 0) {
     std::this_thread::sleep_for(std::chrono::microseconds(us));
   }
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   if (hold_ && EndsWith(path, *hold_)) {
     ++held_;
-    released_.wait(lock, [&] { return !hold_ || !EndsWith(path, *hold_); });
+    while (hold_ && EndsWith(path, *hold_)) lock.Wait(released_);
     --held_;
   }
   if (!EndsWith(path, suffix_) || (!exempt_.empty() && EndsWith(path, exempt_))) {

@@ -47,6 +47,7 @@
 #include <set>
 #include <string>
 
+#include "base/mutex.h"
 #include "env/env.h"
 
 namespace runnel::env {
@@ -116,30 +117,31 @@ class FaultInjectionEnv final : public Env {
   std::unique_lock<std::mutex> SpaceLock();
 
  private:
-  // Sum of the sizes of tracked_ files that still exist. REQUIRES: mu_ held.
-  uint64_t SpaceUsedLocked();
+  // Sum of the sizes of tracked_ files that still exist.
+  uint64_t SpaceUsedLocked() RUNNEL_REQUIRES(mu_);
 
   Env* base_;
-  std::mutex space_mu_;
+  std::mutex space_mu_;  // orders writes with the space check; guards no field
   std::atomic<bool> space_limited_{false};
-  std::mutex mu_;
-  uint64_t fail_open_in_ = 0;          // GUARDED_BY(mu_); 0 = no fault armed
-  uint64_t space_limit_ = 0;           // GUARDED_BY(mu_); meaningful when space_limited_
-  std::set<std::string> tracked_;      // GUARDED_BY(mu_): paths opened or created through this env
-  uint64_t op_action_in_ = 0;          // GUARDED_BY(mu_)
-  std::function<void()> op_action_;    // GUARDED_BY(mu_)
-  bool powered_off_ = false;           // GUARDED_BY(mu_)
-  uint64_t fail_write_in_ = 0;         // GUARDED_BY(mu_); 0 = no fault armed
-  uint64_t fail_sync_in_ = 0;          // GUARDED_BY(mu_)
-  bool no_space_ = false;              // GUARDED_BY(mu_)
-  std::string suffix_;                 // GUARDED_BY(mu_)
-  std::string exempt_;                 // GUARDED_BY(mu_)
-  uint64_t sync_action_in_ = 0;        // GUARDED_BY(mu_)
-  std::function<void()> sync_action_;  // GUARDED_BY(mu_)
-  std::optional<std::string> hold_;    // GUARDED_BY(mu_): the suffix of held syncs
-  int held_ = 0;                       // GUARDED_BY(mu_)
+  Mutex mu_;
+  uint64_t fail_open_in_ RUNNEL_GUARDED_BY(mu_) = 0;  // ; 0 = no fault armed
+  uint64_t space_limit_ RUNNEL_GUARDED_BY(mu_) = 0;   // ; meaningful when space_limited_
+  std::set<std::string> tracked_
+      RUNNEL_GUARDED_BY(mu_);  // paths opened or created through this env
+  uint64_t op_action_in_ RUNNEL_GUARDED_BY(mu_) = 0;
+  std::function<void()> op_action_ RUNNEL_GUARDED_BY(mu_);
+  bool powered_off_ RUNNEL_GUARDED_BY(mu_) = false;
+  uint64_t fail_write_in_ RUNNEL_GUARDED_BY(mu_) = 0;  // ; 0 = no fault armed
+  uint64_t fail_sync_in_ RUNNEL_GUARDED_BY(mu_) = 0;
+  bool no_space_ RUNNEL_GUARDED_BY(mu_) = false;
+  std::string suffix_ RUNNEL_GUARDED_BY(mu_);
+  std::string exempt_ RUNNEL_GUARDED_BY(mu_);
+  uint64_t sync_action_in_ RUNNEL_GUARDED_BY(mu_) = 0;
+  std::function<void()> sync_action_ RUNNEL_GUARDED_BY(mu_);
+  std::optional<std::string> hold_ RUNNEL_GUARDED_BY(mu_);  // the suffix of held syncs
+  int held_ RUNNEL_GUARDED_BY(mu_) = 0;
   std::condition_variable released_;
-  std::map<std::string, int> opens_;  // GUARDED_BY(mu_)
+  std::map<std::string, int> opens_ RUNNEL_GUARDED_BY(mu_);
   std::atomic<int64_t> sync_delay_us_{0};
   std::atomic<uint64_t> writes_{0};
   std::atomic<uint64_t> syncs_{0};

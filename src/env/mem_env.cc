@@ -12,11 +12,12 @@ struct MemEnv::Node {
     uint64_t offset = 0;  // write position, or the new size for a truncate
     std::string bytes;
   };
-  std::mutex mu;
-  std::string data;               // GUARDED_BY(mu): what reads see
-  std::string durable;            // GUARDED_BY(mu): what survives a crash
-  std::vector<Op> pending;        // GUARDED_BY(mu): operations since the last Sync
-  bool creation_durable = false;  // GUARDED_BY(MemEnv::mu_)
+  Mutex mu;
+  std::string data RUNNEL_GUARDED_BY(mu);         // what reads see
+  std::string durable RUNNEL_GUARDED_BY(mu);      // what survives a crash
+  std::vector<Op> pending RUNNEL_GUARDED_BY(mu);  // operations since the last Sync
+  // Guarded by the owning MemEnv's mu_, which the analysis cannot name from here.
+  bool creation_durable = false;
 
   static void Apply(std::string& s, const Op& op, size_t limit) {
     if (op.truncate) {
@@ -30,9 +31,9 @@ struct MemEnv::Node {
 };
 
 struct MemEnv::Liveness {
-  std::mutex mu;
-  uint64_t generation = 1;      // GUARDED_BY(mu)
-  std::set<std::string> locks;  // GUARDED_BY(mu)
+  Mutex mu;
+  uint64_t generation RUNNEL_GUARDED_BY(mu) = 1;
+  std::set<std::string> locks RUNNEL_GUARDED_BY(mu);
 };
 
 namespace {
@@ -58,7 +59,7 @@ class MemFile final : public File {
     MemEnv::Node::Op op;
     op.offset = offset;
     for (std::string_view p : pieces) op.bytes.append(p);
-    std::lock_guard lock(node_->mu);
+    MutexLock lock(node_->mu);
     MemEnv::Node::Apply(node_->data, op, op.bytes.size());
     node_->pending.push_back(std::move(op));
     return Status::OK();
@@ -66,7 +67,7 @@ class MemFile final : public File {
 
   Result<size_t> ReadAt(uint64_t offset, size_t n, char* dst) const override {
     RUNNEL_RETURN_IF_ERROR(CheckAlive());
-    std::lock_guard lock(node_->mu);
+    MutexLock lock(node_->mu);
     if (offset >= node_->data.size()) return size_t{0};
     const size_t len = std::min<uint64_t>(n, node_->data.size() - offset);
     std::memcpy(dst, node_->data.data() + offset, len);
@@ -75,7 +76,7 @@ class MemFile final : public File {
 
   Status Sync() override {
     RUNNEL_RETURN_IF_ERROR(CheckAlive());
-    std::lock_guard lock(node_->mu);
+    MutexLock lock(node_->mu);
     for (const auto& op : node_->pending) MemEnv::Node::Apply(node_->durable, op, op.bytes.size());
     node_->pending.clear();
     return Status::OK();
@@ -86,7 +87,7 @@ class MemFile final : public File {
     MemEnv::Node::Op op;
     op.truncate = true;
     op.offset = size;
-    std::lock_guard lock(node_->mu);
+    MutexLock lock(node_->mu);
     MemEnv::Node::Apply(node_->data, op, 0);
     node_->pending.push_back(std::move(op));
     return Status::OK();
@@ -94,13 +95,13 @@ class MemFile final : public File {
 
   Result<uint64_t> Size() const override {
     RUNNEL_RETURN_IF_ERROR(CheckAlive());
-    std::lock_guard lock(node_->mu);
+    MutexLock lock(node_->mu);
     return static_cast<uint64_t>(node_->data.size());
   }
 
  private:
   Status CheckAlive() const {
-    std::lock_guard lock(live_->mu);
+    MutexLock lock(live_->mu);
     if (live_->generation != gen_) {
       return Status::IOError("'" + path_ + "': handle invalidated by a simulated crash");
     }
@@ -118,7 +119,7 @@ class MemLock final : public FileLock {
   MemLock(std::shared_ptr<MemEnv::Liveness> live, std::string path)
       : live_(std::move(live)), path_(std::move(path)) {}
   ~MemLock() override {
-    std::lock_guard lock(live_->mu);
+    MutexLock lock(live_->mu);
     live_->locks.erase(path_);
   }
 
@@ -135,7 +136,7 @@ MemEnv::MemEnv() : live_(std::make_shared<Liveness>()) {
 
 Result<std::unique_ptr<File>> MemEnv::OpenFile(const std::string& raw_path, bool create) {
   const std::string path = Normalize(raw_path);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = files_.find(path);
   if (it == files_.end()) {
     if (!create) return Status::NotFound("open '" + path + "': No such file or directory");
@@ -146,7 +147,7 @@ Result<std::unique_ptr<File>> MemEnv::OpenFile(const std::string& raw_path, bool
   }
   uint64_t gen;
   {
-    std::lock_guard live_lock(live_->mu);
+    MutexLock live_lock(live_->mu);
     gen = live_->generation;
   }
   return std::unique_ptr<File>(std::make_unique<MemFile>(path, it->second, live_, gen));
@@ -154,7 +155,7 @@ Result<std::unique_ptr<File>> MemEnv::OpenFile(const std::string& raw_path, bool
 
 Status MemEnv::RemoveFile(const std::string& raw_path) {
   const std::string path = Normalize(raw_path);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (files_.erase(path) == 0) {
     return Status::NotFound("remove '" + path + "': No such file or directory");
   }
@@ -163,7 +164,7 @@ Status MemEnv::RemoveFile(const std::string& raw_path) {
 
 Status MemEnv::RenameFile(const std::string& raw_from, const std::string& raw_to) {
   const std::string from = Normalize(raw_from), to = Normalize(raw_to);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = files_.find(from);
   if (it == files_.end()) return Status::NotFound("rename '" + from + "': No such file");
   auto node = it->second;
@@ -174,14 +175,14 @@ Status MemEnv::RenameFile(const std::string& raw_from, const std::string& raw_to
 }
 
 Status MemEnv::CreateDir(const std::string& raw_path) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   dirs_.insert(Normalize(raw_path));
   return Status::OK();
 }
 
 Status MemEnv::RemoveDir(const std::string& raw_path) {
   const std::string path = Normalize(raw_path);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!dirs_.count(path)) {
     return Status::NotFound("remove directory '" + path + "': No such file or directory");
   }
@@ -201,7 +202,7 @@ Status MemEnv::RemoveDir(const std::string& raw_path) {
 
 Status MemEnv::SyncDir(const std::string& raw_dir) {
   const std::string dir = Normalize(raw_dir);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!dirs_.count(dir)) return Status::NotFound("sync directory '" + dir + "': No such directory");
   for (auto& [path, node] : files_) {
     if (Parent(path) == dir) node->creation_durable = true;
@@ -211,7 +212,7 @@ Status MemEnv::SyncDir(const std::string& raw_dir) {
 
 Result<std::vector<std::string>> MemEnv::ListDir(const std::string& raw_dir) {
   const std::string dir = Normalize(raw_dir);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!dirs_.count(dir)) return Status::NotFound("list '" + dir + "': No such directory");
   std::vector<std::string> out;
   for (const auto& [path, node] : files_) {
@@ -222,7 +223,7 @@ Result<std::vector<std::string>> MemEnv::ListDir(const std::string& raw_dir) {
 
 bool MemEnv::FileExists(const std::string& raw_path) {
   const std::string path = Normalize(raw_path);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return files_.count(path) > 0 || dirs_.count(path) > 0;
 }
 
@@ -230,19 +231,19 @@ Result<uint64_t> MemEnv::FileSize(const std::string& raw_path) {
   const std::string path = Normalize(raw_path);
   std::shared_ptr<Node> node;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = files_.find(path);
     if (it == files_.end()) return Status::NotFound("stat '" + path + "': No such file");
     node = it->second;
   }
-  std::lock_guard lock(node->mu);
+  MutexLock lock(node->mu);
   return static_cast<uint64_t>(node->data.size());
 }
 
 Result<std::unique_ptr<FileLock>> MemEnv::LockFile(const std::string& raw_path) {
   const std::string path = Normalize(raw_path);
-  std::lock_guard lock(mu_);
-  std::lock_guard live_lock(live_->mu);
+  MutexLock lock(mu_);
+  MutexLock live_lock(live_->mu);
   if (!live_->locks.insert(path).second) {
     return Status::Unavailable("data directory is in use: lock file '" + path +
                                "' is held by another process or store");
@@ -257,9 +258,9 @@ Result<std::unique_ptr<FileLock>> MemEnv::LockFile(const std::string& raw_path) 
 
 void MemEnv::Crash(const std::function<size_t(const std::string&, size_t)>& keep,
                    size_t tear_bytes) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   {
-    std::lock_guard live_lock(live_->mu);
+    MutexLock live_lock(live_->mu);
     ++live_->generation;
   }
   for (auto it = files_.begin(); it != files_.end();) {
@@ -268,7 +269,7 @@ void MemEnv::Crash(const std::function<size_t(const std::string&, size_t)>& keep
       continue;
     }
     Node& node = *it->second;
-    std::lock_guard node_lock(node.mu);
+    MutexLock node_lock(node.mu);
     const size_t kept = std::min(keep(it->first, node.pending.size()), node.pending.size());
     std::string content = node.durable;
     for (size_t i = 0; i < kept; ++i) Node::Apply(content, node.pending[i], SIZE_MAX);
@@ -289,10 +290,10 @@ void MemEnv::DropUnsyncedData() {
 }
 
 size_t MemEnv::PendingOperations() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   size_t n = 0;
   for (auto& [path, node] : files_) {
-    std::lock_guard node_lock(node->mu);
+    MutexLock node_lock(node->mu);
     n += node->pending.size();
   }
   return n;

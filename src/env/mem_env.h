@@ -22,6 +22,7 @@
 #include <set>
 #include <string>
 
+#include "base/mutex.h"
 #include "env/env.h"
 
 namespace runnel::env {
@@ -56,9 +57,9 @@ class MemEnv final : public Env {
   struct Liveness;
 
  private:
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<Node>> files_;  // GUARDED_BY(mu_)
-  std::set<std::string> dirs_;                          // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::map<std::string, std::shared_ptr<Node>> files_ RUNNEL_GUARDED_BY(mu_);
+  std::set<std::string> dirs_ RUNNEL_GUARDED_BY(mu_);
   // Shared with open handles and locks, which may outlive the env.
   std::shared_ptr<Liveness> live_;
 };

@@ -49,21 +49,21 @@ class OverlayEnv::OverlayFile final : public File {
  private:
   // The memory copy once the path has one, else the base file.
   Result<File*> Current() const {
-    std::lock_guard lock(env_->mu_);
+    MutexLock lock(env_->mu_);
     if (env_->InMemory(path_)) return Memory();
     if (base_ == nullptr) return Status::NotFound("'" + path_ + "' was removed");
     return base_.get();
   }
   Result<File*> Writable() {
-    std::lock_guard lock(env_->mu_);
+    MutexLock lock(env_->mu_);
     if (!env_->InMemory(path_)) {
       if (base_ == nullptr) return Status::NotFound("'" + path_ + "' was removed");
       RUNNEL_RETURN_IF_ERROR(env_->CopyUp(path_));
     }
     return Memory();
   }
-  // REQUIRES: env_->mu_ held and the path in memory.
-  Result<File*> Memory() const {
+  // The path must be in memory.
+  Result<File*> Memory() const RUNNEL_REQUIRES(env_->mu_) {
     if (mem_ == nullptr) {
       RUNNEL_ASSIGN_OR_RETURN(mem_, env_->mem_.OpenFile(path_, false));
     }
@@ -72,8 +72,8 @@ class OverlayEnv::OverlayFile final : public File {
 
   OverlayEnv* const env_;
   const std::string path_;
-  const std::unique_ptr<File> base_;   // null for a file created in the overlay
-  mutable std::unique_ptr<File> mem_;  // GUARDED_BY(env_->mu_)
+  const std::unique_ptr<File> base_;  // null for a file created in the overlay
+  mutable std::unique_ptr<File> mem_ RUNNEL_GUARDED_BY(env_->mu_);
 };
 
 OverlayEnv::OverlayEnv(Env* base) : base_(base) {}
@@ -94,7 +94,7 @@ Status OverlayEnv::CopyUp(const std::string& path) {
 
 Result<std::unique_ptr<File>> OverlayEnv::OpenFile(const std::string& raw_path, bool create) {
   const std::string path = Normalize(raw_path);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (InMemory(path)) return std::unique_ptr<File>(new OverlayFile(this, path, nullptr));
   if (!hidden_.count(path)) {
     auto file = base_->OpenFileForRead(path);
@@ -112,7 +112,7 @@ Result<std::unique_ptr<File>> OverlayEnv::OpenFile(const std::string& raw_path, 
 
 Status OverlayEnv::RemoveFile(const std::string& raw_path) {
   const std::string path = Normalize(raw_path);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (InMemory(path)) {
     RUNNEL_RETURN_IF_ERROR(mem_.RemoveFile(path));
     copied_.erase(path);
@@ -128,7 +128,7 @@ Status OverlayEnv::RemoveFile(const std::string& raw_path) {
 
 Status OverlayEnv::RenameFile(const std::string& raw_from, const std::string& raw_to) {
   const std::string from = Normalize(raw_from), to = Normalize(raw_to);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!InMemory(from)) {
     if (hidden_.count(from) || !base_->FileExists(from)) {
       return Status::NotFound("rename '" + from + "': No such file");
@@ -162,7 +162,7 @@ Status OverlayEnv::SyncDir(const std::string& dir) {
 
 Result<std::vector<std::string>> OverlayEnv::ListDir(const std::string& raw_dir) {
   const std::string dir = Normalize(raw_dir);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::set<std::string> names;
   auto base = base_->ListDir(dir);
   if (base.ok()) {
@@ -179,7 +179,7 @@ Result<std::vector<std::string>> OverlayEnv::ListDir(const std::string& raw_dir)
 
 bool OverlayEnv::FileExists(const std::string& raw_path) {
   const std::string path = Normalize(raw_path);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (InMemory(path)) return true;
   if (hidden_.count(path)) return false;
   return base_->FileExists(path) || mem_.FileExists(path);
@@ -187,7 +187,7 @@ bool OverlayEnv::FileExists(const std::string& raw_path) {
 
 Result<uint64_t> OverlayEnv::FileSize(const std::string& raw_path) {
   const std::string path = Normalize(raw_path);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (InMemory(path)) return mem_.FileSize(path);
   if (hidden_.count(path)) return Status::NotFound("size of '" + path + "': No such file");
   return base_->FileSize(path);
@@ -199,7 +199,7 @@ Result<std::unique_ptr<FileLock>> OverlayEnv::LockFile(const std::string& path) 
 }
 
 std::vector<std::string> OverlayEnv::ChangedPaths() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::set<std::string> all(copied_.begin(), copied_.end());
   all.insert(hidden_.begin(), hidden_.end());
   return std::vector<std::string>(all.begin(), all.end());

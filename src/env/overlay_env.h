@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "base/mutex.h"
 #include "env/env.h"
 #include "env/mem_env.h"
 
@@ -50,17 +51,19 @@ class OverlayEnv final : public Env {
  private:
   class OverlayFile;
 
-  // Copies `path` from the base into memory if it is not there yet. REQUIRES: mu_ held, the
-  // path visible (not hidden).
-  Status CopyUp(const std::string& path);
-  // True when `path` is served from memory; false when from the base. REQUIRES: mu_ held.
-  bool InMemory(const std::string& path) const { return copied_.count(path) != 0; }
+  // Copies `path` from the base into memory if it is not there yet. The path must be visible
+  // (not hidden).
+  Status CopyUp(const std::string& path) RUNNEL_REQUIRES(mu_);
+  // True when `path` is served from memory; false when from the base.
+  bool InMemory(const std::string& path) const RUNNEL_REQUIRES(mu_) {
+    return copied_.count(path) != 0;
+  }
 
   Env* const base_;
   MemEnv mem_;
-  std::mutex mu_;
-  std::set<std::string> copied_;  // GUARDED_BY(mu_): paths whose current bytes live in mem_
-  std::set<std::string> hidden_;  // GUARDED_BY(mu_): base paths removed or renamed away
+  Mutex mu_;
+  std::set<std::string> copied_ RUNNEL_GUARDED_BY(mu_);  // paths whose current bytes live in mem_
+  std::set<std::string> hidden_ RUNNEL_GUARDED_BY(mu_);  // base paths removed or renamed away
 };
 
 }  // namespace runnel::env

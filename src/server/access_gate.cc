@@ -25,6 +25,7 @@ AccessGate::AccessGate(const AccessOptions& options)
 
 Result<std::shared_ptr<AccessGate>> AccessGate::Open(const AccessOptions& options) {
   std::shared_ptr<AccessGate> gate(new AccessGate(options));
+  MutexLock lock(gate->mu_);  // not shared yet; taken for the analysis
   if (!options.tokens_path.empty()) {
     struct stat st {};
     if (::stat(options.tokens_path.c_str(), &st) == 0) {
@@ -41,7 +42,7 @@ Result<std::shared_ptr<AccessGate>> AccessGate::Open(const AccessOptions& option
 
 void AccessGate::MaybeReload() {
   if (options_.tokens_path.empty()) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const uint64_t now = SteadyMs();
   if (options_.reload_interval_ms > 0 && now - last_check_ms_ < options_.reload_interval_ms) {
     return;
@@ -73,7 +74,7 @@ uint64_t AccessGate::Refresh() {
 
 std::shared_ptr<const TokenStore> AccessGate::Current() {
   MaybeReload();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return tokens_;
 }
 

@@ -32,6 +32,7 @@
 #include <optional>
 #include <string>
 
+#include "base/mutex.h"
 #include "core/token_store.h"
 #include "runnel/clock.h"
 #include "runnel/registry.h"
@@ -87,16 +88,16 @@ class AccessGate {
 
   const AccessOptions options_;
   Clock* const clock_;
-  std::mutex mu_;
-  std::shared_ptr<const TokenStore> tokens_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::shared_ptr<const TokenStore> tokens_ RUNNEL_GUARDED_BY(mu_);
   struct FileId {
     int64_t mtime_ns = -1;
     int64_t size = -1;
     uint64_t inode = 0;
     bool operator==(const FileId&) const = default;
   };
-  FileId file_id_;              // GUARDED_BY(mu_)
-  uint64_t last_check_ms_ = 0;  // GUARDED_BY(mu_)
+  FileId file_id_ RUNNEL_GUARDED_BY(mu_);
+  uint64_t last_check_ms_ RUNNEL_GUARDED_BY(mu_) = 0;
   std::atomic<bool> had_tokens_{false};
   std::atomic<uint64_t> generation_{0};
 };

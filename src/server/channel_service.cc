@@ -102,7 +102,7 @@ HttpResponse ChannelService::HandleNow(const Route& route, const HttpRequest& re
 }
 
 std::shared_ptr<ChannelService::Entry> ChannelService::EntryFor(const std::string& id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto& slot = channels_[id];
   if (!slot) slot = std::make_shared<Entry>();
   return slot;
@@ -110,7 +110,7 @@ std::shared_ptr<ChannelService::Entry> ChannelService::EntryFor(const std::strin
 
 Result<std::shared_ptr<ChannelService::Entry>> ChannelService::Find(const std::string& id) {
   std::shared_ptr<Entry> entry = EntryFor(id);
-  std::lock_guard lock(entry->mu);
+  MutexLock lock(entry->mu);
   if (!entry->channel) {
     auto count = DurableChannel::StoredPartitionCount(registry_, StreamScope::Global(), id);
     if (!count.ok()) {
@@ -119,7 +119,7 @@ Result<std::shared_ptr<ChannelService::Entry>> ChannelService::Find(const std::s
           count.status().code() == StatusCode::kInvalidArgument) {
         // Forget the empty entry, so requests for made-up ids cannot grow the map. (Lock order:
         // an entry's mutex, then mu_; nothing takes them the other way round.)
-        std::lock_guard map_lock(mu_);
+        MutexLock map_lock(mu_);
         auto it = channels_.find(id);
         if (it != channels_.end() && it->second == entry) channels_.erase(it);
         return Status::NotFound("channel '" + id + "' does not exist");
@@ -149,10 +149,10 @@ HttpResponse ChannelService::Create(const std::string& id, const HttpRequest& re
   // Decided under the entry's lock, so two creates racing with different counts cannot both
   // succeed (the second finds the first's channel open here).
   std::shared_ptr<Entry> entry = EntryFor(id);
-  std::lock_guard lock(entry->mu);
+  MutexLock lock(entry->mu);
   {
     // A failed lookup may have dropped this entry from the map while we waited for it.
-    std::lock_guard map_lock(mu_);
+    MutexLock map_lock(mu_);
     auto& slot = channels_[id];
     if (!slot) slot = entry;
   }
@@ -193,7 +193,7 @@ HttpResponse ChannelService::Create(const std::string& id, const HttpRequest& re
 HttpResponse ChannelService::Describe(const std::string& id) {
   auto entry = Find(id);
   if (!entry.ok()) return Error(entry.status());
-  std::lock_guard lock((*entry)->mu);
+  MutexLock lock((*entry)->mu);
   const DurableChannel& ch = *(*entry)->channel;
   json streams = json::array();
   json next = json::array();
@@ -219,7 +219,7 @@ HttpResponse ChannelService::Publish(const std::string& id, const HttpRequest& r
   if (auto v = request.Header("partition-key")) e.key = std::string(*v);
   auto entry = Find(id);
   if (!entry.ok()) return Error(entry.status());
-  std::lock_guard lock((*entry)->mu);
+  MutexLock lock((*entry)->mu);
   DurableChannel& ch = *(*entry)->channel;
   auto receipt = ch.PublishWithReceipt(e);
   if (!receipt.ok()) {
@@ -238,7 +238,7 @@ HttpResponse ChannelService::Resolve(const std::string& id, const std::string& k
   if (key.empty()) return Error(Status::InvalidArgument("idempotency key must not be empty"));
   auto entry = Find(id);
   if (!entry.ok()) return Error(entry.status());
-  std::lock_guard lock((*entry)->mu);
+  MutexLock lock((*entry)->mu);
   DurableChannel& ch = *(*entry)->channel;
   auto resolution = ch.ResolveIdempotencyKey(key);
   if (!resolution.ok()) {

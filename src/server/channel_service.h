@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "base/mutex.h"
 #include "runnel/channel.h"
 #include "runnel/registry.h"
 #include "server/http_types.h"
@@ -70,8 +71,8 @@ class ChannelService {
 
  private:
   struct Entry {
-    std::mutex mu;
-    std::optional<DurableChannel> channel;  // GUARDED_BY(mu)
+    Mutex mu;
+    std::optional<DurableChannel> channel RUNNEL_GUARDED_BY(mu);
   };
 
   HttpResponse Create(const std::string& id, const HttpRequest& request);
@@ -87,8 +88,8 @@ class ChannelService {
   static ChannelOptions Options();
 
   StreamRegistry registry_;
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<Entry>> channels_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::map<std::string, std::shared_ptr<Entry>> channels_ RUNNEL_GUARDED_BY(mu_);
 
   // Last member: destroyed first, so queued jobs finish while the rest is still alive.
   WorkerPool workers_;

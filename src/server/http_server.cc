@@ -30,6 +30,7 @@
 #include <openssl/x509.h>
 #include <unistd.h>
 
+#include "base/mutex.h"
 #include "base/thread_name.h"
 #include "base/utf8.h"
 #include "server/accept_backoff.h"
@@ -276,7 +277,7 @@ class WakeQueue {
   void Push(std::weak_ptr<Waker> waker) {
     bool first;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       first = pending_.empty();
       pending_.push_back(std::move(waker));
     }
@@ -286,7 +287,7 @@ class WakeQueue {
  private:
   void Drain() {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       draining_.swap(pending_);
     }
     DeliveryMemo memo;
@@ -298,8 +299,8 @@ class WakeQueue {
 
   net::io_context& ioc_;
   const std::function<void(Waker&, DeliveryMemo&)> wake_;
-  std::mutex mu_;
-  std::vector<std::weak_ptr<Waker>> pending_;   // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::vector<std::weak_ptr<Waker>> pending_ RUNNEL_GUARDED_BY(mu_);
   std::vector<std::weak_ptr<Waker>> draining_;  // the io thread only
 };
 
@@ -523,7 +524,7 @@ class HttpServer::Impl {
       if (stopping_.exchange(true)) return;
       boost::system::error_code ec;
       acceptor_.close(ec);
-      std::lock_guard<std::mutex> lock(live_mu_);
+      MutexLock lock(live_mu_);
       for (auto& weak : live_) {
         if (auto waker = weak.lock()) {
           net::post(waker->timer.get_executor(), [waker] {
@@ -558,7 +559,7 @@ class HttpServer::Impl {
       if (generation == seen && now - last_round < kAccessRecheckEvery) continue;
       seen = generation;
       last_round = now;
-      std::lock_guard<std::mutex> lock(live_mu_);
+      MutexLock lock(live_mu_);
       for (auto& weak : live_) {
         if (auto waker = weak.lock()) {
           net::post(waker->timer.get_executor(), [waker] {
@@ -921,7 +922,7 @@ class HttpServer::Impl {
       }
     }
     auto waker = std::make_shared<Waker>(ex, queue);
-    std::lock_guard<std::mutex> lock(live_mu_);
+    MutexLock lock(live_mu_);
     // Ended readers are swept once the list has doubled since the last sweep: amortized O(1)
     // per reader (a sweep on every new reader made each long-poll cost O(live readers)).
     if (live_.size() >= 2 * live_after_sweep_ + 64) {
@@ -2222,9 +2223,9 @@ class HttpServer::Impl {
   std::unique_ptr<TenantQuota> quota_;  // null without quotas
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> in_flight_{0};
-  std::mutex live_mu_;
-  std::vector<std::weak_ptr<Waker>> live_;  // GUARDED_BY(live_mu_)
-  size_t live_after_sweep_ = 0;             // GUARDED_BY(live_mu_)
+  Mutex live_mu_;
+  std::vector<std::weak_ptr<Waker>> live_ RUNNEL_GUARDED_BY(live_mu_);
+  size_t live_after_sweep_ RUNNEL_GUARDED_BY(live_mu_) = 0;
 };
 
 Result<std::unique_ptr<HttpServer>> HttpServer::Start(StreamRegistry registry,

@@ -8,12 +8,12 @@
 namespace runnel::server {
 
 void Metrics::CountRequest(std::string_view route, std::string_view method, int status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ++requests_[std::make_tuple(std::string(route), std::string(method), status)];
 }
 
 void Metrics::ObserveAppendLatency(uint64_t micros) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (size_t i = 0; i < kBucketsMicros.size(); ++i) {
     if (micros <= kBucketsMicros[i]) ++append_buckets_[i];
   }
@@ -23,7 +23,7 @@ void Metrics::ObserveAppendLatency(uint64_t micros) {
 
 std::string Metrics::Render() const {
   std::string out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   out += "# HELP runnel_http_requests_total HTTP requests by route, method and status.\n";
   out += "# TYPE runnel_http_requests_total counter\n";
   for (const auto& [key, count] : requests_) {

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/mutex.h"
 #include "runnel/store.h"
 
 namespace runnel::server {
@@ -53,11 +54,11 @@ class Metrics {
   static constexpr std::array<uint64_t, 12> kBucketsMicros = {
       50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 1000000};
 
-  mutable std::mutex mu_;
-  std::map<std::tuple<std::string, std::string, int>, uint64_t> requests_;
-  std::array<uint64_t, kBucketsMicros.size()> append_buckets_{};
-  uint64_t append_count_ = 0;
-  uint64_t append_sum_micros_ = 0;
+  mutable Mutex mu_;
+  std::map<std::tuple<std::string, std::string, int>, uint64_t> requests_ RUNNEL_GUARDED_BY(mu_);
+  std::array<uint64_t, kBucketsMicros.size()> append_buckets_ RUNNEL_GUARDED_BY(mu_){};
+  uint64_t append_count_ RUNNEL_GUARDED_BY(mu_) = 0;
+  uint64_t append_sum_micros_ RUNNEL_GUARDED_BY(mu_) = 0;
 
   std::atomic<uint64_t> http2_requests_{0};
   std::atomic<int64_t> http2_connections_{0};

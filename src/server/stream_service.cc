@@ -352,7 +352,7 @@ void StreamService::DeferTo(const Executor& ex, std::function<void()> fn) {
 
 void StreamService::RunInLane(const std::string& key, std::function<void(Release)> op) {
   {
-    std::lock_guard<std::mutex> lock(lanes_mu_);
+    MutexLock lock(lanes_mu_);
     auto& queue = lanes_[key];
     queue.push_back(std::move(op));
     if (queue.size() > 1) return;  // the op ahead of it starts it on release
@@ -363,13 +363,13 @@ void StreamService::RunInLane(const std::string& key, std::function<void(Release
 void StreamService::StartLaneHead(const std::string& key) {
   std::function<void(Release)> op;
   {
-    std::lock_guard<std::mutex> lock(lanes_mu_);
+    MutexLock lock(lanes_mu_);
     op = lanes_[key].front();
   }
   op([this, key]() {
     bool more = false;
     {
-      std::lock_guard<std::mutex> lock(lanes_mu_);
+      MutexLock lock(lanes_mu_);
       auto it = lanes_.find(key);
       it->second.pop_front();
       more = !it->second.empty();
@@ -389,19 +389,19 @@ void StreamService::DeferStoreWork(const Executor& home, bool calls_store,
 }
 
 std::shared_ptr<const StreamService::Found> StreamService::CachedLookup(const std::string& key) {
-  std::lock_guard<std::mutex> lock(cache_mu_);
+  MutexLock lock(cache_mu_);
   auto it = append_cache_.find(key);
   return it == append_cache_.end() ? nullptr : it->second;
 }
 
 void StreamService::RememberLookup(const std::string& key, std::shared_ptr<const Found> found) {
-  std::lock_guard<std::mutex> lock(cache_mu_);
+  MutexLock lock(cache_mu_);
   if (append_cache_.size() >= options_.append_cache_streams) append_cache_.clear();
   append_cache_[key] = std::move(found);
 }
 
 void StreamService::ForgetLookup(const std::string& key) {
-  std::lock_guard<std::mutex> lock(cache_mu_);
+  MutexLock lock(cache_mu_);
   append_cache_.erase(key);
 }
 
@@ -410,7 +410,7 @@ void StreamService::Touch(const StreamInfo& info, const Meta& meta) {
   const uint64_t now = NowMs();
   bool record = false;
   {
-    std::lock_guard<std::mutex> lock(access_mu_);
+    MutexLock lock(access_mu_);
     last_access_ms_[info.id] = now;
     if (!registry_.store().SharedWithOtherNodes()) return;
     // Other nodes see this node's accesses only through the metadata: record one when the
@@ -447,7 +447,7 @@ bool StreamService::Expired(const StreamInfo& info, const Meta& meta) {
   if (meta.ttl_s) {
     uint64_t last;
     {
-      std::lock_guard<std::mutex> lock(access_mu_);
+      MutexLock lock(access_mu_);
       auto [it, inserted] = last_access_ms_.emplace(info.id, now);
       last = std::max(it->second, meta.touched_ms);
     }
@@ -505,8 +505,8 @@ Status StreamService::UpdateMeta(StreamId id, const std::function<void(Meta*)>& 
 }
 
 Status StreamService::UpdateMetaIf(StreamId id, const std::function<Status(Meta*)>& change) {
-  std::unique_lock<std::mutex> lock(meta_mu_);
-  meta_cv_.wait(lock, [&] { return meta_in_flight_.count(id) == 0; });
+  MutexLock lock(meta_mu_);
+  while (meta_in_flight_.count(id) != 0) lock.Wait(meta_cv_);
   // A compare-and-set of the attributes: another node sharing the store may change them
   // between the read and the write (a fork's reference count, a Stream-Seq); then read again.
   return RetryOnConflict([&]() -> Status {
@@ -522,8 +522,8 @@ Status StreamService::UpdateMetaIf(StreamId id, const std::function<Status(Meta*
 }
 
 Status StreamService::SoftDelete(StreamId id) {
-  std::unique_lock<std::mutex> lock(meta_mu_);
-  meta_cv_.wait(lock, [&] { return meta_in_flight_.count(id) == 0; });
+  MutexLock lock(meta_mu_);
+  while (meta_in_flight_.count(id) != 0) lock.Wait(meta_cv_);
   return RetryOnConflict([&]() -> Status {  // a compare-and-set, as in UpdateMeta
     RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
     Meta meta = Meta::Parse(info.spec.attributes);
@@ -558,7 +558,7 @@ Status StreamService::SoftDelete(StreamId id) {
 
 Result<StreamService::MetaAppend> StreamService::BeginMetaAppend(StreamId id,
                                                                  const std::string& seq) {
-  std::unique_lock<std::mutex> lock(meta_mu_);
+  MutexLock lock(meta_mu_);
   // Stream-Seq appends run in the stream's lane, so none of them is in flight here; an
   // UpdateMeta holds meta_mu_ for its whole write, so none of those is either. (Writes through
   // other nodes are caught by the store: the append expects the attributes read here.)
@@ -578,7 +578,7 @@ Result<StreamService::MetaAppend> StreamService::BeginMetaAppend(StreamId id,
 
 void StreamService::MetaAppendDone(StreamId id) {
   {
-    std::lock_guard<std::mutex> lock(meta_mu_);
+    MutexLock lock(meta_mu_);
     meta_in_flight_.erase(id);
   }
   meta_cv_.notify_all();
@@ -605,7 +605,7 @@ Status StreamService::Remove(const StreamInfo& first, const Meta& first_meta) {
     RUNNEL_RETURN_IF_ERROR(registry_.store().DeleteStream(info.id));
     registry_.WakeReaders(info.id);  // live readers end now, not at their timeout
     {
-      std::lock_guard<std::mutex> lock(access_mu_);
+      MutexLock lock(access_mu_);
       last_access_ms_.erase(info.id);
       recorded_access_ms_.erase(info.id);
     }
@@ -1642,7 +1642,7 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
 Result<compaction::Report> StreamService::RunCompaction(StreamId id, const std::string& lane_key,
                                                         std::string_view name) {
   {
-    std::lock_guard lock(compacting_mu_);
+    MutexLock lock(compacting_mu_);
     if (!compacting_.insert(id).second) {
       return Status::Conflict(
           "a compaction of stream '" + std::string(name) + "' is running; try again when it ends",
@@ -1652,7 +1652,7 @@ Result<compaction::Report> StreamService::RunCompaction(StreamId id, const std::
   }
   auto report = compaction::Compact(registry_.store(), id, registry_.clock().NowMs());
   {
-    std::lock_guard lock(compacting_mu_);
+    MutexLock lock(compacting_mu_);
     compacting_.erase(id);
   }
   ForgetLookup(lane_key);
@@ -1663,7 +1663,7 @@ void StreamService::NoteCompactedAppend(const StreamInfo& info, const std::strin
                                         uint64_t bytes) {
   if (options_.compaction_share <= 0 || !options_.blocking_executor) return;
   {
-    std::lock_guard lock(compacting_mu_);
+    MutexLock lock(compacting_mu_);
     uint64_t& since = appended_since_compaction_[info.id];
     since += bytes;
     const auto share = static_cast<uint64_t>(options_.compaction_share *
@@ -2101,7 +2101,7 @@ SseStep StreamService::ReadSse(const ReadState& state) {
   if (state.position < tail) {
     const size_t limit = options_.sse_shared_frame_bytes;
     if (limit > 0) {
-      std::lock_guard<std::mutex> lock(sse_mu_);
+      MutexLock lock(sse_mu_);
       auto it = sse_frames_.find(state.id);
       if (it != sse_frames_.end() && it->second.start == state.position &&
           it->second.base64 == state.base64) {
@@ -2130,7 +2130,7 @@ SseStep StreamService::ReadSse(const ReadState& state) {
         AppendSseDataEvent(state.base64 ? Base64Encode(body) : body, frame.get());
         step.data = std::move(frame);
         if (limit > 0 && step.data->size() <= limit) {
-          std::lock_guard<std::mutex> lock(sse_mu_);
+          MutexLock lock(sse_mu_);
           auto [it, added] = sse_frames_.try_emplace(state.id);
           // Keep the frame at the furthest position: that is where the live readers gather.
           if (added || it->second.start <= state.position) {

@@ -38,6 +38,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "base/mutex.h"
 #include "core/state_compaction.h"
 #include "runnel/registry.h"
 #include "server/content_coding.h"
@@ -326,7 +327,7 @@ class StreamService {
   void NoteCompactedAppend(const StreamInfo& info, const std::string& lane_key, uint64_t bytes);
   // Streams being compacted now, and payload bytes appended to compacted streams since their
   // last compaction; guarded by compacting_mu_.
-  std::mutex compacting_mu_;
+  Mutex compacting_mu_;
   std::unordered_set<StreamId> compacting_;
   std::unordered_map<StreamId, uint64_t> appended_since_compaction_;
 
@@ -334,16 +335,16 @@ class StreamService {
   StreamServiceOptions options_;
   Metrics* metrics_;
 
-  std::mutex lanes_mu_;
+  Mutex lanes_mu_;
   std::unordered_map<std::string, std::deque<std::function<void(Release)>>> lanes_;
 
   // Serialises read-modify-writes of a stream's protocol metadata. An append that carries new
   // attributes (the last Stream-Seq) computes them from the stored ones and commits them with
   // its records; until it completes, its stream is in meta_in_flight_ and UpdateMeta on that
   // stream waits, so neither write can overwrite the other's change.
-  std::mutex meta_mu_;
+  Mutex meta_mu_;
   std::condition_variable meta_cv_;
-  std::unordered_set<StreamId> meta_in_flight_;  // GUARDED_BY(meta_mu_)
+  std::unordered_set<StreamId> meta_in_flight_ RUNNEL_GUARDED_BY(meta_mu_);
 
   // The latest framed SSE data event per stream (ReadSse), bounded by
   // options_.sse_shared_frame_bytes. Frames cover immutable records, so a frame stays correct
@@ -354,15 +355,15 @@ class StreamService {
     bool base64 = false;
     std::shared_ptr<const std::string> data;
   };
-  std::mutex sse_mu_;
-  std::unordered_map<StreamId, SharedSseFrame> sse_frames_;  // GUARDED_BY(sse_mu_)
-  size_t sse_frame_bytes_ = 0;                               // GUARDED_BY(sse_mu_)
+  Mutex sse_mu_;
+  std::unordered_map<StreamId, SharedSseFrame> sse_frames_ RUNNEL_GUARDED_BY(sse_mu_);
+  size_t sse_frame_bytes_ RUNNEL_GUARDED_BY(sse_mu_) = 0;
 
-  std::mutex access_mu_;
-  std::unordered_map<StreamId, uint64_t> last_access_ms_;  // GUARDED_BY(access_mu_)
+  Mutex access_mu_;
+  std::unordered_map<StreamId, uint64_t> last_access_ms_ RUNNEL_GUARDED_BY(access_mu_);
   // The newest access time recorded in the store's metadata (touched_ms) known here, per TTL
   // stream; only on a store shared with other nodes.
-  std::unordered_map<StreamId, uint64_t> recorded_access_ms_;  // GUARDED_BY(access_mu_)
+  std::unordered_map<StreamId, uint64_t> recorded_access_ms_ RUNNEL_GUARDED_BY(access_mu_);
 
   // Plain appends validate against a lookup remembered here by lane key, so the hot path costs
   // no catalog read (on a shared database, a round trip per append). Only live, open streams
@@ -375,8 +376,9 @@ class StreamService {
   // store, drops it and the append runs again from a fresh lookup. Writes through the lane (create,
   // delete, retention, close, Stream-Seq, producers) drop their stream's entry. Bounded by
   // options_.append_cache_streams (cleared when full).
-  std::mutex cache_mu_;
-  std::unordered_map<std::string, std::shared_ptr<const Found>> append_cache_;  // GUARDED_BY
+  Mutex cache_mu_;
+  std::unordered_map<std::string, std::shared_ptr<const Found>> append_cache_
+      RUNNEL_GUARDED_BY(cache_mu_);
 };
 
 }  // namespace runnel::server

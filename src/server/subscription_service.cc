@@ -359,7 +359,7 @@ Result<std::unique_ptr<SubscriptionService>> SubscriptionService::Create(
   auto service = std::unique_ptr<SubscriptionService>(
       new SubscriptionService(std::move(registry), std::move(options), std::move(*signer)));
   {
-    std::lock_guard<std::mutex> lock(service->mu_);
+    MutexLock lock(service->mu_);
     service->LoadScope(StreamScope::Global());
     // Other nodes list this node's key from now on (retried before requests and engine passes
     // when the store cannot be written yet).
@@ -391,7 +391,7 @@ SubscriptionService::SubscriptionService(StreamRegistry registry, SubscriptionOp
 
 SubscriptionService::~SubscriptionService() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   engine_cv_.notify_all();
@@ -870,7 +870,7 @@ void SubscriptionService::FailAttempt(ScopeState& scope, Sub& sub, uint64_t now)
 void SubscriptionService::Tick() {
   std::vector<Job> jobs;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     const uint64_t now = registry_.clock().NowMs();
     bool recheck = now >= next_recheck_ms_;
     if (recheck) next_recheck_ms_ = now + options_.recheck_interval_ms;
@@ -931,7 +931,7 @@ void SubscriptionService::Enqueue(std::vector<Job> jobs) {
   if (jobs.empty()) return;
   std::vector<Job> refused;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (auto& job : jobs) {
       if (jobs_.size() >= kMaxQueuedDeliveries) {
         refused.push_back(std::move(job));
@@ -950,7 +950,7 @@ void SubscriptionService::Enqueue(std::vector<Job> jobs) {
 
 void SubscriptionService::OnReply(const Job& job, const WebhookReply& reply) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     size_t nl = job.key.find('\n');
     auto scope_it = scopes_.find(job.key.substr(0, nl));
     if (scope_it == scopes_.end()) return;
@@ -1009,7 +1009,7 @@ void SubscriptionService::RunDeliveries() {
   for (;;) {
     Job job;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (jobs_.empty()) return;
       job = std::move(jobs_.front());
       jobs_.pop_front();
@@ -1022,34 +1022,36 @@ void SubscriptionService::RunDeliveries() {
 }
 
 void SubscriptionService::EngineLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!stopping_) {
-    lock.unlock();
+    lock.Unlock();
     Tick();
-    lock.lock();
+    lock.Lock();
     const uint64_t now = registry_.clock().NowMs();
     uint64_t wait = next_deadline_ms_ > now ? next_deadline_ms_ - now : 1;
     wait = std::clamp<uint64_t>(wait, 1, 1000);
-    engine_cv_.wait_for(lock, std::chrono::milliseconds(wait),
-                        [this] { return poked_ || stopping_; });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait);
+    while (!poked_ && !stopping_) {
+      if (lock.WaitUntil(engine_cv_, deadline) == std::cv_status::timeout) break;
+    }
     poked_ = false;
   }
 }
 
 void SubscriptionService::DeliveryLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!stopping_) {
-    jobs_cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+    while (!stopping_ && jobs_.empty()) lock.Wait(jobs_cv_);
     if (stopping_) return;
     Job job = std::move(jobs_.front());
     jobs_.pop_front();
-    lock.unlock();
+    lock.Unlock();
     WebhookPost post = job.post;
     uint64_t t = registry_.clock().NowMs() / 1000;
     post.headers.emplace_back("Webhook-Signature", signer_->SignatureHeader(t, post.body));
     WebhookReply reply = options_.poster(post);
     OnReply(job, reply);
-    lock.lock();
+    lock.Lock();
   }
 }
 
@@ -1060,7 +1062,7 @@ void SubscriptionService::NoteWrite(const Route& route) {
   if (live_subs_.load() == 0 && !route.scope.tenant()) return;
   bool poke = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     ScopeState& scope = LoadScope(route.scope);
     const uint64_t now = registry_.clock().NowMs();
     std::vector<std::string_view> path = PathSegments(route.name);
@@ -1117,7 +1119,7 @@ HttpResponse SubscriptionService::Handle(const Route& route, const HttpRequest& 
     r.Set("Content-Type", "application/jwk-set+json");
     r.Set("Cache-Control", "public, max-age=300");
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       r.body = JwksJson();
     }
     return r;
@@ -1131,7 +1133,7 @@ HttpResponse SubscriptionService::Handle(const Route& route, const HttpRequest& 
     return Error(400, "BAD_REQUEST",
                  "a subscription id is 1-200 characters of letters, digits and - _ . : ~");
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (SelfAuthenticated(route)) {
     // The wake token is checked before anything is written, the scope is loaded or the
     // subscription looked up: a caller without one learns nothing (which ids exist, of which
@@ -1172,14 +1174,14 @@ HttpResponse SubscriptionService::Handle(const Route& route, const HttpRequest& 
     }
     // Another node wrote this scope first. Let it finish before trying again; the scope's
     // state object stays in place (scopes are never removed).
-    lock.unlock();
+    lock.Unlock();
     const double cap_ms = static_cast<double>(std::min(1 << std::min(attempt, 5), 32));
     std::this_thread::sleep_for(
         std::chrono::microseconds(static_cast<int64_t>(UnitRandom() * cap_ms * 1000)));
-    lock.lock();
+    lock.Lock();
   }
   bool poke = poked_;
-  lock.unlock();
+  lock.Unlock();
   if (poke) engine_cv_.notify_all();
   return r;
 }

@@ -80,6 +80,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
 #include "runnel/registry.h"
 #include "server/http_types.h"
 #include "server/webhook_client.h"
@@ -166,65 +167,68 @@ class SubscriptionService {
   SubscriptionService(StreamRegistry registry, SubscriptionOptions options,
                       std::unique_ptr<WebhookSigner> signer);
 
-  // REQUIRES: mu_ held, for every method below that takes a ScopeState.
-  ScopeState& LoadScope(const StreamScope& scope);
+  // Every method below that takes a ScopeState runs with mu_ held.
+  ScopeState& LoadScope(const StreamScope& scope) RUNNEL_REQUIRES(mu_);
   // Applies the state records other nodes appended since this one last read the scope.
-  Status Refresh(ScopeState& scope);
-  void Apply(ScopeState& scope, const StreamEvent& event);
+  Status Refresh(ScopeState& scope) RUNNEL_REQUIRES(mu_);
+  void Apply(ScopeState& scope, const StreamEvent& event) RUNNEL_REQUIRES(mu_);
   // Links every stream the subscription's pattern matches (up to kMaxLinks links): at its tail
   // when `at_tail` (a new subscription does not replay history, 6.2), else only streams not
   // linked yet, from offset zero (see Tick). Returns whether a link was added or changed.
   Result<bool> LinkMatching(const StreamScope& scope, Sub* sub, bool at_tail);
   // Links, for each pattern subscription another node created since the last pass
   // (ScopeState::arrived), the matching streams not linked yet, from offset zero.
-  void LinkArrived(ScopeState& scope);
+  void LinkArrived(ScopeState& scope) RUNNEL_REQUIRES(mu_);
   // Appends `record` to the scope's state stream if nobody else wrote since the last read
   // (kConflict otherwise).
-  Status Write(ScopeState& scope, const nlohmann::json& record);
+  Status Write(ScopeState& scope, const nlohmann::json& record) RUNNEL_REQUIRES(mu_);
   // Rewrites the live state (the token key and every subscription in `scope.subs`) and prunes
   // what came before, when the stream is long enough. Only called once the memory state holds
   // the last write: the rewrite replaces it.
-  void MaybeCompact(ScopeState& scope);
+  void MaybeCompact(ScopeState& scope) RUNNEL_REQUIRES(mu_);
   // Makes `next` the subscription's state (inserting it when new) once written; a conflict sets
   // conflicted_, so Handle reads the other node's change and runs the request again.
-  Status Commit(ScopeState& scope, Sub next);
-  Status CommitDelete(ScopeState& scope, const std::string& id);
+  Status Commit(ScopeState& scope, Sub next) RUNNEL_REQUIRES(mu_);
+  Status CommitDelete(ScopeState& scope, const std::string& id) RUNNEL_REQUIRES(mu_);
   // Loads the store's token key, creating it on first use. It reads (and may write) the global
   // scope's state, so it is called before a request or an engine pass walks any scope, never
   // in the middle of one.
-  Status EnsureTokenKey();
+  Status EnsureTokenKey() RUNNEL_REQUIRES(mu_);
   // Reads the store's token key if one exists, never creating it (nor anything else): for
   // requests whose wake token must be checked before they may cause a write.
-  Status LoadTokenKey();
+  Status LoadTokenKey() RUNNEL_REQUIRES(mu_);
   // On a store shared with other nodes: records this node's public signing key in the global
   // scope's state stream (once), so that every node's `__ds/jwks.json` lists the keys of all
   // nodes, whichever node signed a delivery. Called where EnsureTokenKey is.
-  Status EnsurePublicKeyShared();
+  Status EnsurePublicKeyShared() RUNNEL_REQUIRES(mu_);
   // The JWK Set: this node's key, then the other nodes' recorded keys (newest first).
-  std::string JwksJson();
+  std::string JwksJson() RUNNEL_REQUIRES(mu_);
   // The token key once EnsureTokenKey or LoadTokenKey found or made one, else empty.
-  const std::string& token_key();
+  const std::string& token_key() RUNNEL_REQUIRES(mu_);
   uint64_t TailOf(const StreamScope& scope, const std::string& path) const;
-  bool Pending(const ScopeState& scope, const Sub& sub) const;
-  void IssueWake(ScopeState& scope, Sub& sub, uint64_t now, std::vector<Job>* jobs);
-  void FailAttempt(ScopeState& scope, Sub& sub, uint64_t now);
+  bool Pending(const ScopeState& scope, const Sub& sub) const RUNNEL_REQUIRES(mu_);
+  void IssueWake(ScopeState& scope, Sub& sub, uint64_t now, std::vector<Job>* jobs)
+      RUNNEL_REQUIRES(mu_);
+  void FailAttempt(ScopeState& scope, Sub& sub, uint64_t now) RUNNEL_REQUIRES(mu_);
   void OnReply(const Job& job, const WebhookReply& reply);
   void Enqueue(std::vector<Job> jobs);
   void EngineLoop();
   void DeliveryLoop();
 
   HttpResponse HandleSubscription(ScopeState& scope, const std::string& id, const Route& route,
-                                  const HttpRequest& request);
-  HttpResponse Put(ScopeState& scope, const std::string& id, const HttpRequest& request);
-  HttpResponse Claim(ScopeState& scope, Sub& sub, const HttpRequest& request);
+                                  const HttpRequest& request) RUNNEL_REQUIRES(mu_);
+  HttpResponse Put(ScopeState& scope, const std::string& id, const HttpRequest& request)
+      RUNNEL_REQUIRES(mu_);
+  HttpResponse Claim(ScopeState& scope, Sub& sub, const HttpRequest& request) RUNNEL_REQUIRES(mu_);
   HttpResponse Settle(ScopeState& scope, Sub& sub, const HttpRequest& request, bool release,
-                      const char* kind);
+                      const char* kind) RUNNEL_REQUIRES(mu_);
   // The wake token of `request` (Authorization: Bearer) checked for (scope, subscription id,
   // kind "claim" or "callback") and expiry: nullopt (and the claims in *claims_out when not
   // null) when valid, else the 401 to send. Needs no state: callable before a scope is loaded.
   std::optional<HttpResponse> CheckWakeToken(const HttpRequest& request,
                                              const std::string& scope_label, const std::string& id,
-                                             const char* kind, nlohmann::json* claims_out);
+                                             const char* kind, nlohmann::json* claims_out)
+      RUNNEL_REQUIRES(mu_);
 
   StreamRegistry registry_;
   SubscriptionOptions options_;
@@ -232,16 +236,18 @@ class SubscriptionService {
 
   // Subscriptions in every loaded scope; lets NoteWrite skip the lock when there are none.
   std::atomic<size_t> live_subs_{0};
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable engine_cv_;
   std::condition_variable jobs_cv_;
-  std::map<std::string, std::unique_ptr<ScopeState>> scopes_;  // by StreamScope::Label()
-  std::deque<Job> jobs_;
-  bool poked_ = false;
-  bool stopping_ = false;
-  bool conflicted_ = false;  // the last Commit lost to another node's write
-  uint64_t next_recheck_ms_ = 0;
-  uint64_t next_deadline_ms_ = 0;
+  // By StreamScope::Label().
+  std::map<std::string, std::unique_ptr<ScopeState>> scopes_ RUNNEL_GUARDED_BY(mu_);
+  std::deque<Job> jobs_ RUNNEL_GUARDED_BY(mu_);
+  bool poked_ RUNNEL_GUARDED_BY(mu_) = false;
+  bool stopping_ RUNNEL_GUARDED_BY(mu_) = false;
+  // The last Commit lost to another node's write.
+  bool conflicted_ RUNNEL_GUARDED_BY(mu_) = false;
+  uint64_t next_recheck_ms_ RUNNEL_GUARDED_BY(mu_) = 0;
+  uint64_t next_deadline_ms_ RUNNEL_GUARDED_BY(mu_) = 0;
   std::vector<std::thread> threads_;
 };
 

@@ -67,10 +67,10 @@ std::optional<HttpResponse> TenantQuota::Check(const Route& route, const HttpReq
     uint64_t reserved = 0;
     CreateHold reservation;
     if (hold != nullptr) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       reserved = creating_[*tenant]++;
       reservation = CreateHold(nullptr, [this, t = *tenant](void*) {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         if (--creating_[t] == 0) creating_.erase(t);
       });
     }
@@ -94,7 +94,7 @@ std::optional<HttpResponse> TenantQuota::Check(const Route& route, const HttpReq
     uint64_t bytes = 0;
     bool stale = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       const Usage& u = usage_[*tenant];
       stale = !u.known || now - u.computed_ms >= 1000;
     }
@@ -107,7 +107,7 @@ std::optional<HttpResponse> TenantQuota::Check(const Route& route, const HttpReq
       recount = *total;
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       Usage& u = usage_[*tenant];
       if (recount) u = {*recount, now, true};
       bytes = u.bytes;
@@ -124,7 +124,7 @@ std::optional<HttpResponse> TenantQuota::Check(const Route& route, const HttpReq
   if (options_.appends_per_sec > 0) {
     const uint64_t now = NowMs();
     const double rate = static_cast<double>(options_.appends_per_sec);
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     Bucket& b = buckets_[*tenant];
     if (!b.started) {
       b = {rate, now, true};

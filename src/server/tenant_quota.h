@@ -28,6 +28,7 @@
 #include <optional>
 #include <string>
 
+#include "base/mutex.h"
 #include "runnel/clock.h"
 #include "runnel/registry.h"
 #include "server/http_types.h"
@@ -74,10 +75,10 @@ class TenantQuota {
 
   const QuotaOptions options_;
   StreamRegistry registry_;
-  std::mutex mu_;
-  std::map<std::string, Bucket> buckets_;     // GUARDED_BY(mu_), by tenant
-  std::map<std::string, Usage> usage_;        // GUARDED_BY(mu_), by tenant
-  std::map<std::string, uint64_t> creating_;  // GUARDED_BY(mu_): reservations, by tenant
+  Mutex mu_;
+  std::map<std::string, Bucket> buckets_ RUNNEL_GUARDED_BY(mu_);     // by tenant
+  std::map<std::string, Usage> usage_ RUNNEL_GUARDED_BY(mu_);        // by tenant
+  std::map<std::string, uint64_t> creating_ RUNNEL_GUARDED_BY(mu_);  // reservations, by tenant
 };
 
 }  // namespace runnel::server

@@ -14,8 +14,8 @@ WorkerPool::WorkerPool(size_t threads, std::string_view name) {
       for (;;) {
         std::function<void()> job;
         {
-          std::unique_lock lock(mu_);
-          cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+          MutexLock lock(mu_);
+          while (!stopping_ && queue_.empty()) lock.Wait(cv_);
           if (queue_.empty()) return;
           job = std::move(queue_.front());
           queue_.pop_front();
@@ -29,7 +29,7 @@ WorkerPool::WorkerPool(size_t threads, std::string_view name) {
 
 WorkerPool::~WorkerPool() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
@@ -38,7 +38,7 @@ WorkerPool::~WorkerPool() {
 
 void WorkerPool::Post(std::function<void()> job) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     queue_.push_back(std::move(job));
   }
   cv_.notify_one();

@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
+
 namespace runnel::server {
 
 class WorkerPool {
@@ -36,10 +38,10 @@ class WorkerPool {
   void Post(std::function<void()> job);
 
  private:
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;  // GUARDED_BY(mu_)
-  bool stopping_ = false;                    // GUARDED_BY(mu_)
+  std::deque<std::function<void()>> queue_ RUNNEL_GUARDED_BY(mu_);
+  bool stopping_ RUNNEL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 

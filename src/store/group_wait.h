@@ -9,25 +9,34 @@
 #include <condition_variable>
 #include <cstddef>
 #include <mutex>
+#include <type_traits>
 
 namespace runnel::store {
 
 // With `lock` held on the queue's mutex, waits on `cv` until `queued()` reaches `target` or
 // `stop()` holds, for at most `bound`, and ends early once `gap` passes without the queue
 // growing (the rest are slow, or gone). `*published_target` is `target` while waiting and 0
-// after: producers notify `cv` when the queue size reaches it.
-template <typename Queued, typename Stop>
-void WaitForFullerGroup(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
-                        size_t target, std::chrono::microseconds bound,
-                        std::chrono::microseconds gap, size_t* published_target, Queued queued,
-                        Stop stop) {
+// after: producers notify `cv` when the queue size reaches it. `lock` is a
+// std::unique_lock<std::mutex> or a runnel::MutexLock (base/mutex.h).
+template <typename Lock, typename Queued, typename Stop>
+void WaitForFullerGroup(std::condition_variable& cv, Lock& lock, size_t target,
+                        std::chrono::microseconds bound, std::chrono::microseconds gap,
+                        size_t* published_target, Queued queued, Stop stop) {
   using std::chrono::steady_clock;
   const steady_clock::time_point deadline = steady_clock::now() + bound;
   gap = std::max(gap, std::chrono::microseconds(1));
   *published_target = target;
   for (size_t seen = queued();;) {
     const steady_clock::time_point until = std::min(deadline, steady_clock::now() + gap);
-    if (cv.wait_until(lock, until, [&] { return queued() >= target || stop(); })) break;
+    bool timed_out = false;
+    while (queued() < target && !stop() && !timed_out) {
+      if constexpr (std::is_same_v<Lock, std::unique_lock<std::mutex>>) {
+        timed_out = cv.wait_until(lock, until) == std::cv_status::timeout;
+      } else {
+        timed_out = lock.WaitUntil(cv, until) == std::cv_status::timeout;
+      }
+    }
+    if (queued() >= target || stop()) break;
     if (steady_clock::now() >= deadline || queued() == seen) break;
     seen = queued();
   }

@@ -23,7 +23,7 @@ Status StreamNotFound(StreamId id) {
 }  // namespace
 
 std::shared_ptr<MemoryStore::Stream> MemoryStore::Find(StreamId id) {
-  std::shared_lock lock(catalog_mu_);
+  ReaderLock lock(catalog_mu_);
   auto it = by_id_.find(id);
   return it == by_id_.end() ? nullptr : it->second;
 }
@@ -55,8 +55,13 @@ void MemoryStore::ApplyRetention(Stream& s, uint64_t now_ms) {
   RetainedView view;
   view.count = s.records.size();
   view.total_bytes = s.bytes;
-  view.timestamp_at = [&s](size_t i) { return s.records[i].appended_at_ms; };
+  // The view's functions run inside RetentionDropCount below, under this function's s.mu.
+  view.timestamp_at = [&s](size_t i) {
+    s.mu.AssertHeld();
+    return s.records[i].appended_at_ms;
+  };
   view.bytes_at = [&s](size_t i) {
+    s.mu.AssertHeld();
     const StoredRecord& r = s.records[i];
     return RecordBytes(r.key ? r.key->size() : 0, r.payload.size());
   };
@@ -69,25 +74,24 @@ Result<StreamInfo> MemoryStore::CreateStream(const StreamSpec& spec) {
   if (spec.first_offset == 0 || spec.first_offset == std::numeric_limits<uint64_t>::max()) {
     return Status::InvalidArgument("first_offset must be between 1 and 2^64-2");
   }
-  std::unique_lock lock(catalog_mu_);
+  WriterLock lock(catalog_mu_);
   auto& names = by_name_[spec.ns];
   if (names.find(spec.name) != names.end()) {
     return Status::AlreadyExists("stream '" + spec.name + "' already exists in " + spec.ns);
   }
-  auto s = std::make_shared<Stream>();
-  s->id = next_id_++;
+  auto s = std::make_shared<Stream>(next_id_++, spec.ns, spec.name);
+  MutexLock stream_lock(s->mu);
   s->spec = spec;
   s->next_offset = spec.first_offset;
   names.emplace(spec.name, s);
   by_id_.emplace(s->id, s);
-  std::lock_guard stream_lock(s->mu);
   return Snapshot(*s);
 }
 
 Result<StreamInfo> MemoryStore::GetStream(std::string_view ns, std::string_view name) {
   std::shared_ptr<Stream> s;
   {
-    std::shared_lock lock(catalog_mu_);
+    ReaderLock lock(catalog_mu_);
     auto ns_it = by_name_.find(ns);
     if (ns_it != by_name_.end()) {
       auto it = ns_it->second.find(name);
@@ -98,14 +102,14 @@ Result<StreamInfo> MemoryStore::GetStream(std::string_view ns, std::string_view 
     return Status::NotFound("stream '" + std::string(name) + "' does not exist in " +
                             std::string(ns));
   }
-  std::lock_guard lock(s->mu);
+  MutexLock lock(s->mu);
   return Snapshot(*s);
 }
 
 Result<StreamInfo> MemoryStore::GetStreamById(StreamId id) {
   auto s = Find(id);
   if (!s) return StreamNotFound(id);
-  std::lock_guard lock(s->mu);
+  MutexLock lock(s->mu);
   return Snapshot(*s);
 }
 
@@ -114,7 +118,7 @@ Result<std::vector<StreamInfo>> MemoryStore::ListStreams(std::string_view ns,
                                                          size_t limit) {
   std::vector<std::shared_ptr<Stream>> found;
   {
-    std::shared_lock lock(catalog_mu_);
+    ReaderLock lock(catalog_mu_);
     auto ns_it = by_name_.find(ns);
     if (ns_it == by_name_.end()) return std::vector<StreamInfo>{};
     for (auto it = ns_it->second.upper_bound(start_after);
@@ -125,7 +129,7 @@ Result<std::vector<StreamInfo>> MemoryStore::ListStreams(std::string_view ns,
   std::vector<StreamInfo> out;
   out.reserve(found.size());
   for (const auto& s : found) {
-    std::lock_guard lock(s->mu);
+    MutexLock lock(s->mu);
     if (!s->deleted) out.push_back(Snapshot(*s));
   }
   return out;
@@ -138,7 +142,7 @@ Status MemoryStore::UpdateStream(StreamId id, const std::optional<StreamRetentio
   if (retention) RUNNEL_RETURN_IF_ERROR(ValidateRetention(*retention));
   auto s = Find(id);
   if (!s) return StreamNotFound(id);
-  std::lock_guard lock(s->mu);
+  MutexLock lock(s->mu);
   if (s->deleted) return StreamNotFound(id);
   if (expected_attributes && *expected_attributes != s->spec.attributes) {
     return AttributesChanged(s->spec.name);
@@ -154,18 +158,18 @@ Status MemoryStore::UpdateStream(StreamId id, const std::optional<StreamRetentio
 Status MemoryStore::DeleteStream(StreamId id) {
   std::shared_ptr<Stream> s;
   {
-    std::unique_lock lock(catalog_mu_);
+    WriterLock lock(catalog_mu_);
     auto it = by_id_.find(id);
     if (it == by_id_.end()) return StreamNotFound(id);
     s = it->second;
     by_id_.erase(it);
-    auto ns_it = by_name_.find(s->spec.ns);
+    auto ns_it = by_name_.find(s->ns);
     if (ns_it != by_name_.end()) {
-      ns_it->second.erase(s->spec.name);
+      ns_it->second.erase(s->name);
       if (ns_it->second.empty()) by_name_.erase(ns_it);
     }
   }
-  std::lock_guard lock(s->mu);
+  MutexLock lock(s->mu);
   s->deleted = true;
   s->records.clear();
   s->cursors.clear();
@@ -186,7 +190,7 @@ void MemoryStore::Append(AppendRequest request, AppendCallback done) {
   AppendResult result;
   uint64_t next = 0;
   [&] {
-    std::lock_guard lock(s->mu);
+    MutexLock lock(s->mu);
     if (s->deleted) {
       refused = StreamNotFound(request.stream);
       return;
@@ -252,7 +256,7 @@ void MemoryStore::Append(AppendRequest request, AppendCallback done) {
   }
   std::shared_ptr<const TailListener> listener;
   {
-    std::lock_guard lock(listener_mu_);
+    MutexLock lock(listener_mu_);
     listener = listener_;
   }
   if (listener && *listener) (*listener)(request.stream, next);
@@ -263,7 +267,7 @@ Result<std::vector<StoredRecord>> MemoryStore::Read(StreamId id, uint64_t from, 
                                                     size_t max_bytes) {
   auto s = Find(id);
   if (!s) return StreamNotFound(id);
-  std::lock_guard lock(s->mu);
+  MutexLock lock(s->mu);
   if (s->deleted) return StreamNotFound(id);
   std::vector<StoredRecord> out;
   if (limit == 0 || s->records.empty()) return out;
@@ -285,7 +289,7 @@ Result<std::vector<StoredRecord>> MemoryStore::Read(StreamId id, uint64_t from, 
 Result<std::optional<StoredRecord>> MemoryStore::ReadAt(StreamId id, uint64_t offset) {
   auto s = Find(id);
   if (!s) return StreamNotFound(id);
-  std::lock_guard lock(s->mu);
+  MutexLock lock(s->mu);
   if (s->deleted) return StreamNotFound(id);
   auto it = std::lower_bound(s->records.begin(), s->records.end(), offset,
                              [](const StoredRecord& r, uint64_t o) { return r.offset < o; });
@@ -296,7 +300,7 @@ Result<std::optional<StoredRecord>> MemoryStore::ReadAt(StreamId id, uint64_t of
 Result<uint64_t> MemoryStore::DropRecords(StreamId id, const std::vector<uint64_t>& offsets) {
   auto s = Find(id);
   if (!s) return StreamNotFound(id);
-  std::lock_guard lock(s->mu);
+  MutexLock lock(s->mu);
   if (s->deleted) return StreamNotFound(id);
   if (offsets.empty()) return uint64_t{0};
   // One stable in-place pass over the records from the first named one to the last: the
@@ -328,7 +332,7 @@ Result<uint64_t> MemoryStore::DropRecords(StreamId id, const std::vector<uint64_
 Result<uint64_t> MemoryStore::TruncatePrefix(StreamId id, uint64_t through, bool respect_cursors) {
   auto s = Find(id);
   if (!s) return StreamNotFound(id);
-  std::lock_guard lock(s->mu);
+  MutexLock lock(s->mu);
   if (s->deleted) return StreamNotFound(id);
   uint64_t cut = through;
   if (respect_cursors) {
@@ -346,7 +350,7 @@ Result<uint64_t> MemoryStore::CommitCursor(StreamId id, std::string_view consume
                                            uint64_t now_ms) {
   auto s = Find(id);
   if (!s) return StreamNotFound(id);
-  std::lock_guard lock(s->mu);
+  MutexLock lock(s->mu);
   if (s->deleted) return StreamNotFound(id);
   auto it = s->cursors.find(consumer);
   if (it == s->cursors.end()) {
@@ -365,7 +369,7 @@ Result<uint64_t> MemoryStore::CommitCursor(StreamId id, std::string_view consume
 Result<std::optional<CursorState>> MemoryStore::GetCursor(StreamId id, std::string_view consumer) {
   auto s = Find(id);
   if (!s) return StreamNotFound(id);
-  std::lock_guard lock(s->mu);
+  MutexLock lock(s->mu);
   if (s->deleted) return StreamNotFound(id);
   auto it = s->cursors.find(consumer);
   if (it == s->cursors.end()) return std::optional<CursorState>();
@@ -375,7 +379,7 @@ Result<std::optional<CursorState>> MemoryStore::GetCursor(StreamId id, std::stri
 Result<std::vector<CursorState>> MemoryStore::ListCursors(StreamId id) {
   auto s = Find(id);
   if (!s) return StreamNotFound(id);
-  std::lock_guard lock(s->mu);
+  MutexLock lock(s->mu);
   if (s->deleted) return StreamNotFound(id);
   std::vector<CursorState> out;
   out.reserve(s->cursors.size());
@@ -386,7 +390,7 @@ Result<std::vector<CursorState>> MemoryStore::ListCursors(StreamId id) {
 Result<bool> MemoryStore::DeleteCursor(StreamId id, std::string_view consumer) {
   auto s = Find(id);
   if (!s) return StreamNotFound(id);
-  std::lock_guard lock(s->mu);
+  MutexLock lock(s->mu);
   if (s->deleted) return StreamNotFound(id);
   auto it = s->cursors.find(consumer);
   if (it == s->cursors.end()) return false;
@@ -398,7 +402,7 @@ Result<std::optional<ProducerState>> MemoryStore::GetProducer(StreamId id,
                                                               std::string_view producer_id) {
   auto s = Find(id);
   if (!s) return StreamNotFound(id);
-  std::lock_guard lock(s->mu);
+  MutexLock lock(s->mu);
   if (s->deleted) return StreamNotFound(id);
   auto it = s->producers.find(producer_id);
   if (it == s->producers.end()) return std::optional<ProducerState>();
@@ -407,7 +411,7 @@ Result<std::optional<ProducerState>> MemoryStore::GetProducer(StreamId id,
 
 void MemoryStore::SetTailListener(TailListener listener) {
   auto shared = listener ? std::make_shared<const TailListener>(std::move(listener)) : nullptr;
-  std::lock_guard lock(listener_mu_);
+  MutexLock lock(listener_mu_);
   listener_ = std::move(shared);
 }
 

@@ -12,11 +12,11 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
+#include "base/mutex.h"
 #include "runnel/store.h"
 
 namespace runnel::store {
@@ -57,34 +57,40 @@ class MemoryStore final : public Store {
 
  private:
   struct Stream {
-    std::mutex mu;
-    StreamId id = 0;
-    StreamSpec spec;           // GUARDED_BY(mu) for retention and attributes
-    uint64_t next_offset = 1;  // GUARDED_BY(mu)
-    uint64_t bytes = 0;        // GUARDED_BY(mu)
-    bool closed = false;       // GUARDED_BY(mu)
-    bool deleted = false;      // GUARDED_BY(mu)
+    Stream(StreamId stream_id, std::string stream_ns, std::string stream_name)
+        : id(stream_id), ns(std::move(stream_ns)), name(std::move(stream_name)) {}
+
+    Mutex mu;
+    // Fixed at creation; read without the lock.
+    const StreamId id;
+    const std::string ns;
+    const std::string name;
+    StreamSpec spec RUNNEL_GUARDED_BY(mu);  // for retention and attributes
+    uint64_t next_offset RUNNEL_GUARDED_BY(mu) = 1;
+    uint64_t bytes RUNNEL_GUARDED_BY(mu) = 0;
+    bool closed RUNNEL_GUARDED_BY(mu) = false;
+    bool deleted RUNNEL_GUARDED_BY(mu) = false;
     // Invariant: ascending; records.front().offset is the head. Dense unless DropRecords removed
     // records from the middle (then found by binary search).
-    std::deque<StoredRecord> records;                             // GUARDED_BY(mu)
-    std::map<std::string, CursorState, std::less<>> cursors;      // GUARDED_BY(mu)
-    std::map<std::string, ProducerState, std::less<>> producers;  // GUARDED_BY(mu)
+    std::deque<StoredRecord> records RUNNEL_GUARDED_BY(mu);
+    std::map<std::string, CursorState, std::less<>> cursors RUNNEL_GUARDED_BY(mu);
+    std::map<std::string, ProducerState, std::less<>> producers RUNNEL_GUARDED_BY(mu);
   };
 
   std::shared_ptr<Stream> Find(StreamId id);
-  static StreamInfo Snapshot(const Stream& s);             // REQUIRES: s.mu held
-  static void ApplyRetention(Stream& s, uint64_t now_ms);  // REQUIRES: s.mu held
-  static void DropOldest(Stream& s, size_t n);             // REQUIRES: s.mu held
+  static StreamInfo Snapshot(const Stream& s) RUNNEL_REQUIRES(s.mu);
+  static void ApplyRetention(Stream& s, uint64_t now_ms) RUNNEL_REQUIRES(s.mu);
+  static void DropOldest(Stream& s, size_t n) RUNNEL_REQUIRES(s.mu);
 
-  std::shared_mutex catalog_mu_;
-  StreamId next_id_ = 1;  // GUARDED_BY(catalog_mu_)
+  SharedMutex catalog_mu_;
+  StreamId next_id_ RUNNEL_GUARDED_BY(catalog_mu_) = 1;
   // ns -> name -> stream
   std::map<std::string, std::map<std::string, std::shared_ptr<Stream>, std::less<>>, std::less<>>
-      by_name_;                                                  // GUARDED_BY(catalog_mu_)
-  std::unordered_map<StreamId, std::shared_ptr<Stream>> by_id_;  // GUARDED_BY(catalog_mu_)
+      by_name_ RUNNEL_GUARDED_BY(catalog_mu_);
+  std::unordered_map<StreamId, std::shared_ptr<Stream>> by_id_ RUNNEL_GUARDED_BY(catalog_mu_);
 
-  std::mutex listener_mu_;
-  std::shared_ptr<const TailListener> listener_;  // GUARDED_BY(listener_mu_)
+  Mutex listener_mu_;
+  std::shared_ptr<const TailListener> listener_ RUNNEL_GUARDED_BY(listener_mu_);
 };
 
 }  // namespace runnel::store
