@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
 #include "runnel/postgres_store.h"
 #include "runnel/store.h"
 #include "store/postgres/pg_conn.h"
@@ -97,11 +98,13 @@ class PostgresStore final : public Store {
   };
   // One queue per worker; a stream's appends always go to worker (stream id % workers), so on
   // one node two group transactions never wait for each other's row locks.
+  // Its fields are guarded by queue_mu_ (the store's; the analysis cannot name the enclosing
+  // object's mutex from a nested struct).
   struct WorkerQueue {
     std::condition_variable cv;
-    std::deque<Pending> pending;  // GUARDED_BY(queue_mu_)
+    std::deque<Pending> pending;
     // While the worker waits for a fuller group: the queue size that wakes it (0 = not waiting).
-    size_t target = 0;  // GUARDED_BY(queue_mu_)
+    size_t target = 0;
   };
   // How a group transaction ended.
   enum class GroupEnd {
@@ -167,7 +170,10 @@ class PostgresStore final : public Store {
   // One transaction for `members` of `group`. With `optimistic`, the streams' state comes from
   // `cache` and BEGIN, the guarded write and COMMIT travel in one round trip (with `locked`, the
   // transaction is already open and holds the rows); otherwise the streams are locked and read
-  // first. Updates `cache` either way.
+  // first. Updates `cache` either way. It is long (about 550 lines) because its phases — lock
+  // and read the rows, simulate the appends in queue order, build the one statement, send it
+  // with COMMIT and read the outcomes — share the group's per-stream state and the failure
+  // paths of one transaction; the phases are marked in the body.
   GroupEnd TryGroup(pg::Conn& conn, std::vector<Pending>& group, const std::vector<size_t>& members,
                     std::vector<std::optional<Result<AppendResult>>>& outcomes, StreamCache& cache,
                     bool optimistic, bool locked = false);
@@ -192,36 +198,36 @@ class PostgresStore final : public Store {
   const PostgresStoreOptions options_;
   const std::string channel_;
 
-  std::mutex pool_mu_;
+  Mutex pool_mu_;
   std::condition_variable pool_cv_;
-  std::vector<std::unique_ptr<pg::Conn>> idle_;  // GUARDED_BY(pool_mu_)
-  size_t open_ = 0;                              // GUARDED_BY(pool_mu_)
+  std::vector<std::unique_ptr<pg::Conn>> idle_ RUNNEL_GUARDED_BY(pool_mu_);
+  size_t open_ RUNNEL_GUARDED_BY(pool_mu_) = 0;
 
-  std::mutex queue_mu_;
+  Mutex queue_mu_;
   std::unique_ptr<WorkerQueue[]> queues_;
-  bool stopping_ = false;  // GUARDED_BY(queue_mu_)
+  bool stopping_ RUNNEL_GUARDED_BY(queue_mu_) = false;
   std::vector<std::thread> workers_;
 
-  std::mutex pids_mu_;
-  std::set<int> own_pids_;  // GUARDED_BY(pids_mu_)
+  Mutex pids_mu_;
+  std::set<int> own_pids_ RUNNEL_GUARDED_BY(pids_mu_);
 
-  mutable std::mutex stats_mu_;
-  StoreCommitStats stats_;  // GUARDED_BY(stats_mu_)
+  mutable Mutex stats_mu_;
+  StoreCommitStats stats_ RUNNEL_GUARDED_BY(stats_mu_);
 
-  std::mutex listener_mu_;
-  std::shared_ptr<const TailListener> listener_;   // GUARDED_BY(listener_mu_)
-  std::shared_ptr<const WatchedStreams> watched_;  // GUARDED_BY(listener_mu_)
+  Mutex listener_mu_;
+  std::shared_ptr<const TailListener> listener_ RUNNEL_GUARDED_BY(listener_mu_);
+  std::shared_ptr<const WatchedStreams> watched_ RUNNEL_GUARDED_BY(listener_mu_);
   std::atomic<uint64_t> prelocked_groups_{0};
 
-  std::mutex notify_mu_;
+  Mutex notify_mu_;
   std::condition_variable notify_cv_;
-  std::map<StreamId, uint64_t> notes_;  // GUARDED_BY(notify_mu_): tails not yet notified
-  bool notify_stop_ = false;            // GUARDED_BY(notify_mu_)
+  std::map<StreamId, uint64_t> notes_ RUNNEL_GUARDED_BY(notify_mu_);  // tails not yet notified
+  bool notify_stop_ RUNNEL_GUARDED_BY(notify_mu_) = false;
   // Set when another node's readers appear: send the tails skipped meanwhile.
-  bool replay_ = false;  // GUARDED_BY(notify_mu_)
+  bool replay_ RUNNEL_GUARDED_BY(notify_mu_) = false;
   // Tails not sent because no other node had readers: this second's and the last one's.
-  std::map<StreamId, uint64_t> skipped_, skipped_prev_;    // GUARDED_BY(notify_mu_)
-  std::chrono::steady_clock::time_point skipped_since_{};  // GUARDED_BY(notify_mu_)
+  std::map<StreamId, uint64_t> skipped_, skipped_prev_ RUNNEL_GUARDED_BY(notify_mu_);
+  std::chrono::steady_clock::time_point skipped_since_ RUNNEL_GUARDED_BY(notify_mu_){};
   std::atomic<uint64_t> notifications_sent_{0};
   // steady_clock nanoseconds: another node's last announcement of readers, this node's last
   // committed append, its last announcements of readers and of appends (0: never).
