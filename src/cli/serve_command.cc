@@ -578,9 +578,10 @@ void AddServeCommand(CLI::App& app) {
       ->envname("RUNNEL_LOG_FORMAT")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
-  cmd->add_option("--access-log", flags->access_log,
-                  "Write one line per request (method, target, status, bytes, duration) to this "
-                  "file, appending, or to standard output with '-'")
+  cmd->add_option(
+         "--access-log", flags->access_log,
+         "Write one line per request (method, target, protocol, status, bytes, duration) to "
+         "this file, appending, or to standard output with '-'")
       ->envname("RUNNEL_ACCESS_LOG");
   cmd->callback([flags] { std::exit(RunServe(*flags)); });
 }

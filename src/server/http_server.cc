@@ -1263,6 +1263,7 @@ class HttpServer::Impl {
   struct PendingUpgrade {
     std::optional<HttpRequest> request;
     std::string settings;  // the decoded HTTP2-Settings payload
+    std::string target;    // as sent, for the access log
     beast::flat_buffer rest;
   };
   // Whether a request asks for h2c by Upgrade (RFC 7540 3.2): `Upgrade` lists h2c, `Connection`
@@ -1673,7 +1674,8 @@ class HttpServer::Impl {
         if (ec) co_return;
         stream.expires_never();
         co_await ServeH2(std::make_shared<H2Conn>(stream.release_socket()), std::move(upgrade.rest),
-                         std::move(upgrade.request), std::move(upgrade.settings));
+                         std::move(upgrade.request), std::move(upgrade.settings),
+                         std::move(upgrade.target));
         co_return;
       }
     }
@@ -1862,6 +1864,7 @@ class HttpServer::Impl {
           if (options_.http2 && WantsH2cUpgrade(request)) {
             if (auto settings = Base64UrlDecode(*request.Header("http2-settings"))) {
               upgrade->settings = std::move(*settings);
+              upgrade->target = std::string(req.target());
               upgrade->request = std::move(request);
               upgrade->rest = std::move(buffer);
               in_flight_.fetch_sub(1);
@@ -1912,6 +1915,7 @@ class HttpServer::Impl {
     metrics_.AddBytesOut(body.size());
     metrics_.CountRequest(route, method, response.status);
     metrics_.CountHttp2Request();
+    if (options_.access_log) AccessScope::Record(&stream, response.status, body.size());
     if (!stream.conn->closed) {
       stream.conn->session->Respond(stream.id, response.status, response.headers, std::move(body),
                                     /*streaming=*/false);
@@ -1935,6 +1939,7 @@ class HttpServer::Impl {
     conn->Kick();
     metrics_.CountRequest(label, "GET", 200);
     metrics_.CountHttp2Request();
+    if (options_.access_log) AccessScope::Record(&stream, 200, 0);
     auto waker = NewWaker(stream.get_executor());
     waker->sse = options_.access != nullptr;
     BeginLiveWait(stream, waker);
@@ -1976,6 +1981,7 @@ class HttpServer::Impl {
         std::string event = step.data ? *step.data : std::string();
         event += service_.SseControl(state, step);
         metrics_.AddBytesOut(event.size());
+        if (options_.access_log) AccessScope::Record(&stream, 0, event.size());
         if (!conn->session->Append(stream.id, event)) break;
         conn->Kick();
         first = false;
@@ -2024,6 +2030,9 @@ class HttpServer::Impl {
   // One request on an HTTP/2 stream, through the same handling as on HTTP/1.1.
   net::awaitable<void> H2Handle(std::shared_ptr<H2Conn> conn, H2Request in) {
     H2Stream stream{conn, in.stream_id};
+    // The stream's access log line, written once its answer (or SSE response) is done.
+    AccessScope access(options_.access_log.get(), &stream, conn->busy ? "-" : in.method, in.target,
+                       "HTTP/2");
     in_flight_.fetch_add(1);
     if (conn->busy) {
       HttpResponse r =
@@ -2071,8 +2080,10 @@ class HttpServer::Impl {
   }
 
   // The request that upgraded an HTTP/1.1 connection, answered on stream 1.
-  net::awaitable<void> H2HandleUpgraded(std::shared_ptr<H2Conn> conn, HttpRequest request) {
+  net::awaitable<void> H2HandleUpgraded(std::shared_ptr<H2Conn> conn, HttpRequest request,
+                                        std::string target) {
     H2Stream stream{conn, 1};
+    AccessScope access(options_.access_log.get(), &stream, request.method, target, "HTTP/2");
     in_flight_.fetch_add(1);
     co_await H2Run(stream, std::move(request));
     in_flight_.fetch_sub(1);
@@ -2142,10 +2153,11 @@ class HttpServer::Impl {
 
   // Serves an HTTP/2 connection whose first bytes (of the preface, at least) are in `buffer`.
   // `upgraded`: the HTTP/1.1 request that asked for `Upgrade: h2c`, with its decoded
-  // HTTP2-Settings in `settings`.
+  // HTTP2-Settings in `settings` and its target as sent in `upgraded_target`.
   net::awaitable<void> ServeH2(std::shared_ptr<H2Conn> conn, beast::flat_buffer buffer,
                                std::optional<HttpRequest> upgraded = std::nullopt,
-                               std::string settings = std::string()) {
+                               std::string settings = std::string(),
+                               std::string upgraded_target = std::string()) {
     metrics_.ConnectionOpened();
     metrics_.Http2ConnectionOpened();
     std::weak_ptr<H2Conn> weak = conn;
@@ -2170,7 +2182,8 @@ class HttpServer::Impl {
         metrics_.ConnectionClosed();
         co_return;
       }
-      net::co_spawn(ex, H2HandleUpgraded(conn, std::move(*upgraded)), net::detached);
+      net::co_spawn(ex, H2HandleUpgraded(conn, std::move(*upgraded), std::move(upgraded_target)),
+                    net::detached);
     }
     net::co_spawn(ex, H2Writer(conn), net::detached);
     net::co_spawn(ex, H2Watchdog(conn), net::detached);
