@@ -98,6 +98,8 @@ class H2Session {
   void Reset(int32_t stream_id, uint32_t error_code);
   // Bytes of a response waiting in its queue (for the peer's window); 0 for a gone stream.
   size_t Queued(int32_t stream_id) const;
+  // Bytes of every open stream's response waiting in its queue.
+  size_t QueuedTotal() const { return queued_; }
   // Whether the stream is open (not closed nor reset).
   bool Open(int32_t stream_id) const;
   // Starts a graceful shutdown: GOAWAY, no new streams; open ones finish.
@@ -118,6 +120,7 @@ class H2Session {
   Callbacks callbacks_;
   nghttp2_session* session_ = nullptr;
   std::map<int32_t, std::unique_ptr<Stream>> streams_;
+  size_t queued_ = 0;  // the sum of Queued over streams_
   bool failed_ = false;
 
   friend struct H2Glue;

@@ -354,9 +354,30 @@ struct H2Conn {
   const std::chrono::steady_clock::time_point opened = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_activity = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point write_started;
+  // The connection's answer budget (ServerOptions::http2_connection_buffer): bytes reserved by
+  // streams about to produce an answer, by stream, and their sum; with the bytes queued in the
+  // session they may not pass the budget. Streams waiting for room park a timer in
+  // `room_waiters`, cancelled whenever room may have freed.
+  std::map<int32_t, size_t> reservations;
+  size_t reserved = 0;
+  std::vector<net::steady_timer*> room_waiters;
 
   void Kick() {
     if (writer_waiting) signal.cancel();
+  }
+  // Bytes counted against the budget: queued answers and reservations.
+  size_t Buffered() const { return session->QueuedTotal() + reserved; }
+  // Drops a stream's reservation (its answer is queued now, or it waits for records); wakes
+  // the streams waiting for room.
+  void Release(int32_t id) {
+    auto it = reservations.find(id);
+    if (it == reservations.end()) return;
+    reserved -= it->second;
+    reservations.erase(it);
+    RoomMayHaveFreed();
+  }
+  void RoomMayHaveFreed() {
+    for (net::steady_timer* t : room_waiters) t->cancel();
   }
   // Wakes a stream's live reader as gone (its stream was reset or the connection closed).
   void HangUp(int32_t id) {
@@ -372,6 +393,7 @@ struct H2Conn {
   void Close() {
     if (closed) return;
     closed = true;
+    RoomMayHaveFreed();
     for (auto& [id, weak] : wakers) {
       if (auto w = weak.lock()) {
         w->hung_up = true;
@@ -1042,11 +1064,19 @@ class HttpServer::Impl {
     BeginLiveWait(stream, waker);
     for (;;) {
       // Read after subscribing, so an append between the first read and the subscription wakes.
+      // On HTTP/2 each read first takes room in the connection's answer budget.
+      if constexpr (std::is_same_v<Stream, H2Stream>) {
+        if (!co_await ReserveAnswer(stream, /*read=*/true)) break;
+      }
       chunk = co_await StoreCall(read);
       if (chunk.gone || !chunk.records.empty() || chunk.closed) break;
       if (!subscription.ok()) break;
+      if constexpr (std::is_same_v<Stream, H2Stream>) stream.conn->Release(stream.id);
       if (!co_await WaitForHint(*waker, deadline)) {
         if (waker->hung_up) break;  // nobody to answer; the write fails and ends the session
+        if constexpr (std::is_same_v<Stream, H2Stream>) {
+          if (!co_await ReserveAnswer(stream, /*read=*/true)) break;
+        }
         chunk = co_await StoreCall(read);
         break;
       }
@@ -1071,8 +1101,52 @@ class HttpServer::Impl {
   static void BeginLiveWait(H2Stream& stream, const std::shared_ptr<Waker>& waker) {
     if (stream.conn->closed || !stream.conn->session->Open(stream.id)) waker->hung_up = true;
     stream.conn->wakers[stream.id] = waker;
+    stream.conn->Release(stream.id);  // a waiting reader holds no answer
   }
   static void EndLiveWait(H2Stream& stream, Waker&) { stream.conn->wakers.erase(stream.id); }
+
+  // The connection's answer budget (ServerOptions::http2_connection_buffer): before an HTTP/2
+  // stream produces an answer it reserves room for it (a read the largest answer a read makes,
+  // max_read_bytes, plus kH2SmallAnswer for its head and framing; anything else
+  // kH2SmallAnswer), waiting while the connection's queued answers and reservations leave no
+  // room, at most request_timeout_ms. The reservation ends when the answer is queued (then the
+  // queued bytes count) or the stream waits for records. A connection with nothing buffered
+  // always has room, so one answer larger than the budget still goes. False when the stream or
+  // connection went away or the wait timed out. HTTP/1.1 has one answer at a time on a
+  // connection, and nothing to reserve.
+  static constexpr size_t kH2SmallAnswer = 64u << 10;
+  net::awaitable<bool> ReserveAnswer(H2Stream& stream, bool read) {
+    H2Conn& conn = *stream.conn;
+    if (conn.closed) co_return false;
+    if (conn.reservations.contains(stream.id)) co_return true;
+    const size_t want = (read ? service_.options().max_read_bytes : size_t{0}) + kH2SmallAnswer;
+    const size_t budget = options_.http2_connection_buffer;
+    const auto give_up =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.request_timeout_ms);
+    bool counted = false;
+    net::steady_timer timer(stream.get_executor());
+    for (;;) {
+      if (conn.closed || !conn.session->Open(stream.id)) co_return false;
+      const size_t buffered = conn.Buffered();
+      if (buffered == 0 || buffered + want <= budget) break;
+      if (std::chrono::steady_clock::now() >= give_up) {
+        metrics_.CountHttp2BudgetRefusal();
+        co_return false;
+      }
+      if (!counted) {
+        counted = true;
+        metrics_.CountHttp2BudgetWait();
+      }
+      timer.expires_at(give_up);
+      conn.room_waiters.push_back(&timer);
+      boost::system::error_code ec;
+      co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));
+      std::erase(conn.room_waiters, &timer);
+    }
+    conn.reservations[stream.id] = want;
+    conn.reserved += want;
+    co_return true;
+  }
 
   template <typename Stream>
   net::awaitable<bool> LongPoll(Stream& stream, ReadState state, bool keep_alive) {
@@ -1919,6 +1993,7 @@ class HttpServer::Impl {
     if (!stream.conn->closed) {
       stream.conn->session->Respond(stream.id, response.status, response.headers, std::move(body),
                                     /*streaming=*/false);
+      stream.conn->Release(stream.id);  // the queued answer counts from now on
       stream.conn->Kick();
     }
     co_return false;
@@ -1971,7 +2046,12 @@ class HttpServer::Impl {
           break;
         }
       }
+      if (!co_await ReserveAnswer(stream, /*read=*/true)) {
+        reset = !gone();
+        break;
+      }
       SseStep step = co_await StoreCall(read);
+      conn->Release(stream.id);  // what the step appends counts as queued
       if (gone()) break;
       if (step.gone) {
         if (!step.error.ok()) conn->session->Append(stream.id, StreamService::SseError(step.error));
@@ -2062,10 +2142,18 @@ class HttpServer::Impl {
       if (auto bad = FillTarget(in.target, &request)) {
         co_await Write(stream, StreamService::ErrorResponse(Status::InvalidArgument(*bad)), false,
                        false, "other", request.method);
+      } else if (!co_await ReserveAnswer(stream, request.method == "GET")) {
+        // No room in the connection's answer budget within request_timeout_ms: refused
+        // unprocessed (REFUSED_STREAM), so the client may retry it.
+        if (!conn->closed) {
+          conn->session->Reset(stream.id, /*REFUSED_STREAM*/ 0x7);
+          conn->Kick();
+        }
       } else {
         co_await H2Run(stream, std::move(request));
       }
     }
+    conn->Release(stream.id);
     in_flight_.fetch_sub(1);
   }
 
@@ -2085,7 +2173,10 @@ class HttpServer::Impl {
     H2Stream stream{conn, 1};
     AccessScope access(options_.access_log.get(), &stream, request.method, target, "HTTP/2");
     in_flight_.fetch_add(1);
-    co_await H2Run(stream, std::move(request));
+    if (co_await ReserveAnswer(stream, request.method == "GET")) {
+      co_await H2Run(stream, std::move(request));
+    }
+    conn->Release(stream.id);
     in_flight_.fetch_sub(1);
   }
 
@@ -2105,6 +2196,7 @@ class HttpServer::Impl {
         conn->writer_waiting = false;
         continue;
       }
+      conn->RoomMayHaveFreed();  // what Collect took left the queues
       conn->writing = true;
       conn->write_started = std::chrono::steady_clock::now();
       co_await conn->WriteAll(net::buffer(out), ec);
@@ -2172,7 +2264,10 @@ class HttpServer::Impl {
         net::co_spawn(c->executor(), H2Handle(c, std::move(request)), net::detached);
       });
     };
-    callbacks.on_stream_closed = [raw](int32_t id) { raw->HangUp(id); };
+    callbacks.on_stream_closed = [raw](int32_t id) {
+      raw->HangUp(id);
+      raw->RoomMayHaveFreed();  // its queue is gone
+    };
     conn->session.emplace(MakeH2Limits(), std::move(callbacks));
     auto ex = conn->executor();
     if (upgraded) {
