@@ -1138,10 +1138,16 @@ class HttpServer::Impl {
         metrics_.CountHttp2BudgetWait();
       }
       timer.expires_at(give_up);
+      // Registered while it waits, and unregistered also when the coroutine is destroyed
+      // suspended (the server stopping), so the connection never keeps a dangling timer.
+      struct Parked {
+        H2Conn& conn;
+        net::steady_timer* timer;
+        ~Parked() { std::erase(conn.room_waiters, timer); }
+      } parked{conn, &timer};
       conn.room_waiters.push_back(&timer);
       boost::system::error_code ec;
       co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));
-      std::erase(conn.room_waiters, &timer);
     }
     conn.reservations[stream.id] = want;
     conn.reserved += want;

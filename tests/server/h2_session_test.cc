@@ -165,6 +165,35 @@ TEST_F(H2SessionTest, StreamsAnAnswerAsItIsAppended) {
   EXPECT_FALSE(server->Append(id, "late"));
 }
 
+TEST_F(H2SessionTest, QueuedTotalCountsEveryStreamsAnswerUntilItLeavesOrTheStreamCloses) {
+  const int32_t a = client.Request(Get("/a"));
+  const int32_t b = client.Request(Get("/b"));
+  const int32_t c = client.Request(Get("/c"));
+  Pump();
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_EQ(server->QueuedTotal(), 0u);
+  ASSERT_TRUE(server->Respond(a, 200, {}, std::string(200000, 'a'), false));
+  ASSERT_TRUE(server->Respond(b, 200, {}, "", true));
+  ASSERT_TRUE(server->Append(b, std::string(1000, 'b')));
+  ASSERT_TRUE(server->Respond(c, 200, {}, std::string(300000, 'c'), false));
+  EXPECT_EQ(server->QueuedTotal(), 501000u);
+  EXPECT_EQ(server->Queued(a) + server->Queued(b) + server->Queued(c), 501000u);
+  // The client resets c before any of it left: its queue is dropped with the stream.
+  nghttp2_submit_rst_stream(client.session, NGHTTP2_FLAG_NONE, c, NGHTTP2_CANCEL);
+  Pump();
+  EXPECT_EQ(client.bodies[a].size(), 200000u);
+  EXPECT_EQ(client.bodies[b].size(), 1000u);
+  EXPECT_LT(client.bodies[c].size(), 300000u);
+  EXPECT_FALSE(server->Open(c));
+  EXPECT_EQ(server->QueuedTotal(), 0u);
+  ASSERT_TRUE(server->Append(b, "more"));
+  EXPECT_EQ(server->QueuedTotal(), 4u);
+  server->End(b);
+  Pump();
+  EXPECT_EQ(server->QueuedTotal(), 0u);
+  EXPECT_EQ(server->OpenStreams(), 0u);
+}
+
 TEST_F(H2SessionTest, AClientResetClosesTheStream) {
   const int32_t id = client.Request(Get("/live"));
   Pump();
