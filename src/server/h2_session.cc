@@ -26,13 +26,15 @@ struct H2Glue {
   static void Report(H2Session* self, H2Session::Stream* s) {
     if (s->reported) return;
     s->reported = true;
+    self->receiving_ -= s->request.body.size();  // handed over with the request
     if (self->callbacks_.on_request) self->callbacks_.on_request(std::move(s->request));
   }
 
-  static void Refuse(H2Session::Stream* s, int status, std::string message) {
+  static void Refuse(H2Session* self, H2Session::Stream* s, int status, std::string message) {
     if (s->request.refuse_status != 0) return;
     s->request.refuse_status = status;
     s->request.refuse_message = std::move(message);
+    self->receiving_ -= s->request.body.size();
     s->request.body.clear();
     s->request.body.shrink_to_fit();
   }
@@ -53,7 +55,7 @@ struct H2Glue {
     if (s == nullptr || s->reported) return 0;  // trailer fields of a refused request
     s->header_bytes += namelen + valuelen + 32;
     if (s->header_bytes > self->limits_.max_header_bytes) {
-      Refuse(s, 431, "request headers are too large");
+      Refuse(self, s, 431, "request headers are too large");
     }
     if (s->request.refuse_status != 0) return 0;
     const std::string_view n(reinterpret_cast<const char*>(name), namelen);
@@ -62,7 +64,7 @@ struct H2Glue {
       s->request.method = v;
     } else if (n == ":path") {
       if (v.size() > self->limits_.max_url_bytes) {
-        Refuse(s, 414, "request URL is too long");
+        Refuse(self, s, 414, "request URL is too long");
         return 0;
       }
       s->request.target = v;
@@ -83,11 +85,19 @@ struct H2Glue {
     if (s == nullptr || s->reported) return 0;  // dropped; the window is still given back
     if (s->request.refuse_status != 0) return 0;
     if (s->request.body.size() + len > self->limits_.max_body_bytes) {
-      Refuse(s, 413, "request body is larger than the server's limit");
+      Refuse(self, s, 413, "request body is larger than the server's limit");
       Report(self, s);  // answered now; what follows is dropped
       return 0;
     }
+    if (self->receiving_ + len > self->limits_.max_connection_body_bytes) {
+      Refuse(self, s, 503,
+             "the request bodies this connection is sending at once pass the server's limit; "
+             "send fewer at a time");
+      Report(self, s);
+      return 0;
+    }
     s->request.body.append(reinterpret_cast<const char*>(data), len);
+    self->receiving_ += len;
     return 0;
   }
 
@@ -109,6 +119,7 @@ struct H2Glue {
     if (it == self->streams_.end()) return 0;
     const bool reported = it->second->reported;
     self->queued_ -= it->second->queue.size() - it->second->sent;
+    if (!reported) self->receiving_ -= it->second->request.body.size();
     self->streams_.erase(it);
     if (reported && self->callbacks_.on_stream_closed) self->callbacks_.on_stream_closed(stream_id);
     return 0;

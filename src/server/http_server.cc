@@ -1978,6 +1978,7 @@ class HttpServer::Impl {
     limits.max_header_bytes = options_.max_header_bytes;
     limits.max_url_bytes = options_.max_url_bytes;
     limits.max_body_bytes = options_.max_body_bytes;
+    limits.max_connection_body_bytes = options_.max_body_bytes;
     return limits;
   }
 
@@ -2136,6 +2137,7 @@ class HttpServer::Impl {
       HttpResponse r =
           StreamService::ErrorResponse(Status::ResourceExhausted(std::move(in.refuse_message)));
       r.status = in.refuse_status;
+      if (r.status == 503) r.Set("Retry-After", "1");
       co_await Write(stream, std::move(r), false, false, "other", in.method);
     } else {
       HttpRequest request;

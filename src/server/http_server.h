@@ -48,7 +48,8 @@
 // no further while 256 KiB wait for its window, and is reset when none of it leaves within
 // request_timeout_ms. A reset stream releases its live reader at once. At most
 // http2_max_streams streams are open per connection; header fields count against
-// max_header_bytes (431), :path against max_url_bytes (414), DATA against max_body_bytes (413).
+// max_header_bytes (431), :path against max_url_bytes (414), DATA against max_body_bytes (413),
+// and the bodies one connection sends at once against max_body_bytes too (503).
 // A connection with no open stream for idle_timeout_ms, or with a request not received whole
 // or a write not finished within request_timeout_ms, is closed; the answers waiting for the
 // peer's window on one connection stay within http2_connection_buffer (a stream that would pass
