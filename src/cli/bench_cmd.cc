@@ -22,6 +22,7 @@ struct BenchArgs {
   std::string url = "http://127.0.0.1:4437";
   std::string token;
   std::string tenant;
+  std::string cacert;
   bool json_output = false;
   // append: delete the streams the run created (not those that existed before it).
   bool cleanup = false;
@@ -46,9 +47,11 @@ struct BenchArgs {
 };
 
 void AddCommon(CLI::App* cmd, BenchArgs* a) {
-  cmd->add_option("--url", a->url, "Server URL (plain http://)")
+  cmd->add_option("--url", a->url, "Server URL (http:// or https://)")
       ->envname("RUNNEL_URL")
       ->capture_default_str();
+  cmd->add_option("--cacert", a->cacert, "PEM certificates to trust for an https:// URL")
+      ->envname("RUNNEL_CACERT");
   cmd->add_option("--token", a->token, "Bearer token for the server")->envname("RUNNEL_TOKEN");
   cmd->add_option("--tenant", a->tenant, "The tenant scope (default: the global scope)")
       ->envname("RUNNEL_TENANT");
@@ -115,9 +118,9 @@ int Append(const BenchArgs& a) {
     std::fprintf(stderr, "runnel bench: --streams must be 1..100000\n");
     return kExitUsage;
   }
-  auto endpoint = load::ResolveUrl(a.url);
+  auto endpoint = load::ResolveUrl(a.url, a.cacert);
   if (!endpoint.ok()) return Fail(endpoint.status());
-  auto client = HttpClient::Create(a.url, a.token, "");
+  auto client = HttpClient::Create(a.url, a.token, a.cacert);
   if (!client.ok()) return Fail(client.status());
   load::AppendLoad l;
   std::vector<std::string> created;
@@ -215,7 +218,7 @@ int Append(const BenchArgs& a) {
 }
 
 int Read(const BenchArgs& a) {
-  auto endpoint = load::ResolveUrl(a.url);
+  auto endpoint = load::ResolveUrl(a.url, a.cacert);
   if (!endpoint.ok()) return Fail(endpoint.status());
   auto f = load::RunCatchup(*endpoint, Target(a, a.stream), a.token, a.rounds);
   if (!f.ok()) return Fail(f.status());
@@ -236,7 +239,7 @@ int Read(const BenchArgs& a) {
 }
 
 int Sse(const BenchArgs& a) {
-  auto endpoint = load::ResolveUrl(a.url);
+  auto endpoint = load::ResolveUrl(a.url, a.cacert);
   if (!endpoint.ok()) return Fail(endpoint.status());
   load::FanoutLoad l;
   l.target = Target(a, a.stream);
@@ -287,7 +290,7 @@ int Sse(const BenchArgs& a) {
 }
 
 int Soak(const BenchArgs& a) {
-  auto endpoint = load::ResolveUrl(a.url);
+  auto endpoint = load::ResolveUrl(a.url, a.cacert);
   if (!endpoint.ok()) return Fail(endpoint.status());
   load::SoakLoad l;
   l.target = Target(a, a.stream);

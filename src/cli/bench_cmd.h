@@ -5,9 +5,11 @@
 //   read STREAM      catch-up reads of a whole stream: MB/s
 //   sse STREAM       SSE readers at the tail and timed appends: delivery latency
 //
-// Every subcommand takes --url (RUNNEL_URL; plain http:// only), --token (RUNNEL_TOKEN),
-// --tenant (RUNNEL_TENANT) and --json. Exit codes: 0 when every request succeeded, 1 when some
-// failed (the figures are still printed), 2 for bad arguments, 5 when the server is unreachable.
+// Every subcommand takes --url (RUNNEL_URL; http:// or https://), --cacert (RUNNEL_CACERT; the
+// PEM certificates to trust for https instead of the system's, as the other commands take it),
+// --token (RUNNEL_TOKEN), --tenant (RUNNEL_TENANT) and --json. Exit codes: 0 when every request
+// succeeded, 1 when some failed (the figures are still printed), 2 for bad arguments, 5 when the
+// server is unreachable.
 #ifndef RUNNEL_CLI_BENCH_CMD_H_
 #define RUNNEL_CLI_BENCH_CMD_H_
 

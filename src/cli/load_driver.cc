@@ -1,8 +1,12 @@
 #include "cli/load_driver.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -12,6 +16,7 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -61,6 +66,108 @@ Result<int> ConnectBlocking(const Endpoint& e) {
   const timeval timeout{30, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   return fd;
+}
+
+// ---- TLS --------------------------------------------------------------------------------------
+
+// A TLS client connection on `fd` for the endpoint, with the name (SNI) or address the server's
+// certificate must carry; null when OpenSSL cannot make one.
+SSL* NewTls(const Endpoint& e, int fd) {
+  SSL* ssl = SSL_new(e.tls.get());
+  if (ssl == nullptr) return nullptr;
+  if (SSL_set_fd(ssl, fd) != 1) {
+    SSL_free(ssl);
+    return nullptr;
+  }
+  unsigned char ip[16];
+  if (::inet_pton(AF_INET, e.host.c_str(), ip) == 1 ||
+      ::inet_pton(AF_INET6, e.host.c_str(), ip) == 1) {
+    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), e.host.c_str());
+  } else {
+    SSL_set_tlsext_host_name(ssl, e.host.c_str());
+    SSL_set1_host(ssl, e.host.c_str());
+  }
+  return ssl;
+}
+
+// Why a handshake failed, in the words of the other CLI commands.
+std::string HandshakeError(SSL* ssl, const Endpoint& e) {
+  std::string reason;
+  const long verify = SSL_get_verify_result(ssl);
+  if (verify != X509_V_OK) {
+    reason = std::string("certificate not trusted: ") + X509_verify_cert_error_string(verify) +
+             " (pass --cacert FILE for a self-signed server)";
+  } else if (const unsigned long err = ERR_get_error(); err != 0) {
+    char buf[256];
+    ERR_error_string_n(err, buf, sizeof(buf));
+    reason = buf;
+  } else {
+    reason = "the connection was closed";
+  }
+  return "TLS handshake with " + e.host_header + " failed: " + reason;
+}
+
+// One step of a non-blocking handshake: 1 when done, 0 when the socket must first be ready for
+// *want (EPOLLIN or EPOLLOUT), -1 when it failed.
+int StepHandshake(SSL* ssl, uint32_t* want) {
+  ERR_clear_error();
+  const int rc = SSL_connect(ssl);
+  if (rc == 1) return 1;
+  switch (SSL_get_error(ssl, rc)) {
+    case SSL_ERROR_WANT_READ: *want = EPOLLIN; return 0;
+    case SSL_ERROR_WANT_WRITE: *want = EPOLLOUT; return 0;
+    default: return -1;
+  }
+}
+
+// What one attempt to move bytes on a non-blocking connection (TLS when `ssl`) says: the bytes
+// moved (> 0), kClosed at the end of the stream, kAgain when the socket is not ready (the caller
+// waits for readability or writability and tries again), kFailed on an error.
+constexpr ssize_t kClosed = 0;
+constexpr ssize_t kAgain = -1;
+constexpr ssize_t kFailed = -2;
+
+ssize_t SendSome(int fd, SSL* ssl, const char* data, size_t size) {
+  if (ssl == nullptr) {
+    for (;;) {
+      const ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return kAgain;
+      return n <= 0 ? kFailed : n;
+    }
+  }
+  ERR_clear_error();
+  const int n = SSL_write(ssl, data, static_cast<int>(std::min<size_t>(size, INT_MAX)));
+  if (n > 0) return n;
+  const int err = SSL_get_error(ssl, n);
+  return err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE ? kAgain : kFailed;
+}
+
+ssize_t RecvSome(int fd, SSL* ssl, char* data, size_t size) {
+  if (ssl == nullptr) {
+    for (;;) {
+      const ssize_t n = ::recv(fd, data, size, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return kAgain;
+      return n < 0 ? kFailed : n;
+    }
+  }
+  ERR_clear_error();
+  const int n = SSL_read(ssl, data, static_cast<int>(std::min<size_t>(size, INT_MAX)));
+  if (n > 0) return n;
+  switch (SSL_get_error(ssl, n)) {
+    case SSL_ERROR_WANT_READ:
+    case SSL_ERROR_WANT_WRITE: return kAgain;
+    case SSL_ERROR_ZERO_RETURN: return kClosed;  // also an end without close_notify
+    default: return kFailed;
+  }
+}
+
+// Whether a read that returned `n` bytes into a buffer of `size` drained the connection: on a
+// plain socket a short read did (level-triggered epoll reports anything newer); through TLS
+// bytes may wait decrypted inside OpenSSL where epoll does not see them, so never.
+bool Drained(const SSL* ssl, ssize_t n, size_t size) {
+  return ssl == nullptr && static_cast<size_t>(n) < size;
 }
 
 // Decodes a chunked body incrementally; Feed hands each piece of payload to `sink`.
@@ -196,11 +303,24 @@ std::string RequestHead(std::string_view method, std::string_view target, const 
 // One blocking keep-alive connection for request/response traffic.
 class Client {
  public:
+  // Connects, and for https handshakes (kUnavailable when the certificate is not trusted).
   static Result<std::unique_ptr<Client>> Connect(const Endpoint& e, std::string token) {
     RUNNEL_ASSIGN_OR_RETURN(int fd, ConnectBlocking(e));
-    return std::unique_ptr<Client>(new Client(e, fd, std::move(token)));
+    std::unique_ptr<Client> client(new Client(e, fd, std::move(token)));
+    if (e.tls) {
+      client->ssl_ = NewTls(e, fd);
+      if (client->ssl_ == nullptr) return Status::Internal("cannot set up a TLS connection");
+      ERR_clear_error();
+      if (SSL_connect(client->ssl_) != 1) {
+        return Status::Unavailable(HandshakeError(client->ssl_, e));
+      }
+    }
+    return client;
   }
-  ~Client() { ::close(fd_); }
+  ~Client() {
+    if (ssl_ != nullptr) SSL_free(ssl_);
+    ::close(fd_);
+  }
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
@@ -259,10 +379,10 @@ class Client {
   Client(const Endpoint& e, int fd, std::string token)
       : endpoint_(e), fd_(fd), token_(std::move(token)) {}
 
+  // The socket blocks (with a receive timeout), so kAgain means the timeout passed.
   Status WriteAll(std::string_view data) {
     while (!data.empty()) {
-      const ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
+      const ssize_t n = SendSome(fd_, ssl_, data.data(), data.size());
       if (n <= 0) return Status::Unavailable(Errno("send"));
       data.remove_prefix(static_cast<size_t>(n));
     }
@@ -271,18 +391,16 @@ class Client {
 
   Status Fill() {
     char chunk[1 << 16];
-    for (;;) {
-      const ssize_t n = ::recv(fd_, chunk, sizeof(chunk), 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return Status::Unavailable(Errno("recv"));
-      if (n == 0) return Status::Unavailable("the server closed the connection");
-      buf_.append(chunk, static_cast<size_t>(n));
-      return Status::OK();
-    }
+    const ssize_t n = RecvSome(fd_, ssl_, chunk, sizeof(chunk));
+    if (n == kClosed) return Status::Unavailable("the server closed the connection");
+    if (n < 0) return Status::Unavailable(Errno("recv"));
+    buf_.append(chunk, static_cast<size_t>(n));
+    return Status::OK();
   }
 
   const Endpoint& endpoint_;
   int fd_;
+  SSL* ssl_ = nullptr;
   std::string token_;
   std::string buf_;
 };
@@ -390,6 +508,7 @@ class AppendThread {
   ~AppendThread() {
     if (thread_.joinable()) thread_.join();
     for (Conn& c : conns_) {
+      if (c.ssl != nullptr) SSL_free(c.ssl);
       if (c.fd >= 0) ::close(c.fd);
     }
     if (epoll_ >= 0) ::close(epoll_);
@@ -410,7 +529,9 @@ class AppendThread {
  private:
   struct Conn {
     int fd = -1;
+    SSL* ssl = nullptr;  // https: the TLS connection on fd
     bool connecting = true;
+    bool handshaking = false;  // https: connected, the TLS handshake under way
     // The requests this connection sends in turn, and the next one's index.
     std::vector<const std::string*> rotation;
     size_t next_request = 0;
@@ -430,10 +551,17 @@ class AppendThread {
     bool operator>(const Due& o) const { return at > o.at; }
   };
 
-  void Close(Conn& c) {
+  // Ends the connection's socket (and TLS connection).
+  void Drop(Conn& c) {
     ::epoll_ctl(epoll_, EPOLL_CTL_DEL, c.fd, nullptr);
+    if (c.ssl != nullptr) SSL_free(c.ssl);
+    c.ssl = nullptr;
     ::close(c.fd);
     c.fd = -1;
+  }
+
+  void Close(Conn& c) {
+    Drop(c);
     --live_;
   }
 
@@ -456,11 +584,7 @@ class AppendThread {
   }
 
   void Fail(Conn& c) {
-    if (c.fd >= 0) {
-      ::epoll_ctl(epoll_, EPOLL_CTL_DEL, c.fd, nullptr);
-      ::close(c.fd);
-      c.fd = -1;
-    }
+    if (c.fd >= 0) Drop(c);
     ++figures_.failed;
     ++figures_.statuses[0];
     --live_;
@@ -470,9 +594,8 @@ class AppendThread {
   void Send(Conn& c) {
     while (c.sent < c.request->size()) {
       const ssize_t n =
-          ::send(c.fd, c.request->data() + c.sent, c.request->size() - c.sent, MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+          SendSome(c.fd, c.ssl, c.request->data() + c.sent, c.request->size() - c.sent);
+      if (n == kAgain) {
         Watch(c, EPOLLIN | EPOLLOUT);
         return;
       }
@@ -537,7 +660,23 @@ class AppendThread {
     if (c.connecting) {
       if (ConnectFailed(c.fd)) return Fail(c);
       c.connecting = false;
-      Watch(c, EPOLLIN);  // connected: from now on writability matters only mid-request
+      if (endpoint_.tls) {
+        c.ssl = NewTls(endpoint_, c.fd);
+        if (c.ssl == nullptr) return Fail(c);
+        c.handshaking = true;
+      } else {
+        Watch(c, EPOLLIN);  // connected: from now on writability matters only mid-request
+        if (c.fd < 0) return;
+        return Next(c, Clock::now());
+      }
+    }
+    if (c.handshaking) {
+      uint32_t want = 0;
+      const int step = StepHandshake(c.ssl, &want);
+      if (step < 0) return Fail(c);
+      if (step == 0) return Watch(c, want);
+      c.handshaking = false;
+      Watch(c, EPOLLIN);
       if (c.fd < 0) return;
       return Next(c, Clock::now());
     }
@@ -545,16 +684,15 @@ class AppendThread {
     if (c.fd < 0 || (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) == 0) return;
     char buf[16384];
     for (;;) {
-      const ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      const ssize_t n = RecvSome(c.fd, c.ssl, buf, sizeof(buf));
+      if (n == kAgain) return;
       if (n <= 0) {
         if (c.in_flight) return Fail(c);
         return Close(c);
       }
       c.in.append(buf, static_cast<size_t>(n));
       if (!Answers(c)) return Fail(c);
-      if (c.fd < 0 || static_cast<size_t>(n) < sizeof(buf)) return;
+      if (c.fd < 0 || Drained(c.ssl, n, sizeof(buf))) return;
     }
   }
 
@@ -628,7 +766,9 @@ class AppendThread {
 // One SSE reader connection, driven by one epoll thread.
 struct Reader {
   int fd = -1;
-  enum class Phase { kConnecting, kHead, kBody, kDead } phase = Phase::kConnecting;
+  SSL* ssl = nullptr;  // https: the TLS connection on fd
+  // kHandshake: https only, connected and handshaking.
+  enum class Phase { kConnecting, kHandshake, kHead, kBody, kDead } phase = Phase::kConnecting;
   std::string head;
   std::string events;  // dechunked body not yet cut into events
   Dechunker dechunker;
@@ -664,6 +804,7 @@ class ReaderThread {
   ~ReaderThread() {
     Stop();
     for (Reader& r : readers_) {
+      if (r.ssl != nullptr) SSL_free(r.ssl);
       if (r.fd >= 0) ::close(r.fd);
     }
     if (epoll_ >= 0) ::close(epoll_);
@@ -700,22 +841,28 @@ class ReaderThread {
     if (r.fd < 0) Fail(r);
   }
 
+  // Ends the reader's socket (and TLS connection).
+  void Drop(Reader& r) {
+    ::epoll_ctl(epoll_, EPOLL_CTL_DEL, r.fd, nullptr);
+    if (r.ssl != nullptr) SSL_free(r.ssl);
+    r.ssl = nullptr;
+    ::close(r.fd);
+    r.fd = -1;
+  }
+
   void Fail(Reader& r) {
-    if (r.phase == Reader::Phase::kConnecting) --connecting_;
+    if (r.phase == Reader::Phase::kConnecting || r.phase == Reader::Phase::kHandshake) {
+      --connecting_;
+    }
     if (r.phase != Reader::Phase::kDead) ++failed_;
     r.phase = Reader::Phase::kDead;
-    if (r.fd >= 0) {
-      ::epoll_ctl(epoll_, EPOLL_CTL_DEL, r.fd, nullptr);
-      ::close(r.fd);
-      r.fd = -1;
-    }
+    if (r.fd >= 0) Drop(r);
   }
 
   // A following reader whose response ended: a new connection from its last offset.
   void Reopen(size_t i) {
     Reader& r = readers_[i];
-    ::epoll_ctl(epoll_, EPOLL_CTL_DEL, r.fd, nullptr);
-    ::close(r.fd);
+    Drop(r);
     r.head.clear();
     r.events.clear();
     r.dechunker = Dechunker();
@@ -735,9 +882,32 @@ class ReaderThread {
   void OnWritable(size_t i) {
     Reader& r = readers_[i];
     if (ConnectFailed(r.fd)) return Fail(r);
-    // The request is small: one send on a fresh socket takes it whole.
+    if (endpoint_.tls) {
+      r.ssl = NewTls(endpoint_, r.fd);
+      if (r.ssl == nullptr) return Fail(r);
+      r.phase = Reader::Phase::kHandshake;
+      return OnHandshake(i);
+    }
+    SendRequest(i);
+  }
+
+  void OnHandshake(size_t i) {
+    Reader& r = readers_[i];
+    uint32_t want = 0;
+    const int step = StepHandshake(r.ssl, &want);
+    if (step < 0) return Fail(r);
+    if (step == 1) return SendRequest(i);
+    epoll_event ev{};
+    ev.events = want;
+    ev.data.u64 = i;
+    if (::epoll_ctl(epoll_, EPOLL_CTL_MOD, r.fd, &ev) != 0) return Fail(r);
+  }
+
+  void SendRequest(size_t i) {
+    Reader& r = readers_[i];
+    // The request is small: one send on a fresh connection takes it whole.
     const std::string request = RequestFor(r);
-    const ssize_t n = ::send(r.fd, request.data(), request.size(), MSG_NOSIGNAL);
+    const ssize_t n = SendSome(r.fd, r.ssl, request.data(), request.size());
     if (n != static_cast<ssize_t>(request.size())) return Fail(r);
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -751,10 +921,9 @@ class ReaderThread {
     Reader& r = readers_[i];
     char buf[16384];
     for (;;) {
-      const ssize_t n = ::recv(r.fd, buf, sizeof(buf), 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-      if (n == 0 && mode_.follow && r.phase == Reader::Phase::kBody && r.dechunker.done()) {
+      const ssize_t n = RecvSome(r.fd, r.ssl, buf, sizeof(buf));
+      if (n == kAgain) return;
+      if (n == kClosed && mode_.follow && r.phase == Reader::Phase::kBody && r.dechunker.done()) {
         return Reopen(i);
       }
       if (n <= 0) return Fail(r);
@@ -779,7 +948,7 @@ class ReaderThread {
       if (!Body(r, buf, left, now)) return Fail(r);
       // Level-triggered: a short read drained the socket, and anything newer is reported again;
       // skipping the recv that would say EAGAIN halves the driver's system calls.
-      if (left < sizeof(buf)) return;
+      if (Drained(r.ssl, n, sizeof(buf))) return;
     }
   }
 
@@ -843,6 +1012,8 @@ class ReaderThread {
         if (r.phase == Reader::Phase::kDead) continue;
         if (r.phase == Reader::Phase::kConnecting) {
           OnWritable(i);
+        } else if (r.phase == Reader::Phase::kHandshake) {
+          OnHandshake(i);
         } else {
           OnReadable(i);
         }
@@ -868,20 +1039,20 @@ class ReaderThread {
 
 }  // namespace
 
-Result<Endpoint> ResolveUrl(std::string_view url) {
-  constexpr std::string_view kScheme = "http://";
-  if (url.starts_with("https://")) {
-    return Status::InvalidArgument("runnel bench speaks plain http:// only, not https://");
+Result<Endpoint> ResolveUrl(std::string_view url, const std::string& cacert) {
+  const bool tls = url.starts_with("https://");
+  if (!tls && !url.starts_with("http://")) {
+    return Status::InvalidArgument("the URL must start with http:// or https:// (got '" +
+                                   std::string(url) + "')");
   }
-  if (!url.starts_with(kScheme)) {
-    return Status::InvalidArgument("the URL must start with http:// (got '" + std::string(url) +
-                                   "')");
+  if (!cacert.empty() && !tls) {
+    return Status::InvalidArgument("--cacert needs an https:// server URL");
   }
-  url.remove_prefix(kScheme.size());
+  url.remove_prefix(tls ? 8 : 7);
   url = url.substr(0, url.find('/'));
   if (url.empty()) return Status::InvalidArgument("the URL has no host");
   std::string host;
-  std::string port = "80";
+  std::string port = tls ? "443" : "80";
   if (url.front() == '[') {
     const size_t close = url.find(']');
     if (close == std::string_view::npos) return Status::InvalidArgument("unclosed [ in the URL");
@@ -914,6 +1085,22 @@ Result<Endpoint> ResolveUrl(std::string_view url) {
   e.addr_len = found->ai_addrlen;
   ::freeaddrinfo(found);
   e.host_header = std::string(url);
+  e.host = host;
+  if (tls) {
+    // As the other CLI commands (http_client.cc): TLS 1.2 or later, the server's certificate
+    // verified against the system's trust store or `cacert`.
+    SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+    if (ctx == nullptr) return Status::Internal("cannot create a TLS context");
+    e.tls = std::shared_ptr<ssl_ctx_st>(ctx, SSL_CTX_free);
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+    if (cacert.empty()) {
+      SSL_CTX_set_default_verify_paths(ctx);
+    } else if (SSL_CTX_load_verify_locations(ctx, cacert.c_str(), nullptr) != 1) {
+      return Status::InvalidArgument("cannot load CA certificates (PEM) from '" + cacert + "'");
+    }
+  }
   return e;
 }
 
@@ -931,11 +1118,8 @@ Result<AppendFigures> RunAppends(const Endpoint& endpoint, const AppendLoad& loa
   if (load.body.size() > kMaxBodyBytes) {
     return Status::InvalidArgument("a record may be at most 16 MiB here");
   }
-  // Fail early and clearly when nothing listens.
-  {
-    RUNNEL_ASSIGN_OR_RETURN(int fd, ConnectBlocking(endpoint));
-    ::close(fd);
-  }
+  // Fail early and clearly when nothing listens (or, for https, the handshake fails).
+  RUNNEL_RETURN_IF_ERROR(Client::Connect(endpoint, load.token).status());
   std::vector<std::string> per_target;
   for (const std::string& t : load.targets) {
     std::string req = RequestHead("POST", t, endpoint, load.token);

@@ -1,12 +1,15 @@
-// The engine of `runnel bench`: an HTTP/1.1 load driver over plain sockets and epoll, cheap
-// enough per request that the figures describe the server, not the driver. It speaks only the
+// The engine of `runnel bench`: an HTTP/1.1 load driver over non-blocking sockets and epoll,
+// with OpenSSL on top for https:// (the server's certificate verified as the other CLI commands
+// verify it: against the system's trust store, or a given PEM file), cheap enough per request
+// that the figures describe the server, not the driver. It speaks only the
 // public Durable Streams protocol, so it drives any conforming server (runnel, the Node
 // reference server) the same way; bench/http/compare.sh uses it for the catch-up and SSE cells.
 //
 // Every run is bounded: in time (appends), in rounds (catch-up), in readers, appends and
 // waiting time (fan-out). Errors are Status values: kInvalidArgument for a bad URL or load,
-// kUnavailable when the server cannot be reached, kNotFound for a stream to read that does not
-// exist, kInternal for an answer the driver cannot parse or did not expect.
+// kUnavailable when the server cannot be reached (or its certificate is not trusted), kNotFound for
+// a stream to read that does not exist, kInternal for an answer the driver cannot parse or did not
+// expect.
 //
 // Thread-safety: each Run* call is independent; it starts and joins its own threads.
 #ifndef RUNNEL_CLI_LOAD_DRIVER_H_
@@ -18,21 +21,29 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "runnel/status.h"
 
+struct ssl_ctx_st;  // OpenSSL's SSL_CTX
+
 namespace runnel::cli::load {
 
-// Where to send requests: a resolved http:// URL (a name, an IPv4 or a bracketed IPv6 literal).
+// Where to send requests: a resolved http:// or https:// URL (a name, an IPv4 or a bracketed
+// IPv6 literal). For https, `tls` is the client context every connection shares (TLS 1.2 or
+// later, the server's certificate verified for `host`).
 struct Endpoint {
   sockaddr_storage addr{};
   socklen_t addr_len = 0;
   std::string host_header;
+  std::string host;                 // without port or brackets: what the certificate must name
+  std::shared_ptr<ssl_ctx_st> tls;  // null for http://
 };
-Result<Endpoint> ResolveUrl(std::string_view url);
+// `cacert` (https only): a PEM file of the certificates to trust instead of the system's.
+Result<Endpoint> ResolveUrl(std::string_view url, const std::string& cacert = "");
 
 // Upper bounds on a run, stated once.
 inline constexpr int kMaxConnections = 10000;

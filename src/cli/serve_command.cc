@@ -51,6 +51,7 @@ struct ServeFlags {
   // h2c with prior knowledge on the plain port.
   bool http2 = true;
   size_t http2_max_streams = 100;
+  size_t http2_connection_buffer = 8u << 20;
   // Response compression (server/content_coding.h).
   bool compression = true;
   size_t compression_min_bytes = 1024;
@@ -259,6 +260,7 @@ int RunServe(const ServeFlags& flags) {
   options.service.max_append_messages = flags.max_append_messages;
   options.http2 = flags.http2;
   options.http2_max_streams = flags.http2_max_streams;
+  options.http2_connection_buffer = flags.http2_connection_buffer;
   options.service.compression.enabled = flags.compression;
   options.service.compression.min_bytes = flags.compression_min_bytes;
   options.service.compression.gzip_level = flags.gzip_level;
@@ -474,6 +476,14 @@ void AddServeCommand(CLI::App& app) {
       ->envname("RUNNEL_HTTP2_MAX_STREAMS")
       ->check(CLI::Range(size_t{1}, size_t{10000}))
       ->capture_default_str();
+  cmd->add_option(
+         "--http2-connection-buffer", flags->http2_connection_buffer,
+         "Bytes of answers one HTTP/2 connection may hold waiting for the client's "
+         "flow-control window (a read reserves its largest answer, 1 MiB); a stream that would "
+         "pass it waits, then is refused (RST_STREAM REFUSED_STREAM)")
+      ->envname("RUNNEL_HTTP2_CONNECTION_BUFFER")
+      ->check(CLI::Range(size_t{64} << 10, size_t{1} << 30))
+      ->capture_default_str();
   cmd->add_flag("--compression,!--no-compression", flags->compression,
                 "Compress catch-up and long-poll bodies with gzip or zstd when the client's "
                 "Accept-Encoding allows (never SSE; on by default)")
@@ -578,9 +588,10 @@ void AddServeCommand(CLI::App& app) {
       ->envname("RUNNEL_LOG_FORMAT")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
-  cmd->add_option("--access-log", flags->access_log,
-                  "Write one line per request (method, target, status, bytes, duration) to this "
-                  "file, appending, or to standard output with '-'")
+  cmd->add_option(
+         "--access-log", flags->access_log,
+         "Write one line per request (method, target, protocol, status, bytes, duration) to "
+         "this file, appending, or to standard output with '-'")
       ->envname("RUNNEL_ACCESS_LOG");
   cmd->callback([flags] { std::exit(RunServe(*flags)); });
 }

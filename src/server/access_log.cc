@@ -50,6 +50,8 @@ std::string AccessLog::FormatLine(LogFormat format, const AccessEntry& entry,
     AppendJsonEscaped(&line, entry.method);
     line += "\",\"target\":\"";
     AppendJsonEscaped(&line, entry.target);
+    line += "\",\"protocol\":\"";
+    AppendJsonEscaped(&line, entry.protocol);
     line += "\",\"status\":" + std::to_string(entry.status) +
             ",\"bytes\":" + std::to_string(entry.bytes) + ",\"duration_ms\":" + duration + "}\n";
     return line;
@@ -58,6 +60,8 @@ std::string AccessLog::FormatLine(LogFormat format, const AccessEntry& entry,
   AppendLineSafe(&line, entry.method);
   line += ' ';
   AppendLineSafe(&line, entry.target);
+  line += ' ';
+  AppendLineSafe(&line, entry.protocol);
   line += ' ' + std::to_string(entry.status) + ' ' + std::to_string(entry.bytes) + ' ' + duration +
           "ms\n";
   return line;
@@ -73,12 +77,13 @@ void AccessLog::Write(const AccessEntry& entry, std::chrono::steady_clock::time_
 }
 
 AccessScope::AccessScope(AccessLog* log, const void* connection, std::string_view method,
-                         std::string_view target)
+                         std::string_view target, std::string_view protocol)
     : log_(log), connection_(connection) {
   if (log_ == nullptr) return;
   entry_ = std::make_unique<AccessEntry>();
   entry_->method = std::string(method);
   entry_->target = std::string(target);
+  entry_->protocol = protocol;
   entry_->start = std::chrono::steady_clock::now();
   Scopes()[connection_] = entry_.get();
 }

@@ -1,10 +1,10 @@
 // The access log (`runnel serve --access-log PATH|-`): one line per answered request, with its
-// method, target (as sent, still percent-encoded), status, body bytes sent and duration, in the
-// log's format (base/log.h):
+// method, target (as sent, still percent-encoded), protocol ("HTTP/1.1" or "HTTP/2"), status,
+// body bytes sent and duration, in the log's format (base/log.h):
 //
-//   2026-12-05T23:06:01.123Z ACCESS GET /v1/stream/orders?offset=-1 200 1532 0.412ms
-//   {"time":"...","method":"GET","target":"/v1/stream/orders?offset=-1","status":200,
-//    "bytes":1532,"duration_ms":0.412}
+//   2026-12-05T23:06:01.123Z ACCESS GET /v1/stream/orders?offset=-1 HTTP/1.1 200 1532 0.412ms
+//   {"time":"...","method":"GET","target":"/v1/stream/orders?offset=-1","protocol":"HTTP/1.1",
+//    "status":200,"bytes":1532,"duration_ms":0.412}
 //
 // The server opens an AccessScope per request; the writes of that request record their status
 // and bytes into it through its connection (Record), and the line is written when the scope
@@ -35,6 +35,7 @@ struct AccessEntry {
   int status = 0;      // 0: no response written (no line)
   uint64_t bytes = 0;  // body bytes sent
   std::chrono::steady_clock::time_point start;
+  std::string_view protocol = "HTTP/1.1";  // a literal: "HTTP/1.1" or "HTTP/2"
 };
 
 class AccessLog {
@@ -65,10 +66,10 @@ class AccessLog {
 class AccessScope {
  public:
   AccessScope() = default;
-  // Registers `connection` (any address unique to the connection while it lives) for Record.
-  // A null `log` makes an inert scope.
+  // Registers `connection` (any address unique to the connection while it lives; on HTTP/2,
+  // to the stream) for Record. A null `log` makes an inert scope. `protocol` must be a literal.
   AccessScope(AccessLog* log, const void* connection, std::string_view method,
-              std::string_view target);
+              std::string_view target, std::string_view protocol = "HTTP/1.1");
   AccessScope(AccessScope&& other) noexcept;
   AccessScope& operator=(AccessScope&& other) noexcept;
   ~AccessScope();

@@ -26,13 +26,15 @@ struct H2Glue {
   static void Report(H2Session* self, H2Session::Stream* s) {
     if (s->reported) return;
     s->reported = true;
+    self->receiving_ -= s->request.body.size();  // handed over with the request
     if (self->callbacks_.on_request) self->callbacks_.on_request(std::move(s->request));
   }
 
-  static void Refuse(H2Session::Stream* s, int status, std::string message) {
+  static void Refuse(H2Session* self, H2Session::Stream* s, int status, std::string message) {
     if (s->request.refuse_status != 0) return;
     s->request.refuse_status = status;
     s->request.refuse_message = std::move(message);
+    self->receiving_ -= s->request.body.size();
     s->request.body.clear();
     s->request.body.shrink_to_fit();
   }
@@ -53,7 +55,7 @@ struct H2Glue {
     if (s == nullptr || s->reported) return 0;  // trailer fields of a refused request
     s->header_bytes += namelen + valuelen + 32;
     if (s->header_bytes > self->limits_.max_header_bytes) {
-      Refuse(s, 431, "request headers are too large");
+      Refuse(self, s, 431, "request headers are too large");
     }
     if (s->request.refuse_status != 0) return 0;
     const std::string_view n(reinterpret_cast<const char*>(name), namelen);
@@ -62,7 +64,7 @@ struct H2Glue {
       s->request.method = v;
     } else if (n == ":path") {
       if (v.size() > self->limits_.max_url_bytes) {
-        Refuse(s, 414, "request URL is too long");
+        Refuse(self, s, 414, "request URL is too long");
         return 0;
       }
       s->request.target = v;
@@ -83,11 +85,19 @@ struct H2Glue {
     if (s == nullptr || s->reported) return 0;  // dropped; the window is still given back
     if (s->request.refuse_status != 0) return 0;
     if (s->request.body.size() + len > self->limits_.max_body_bytes) {
-      Refuse(s, 413, "request body is larger than the server's limit");
+      Refuse(self, s, 413, "request body is larger than the server's limit");
       Report(self, s);  // answered now; what follows is dropped
       return 0;
     }
+    if (self->receiving_ + len > self->limits_.max_connection_body_bytes) {
+      Refuse(self, s, 503,
+             "the request bodies this connection is sending at once pass the server's limit; "
+             "send fewer at a time");
+      Report(self, s);
+      return 0;
+    }
     s->request.body.append(reinterpret_cast<const char*>(data), len);
+    self->receiving_ += len;
     return 0;
   }
 
@@ -108,6 +118,8 @@ struct H2Glue {
     auto it = self->streams_.find(stream_id);
     if (it == self->streams_.end()) return 0;
     const bool reported = it->second->reported;
+    self->queued_ -= it->second->queue.size() - it->second->sent;
+    if (!reported) self->receiving_ -= it->second->request.body.size();
     self->streams_.erase(it);
     if (reported && self->callbacks_.on_stream_closed) self->callbacks_.on_stream_closed(stream_id);
     return 0;
@@ -115,11 +127,13 @@ struct H2Glue {
 
   static ssize_t ReadData(nghttp2_session*, int32_t stream_id, uint8_t* buf, size_t length,
                           uint32_t* flags, nghttp2_data_source*, void* user) {
-    H2Session::Stream* s = H2Session::Of(user)->Find(stream_id);
+    H2Session* self = H2Session::Of(user);
+    H2Session::Stream* s = self->Find(stream_id);
     if (s == nullptr) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     const size_t n = std::min(length, s->queue.size() - s->sent);
     if (n > 0) std::memcpy(buf, s->queue.data() + s->sent, n);
     s->sent += n;
+    self->queued_ -= n;
     if (s->sent == s->queue.size()) {
       s->queue.clear();
       s->sent = 0;
@@ -149,10 +163,13 @@ H2Session::H2Session(const H2Limits& limits, Callbacks callbacks)
   const int rv = nghttp2_session_server_new(&session_, cbs, this);
   nghttp2_session_callbacks_del(cbs);
   if (rv != 0) throw std::bad_alloc();
+  // Stated rather than left to defaults: each stream may have at most 64 KiB of request body in
+  // flight unacknowledged (the protocol's initial window), and the connection as much.
   const nghttp2_settings_entry settings[] = {
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS,
        static_cast<uint32_t>(limits_.max_concurrent_streams)},
       {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, static_cast<uint32_t>(limits_.max_header_bytes)},
+      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, NGHTTP2_INITIAL_WINDOW_SIZE},
   };
   nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings));
 }
@@ -236,6 +253,8 @@ bool H2Session::Respond(int32_t stream_id, int status,
   add(":status", status_text);
   for (const auto& [name, value] : fields) add(name, value);
   const bool has_body = streaming || !body.empty();
+  queued_ -= s->queue.size() - s->sent;
+  queued_ += body.size();
   s->queue = std::move(body);
   s->sent = 0;
   s->eof = !streaming;
@@ -250,6 +269,7 @@ bool H2Session::Append(int32_t stream_id, std::string_view data) {
   Stream* s = Find(stream_id);
   if (s == nullptr || s->eof) return false;
   s->queue.append(data);
+  queued_ += data.size();
   if (s->deferred) {
     s->deferred = false;
     nghttp2_session_resume_data(session_, stream_id);

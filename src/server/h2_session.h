@@ -8,7 +8,9 @@
 // by nghttp2 with RST_STREAM REFUSED_STREAM); a request whose header fields (name and value
 // bytes plus 32 per field, as RFC 9113 6.5.2 counts them) pass max_header_bytes is reported
 // refused with 431, one whose :path passes max_url_bytes with 414, one whose body passes
-// max_body_bytes with 413 (its further DATA is dropped, still acknowledged for flow control).
+// max_body_bytes with 413 (its further DATA is dropped, still acknowledged for flow control),
+// one whose DATA would take the bodies being received on the connection past
+// max_connection_body_bytes with 503.
 // What a response has not sent yet waits in its stream's queue; the peer's flow-control
 // windows decide when it leaves (Queued tells how much waits, so a live response can hold back).
 //
@@ -38,6 +40,10 @@ struct H2Limits {
   size_t max_header_bytes = 16u << 10;
   size_t max_url_bytes = 8u << 10;
   size_t max_body_bytes = 64u << 20;
+  // Request bodies being received on one connection, together: a DATA frame that would pass it
+  // refuses its request with 503 (so a connection holds no more request bytes than one
+  // HTTP/1.1 connection may, however many streams it opens).
+  size_t max_connection_body_bytes = 64u << 20;
 };
 
 // A request as it arrived on a stream: method, raw target (:path), authority, header fields
@@ -50,7 +56,7 @@ struct H2Request {
   std::string authority;
   std::map<std::string, std::string> headers;
   std::string body;
-  int refuse_status = 0;  // 0, or 413, 414, 431
+  int refuse_status = 0;  // 0, or 413, 414, 431, 503
   std::string refuse_message;
 };
 
@@ -98,6 +104,8 @@ class H2Session {
   void Reset(int32_t stream_id, uint32_t error_code);
   // Bytes of a response waiting in its queue (for the peer's window); 0 for a gone stream.
   size_t Queued(int32_t stream_id) const;
+  // Bytes of every open stream's response waiting in its queue.
+  size_t QueuedTotal() const { return queued_; }
   // Whether the stream is open (not closed nor reset).
   bool Open(int32_t stream_id) const;
   // Starts a graceful shutdown: GOAWAY, no new streams; open ones finish.
@@ -118,6 +126,8 @@ class H2Session {
   Callbacks callbacks_;
   nghttp2_session* session_ = nullptr;
   std::map<int32_t, std::unique_ptr<Stream>> streams_;
+  size_t queued_ = 0;     // the sum of Queued over streams_
+  size_t receiving_ = 0;  // the request bodies of streams_ not reported yet
   bool failed_ = false;
 
   friend struct H2Glue;

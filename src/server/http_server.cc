@@ -355,9 +355,30 @@ struct H2Conn {
   const std::chrono::steady_clock::time_point opened = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_activity = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point write_started;
+  // The connection's answer budget (ServerOptions::http2_connection_buffer): bytes reserved by
+  // streams about to produce an answer, by stream, and their sum; with the bytes queued in the
+  // session they may not pass the budget. Streams waiting for room park a timer in
+  // `room_waiters`, cancelled whenever room may have freed.
+  std::map<int32_t, size_t> reservations;
+  size_t reserved = 0;
+  std::vector<net::steady_timer*> room_waiters;
 
   void Kick() {
     if (writer_waiting) signal.cancel();
+  }
+  // Bytes counted against the budget: queued answers and reservations.
+  size_t Buffered() const { return session->QueuedTotal() + reserved; }
+  // Drops a stream's reservation (its answer is queued now, or it waits for records); wakes
+  // the streams waiting for room.
+  void Release(int32_t id) {
+    auto it = reservations.find(id);
+    if (it == reservations.end()) return;
+    reserved -= it->second;
+    reservations.erase(it);
+    RoomMayHaveFreed();
+  }
+  void RoomMayHaveFreed() {
+    for (net::steady_timer* t : room_waiters) t->cancel();
   }
   // Wakes a stream's live reader as gone (its stream was reset or the connection closed).
   void HangUp(int32_t id) {
@@ -373,6 +394,7 @@ struct H2Conn {
   void Close() {
     if (closed) return;
     closed = true;
+    RoomMayHaveFreed();
     for (auto& [id, weak] : wakers) {
       if (auto w = weak.lock()) {
         w->hung_up = true;
@@ -1043,11 +1065,19 @@ class HttpServer::Impl {
     BeginLiveWait(stream, waker);
     for (;;) {
       // Read after subscribing, so an append between the first read and the subscription wakes.
+      // On HTTP/2 each read first takes room in the connection's answer budget.
+      if constexpr (std::is_same_v<Stream, H2Stream>) {
+        if (!co_await ReserveAnswer(stream, /*read=*/true)) break;
+      }
       chunk = co_await StoreCall(read);
       if (chunk.gone || !chunk.records.empty() || chunk.closed) break;
       if (!subscription.ok()) break;
+      if constexpr (std::is_same_v<Stream, H2Stream>) stream.conn->Release(stream.id);
       if (!co_await WaitForHint(*waker, deadline)) {
         if (waker->hung_up) break;  // nobody to answer; the write fails and ends the session
+        if constexpr (std::is_same_v<Stream, H2Stream>) {
+          if (!co_await ReserveAnswer(stream, /*read=*/true)) break;
+        }
         chunk = co_await StoreCall(read);
         break;
       }
@@ -1072,8 +1102,58 @@ class HttpServer::Impl {
   static void BeginLiveWait(H2Stream& stream, const std::shared_ptr<Waker>& waker) {
     if (stream.conn->closed || !stream.conn->session->Open(stream.id)) waker->hung_up = true;
     stream.conn->wakers[stream.id] = waker;
+    stream.conn->Release(stream.id);  // a waiting reader holds no answer
   }
   static void EndLiveWait(H2Stream& stream, Waker&) { stream.conn->wakers.erase(stream.id); }
+
+  // The connection's answer budget (ServerOptions::http2_connection_buffer): before an HTTP/2
+  // stream produces an answer it reserves room for it (a read the largest answer a read makes,
+  // max_read_bytes, plus kH2SmallAnswer for its head and framing; anything else
+  // kH2SmallAnswer), waiting while the connection's queued answers and reservations leave no
+  // room, at most request_timeout_ms. The reservation ends when the answer is queued (then the
+  // queued bytes count) or the stream waits for records. A connection with nothing buffered
+  // always has room, so one answer larger than the budget still goes. False when the stream or
+  // connection went away or the wait timed out. HTTP/1.1 has one answer at a time on a
+  // connection, and nothing to reserve.
+  static constexpr size_t kH2SmallAnswer = 64u << 10;
+  net::awaitable<bool> ReserveAnswer(H2Stream& stream, bool read) {
+    H2Conn& conn = *stream.conn;
+    if (conn.closed) co_return false;
+    if (conn.reservations.contains(stream.id)) co_return true;
+    const size_t want = (read ? service_.options().max_read_bytes : size_t{0}) + kH2SmallAnswer;
+    const size_t budget = options_.http2_connection_buffer;
+    const auto give_up =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.request_timeout_ms);
+    bool counted = false;
+    net::steady_timer timer(stream.get_executor());
+    for (;;) {
+      if (conn.closed || !conn.session->Open(stream.id)) co_return false;
+      const size_t buffered = conn.Buffered();
+      if (buffered == 0 || buffered + want <= budget) break;
+      if (std::chrono::steady_clock::now() >= give_up) {
+        metrics_.CountHttp2BudgetRefusal();
+        co_return false;
+      }
+      if (!counted) {
+        counted = true;
+        metrics_.CountHttp2BudgetWait();
+      }
+      timer.expires_at(give_up);
+      // Registered while it waits, and unregistered also when the coroutine is destroyed
+      // suspended (the server stopping), so the connection never keeps a dangling timer.
+      struct Parked {
+        H2Conn& conn;
+        net::steady_timer* timer;
+        ~Parked() { std::erase(conn.room_waiters, timer); }
+      } parked{conn, &timer};
+      conn.room_waiters.push_back(&timer);
+      boost::system::error_code ec;
+      co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));
+    }
+    conn.reservations[stream.id] = want;
+    conn.reserved += want;
+    co_return true;
+  }
 
   template <typename Stream>
   net::awaitable<bool> LongPoll(Stream& stream, ReadState state, bool keep_alive) {
@@ -1264,6 +1344,7 @@ class HttpServer::Impl {
   struct PendingUpgrade {
     std::optional<HttpRequest> request;
     std::string settings;  // the decoded HTTP2-Settings payload
+    std::string target;    // as sent, for the access log
     beast::flat_buffer rest;
   };
   // Whether a request asks for h2c by Upgrade (RFC 7540 3.2): `Upgrade` lists h2c, `Connection`
@@ -1674,7 +1755,8 @@ class HttpServer::Impl {
         if (ec) co_return;
         stream.expires_never();
         co_await ServeH2(std::make_shared<H2Conn>(stream.release_socket()), std::move(upgrade.rest),
-                         std::move(upgrade.request), std::move(upgrade.settings));
+                         std::move(upgrade.request), std::move(upgrade.settings),
+                         std::move(upgrade.target));
         co_return;
       }
     }
@@ -1863,6 +1945,7 @@ class HttpServer::Impl {
           if (options_.http2 && WantsH2cUpgrade(request)) {
             if (auto settings = Base64UrlDecode(*request.Header("http2-settings"))) {
               upgrade->settings = std::move(*settings);
+              upgrade->target = std::string(req.target());
               upgrade->request = std::move(request);
               upgrade->rest = std::move(buffer);
               in_flight_.fetch_sub(1);
@@ -1896,6 +1979,7 @@ class HttpServer::Impl {
     limits.max_header_bytes = options_.max_header_bytes;
     limits.max_url_bytes = options_.max_url_bytes;
     limits.max_body_bytes = options_.max_body_bytes;
+    limits.max_connection_body_bytes = options_.max_body_bytes;
     return limits;
   }
 
@@ -1913,9 +1997,11 @@ class HttpServer::Impl {
     metrics_.AddBytesOut(body.size());
     metrics_.CountRequest(route, method, response.status);
     metrics_.CountHttp2Request();
+    if (options_.access_log) AccessScope::Record(&stream, response.status, body.size());
     if (!stream.conn->closed) {
       stream.conn->session->Respond(stream.id, response.status, response.headers, std::move(body),
                                     /*streaming=*/false);
+      stream.conn->Release(stream.id);  // the queued answer counts from now on
       stream.conn->Kick();
     }
     co_return false;
@@ -1936,6 +2022,7 @@ class HttpServer::Impl {
     conn->Kick();
     metrics_.CountRequest(label, "GET", 200);
     metrics_.CountHttp2Request();
+    if (options_.access_log) AccessScope::Record(&stream, 200, 0);
     auto waker = NewWaker(stream.get_executor());
     waker->sse = options_.access != nullptr;
     BeginLiveWait(stream, waker);
@@ -1967,7 +2054,12 @@ class HttpServer::Impl {
           break;
         }
       }
+      if (!co_await ReserveAnswer(stream, /*read=*/true)) {
+        reset = !gone();
+        break;
+      }
       SseStep step = co_await StoreCall(read);
+      conn->Release(stream.id);  // what the step appends counts as queued
       if (gone()) break;
       if (step.gone) {
         if (!step.error.ok()) conn->session->Append(stream.id, StreamService::SseError(step.error));
@@ -1977,6 +2069,7 @@ class HttpServer::Impl {
         std::string event = step.data ? *step.data : std::string();
         event += service_.SseControl(state, step);
         metrics_.AddBytesOut(event.size());
+        if (options_.access_log) AccessScope::Record(&stream, 0, event.size());
         if (!conn->session->Append(stream.id, event)) break;
         conn->Kick();
         first = false;
@@ -2025,6 +2118,9 @@ class HttpServer::Impl {
   // One request on an HTTP/2 stream, through the same handling as on HTTP/1.1.
   net::awaitable<void> H2Handle(std::shared_ptr<H2Conn> conn, H2Request in) {
     H2Stream stream{conn, in.stream_id};
+    // The stream's access log line, written once its answer (or SSE response) is done.
+    AccessScope access(options_.access_log.get(), &stream, conn->busy ? "-" : in.method, in.target,
+                       "HTTP/2");
     in_flight_.fetch_add(1);
     if (conn->busy) {
       HttpResponse r =
@@ -2042,6 +2138,7 @@ class HttpServer::Impl {
       HttpResponse r =
           StreamService::ErrorResponse(Status::ResourceExhausted(std::move(in.refuse_message)));
       r.status = in.refuse_status;
+      if (r.status == 503) r.Set("Retry-After", "1");
       co_await Write(stream, std::move(r), false, false, "other", in.method);
     } else {
       HttpRequest request;
@@ -2054,10 +2151,18 @@ class HttpServer::Impl {
       if (auto bad = FillTarget(in.target, &request)) {
         co_await Write(stream, StreamService::ErrorResponse(Status::InvalidArgument(*bad)), false,
                        false, "other", request.method);
+      } else if (!co_await ReserveAnswer(stream, request.method == "GET")) {
+        // No room in the connection's answer budget within request_timeout_ms: refused
+        // unprocessed (REFUSED_STREAM), so the client may retry it.
+        if (!conn->closed) {
+          conn->session->Reset(stream.id, /*REFUSED_STREAM*/ 0x7);
+          conn->Kick();
+        }
       } else {
         co_await H2Run(stream, std::move(request));
       }
     }
+    conn->Release(stream.id);
     in_flight_.fetch_sub(1);
   }
 
@@ -2072,10 +2177,15 @@ class HttpServer::Impl {
   }
 
   // The request that upgraded an HTTP/1.1 connection, answered on stream 1.
-  net::awaitable<void> H2HandleUpgraded(std::shared_ptr<H2Conn> conn, HttpRequest request) {
+  net::awaitable<void> H2HandleUpgraded(std::shared_ptr<H2Conn> conn, HttpRequest request,
+                                        std::string target) {
     H2Stream stream{conn, 1};
+    AccessScope access(options_.access_log.get(), &stream, request.method, target, "HTTP/2");
     in_flight_.fetch_add(1);
-    co_await H2Run(stream, std::move(request));
+    if (co_await ReserveAnswer(stream, request.method == "GET")) {
+      co_await H2Run(stream, std::move(request));
+    }
+    conn->Release(stream.id);
     in_flight_.fetch_sub(1);
   }
 
@@ -2095,6 +2205,7 @@ class HttpServer::Impl {
         conn->writer_waiting = false;
         continue;
       }
+      conn->RoomMayHaveFreed();  // what Collect took left the queues
       conn->writing = true;
       conn->write_started = std::chrono::steady_clock::now();
       co_await conn->WriteAll(net::buffer(out), ec);
@@ -2143,10 +2254,11 @@ class HttpServer::Impl {
 
   // Serves an HTTP/2 connection whose first bytes (of the preface, at least) are in `buffer`.
   // `upgraded`: the HTTP/1.1 request that asked for `Upgrade: h2c`, with its decoded
-  // HTTP2-Settings in `settings`.
+  // HTTP2-Settings in `settings` and its target as sent in `upgraded_target`.
   net::awaitable<void> ServeH2(std::shared_ptr<H2Conn> conn, beast::flat_buffer buffer,
                                std::optional<HttpRequest> upgraded = std::nullopt,
-                               std::string settings = std::string()) {
+                               std::string settings = std::string(),
+                               std::string upgraded_target = std::string()) {
     metrics_.ConnectionOpened();
     metrics_.Http2ConnectionOpened();
     std::weak_ptr<H2Conn> weak = conn;
@@ -2161,7 +2273,10 @@ class HttpServer::Impl {
         net::co_spawn(c->executor(), H2Handle(c, std::move(request)), net::detached);
       });
     };
-    callbacks.on_stream_closed = [raw](int32_t id) { raw->HangUp(id); };
+    callbacks.on_stream_closed = [raw](int32_t id) {
+      raw->HangUp(id);
+      raw->RoomMayHaveFreed();  // its queue is gone
+    };
     conn->session.emplace(MakeH2Limits(), std::move(callbacks));
     auto ex = conn->executor();
     if (upgraded) {
@@ -2171,7 +2286,8 @@ class HttpServer::Impl {
         metrics_.ConnectionClosed();
         co_return;
       }
-      net::co_spawn(ex, H2HandleUpgraded(conn, std::move(*upgraded)), net::detached);
+      net::co_spawn(ex, H2HandleUpgraded(conn, std::move(*upgraded), std::move(upgraded_target)),
+                    net::detached);
     }
     net::co_spawn(ex, H2Writer(conn), net::detached);
     net::co_spawn(ex, H2Watchdog(conn), net::detached);

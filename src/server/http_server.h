@@ -48,13 +48,15 @@
 // no further while 256 KiB wait for its window, and is reset when none of it leaves within
 // request_timeout_ms. A reset stream releases its live reader at once. At most
 // http2_max_streams streams are open per connection; header fields count against
-// max_header_bytes (431), :path against max_url_bytes (414), DATA against max_body_bytes (413).
+// max_header_bytes (431), :path against max_url_bytes (414), DATA against max_body_bytes (413),
+// and the bodies one connection sends at once against max_body_bytes too (503).
 // A connection with no open stream for idle_timeout_ms, or with a request not received whole
-// or a write not finished within request_timeout_ms, is closed; each open stream may hold a
-// whole answer (up to max_read_bytes of records) waiting for the peer's window; Stop() sends
-// GOAWAY. An h2 connection beyond the cap gets 503 on its requests, then GOAWAY. On the plain port,
-// an HTTP/1.1 request asking for `Upgrade: h2c` (with HTTP2-Settings) gets 101 and its answer on
-// stream 1 of the HTTP/2 connection the socket turns into.
+// or a write not finished within request_timeout_ms, is closed; the answers waiting for the
+// peer's window on one connection stay within http2_connection_buffer (a stream that would pass
+// it waits, then is refused); Stop() sends GOAWAY. An h2 connection beyond the cap gets 503 on its
+// requests, then GOAWAY. On the plain port, an HTTP/1.1 request asking for `Upgrade: h2c` (with
+// HTTP2-Settings) gets 101 and its answer on stream 1 of the HTTP/2 connection the socket turns
+// into.
 //
 // Lifecycle: Start() binds and listens; Run() serves on the calling thread plus threads - 1
 // more, and returns after Stop() has drained: Stop() stops accepting, ends live readers,
@@ -121,6 +123,11 @@ struct ServerOptions {
   bool http2 = true;
   // Streams one HTTP/2 connection may have open at a time (SETTINGS_MAX_CONCURRENT_STREAMS).
   size_t http2_max_streams = 100;
+  // Bytes of answers one HTTP/2 connection may hold for the peer's flow-control window,
+  // queued or reserved by streams about to answer (a read reserves max_read_bytes): a stream
+  // that would pass it waits, and is refused with RST_STREAM REFUSED_STREAM when no room comes
+  // within request_timeout_ms. A connection holding nothing may always take one answer.
+  size_t http2_connection_buffer = 8u << 20;
   // A TLS connection must complete its handshake within this long, else it is closed.
   uint64_t tls_handshake_timeout_ms = 10000;
   // Where stream requests make their store calls (lookups, reads, HEAD, listings): on the

@@ -44,6 +44,18 @@ std::string Metrics::Render() const {
     out += "# TYPE runnel_http2_connections gauge\n";
     out += fmt::format("runnel_http2_connections {}\n",
                        http2_connections_.load(std::memory_order_relaxed));
+    out +=
+        "# HELP runnel_http2_budget_waits_total HTTP/2 streams that waited for room in their "
+        "connection's answer budget.\n";
+    out += "# TYPE runnel_http2_budget_waits_total counter\n";
+    out += fmt::format("runnel_http2_budget_waits_total {}\n",
+                       http2_budget_waits_.load(std::memory_order_relaxed));
+    out +=
+        "# HELP runnel_http2_budget_refusals_total HTTP/2 streams refused because their "
+        "connection's answer budget had no room in time.\n";
+    out += "# TYPE runnel_http2_budget_refusals_total counter\n";
+    out += fmt::format("runnel_http2_budget_refusals_total {}\n",
+                       http2_budget_refusals_.load(std::memory_order_relaxed));
   }
   out += "# HELP runnel_append_latency_seconds Append latency until the commit is acknowledged.\n";
   out += "# TYPE runnel_append_latency_seconds histogram\n";

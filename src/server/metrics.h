@@ -29,6 +29,10 @@ class Metrics {
   // An HTTP/2 connection opened or closed (counted as a connection too).
   void Http2ConnectionOpened() { http2_connections_.fetch_add(1, std::memory_order_relaxed); }
   void Http2ConnectionClosed() { http2_connections_.fetch_sub(1, std::memory_order_relaxed); }
+  // An HTTP/2 stream waited for room in its connection's answer budget; one refused
+  // (REFUSED_STREAM, or its live read ended) when none came in time.
+  void CountHttp2BudgetWait() { http2_budget_waits_.fetch_add(1, std::memory_order_relaxed); }
+  void CountHttp2BudgetRefusal() { http2_budget_refusals_.fetch_add(1, std::memory_order_relaxed); }
   // Latency of one append, from request parsed to commit acknowledged.
   void ObserveAppendLatency(uint64_t micros);
   void AddBytesIn(uint64_t n) { bytes_in_.fetch_add(n, std::memory_order_relaxed); }
@@ -62,6 +66,8 @@ class Metrics {
 
   std::atomic<uint64_t> http2_requests_{0};
   std::atomic<int64_t> http2_connections_{0};
+  std::atomic<uint64_t> http2_budget_waits_{0};
+  std::atomic<uint64_t> http2_budget_refusals_{0};
   std::atomic<uint64_t> bytes_in_{0};
   std::atomic<uint64_t> bytes_out_{0};
   std::atomic<int64_t> live_readers_{0};

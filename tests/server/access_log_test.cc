@@ -38,17 +38,22 @@ class AccessLogTest : public ::testing::Test {
   std::string path_;
 };
 
-TEST_F(AccessLogTest, TextLineHasMethodTargetStatusBytesAndDuration) {
+TEST_F(AccessLogTest, TextLineHasMethodTargetProtocolStatusBytesAndDuration) {
   AccessEntry e;
   e.method = "GET";
   e.target = "/v1/stream/a?offset=-1";
   e.status = 200;
   e.bytes = 1532;
   const std::chrono::system_clock::time_point t{std::chrono::milliseconds(1796511961123)};
+  EXPECT_EQ(
+      AccessLog::FormatLine(LogFormat::kText, e, t, 412),
+      "2026-12-05T23:06:01.123Z ACCESS GET /v1/stream/a?offset=-1 HTTP/1.1 200 1532 0.412ms\n");
+  EXPECT_EQ(
+      AccessLog::FormatLine(LogFormat::kText, e, t, 2000123),
+      "2026-12-05T23:06:01.123Z ACCESS GET /v1/stream/a?offset=-1 HTTP/1.1 200 1532 2000.123ms\n");
+  e.protocol = "HTTP/2";
   EXPECT_EQ(AccessLog::FormatLine(LogFormat::kText, e, t, 412),
-            "2026-12-05T23:06:01.123Z ACCESS GET /v1/stream/a?offset=-1 200 1532 0.412ms\n");
-  EXPECT_EQ(AccessLog::FormatLine(LogFormat::kText, e, t, 2000123),
-            "2026-12-05T23:06:01.123Z ACCESS GET /v1/stream/a?offset=-1 200 1532 2000.123ms\n");
+            "2026-12-05T23:06:01.123Z ACCESS GET /v1/stream/a?offset=-1 HTTP/2 200 1532 0.412ms\n");
 }
 
 TEST_F(AccessLogTest, JsonLineIsValidJsonWithEveryField) {
@@ -57,12 +62,14 @@ TEST_F(AccessLogTest, JsonLineIsValidJsonWithEveryField) {
   e.target = "/v1/stream/\x01\xff\"x";
   e.status = 404;
   e.bytes = 7;
+  e.protocol = "HTTP/2";
   const std::string line =
       AccessLog::FormatLine(LogFormat::kJson, e, std::chrono::system_clock::now(), 1500);
   ASSERT_EQ(line.find('\n'), line.size() - 1);
   const auto j = nlohmann::json::parse(line, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << line;
   EXPECT_EQ(j["method"], "PO\"ST");
+  EXPECT_EQ(j["protocol"], "HTTP/2");
   EXPECT_EQ(j["status"], 404);
   EXPECT_EQ(j["bytes"], 7);
   EXPECT_DOUBLE_EQ(j["duration_ms"].get<double>(), 1.5);
@@ -127,12 +134,13 @@ TEST_F(AccessLogTest, OpenAppendsAndNamesAFileItCannotOpen) {
   }
   const std::vector<std::string> lines = ReadLines(path_);
   ASSERT_EQ(lines.size(), 2u);
-  // "<time>Z ACCESS GET /y 200 1 <ms>.<3 digits>ms"
+  // "<time>Z ACCESS GET /y HTTP/1.1 200 1 <ms>.<3 digits>ms"
   const std::string& line = lines[1];
-  const size_t z = line.find("Z ACCESS GET /y 200 1 ");
+  constexpr std::string_view kFields = "Z ACCESS GET /y HTTP/1.1 200 1 ";
+  const size_t z = line.find(kFields);
   ASSERT_NE(z, std::string::npos) << line;
   EXPECT_EQ(line.find(' '), z + 1) << line;
-  std::string_view ms = std::string_view(line).substr(z + 22);
+  std::string_view ms = std::string_view(line).substr(z + kFields.size());
   ASSERT_TRUE(ms.ends_with("ms")) << line;
   ms.remove_suffix(2);
   const size_t dot = ms.find('.');

@@ -217,7 +217,9 @@ expect_eq "$(json_field delivered "$out")" "60" "bench sse delivers every append
 expect_eq "$(json_field complete "$out")" "20" "bench sse: every reader saw every append"
 expect_eq "$(json_field ok "$out")" "true" "bench sse ok"
 expect_rc 4 "$R" bench append notes -s 0.2 -t application/json   # exists as text/plain
-expect_rc 2 "$R" bench append --url https://127.0.0.1:1 -s 0.2
+expect_rc 2 "$R" bench append --url ftp://127.0.0.1:1 -s 0.2
+expect_rc 2 "$R" bench append --url http://127.0.0.1:1 --cacert /dev/null -s 0.2
+expect_rc 5 "$R" bench append --url https://127.0.0.1:1 -s 0.2
 expect_rc 2 "$R" bench append -c 0
 expect_rc 2 "$R" bench append --size 0
 expect_rc 5 "$R" bench append --url http://127.0.0.1:1 -s 0.2

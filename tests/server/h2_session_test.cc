@@ -68,7 +68,35 @@ class Client {
                                   body != nullptr ? &provider : nullptr, nullptr);
   }
 
+  // Opens a request whose body follows in parts (SendData).
+  int32_t OpenUpload(std::vector<std::pair<std::string, std::string>> fields) {
+    std::vector<nghttp2_nv> nva;
+    for (auto& [n, v] : fields) {
+      nva.push_back({reinterpret_cast<uint8_t*>(n.data()), reinterpret_cast<uint8_t*>(v.data()),
+                     n.size(), v.size(), NGHTTP2_NV_FLAG_NONE});
+    }
+    return nghttp2_submit_headers(session, NGHTTP2_FLAG_NONE, -1, nullptr, nva.data(), nva.size(),
+                                  nullptr);
+  }
+  // Queues `bytes` of an upload's body once its HEADERS (or its last part) went out; `end` ends
+  // the request.
+  void SendData(int32_t id, const std::string& bytes, bool end) {
+    parts[id] = bytes;
+    nghttp2_data_provider provider{};
+    provider.read_callback = [](nghttp2_session*, int32_t stream_id, uint8_t* buf, size_t length,
+                                uint32_t* flags, nghttp2_data_source*, void* user) -> ssize_t {
+      std::string& part = static_cast<Client*>(user)->parts[stream_id];
+      const size_t n = std::min(length, part.size());
+      std::copy_n(part.data(), n, buf);
+      part.erase(0, n);
+      if (part.empty()) *flags |= NGHTTP2_DATA_FLAG_EOF;
+      return static_cast<ssize_t>(n);
+    };
+    nghttp2_submit_data(session, end ? NGHTTP2_FLAG_END_STREAM : NGHTTP2_FLAG_NONE, id, &provider);
+  }
+
   nghttp2_session* session = nullptr;
+  std::map<int32_t, std::string> parts;
   std::string pending_body;
   std::map<int32_t, std::map<std::string, std::string>> headers;
   std::map<int32_t, std::string> bodies;
@@ -82,6 +110,7 @@ class H2SessionTest : public ::testing::Test {
     limits.max_body_bytes = 100;
     limits.max_header_bytes = 1024;
     limits.max_url_bytes = 64;
+    limits.max_connection_body_bytes = 150;
     H2Session::Callbacks callbacks;
     callbacks.on_request = [this](H2Request r) { requests.push_back(std::move(r)); };
     callbacks.on_stream_closed = [this](int32_t id) { closed.push_back(id); };
@@ -163,6 +192,69 @@ TEST_F(H2SessionTest, StreamsAnAnswerAsItIsAppended) {
   EXPECT_EQ(client.bodies[id], "one two");
   EXPECT_TRUE(client.closed[id]);
   EXPECT_FALSE(server->Append(id, "late"));
+}
+
+TEST_F(H2SessionTest, QueuedTotalCountsEveryStreamsAnswerUntilItLeavesOrTheStreamCloses) {
+  const int32_t a = client.Request(Get("/a"));
+  const int32_t b = client.Request(Get("/b"));
+  const int32_t c = client.Request(Get("/c"));
+  Pump();
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_EQ(server->QueuedTotal(), 0u);
+  ASSERT_TRUE(server->Respond(a, 200, {}, std::string(200000, 'a'), false));
+  ASSERT_TRUE(server->Respond(b, 200, {}, "", true));
+  ASSERT_TRUE(server->Append(b, std::string(1000, 'b')));
+  ASSERT_TRUE(server->Respond(c, 200, {}, std::string(300000, 'c'), false));
+  EXPECT_EQ(server->QueuedTotal(), 501000u);
+  EXPECT_EQ(server->Queued(a) + server->Queued(b) + server->Queued(c), 501000u);
+  // The client resets c before any of it left: its queue is dropped with the stream.
+  nghttp2_submit_rst_stream(client.session, NGHTTP2_FLAG_NONE, c, NGHTTP2_CANCEL);
+  Pump();
+  EXPECT_EQ(client.bodies[a].size(), 200000u);
+  EXPECT_EQ(client.bodies[b].size(), 1000u);
+  EXPECT_LT(client.bodies[c].size(), 300000u);
+  EXPECT_FALSE(server->Open(c));
+  EXPECT_EQ(server->QueuedTotal(), 0u);
+  ASSERT_TRUE(server->Append(b, "more"));
+  EXPECT_EQ(server->QueuedTotal(), 4u);
+  server->End(b);
+  Pump();
+  EXPECT_EQ(server->QueuedTotal(), 0u);
+  EXPECT_EQ(server->OpenStreams(), 0u);
+}
+
+TEST_F(H2SessionTest, BodiesReceivedAtOnceOnAConnectionStayWithinItsLimit) {
+  auto post = [](const std::string& path) {
+    return std::vector<std::pair<std::string, std::string>>{
+        {":method", "POST"}, {":scheme", "http"}, {":authority", "x"}, {":path", path}};
+  };
+  const int32_t a = client.OpenUpload(post("/a"));
+  const int32_t b = client.OpenUpload(post("/b"));
+  Pump();  // the HEADERS leave before any DATA may be submitted
+  client.SendData(a, std::string(80, 'a'), false);
+  Pump();
+  EXPECT_TRUE(requests.empty());  // a's body is still coming
+  // 80 bytes of b with a's 80 pass the connection's 150: b is refused, a goes on.
+  client.SendData(b, std::string(80, 'b'), false);
+  Pump();
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].stream_id, b);
+  EXPECT_EQ(requests[0].refuse_status, 503);
+  EXPECT_TRUE(requests[0].body.empty());
+  client.SendData(a, std::string(10, 'a'), true);
+  Pump();
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[1].stream_id, a);
+  EXPECT_EQ(requests[1].refuse_status, 0);
+  EXPECT_EQ(requests[1].body, std::string(90, 'a'));
+  // a was handed over: a new body of 90 fits again.
+  const int32_t c = client.OpenUpload(post("/c"));
+  Pump();
+  client.SendData(c, std::string(90, 'c'), true);
+  Pump();
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_EQ(requests[2].refuse_status, 0);
+  EXPECT_EQ(requests[2].body.size(), 90u);
 }
 
 TEST_F(H2SessionTest, AClientResetClosesTheStream) {

@@ -2,7 +2,7 @@
 # End-to-end test of `runnel serve --tls-cert/--tls-key`: a self-signed certificate generated
 # here with the openssl CLI, a real server (memory store) on a free loopback port, and curl
 # (--cacert) and the runnel CLI doing create, append, read, long-poll, SSE and a consumer
-# group's live forms over https. Also: a plain-HTTP request to the TLS port gets a clear 400 and the server keeps
+# group's live forms over https, and `runnel bench append|read|sse` over https. Also: a plain-HTTP request to the TLS port gets a clear 400 and the server keeps
 # serving; a client that never handshakes is closed after the handshake timeout; bad
 # certificate or key files fail start-up with a clear message and a non-zero exit; a connection
 # beyond --max-connections gets 503 with Retry-After after its handshake.
@@ -116,6 +116,33 @@ rc=$?
 set -e
 expect_eq "$rc" 5 "cli without --cacert"
 expect_has "$out" "certificate not trusted" "cli without --cacert"
+
+# runnel bench over https: the appends it counts are exactly the records the streams hold, a
+# catch-up read counts each round's bytes, SSE readers see every append; without --cacert the
+# self-signed server is refused before any load.
+json_field() { sed -E "s/.*\"$1\":([^,}]*).*/\1/" <<<"$2"; }
+held_records() {
+  "$R" describe "$1" --url "$url" --cacert "$cert" --json |
+    sed -E 's/.*"next_offset":"[0-9]*_0*([0-9]+)".*/\1/'
+}
+out="$("$R" bench append tload -c 4 -s 1 --streams 2 --size 10 --json --url "$url" --cacert "$cert")"
+expect_eq "$(json_field ok "$out")" "true" "bench append over https ok"
+appended="$(json_field appends "$out")"
+[[ "$appended" -gt 0 ]] || fail "bench append over https counted no appends: $out"
+expect_eq "$(( $(held_records tload-0) + $(held_records tload-1) ))" "$appended" \
+  "bench append over https: records held = appends counted"
+out="$(RUNNEL_CACERT="$cert" "$R" bench read tload-0 --rounds 2 --json --url "$url")"
+expect_eq "$(json_field bytes "$out")" "$(( $(held_records tload-0) * 10 * 2 ))" \
+  "bench read over https counts the stream's bytes per round"
+out="$("$R" bench sse tfan --readers 20 --appends 3 --json --url "$url" --cacert "$cert")"
+expect_eq "$(json_field delivered "$out")" "60" "bench sse over https delivers every append"
+expect_eq "$(json_field complete "$out")" "20" "bench sse over https: every reader saw every append"
+set +e
+out="$("$R" bench append tload -s 0.2 --url "$url" 2>&1)"
+rc=$?
+set -e
+expect_eq "$rc" 5 "bench without --cacert"
+expect_has "$out" "certificate not trusted" "bench without --cacert"
 
 # Plain HTTP to the TLS port: a clear 400, and the server keeps serving.
 plain="$(curl -sS --max-time 10 -w ' %{http_code}' "http://127.0.0.1:$port/healthz" || true)"
