@@ -557,7 +557,7 @@ TEST_F(LogWindowTest, BytesFarBeyondTheEndOfTheLogAreFoundAndZeroed) {
       << "the stray bytes survived the open";
 }
 
-TEST_F(LogDamageTest, CheckpointVersionsOneToThreeAreReadAndOthersRefused) {
+TEST_F(LogDamageTest, CheckpointVersionsOneToFourAreReadAndOthersRefused) {
   Populate(5);
   {
     auto store = OpenLogStore(SmallLogOptions(dir_.path()));
@@ -571,19 +571,19 @@ TEST_F(LogDamageTest, CheckpointVersionsOneToThreeAreReadAndOthersRefused) {
   };
   ASSERT_FALSE(checkpoint().empty());
   EXPECT_EQ(ReadFile(checkpoint()).substr(8, 4), std::string("\x02\0\0\0", 4));
-  // Version 3 (holes salvage left) has the same layout: a checkpoint without holes reads the
-  // same under it. Version 4 is unknown.
-  for (char version : {'\x01', '\x03', '\x04'}) {
+  // Versions 3 (holes salvage left) and 4 (records DropRecords removed) have the same layout:
+  // a checkpoint without either reads the same under them. Version 5 is unknown.
+  for (char version : {'\x01', '\x03', '\x04', '\x05'}) {
     SCOPED_TRACE(static_cast<int>(version));
     Poke(checkpoint(), 8, version);
     auto store = OpenLogStore(SmallLogOptions(dir_.path()));
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     auto notes = dynamic_cast<log::LogStore&>(**store).RecoveryNotes();
-    if (version != '\x04') {
+    if (version != '\x05') {
       for (const auto& note : notes) EXPECT_EQ(note.find("checkpoint"), std::string::npos) << note;
     } else {
       ASSERT_FALSE(notes.empty());
-      EXPECT_NE(notes[0].find("unsupported version 4"), std::string::npos) << notes[0];
+      EXPECT_NE(notes[0].find("unsupported version 5"), std::string::npos) << notes[0];
     }
     auto info = (*store)->GetStream("global", "s");
     ASSERT_TRUE(info.ok());

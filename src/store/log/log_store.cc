@@ -149,6 +149,8 @@ struct LogStore::Op {
   bool respect_cursors = false;
   // kDropRecords: the offsets named (ascending); the writer keeps those that hold a record.
   std::vector<uint64_t> offsets;
+  // kCheckpoint: the cleaner runs first (CleanNow).
+  bool clean = false;
   // kUpdate: the stream's retention is kept (the writer encodes it as it finds it).
   bool keep_retention = false;
   // Prepared by the writer.
@@ -1632,7 +1634,11 @@ void LogStore::WriterLoop() {
       CommitGroup(group, false);
       group.clear();
       if (op->kind == OpKind::kCheckpoint) {
-        op->status = WriteCheckpoint();
+        if (op->clean) {
+          PollBackgroundCheckpoint(true);  // the cleaner runs with no checkpoint under way
+          op->status = Clean();
+        }
+        if (op->status.ok()) op->status = WriteCheckpoint();
         FinishOp(*op);
         continue;
       }
@@ -3087,6 +3093,13 @@ std::vector<std::string> LogStore::RecoveryNotes() const {
 Status LogStore::CheckpointNow() {
   auto op = std::make_shared<Op>();
   op->kind = OpKind::kCheckpoint;
+  return Submit(op);
+}
+
+Status LogStore::CleanNow() {
+  auto op = std::make_shared<Op>();
+  op->kind = OpKind::kCheckpoint;
+  op->clean = true;
   return Submit(op);
 }
 

@@ -99,6 +99,8 @@ class LogStore final : public Store {
   size_t BatchRefsForTesting(StreamId id);
   // Writes a checkpoint now and deletes segments nothing needs any more.
   Status CheckpointNow();
+  // Runs the cleaner's pass now (as before a periodic checkpoint), then CheckpointNow.
+  Status CleanNow();
   // Numbers of the segment files currently in the directory.
   std::vector<uint64_t> SegmentNumbers() const;
   // Verifies every written segment now, without the rate limit, reporting damage as the
