@@ -202,7 +202,7 @@ Result<CheckReport> CheckLogDirectory(env::Env* env, const std::string& dir) {
         }
       } else if (f.type == FrameType::kAppendBatch) {
         AppendBatchHeader h;
-        if (!DecodeAppendBatch(f.body, &h, nullptr, nullptr)) {
+        if (!DecodeAppendBatch(f.body, &h, nullptr, nullptr) || h.source_len != 0) {
           problem = path + " at byte " + std::to_string(pos) +
                     ": malformed append batch of stream #" + std::to_string(id);
           break;

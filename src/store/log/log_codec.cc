@@ -327,6 +327,21 @@ void EncodeAppendBatch(std::string* dst, StreamId id, uint64_t first_offset, uin
   }
 }
 
+void EncodeCompactedBatch(std::string* dst, StreamId id, uint64_t first_offset, uint64_t ts,
+                          uint32_t source_len, const std::vector<AppendRecord>& records) {
+  PutU64(dst, id);
+  PutU64(dst, first_offset);
+  PutU64(dst, ts);
+  PutU32(dst, static_cast<uint32_t>(records.size()));
+  PutU8(dst, kBatchCompacted);
+  PutU32(dst, source_len);
+  for (const AppendRecord& r : records) {
+    PutU8(dst, r.key ? 1 : 0);
+    if (r.key) PutString(dst, *r.key);
+    PutString(dst, r.payload);
+  }
+}
+
 bool DecodeAppendBatch(std::string_view body, AppendBatchHeader* h,
                        std::vector<std::pair<uint32_t, uint32_t>>* sizes,
                        std::vector<StoredRecord>* records, uint64_t min_offset, size_t limit) {
@@ -334,8 +349,12 @@ bool DecodeAppendBatch(std::string_view body, AppendBatchHeader* h,
   uint8_t flags;
   if (!r.U64(&h->stream) || !r.U64(&h->first_offset) || !r.U64(&h->timestamp) ||
       !r.U32(&h->count) || !r.U8(&flags) ||
-      (flags & ~unsigned{kBatchClose | kBatchProducer | kBatchAttributes}) != 0) {
+      (flags & ~unsigned{kBatchClose | kBatchProducer | kBatchAttributes | kBatchCompacted}) != 0) {
     return false;
+  }
+  h->source_len = 0;
+  if (flags & kBatchCompacted) {
+    if (!r.U32(&h->source_len) || h->source_len < kFrameHeaderSize + kMinBodySize) return false;
   }
   h->close = flags & kBatchClose;
   h->producer.reset();
@@ -409,6 +428,7 @@ std::string DescribeFrame(FrameType type, std::string_view body) {
           " id=" + std::to_string(h.stream) + " first_offset=" + std::to_string(h.first_offset) +
           " ts=" + std::to_string(h.timestamp) + " count=" + std::to_string(h.count);
       if (h.close) out += " close";
+      if (h.source_len != 0) out += " compacted from " + std::to_string(h.source_len) + "B";
       if (h.attributes) out += " attributes=" + std::to_string(h.attributes->size()) + "B";
       if (h.producer) {
         out += " producer=" + h.producer->producer_id + "/" + std::to_string(h.producer->epoch) +

@@ -150,11 +150,17 @@ void EncodeAppendBatch(std::string* dst, StreamId id, uint64_t first_offset, uin
                        const std::optional<ProducerState>& producer,
                        const std::optional<std::string>& attributes = std::nullopt);
 
+// A compacted relocated batch (kBatchCompacted): `source_len` is the length of the frame it
+// replaces; `records` are the source's, those that are gone with empty payloads and no keys.
+void EncodeCompactedBatch(std::string* dst, StreamId id, uint64_t first_offset, uint64_t ts,
+                          uint32_t source_len, const std::vector<AppendRecord>& records);
+
 struct AppendBatchHeader {
   StreamId stream = 0;
   uint64_t first_offset = 0;
   uint64_t timestamp = 0;
   uint32_t count = 0;
+  uint32_t source_len = 0;  // kBatchCompacted: the replaced frame's length; 0 otherwise
   bool close = false;
   std::optional<ProducerState> producer;  // last_offset left 0
   std::optional<std::string> attributes;  // replaces the stream's attributes when set

@@ -89,7 +89,9 @@ enum class FrameType : uint8_t {
   kCheckpointMarker = 7,
   // The body of an append batch (type 4), copied unchanged by the cleaner out of an old
   // segment. Replay points the stream's index entry for that first offset at this frame (and
-  // ignores it when those records are gone by then); offsets do not change.
+  // ignores it when those records are gone by then); offsets do not change. A source frame
+  // holding records that are gone is copied compacted instead (flag kBatchCompacted): without
+  // its producer, attributes and close, the gone records' payloads and keys empty.
   kRelocatedBatch = 8,
   // u64 stream id, string consumer: the cursor is removed (Store::DeleteCursor). Binaries
   // that predate it refuse a segment holding one as damaged.
@@ -116,6 +118,11 @@ inline constexpr uint8_t kRetentionMaxBytes = 4;
 inline constexpr uint8_t kBatchClose = 1;
 inline constexpr uint8_t kBatchProducer = 2;
 inline constexpr uint8_t kBatchAttributes = 4;
+// Only in a relocated batch (kRelocatedBatch) the cleaner wrote for a frame holding records that
+// are gone (dropped or below the head): a u32 follows the flags, the length of the frame it
+// replaces, and those records are written with an empty payload and no key. Offsets and record
+// count are the source frame's.
+inline constexpr uint8_t kBatchCompacted = 8;
 
 }  // namespace runnel::log
 

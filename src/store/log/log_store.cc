@@ -1364,7 +1364,7 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
       AppendBatchHeader h;
       std::vector<std::pair<uint32_t, uint32_t>>& sizes = apply_sizes_;
       sizes.clear();
-      if (!DecodeAppendBatch(body, &h, &sizes, nullptr)) {
+      if (!DecodeAppendBatch(body, &h, &sizes, nullptr) || h.source_len != 0) {
         return Status::Corruption("malformed append-batch frame");
       }
       // The writer never passes the largest offset; a frame that would is damage (and salvage,
@@ -1499,18 +1499,20 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
       // A reference whose records were all dropped since stays dead.
       if (it->lost()) return Status::OK();
       // The frame is the first of its reference (the cleaner moves a reference's frames in
-      // order, and a relocated frame is exactly as long as the one it copies). When the
-      // reference holds more frames, the moved one is carved off the front and the rest stay
-      // where they are, so a cleaner cut short by a crash leaves every record reachable.
-      const uint32_t moved = std::min(len, it->len);
+      // order; a relocated frame is exactly as long as the one it copies, or names that length
+      // when it is compacted). When the reference holds more frames, the moved one is carved off
+      // the front and the rest stay where they are, so a cleaner cut short by a crash leaves
+      // every record reachable.
+      const uint32_t source = h.source_len != 0 ? h.source_len : len;
+      const uint32_t moved = std::min(source, it->len);
       auto old_seg = segments_.find(it->segment);
       if (old_seg != segments_.end()) {
         old_seg->second.live_bytes -= std::min<uint64_t>(moved, old_seg->second.live_bytes);
       }
       std::optional<BatchRef> rest;
-      if (len < it->len && h.count > 0) {
-        rest = BatchRef{h.first_offset + h.count, it->timestamp, it->segment, it->pos + len,
-                        it->len - len};
+      if (source < it->len && h.count > 0) {
+        rest = BatchRef{h.first_offset + h.count, it->timestamp, it->segment, it->pos + source,
+                        it->len - source};
       }
       it->segment = segment;
       it->pos = pos;
@@ -2597,7 +2599,45 @@ Status LogStore::Relocate(const std::vector<uint64_t>& victims) {
                                   std::to_string(item.stream) + ": live batch is unreadable");
       }
       std::string frame;
-      AppendFrame(&frame, FrameType::kRelocatedBatch, f.body);
+      // Records that are gone (dropped, or below the head) are not copied: their frame is
+      // written compacted, naming its source's length for the carving of its reference.
+      AppendBatchHeader h;
+      if (!DecodeAppendBatch(f.body, &h, nullptr, nullptr)) {
+        return Status::Corruption("segment " + SegmentName(item.segment) + " at byte " +
+                                  std::to_string(item.pos + at) + ", stream #" +
+                                  std::to_string(item.stream) + ": live batch is unreadable");
+      }
+      std::vector<bool> gone(h.count, false);
+      bool any_gone = false;
+      {
+        std::shared_lock lock(state_mu_);
+        if (const StreamState* s = FindLocked(item.stream); s != nullptr && s->Dropped() > 0) {
+          for (uint32_t i = 0; i < h.count; ++i) {
+            const uint64_t o = h.first_offset + i;
+            gone[i] = o < s->head || (o < s->next && s->DroppedAt(s->size_begin + (o - s->head)));
+            any_gone = any_gone || gone[i];
+          }
+        }
+      }
+      if (any_gone || h.source_len != 0) {
+        std::vector<StoredRecord> records;
+        DecodeAppendBatch(f.body, &h, nullptr, &records);
+        std::vector<AppendRecord> kept;
+        kept.reserve(records.size());
+        for (size_t i = 0; i < records.size(); ++i) {
+          if (gone[i]) {
+            kept.push_back(AppendRecord{std::nullopt, std::string()});
+          } else {
+            kept.push_back(AppendRecord{std::move(records[i].key), std::move(records[i].payload)});
+          }
+        }
+        std::string body;
+        EncodeCompactedBatch(&body, h.stream, h.first_offset, h.timestamp,
+                             static_cast<uint32_t>(f.size), kept);
+        AppendFrame(&frame, FrameType::kRelocatedBatch, body);
+      } else {
+        AppendFrame(&frame, FrameType::kRelocatedBatch, f.body);
+      }
       group_bytes += frame.size();
       frames.push_back(std::move(frame));
       at += f.size;
