@@ -272,7 +272,7 @@ class Store {
                                       " store cannot remove records from the middle of a stream");
   }
 
-  // Whether DropRecords removes records (the memory and PostgreSQL stores) rather than
+  // Whether DropRecords removes records (the memory, log and PostgreSQL stores) rather than
   // refusing. Keyed compaction is offered only on such a store.
   virtual bool SupportsDropRecords() const { return false; }
 

@@ -2841,8 +2841,9 @@ Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, siz
   std::vector<Run> runs;
   uint64_t start = 0;
   size_t count = 0;  // the offsets [start, start + count) the read covers
-  // Within them, the records DropRecords removed, ascending: decoded with the others, then
-  // left out of the answer.
+  // The stream holds records DropRecords removed: within the frames the read decodes, those are
+  // `dropped` (ascending), decoded with the others and then left out of the answer.
+  bool has_dropped = false;
   std::vector<uint64_t> dropped;
   {
     std::shared_lock lock(state_mu_);
@@ -2879,24 +2880,26 @@ Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, siz
       }
       if (returned == 0) return std::vector<StoredRecord>{};
       count = static_cast<size_t>(last - start);
-      for (uint64_t d = start; d < last; ++d) {
-        if (s->DroppedAt(s->size_begin + (d - s->head))) dropped.push_back(d);
-      }
+      has_dropped = true;
     }
     const uint64_t end = start + count;
     auto it = std::upper_bound(s->batches.begin() + static_cast<std::ptrdiff_t>(s->batch_begin),
                                s->batches.end(), start,
                                [](uint64_t o, const BatchRef& b) { return o < b.first_offset; });
     for (--it; it != s->batches.end() && it->first_offset < end; ++it) {
-      if (it->lost() && !dropped.empty()) {
-        // A reference whose records in the read are all dropped is not read.
-        const uint64_t from_here = std::max(it->first_offset, start);
-        const uint64_t to_here =
-            std::min(RefEnd(*s, static_cast<size_t>(it - s->batches.begin())), end);
-        const auto d = std::lower_bound(dropped.begin(), dropped.end(), from_here);
-        if (static_cast<uint64_t>(dropped.end() - d) >= to_here - from_here &&
-            *(d + static_cast<std::ptrdiff_t>(to_here - from_here - 1)) == to_here - 1) {
-          continue;
+      if (has_dropped) {
+        const uint64_t lo = std::max(it->first_offset, start);
+        const uint64_t hi = std::min(RefEnd(*s, static_cast<size_t>(it - s->batches.begin())), end);
+        if (it->lost()) {
+          // A dead reference (its records all dropped) is not read; a hole is, below.
+          bool all = true;
+          for (uint64_t o = lo; o < hi && all; ++o)
+            all = s->DroppedAt(s->size_begin + (o - s->head));
+          if (all) continue;
+        } else {
+          for (uint64_t o = lo; o < hi; ++o) {
+            if (s->DroppedAt(s->size_begin + (o - s->head))) dropped.push_back(o);
+          }
         }
       }
       if (it->lost()) {
@@ -2974,7 +2977,7 @@ Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, siz
       at += f.size;
     }
   }
-  if (!dropped.empty()) {
+  if (has_dropped) {
     // Leave out the dropped records, and the records past the read that the frame after a
     // skipped dead reference brought (one pass, both lists ascending).
     auto d = dropped.begin();
