@@ -118,11 +118,12 @@ void ExpectSameStream(Store& log, StreamId log_id, Store& model, StreamId model_
 }
 
 // Random appends (some with keys), drops (of present, dropped, trimmed and future offsets),
-// truncations and retention (by bytes, by count) on the log store and the memory store: every answer, every
-// stream's head, tail, count and bytes, and every read (whole, and paged by count and bytes from
-// random offsets) agree, also after the cleaner's passes (which copy partly dropped frames
-// compacted), after restarts that replay the drop frames and relocations from the log (a power
-// cut: no closing checkpoint) and restarts from a checkpoint that holds dropped records.
+// truncations and retention (by bytes, by count) on the log store and the memory store: every
+// answer, every stream's head, tail, count and bytes, and every read (whole, and paged by count
+// and bytes from random offsets) agree, also after the cleaner's passes (which copy partly
+// dropped frames compacted), after restarts that replay the drop frames and relocations from the
+// log (a power cut: no closing checkpoint) and restarts from a checkpoint that holds dropped
+// records.
 TEST(LogCompactionTest, DropRecordsMatchesTheMemoryStoreAcrossRestartsAndCheckpoints) {
   env::MemEnv mem;
   env::FaultInjectionEnv faults(&mem);
