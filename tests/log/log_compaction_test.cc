@@ -294,6 +294,51 @@ TEST_P(LogCompactionCleanerTest, TheCleanerGivesBackTheDiskOfDroppedRecords) {
 
 INSTANTIATE_TEST_SUITE_P(RecordsPerFrame, LogCompactionCleanerTest, ::testing::Values(1, 25));
 
+// Frames of 100 records that each keep exactly one survivor (a key written once) among updates
+// of a few hot keys: every frame stays live, yet the cleaner picks their segments by what its
+// compacted copies take, and the disk comes back.
+TEST(LogCompactionTest, TheCleanerEmptiesSegmentsWhoseFramesEachKeepOneSurvivor) {
+  env::MemEnv mem;
+  LogStoreOptions o;
+  o.dir = "/data";
+  o.env = &mem;
+  o.segment_size = 64 << 10;
+  o.checkpoint_interval_bytes = 128 << 10;
+  o.durability.mode = LogDurability::kNone;
+  auto opened = OpenLogStore(o);
+  ASSERT_TRUE(opened.ok());
+  std::unique_ptr<Store> store = std::move(*opened);
+  const StreamId id = CreateCompacted(*store, "state");
+  std::vector<std::string> all;
+  for (int frame = 0; frame < 80; ++frame) {
+    std::vector<std::string> batch{Change(1000 + frame, "insert", frame, 200)};
+    for (int i = 1; i < 100; ++i) {
+      batch.push_back(Change(i % 10, frame == 0 && i < 10 ? "insert" : "update", i, 200));
+    }
+    all.insert(all.end(), batch.begin(), batch.end());
+    ASSERT_TRUE(AppendPayloads(*store, id, batch).ok());
+  }
+  const State full = Fold(ReadAll(*store, id));
+  auto report = compaction::Compact(*store, id, /*now_ms=*/1u << 30);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->kept_records, 90u);
+  ASSERT_TRUE(dynamic_cast<log::LogStore&>(*store).CheckpointNow().ok());
+  const uint64_t before = SegmentBytes(mem);
+  for (int pass = 0; pass < 4; ++pass) {
+    ASSERT_TRUE(dynamic_cast<log::LogStore&>(*store).CleanNow().ok());
+  }
+  const uint64_t after = SegmentBytes(mem);
+  std::cout << "one survivor a frame: segments " << before << " bytes after compacting, " << after
+            << " after the cleaner\n";
+  EXPECT_GE(before, 20u * o.segment_size);
+  EXPECT_LE(after, 4u * o.segment_size);
+  EXPECT_EQ(Fold(ReadAll(*store, id)), full);
+  store.reset();
+  opened = OpenLogStore(o);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  EXPECT_EQ(Fold(ReadAll(**opened, id)), full);
+}
+
 // A power cut before each disk operation of a compaction (its horizon, the drop frames) and of
 // the cleaner's pass and checkpoint after it: the reopened stream folds from the beginning to
 // the state of the full history, and every record the compaction keeps (the latest of each key

@@ -703,7 +703,7 @@ Status LogStore::Recover() {
   segment_freed_ = false;  // replay's own head moves free nothing new
   freed_since_checkpoint_ = 0;
   // Live bytes per segment, from the index.
-  for (auto& [n, seg] : segments_) seg.live_bytes = 0;
+  for (auto& [n, seg] : segments_) seg.live_bytes = seg.dropped_bytes = 0;
   Status missing;
   streams_.ForEach([&](StreamState& s) {
     for (size_t i = s.batch_begin; i < s.batches.size(); ++i) {
@@ -716,6 +716,7 @@ Status LogStore::Recover() {
         return;
       }
       it->second.live_bytes += s.batches[i].len;
+      it->second.dropped_bytes += DroppedBytesIn(s, s.batches[i].first_offset, RefEnd(s, i));
     }
     s.reserved_next = s.next;
     s.reserved_closed = s.closed;
@@ -1231,7 +1232,11 @@ void LogStore::DropHead(StreamState& s, uint64_t n) {
   while (s.batch_begin < s.batches.size()) {
     if (RefEnd(s, s.batch_begin) > new_head) break;
     const BatchRef& b = s.batches[s.batch_begin];
-    if (!b.lost()) ReferenceLeft(b.segment, b.len);
+    if (!b.lost()) {
+      ReferenceLeft(
+          b.segment, b.len,
+          had_dropped > 0 ? DroppedBytesIn(s, b.first_offset, RefEnd(s, s.batch_begin)) : 0);
+    }
     ++s.batch_begin;
   }
   s.size_begin += static_cast<uint32_t>(n);
@@ -1240,11 +1245,22 @@ void LogStore::DropHead(StreamState& s, uint64_t n) {
   Compact(s);
 }
 
-void LogStore::ReferenceLeft(uint32_t segment, uint64_t len) {
+uint64_t LogStore::DroppedBytesIn(const StreamState& s, uint64_t lo, uint64_t hi) {
+  if (s.Dropped() == 0) return 0;
+  uint64_t bytes = 0;
+  for (uint64_t o = std::max(lo, s.head); o < std::min(hi, s.next); ++o) {
+    const size_t i = s.size_begin + (o - s.head);
+    if (s.DroppedAt(i)) bytes += store::RecordBytes(s.KeySize(i), s.sizes[i] & ~kDroppedBit);
+  }
+  return bytes;
+}
+
+void LogStore::ReferenceLeft(uint32_t segment, uint64_t len, uint64_t dropped) {
   auto it = segments_.find(segment);
   if (it == segments_.end()) return;
   Segment& seg = it->second;
   seg.live_bytes -= std::min<uint64_t>(len, seg.live_bytes);
+  seg.dropped_bytes -= std::min<uint64_t>(dropped, seg.dropped_bytes);
   if (it->first != active_segment_) {
     reclaim_due_ = true;
     reclaim_retry_at_ = {};  // something new to reclaim: no waiting out an earlier failure
@@ -1276,7 +1292,7 @@ uint64_t LogStore::ApplyDrops(StreamState& s, const std::vector<uint64_t>& offse
     for (uint64_t o = begin; o < end; ++o) {
       if (!s.DroppedAt(s.size_begin + (o - s.head))) return;
     }
-    ReferenceLeft(b.segment, b.len);
+    ReferenceLeft(b.segment, b.len, DroppedBytesIn(s, b.first_offset, end));
     b.segment = kLostSegment;
     b.pos = 0;
     b.len = 0;
@@ -1288,6 +1304,10 @@ uint64_t LogStore::ApplyDrops(StreamState& s, const std::vector<uint64_t>& offse
     while (RefEnd(s, ref) <= o) {
       finish();
       ++ref;
+    }
+    if (!s.batches[ref].lost()) {
+      auto seg = segments_.find(s.batches[ref].segment);
+      if (seg != segments_.end()) seg->second.dropped_bytes += s.RecordBytesAt(i);
     }
     s.bytes -= s.RecordBytesAt(i);
     s.sizes[i] |= kDroppedBit;
@@ -1505,9 +1525,13 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
       // every record reachable.
       const uint32_t source = h.source_len != 0 ? h.source_len : len;
       const uint32_t moved = std::min(source, it->len);
+      // The dropped records' payloads stay behind in a compacted copy.
+      const uint64_t moved_dropped = DroppedBytesIn(*s, h.first_offset, h.first_offset + h.count);
       auto old_seg = segments_.find(it->segment);
       if (old_seg != segments_.end()) {
         old_seg->second.live_bytes -= std::min<uint64_t>(moved, old_seg->second.live_bytes);
+        old_seg->second.dropped_bytes -=
+            std::min<uint64_t>(moved_dropped, old_seg->second.dropped_bytes);
       }
       std::optional<BatchRef> rest;
       if (source < it->len && h.count > 0) {
@@ -1518,7 +1542,10 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
       it->pos = pos;
       it->len = len;
       auto new_seg = segments_.find(segment);
-      if (new_seg != segments_.end()) new_seg->second.live_bytes += len;
+      if (new_seg != segments_.end()) {
+        new_seg->second.live_bytes += len;
+        if (h.source_len == 0) new_seg->second.dropped_bytes += moved_dropped;
+      }
       if (rest) s->batches.insert(std::next(it), *rest);
       return Status::OK();
     }
@@ -2507,8 +2534,9 @@ Status LogStore::Clean() {
     std::shared_lock lock(state_mu_);
     for (const auto& [n, seg] : segments_) {
       if (n >= active_segment_) break;
-      if (seg.live_bytes > 0 && static_cast<double>(seg.live_bytes) < threshold) {
-        candidates.emplace_back(seg.live_bytes, n);
+      // By what its copy would take: records DropRecords removed are not copied.
+      if (seg.live_bytes > 0 && static_cast<double>(seg.CleanableBytes()) < threshold) {
+        candidates.emplace_back(seg.CleanableBytes(), n);
       }
     }
   }

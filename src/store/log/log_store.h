@@ -23,6 +23,7 @@
 #ifndef RUNNEL_STORE_LOG_LOG_STORE_H_
 #define RUNNEL_STORE_LOG_LOG_STORE_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -290,7 +291,14 @@ class LogStore final : public Store {
     uint64_t number = 0;
     std::shared_ptr<env::File> file;
     uint64_t live_bytes = 0;  // bytes of frames still referenced by some BatchRef
-    uint64_t end = 0;         // end of written frames (known for replayed and written ones)
+    // Of those, about how many are payloads and keys of records DropRecords removed (the
+    // cleaner leaves them behind when it copies the frames). An estimate (records below the
+    // head are not taken out again), used to choose what the cleaner copies; never to decide
+    // that a segment can be deleted, which live_bytes alone does.
+    uint64_t dropped_bytes = 0;
+    // What the cleaner's copy of the segment's live frames would take, about.
+    uint64_t CleanableBytes() const { return live_bytes - std::min(dropped_bytes, live_bytes); }
+    uint64_t end = 0;  // end of written frames (known for replayed and written ones)
   };
   enum class OpKind {
     kAppend,
@@ -338,9 +346,11 @@ class LogStore final : public Store {
     return ref + 1 < s.batches.size() ? s.batches[ref + 1].first_offset : s.next;
   }
   // A reference left segment `segment` (released below the head, or all its records dropped):
-  // its `len` bytes are no longer live. For an old segment the space counts toward the cleaner
-  // and the checkpoint.
-  void ReferenceLeft(uint32_t segment, uint64_t len);
+  // its `len` bytes are no longer live, and `dropped` bytes leave the segment's dropped_bytes.
+  // For an old segment the space counts toward the cleaner and the checkpoint.
+  void ReferenceLeft(uint32_t segment, uint64_t len, uint64_t dropped);
+  // store::RecordBytes of the dropped records of `s` in [lo, hi) at or above the head.
+  static uint64_t DroppedBytesIn(const StreamState& s, uint64_t lo, uint64_t hi);
   static void Compact(StreamState& s);
   StreamState* FindLocked(StreamId id) const;
   StreamState* FindByNameLocked(std::string_view ns, std::string_view name) const;
