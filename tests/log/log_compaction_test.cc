@@ -230,6 +230,34 @@ TEST(LogCompactionTest, DropRecordsMatchesTheMemoryStoreAcrossRestartsAndCheckpo
   }
 }
 
+// One call is one frame: more offsets than a frame names, or offsets out of order, are refused
+// and change nothing; an empty call removes nothing; an unknown stream is kNotFound.
+TEST(LogCompactionTest, DropRecordsRefusesWhatOneFrameCannotHold) {
+  env::MemEnv mem;
+  LogStoreOptions o;
+  o.dir = "/data";
+  o.env = &mem;
+  auto opened = OpenLogStore(o);
+  ASSERT_TRUE(opened.ok());
+  Store& store = **opened;
+  auto info = store.CreateStream(Spec("s"));
+  ASSERT_TRUE(info.ok());
+  ASSERT_TRUE(AppendPayloads(store, info->id, {"a", "b", "c"}).ok());
+  std::vector<uint64_t> many(log::kMaxDroppedPerFrame + 1);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = i + 1;
+  EXPECT_EQ(store.DropRecords(info->id, many).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.DropRecords(info->id, {3, 1}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.DropRecords(info->id + 1, {1}).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*store.DropRecords(info->id, {}), 0u);
+  EXPECT_EQ(store.GetStreamById(info->id)->event_count, 3u);
+  many.resize(log::kMaxDroppedPerFrame);
+  EXPECT_EQ(*store.DropRecords(info->id, many), 3u);
+  auto after = store.GetStreamById(info->id);
+  EXPECT_EQ(after->event_count, 0u);
+  EXPECT_EQ(after->head_offset, 0u);
+  EXPECT_EQ(after->next_offset, 4u);
+}
+
 // A stream whose records are mostly superseded: once compaction drops them, the cleaner
 // relocates the survivors and the checkpoint deletes the old segments, so the segments on disk
 // shrink to about the survivors' bytes; the survivors read back whole after a restart. Appended
