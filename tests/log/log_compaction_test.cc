@@ -449,6 +449,8 @@ TEST(LogCompactionCrashTest, PowerCutAtEveryStepOfACompactionAndItsCleaningLoses
     }
     if (::testing::Test::HasFailure()) return;
   }
+  std::cout << cuts << " power cuts, the sequence " << (finished ? "covered" : "not finished")
+            << "\n";
   EXPECT_TRUE(finished || max_cuts < 400) << "the sequence did not end within the cut points";
   EXPECT_GE(cuts, 20) << "the cut points must cover the compaction and the cleaner";
 }
