@@ -140,7 +140,7 @@ const saved = [];
 let server;
 let kills = 0;
 let midway = 0;  // kills after some records were dropped and before all were
-// How long the last compaction took: the next kill comes at 50% to 100% of it, when a compaction
+// How long the last compaction took: the next kill comes at 75% to 105% of it, when a compaction
 // of this size is mostly past its scan and dropping records.
 let lastCompactionMs = 40;
 let lastSurvivors = 0;
@@ -170,7 +170,7 @@ try {
       if (rand() % 4 === 0) saved.push({ offset: r.headers.get("stream-next-offset"), folded: all.length });
     }
     // A compaction, and a kill -9 at a pseudo-random moment of it (or just after).
-    const delay = Math.floor((lastCompactionMs * (50 + (rand() % 51))) / 100);
+    const delay = Math.floor((lastCompactionMs * (75 + (rand() % 31))) / 100);
     const before = lastSurvivors + perRound;  // the records the compaction starts from
     const compaction = fetch(`${server.url + path}?compact`, { method: "POST" }).catch(() => null);
     await new Promise((r) => setTimeout(r, delay));
