@@ -108,22 +108,32 @@ std::vector<StreamInfo> ReadAll(runnel::Store& store, bool rot_possible) {
       out.push_back(*info);
       continue;
     }
-    Check(info->head_offset <= info->tail_offset && info->tail_offset + 1 == info->next_offset,
+    // Records after the tail can only be ones DropRecords removed.
+    Check(info->head_offset <= info->tail_offset && info->tail_offset < info->next_offset,
           "head, tail and next disagree");
     uint64_t from = info->head_offset;
-    while (from < info->next_offset) {
+    uint64_t count = 0;
+    bool complete = true;
+    while (from <= info->tail_offset) {
       auto records = store.Read(id, from, 256, 1 << 20);
       if (!records.ok() && rot_possible && records.status().code() == StatusCode::kCorruption) {
+        complete = false;
         break;
       }
       if (!records.ok()) std::fprintf(stderr, "%s\n", records.status().ToString().c_str());
       Check(records.ok(), "Read of a recovered stream failed");
-      Check(!records->empty(), "Read returned nothing below the tail");
+      Check(!records->empty(), "Read returned nothing up to the tail");
+      // Ascending from the head; the gaps are records DropRecords removed.
+      Check(count > 0 || records->front().offset == info->head_offset,
+            "Read did not start at the head");
       for (const auto& r : *records) {
-        Check(r.offset == from, "Read skipped or repeated an offset");
-        ++from;
+        Check(r.offset >= from && r.offset <= info->tail_offset,
+              "Read repeated an offset or passed the tail");
+        from = r.offset + 1;
+        ++count;
       }
     }
+    Check(!complete || count == info->event_count, "Read and the record count disagree");
     out.push_back(*info);
   }
   return out;

@@ -263,8 +263,10 @@ class Store {
   // compaction does (core/state_compaction.h): the other records keep their offsets, reads skip
   // the removed ones, and next_offset never moves. Offsets that hold no record (never written,
   // trimmed or dropped already) are ignored. Atomic: after a crash either all of the call's
-  // records are gone or none is. Returns the number of records removed. The default answers
-  // kFailedPrecondition (a store that cannot remove records from the middle).
+  // records are gone or none is. Returns the number of records removed. A store may bound the
+  // offsets of one call (the log store takes 65536; kInvalidArgument beyond; a compaction sends
+  // at most compaction::kDropBatch). The default answers kFailedPrecondition (a store that
+  // cannot remove records from the middle).
   virtual Result<uint64_t> DropRecords(StreamId id, const std::vector<uint64_t>& offsets) {
     (void)id;
     (void)offsets;
@@ -272,7 +274,7 @@ class Store {
                                       " store cannot remove records from the middle of a stream");
   }
 
-  // Whether DropRecords removes records (the memory and PostgreSQL stores) rather than
+  // Whether DropRecords removes records (the memory, log and PostgreSQL stores) rather than
   // refusing. Keyed compaction is offered only on such a store.
   virtual bool SupportsDropRecords() const { return false; }
 

@@ -1209,7 +1209,8 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
       return finish(ErrorResponse(
           Status::FailedPrecondition("Stream-Compaction is not supported by the server's " +
                                      std::string(registry_.store().Name()) +
-                                     " store yet (use the memory or postgres store)")));
+                                     " store: it cannot remove records from the middle of a "
+                                     "stream")));
     }
     if (Status valid = ValidateStateMessages(initial); !valid.ok()) {
       return finish(ErrorResponse(valid));

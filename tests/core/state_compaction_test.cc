@@ -114,7 +114,7 @@ std::vector<std::string> History(size_t n, int keys, uint32_t seed) {
 
 }  // namespace
 
-// A store without DropRecords (the log store, for now) does not instantiate the suite.
+// A binary whose store has no DropRecords does not instantiate the suite.
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(StateCompactionTest);
 
 TEST_P(StateCompactionTest, ParseMessageAcceptsTheProtocolAndNamesWhatIsWrong) {

@@ -132,6 +132,74 @@ TEST(LogFormatTest, AppendBatchCarriesAttributesWhenGiven) {
   EXPECT_FALSE(log::DecodeAppendBatch(std::string_view(body).substr(0, 60), &h, nullptr, nullptr));
 }
 
+// A drop-records body: offsets as LEB128 deltas (about one byte each for a compaction's
+// clustered offsets), decoded back exactly; anything not ascending and distinct, out of range,
+// cut short or with bytes left over is malformed.
+TEST(LogFormatTest, DropRecordsBodiesRoundTripAndMalformedOnesAreRefused) {
+  const std::vector<uint64_t> offsets{1, 2, 300, 1ull << 40, UINT64_MAX - 1};
+  const std::string body = log::EncodeDropRecords(7, offsets);
+  StreamId id = 0;
+  std::vector<uint64_t> decoded;
+  ASSERT_TRUE(log::DecodeDropRecords(body, &id, &decoded));
+  EXPECT_EQ(id, 7u);
+  EXPECT_EQ(decoded, offsets);
+  EXPECT_EQ(log::DescribeFrame(FrameType::kDropRecords, log::EncodeDropRecords(7, {2, 4, 5})),
+            "drop-records id=7 count=3 offsets=2,4,5");
+  std::vector<uint64_t> batch;
+  for (uint64_t o = 1000; o < 1000 + 4096 * 3; o += 3) batch.push_back(o);
+  EXPECT_LE(log::EncodeDropRecords(7, batch).size(), 12u + 2 + batch.size());
+  ASSERT_TRUE(log::DecodeDropRecords(log::EncodeDropRecords(7, batch), &id, &decoded));
+  EXPECT_EQ(decoded, batch);
+
+  auto body_of = [](uint32_t count, const std::string& varints) {
+    std::string b;
+    log::PutU64(&b, 7);
+    log::PutU32(&b, count);
+    return b + varints;
+  };
+  EXPECT_TRUE(log::DecodeDropRecords(body_of(2, "\x05\x01"), &id, &decoded));
+  EXPECT_FALSE(log::DecodeDropRecords(body_of(0, ""), &id, &decoded));  // none
+  EXPECT_FALSE(
+      log::DecodeDropRecords(body_of(2, std::string("\x05\x00", 2)), &id, &decoded));  // repeated
+  EXPECT_FALSE(log::DecodeDropRecords(body_of(2, "\x05"), &id, &decoded));             // cut short
+  EXPECT_FALSE(log::DecodeDropRecords(body_of(1, "\x05\x01"), &id, &decoded));         // left over
+  EXPECT_FALSE(log::DecodeDropRecords(body_of(1, "\x85"), &id, &decoded));  // torn varint
+  EXPECT_FALSE(log::DecodeDropRecords(
+      body_of(log::kMaxDroppedPerFrame + 1, std::string(log::kMaxDroppedPerFrame + 1, '\x01')), &id,
+      &decoded));
+  // Past 2^64: a tenth byte above 1, and a delta that wraps.
+  EXPECT_FALSE(log::DecodeDropRecords(body_of(1, std::string(9, '\xff') + "\x02"), &id, &decoded));
+  std::string largest;
+  log::PutVarint(&largest, UINT64_MAX);
+  EXPECT_TRUE(log::DecodeDropRecords(body_of(1, largest), &id, &decoded));
+  EXPECT_FALSE(log::DecodeDropRecords(body_of(2, largest + "\x01"), &id, &decoded));
+}
+
+// `runnel check` reads drop-records frames (and counts the offsets they name) as it reads the
+// others: a compacted stream's directory is healthy.
+TEST(LogFormatTest, CheckReadsDropRecordsFrames) {
+  TempDir dir;
+  {
+    auto store = OpenLogStore(SmallLogOptions(dir.path()));
+    ASSERT_TRUE(store.ok());
+    auto info = (*store)->CreateStream(Spec("s"));
+    ASSERT_TRUE(info.ok());
+    ASSERT_TRUE(AppendPayloads(**store, info->id, {"a", "b", "c", "d", "e"}).ok());
+    auto dropped = (*store)->DropRecords(info->id, {2, 3, 9});
+    ASSERT_TRUE(dropped.ok());
+    EXPECT_EQ(*dropped, 2u);
+  }
+  auto check = log::CheckLogDirectory(env::Env::Posix(), dir.path());
+  ASSERT_TRUE(check.ok()) << check.status().ToString();
+  EXPECT_TRUE(check->corruption.empty());
+  EXPECT_TRUE(check->open.ok()) << check->open.ToString();
+  EXPECT_EQ(check->dropped_records, 2u);  // the frame names only the records there were
+  bool counted = false;
+  for (const auto& line : check->lines)
+    counted = counted || line.find("drop-records=1") != std::string::npos;
+  EXPECT_TRUE(counted);
+}
+
 // ValidFrameAfter finds the first frame that verifies after a damaged position wherever it is:
 // right after garbage, after zero runs of every length (it skips zero runs in strides), and far
 // past one stride; and finds none in zeros or garbage alone.
@@ -557,7 +625,7 @@ TEST_F(LogWindowTest, BytesFarBeyondTheEndOfTheLogAreFoundAndZeroed) {
       << "the stray bytes survived the open";
 }
 
-TEST_F(LogDamageTest, CheckpointVersionsOneToThreeAreReadAndOthersRefused) {
+TEST_F(LogDamageTest, CheckpointVersionsOneToFourAreReadAndOthersRefused) {
   Populate(5);
   {
     auto store = OpenLogStore(SmallLogOptions(dir_.path()));
@@ -571,19 +639,19 @@ TEST_F(LogDamageTest, CheckpointVersionsOneToThreeAreReadAndOthersRefused) {
   };
   ASSERT_FALSE(checkpoint().empty());
   EXPECT_EQ(ReadFile(checkpoint()).substr(8, 4), std::string("\x02\0\0\0", 4));
-  // Version 3 (holes salvage left) has the same layout: a checkpoint without holes reads the
-  // same under it. Version 4 is unknown.
-  for (char version : {'\x01', '\x03', '\x04'}) {
+  // Versions 3 (holes salvage left) and 4 (records DropRecords removed) have the same layout:
+  // a checkpoint without either reads the same under them. Version 5 is unknown.
+  for (char version : {'\x01', '\x03', '\x04', '\x05'}) {
     SCOPED_TRACE(static_cast<int>(version));
     Poke(checkpoint(), 8, version);
     auto store = OpenLogStore(SmallLogOptions(dir_.path()));
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     auto notes = dynamic_cast<log::LogStore&>(**store).RecoveryNotes();
-    if (version != '\x04') {
+    if (version != '\x05') {
       for (const auto& note : notes) EXPECT_EQ(note.find("checkpoint"), std::string::npos) << note;
     } else {
       ASSERT_FALSE(notes.empty());
-      EXPECT_NE(notes[0].find("unsupported version 4"), std::string::npos) << notes[0];
+      EXPECT_NE(notes[0].find("unsupported version 5"), std::string::npos) << notes[0];
     }
     auto info = (*store)->GetStream("global", "s");
     ASSERT_TRUE(info.ok());

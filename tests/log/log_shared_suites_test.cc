@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "core/registry_suites.h"
+#include "core/state_compaction_suite.h"
 #include "log/log_harness.h"
 #include "store/store_contract.h"
 
@@ -14,6 +15,8 @@ INSTANTIATE_TEST_SUITE_P(Log, PersistentStoreTest, ::testing::Values(LogStorePar
 INSTANTIATE_TEST_SUITE_P(Log, RegistryRulesTest, ::testing::Values(LogStoreParam()),
                          StoreParamName);
 INSTANTIATE_TEST_SUITE_P(Log, RegistryGroupsTest, ::testing::Values(LogStoreParam()),
+                         StoreParamName);
+INSTANTIATE_TEST_SUITE_P(Log, StateCompactionTest, ::testing::Values(LogStoreParam()),
                          StoreParamName);
 
 }  // namespace runnel::testing

@@ -20,7 +20,7 @@ namespace {
 using json = nlohmann::json;
 using testing::Serve;
 
-// A store that cannot remove records from the middle of a stream (as the log store for now).
+// A store that cannot remove records from the middle of a stream.
 class NoDropStore final : public testing::ForwardingStore {
  public:
   bool SupportsDropRecords() const override { return false; }

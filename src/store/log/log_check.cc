@@ -46,6 +46,7 @@ std::string_view TypeName(FrameType t) {
     case FrameType::kTruncateHead: return "truncate";
     case FrameType::kCheckpointMarker: return "checkpoint-marker";
     case FrameType::kRelocatedBatch: return "relocated";
+    case FrameType::kDropRecords: return "drop-records";
   }
   return "?";
 }
@@ -201,7 +202,7 @@ Result<CheckReport> CheckLogDirectory(env::Env* env, const std::string& dir) {
         }
       } else if (f.type == FrameType::kAppendBatch) {
         AppendBatchHeader h;
-        if (!DecodeAppendBatch(f.body, &h, nullptr, nullptr)) {
+        if (!DecodeAppendBatch(f.body, &h, nullptr, nullptr) || h.source_len != 0) {
           problem = path + " at byte " + std::to_string(pos) +
                     ": malformed append batch of stream #" + std::to_string(id);
           break;
@@ -217,6 +218,14 @@ Result<CheckReport> CheckLogDirectory(env::Env* env, const std::string& dir) {
           }
           it->second += h.count;
         }
+      } else if (f.type == FrameType::kDropRecords) {
+        std::vector<uint64_t> offsets;
+        if (!DecodeDropRecords(f.body, &id, &offsets)) {
+          problem = path + " at byte " + std::to_string(pos) +
+                    ": malformed drop-records frame of stream #" + std::to_string(id);
+          break;
+        }
+        report.dropped_records += offsets.size();
       } else if (f.type == FrameType::kDeleteStream) {
         next.erase(id);
       }

@@ -33,6 +33,9 @@ struct CheckReport {
   uint64_t frames = 0;
   uint64_t streams_created = 0;
   uint64_t records = 0;
+  // Offsets named by drop-records frames (keyed compaction), whether or not they still held a
+  // record when the frame was replayed.
+  uint64_t dropped_records = 0;
   // Torn tail at the end of the last segment: harmless, recovery truncates it.
   bool torn_tail = false;
   // Damage, each naming file, byte and stream: what the scan found, and the reason recovery

@@ -1,6 +1,7 @@
 #include "store/log/log_codec.h"
 
 #include <cstring>
+#include <limits>
 
 #include "store/log/crc32c.h"
 
@@ -18,6 +19,13 @@ void PutU64(std::string* dst, uint64_t v) {
   char b[8];
   for (int i = 0; i < 8; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
   dst->append(b, 8);
+}
+void PutVarint(std::string* dst, uint64_t v) {
+  while (v >= 0x80) {
+    dst->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  dst->push_back(static_cast<char>(v));
 }
 void PutString(std::string* dst, std::string_view s) {
   PutU32(dst, static_cast<uint32_t>(s.size()));
@@ -59,6 +67,22 @@ bool Reader::U64(uint64_t* v) {
   *v = LoadU64(in_.data());
   in_.remove_prefix(8);
   return true;
+}
+bool Reader::Varint(uint64_t* v) {
+  uint64_t out = 0;
+  for (int shift = 0; shift < 70; shift += 7) {
+    if (in_.empty()) return false;
+    const auto byte = static_cast<uint8_t>(in_.front());
+    in_.remove_prefix(1);
+    // The tenth byte holds the top bit only.
+    if (shift == 63 && byte > 1) return false;
+    out |= static_cast<uint64_t>(byte & 0x7f) << shift;
+    if ((byte & 0x80) == 0) {
+      *v = out;
+      return true;
+    }
+  }
+  return false;
 }
 bool Reader::String(std::string_view* v) {
   uint32_t n;
@@ -245,6 +269,41 @@ std::string EncodeCheckpointMarker(uint64_t seq) {
   return b;
 }
 
+std::string EncodeDropRecords(StreamId id, const std::vector<uint64_t>& offsets) {
+  std::string b;
+  b.reserve(12 + 2 * offsets.size());
+  PutU64(&b, id);
+  PutU32(&b, static_cast<uint32_t>(offsets.size()));
+  uint64_t previous = 0;
+  for (uint64_t o : offsets) {
+    PutVarint(&b, o - previous);
+    previous = o;
+  }
+  return b;
+}
+
+bool DecodeDropRecords(std::string_view body, StreamId* id, std::vector<uint64_t>* offsets) {
+  Reader r(body);
+  uint32_t count;
+  if (!r.U64(id) || !r.U32(&count) || count == 0 || count > kMaxDroppedPerFrame ||
+      count > r.remaining()) {
+    return false;
+  }
+  offsets->clear();
+  offsets->reserve(count);
+  uint64_t previous = 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    uint64_t delta;
+    if (!r.Varint(&delta) || (i > 0 && delta == 0) ||
+        delta > std::numeric_limits<uint64_t>::max() - previous) {
+      return false;
+    }
+    previous += delta;
+    offsets->push_back(previous);
+  }
+  return r.done();
+}
+
 void EncodeAppendBatch(std::string* dst, StreamId id, uint64_t first_offset, uint64_t ts,
                        const std::vector<AppendRecord>& records, bool close,
                        const std::optional<ProducerState>& producer,
@@ -268,6 +327,21 @@ void EncodeAppendBatch(std::string* dst, StreamId id, uint64_t first_offset, uin
   }
 }
 
+void EncodeCompactedBatch(std::string* dst, StreamId id, uint64_t first_offset, uint64_t ts,
+                          uint32_t source_len, const std::vector<AppendRecord>& records) {
+  PutU64(dst, id);
+  PutU64(dst, first_offset);
+  PutU64(dst, ts);
+  PutU32(dst, static_cast<uint32_t>(records.size()));
+  PutU8(dst, kBatchCompacted);
+  PutU32(dst, source_len);
+  for (const AppendRecord& r : records) {
+    PutU8(dst, r.key ? 1 : 0);
+    if (r.key) PutString(dst, *r.key);
+    PutString(dst, r.payload);
+  }
+}
+
 bool DecodeAppendBatch(std::string_view body, AppendBatchHeader* h,
                        std::vector<std::pair<uint32_t, uint32_t>>* sizes,
                        std::vector<StoredRecord>* records, uint64_t min_offset, size_t limit) {
@@ -275,8 +349,12 @@ bool DecodeAppendBatch(std::string_view body, AppendBatchHeader* h,
   uint8_t flags;
   if (!r.U64(&h->stream) || !r.U64(&h->first_offset) || !r.U64(&h->timestamp) ||
       !r.U32(&h->count) || !r.U8(&flags) ||
-      (flags & ~unsigned{kBatchClose | kBatchProducer | kBatchAttributes}) != 0) {
+      (flags & ~unsigned{kBatchClose | kBatchProducer | kBatchAttributes | kBatchCompacted}) != 0) {
     return false;
+  }
+  h->source_len = 0;
+  if (flags & kBatchCompacted) {
+    if (!r.U32(&h->source_len) || h->source_len < kFrameHeaderSize + kMinBodySize) return false;
   }
   h->close = flags & kBatchClose;
   h->producer.reset();
@@ -350,6 +428,7 @@ std::string DescribeFrame(FrameType type, std::string_view body) {
           " id=" + std::to_string(h.stream) + " first_offset=" + std::to_string(h.first_offset) +
           " ts=" + std::to_string(h.timestamp) + " count=" + std::to_string(h.count);
       if (h.close) out += " close";
+      if (h.source_len != 0) out += " compacted from " + std::to_string(h.source_len) + "B";
       if (h.attributes) out += " attributes=" + std::to_string(h.attributes->size()) + "B";
       if (h.producer) {
         out += " producer=" + h.producer->producer_id + "/" + std::to_string(h.producer->epoch) +
@@ -371,6 +450,21 @@ std::string DescribeFrame(FrameType type, std::string_view body) {
     case FrameType::kTruncateHead:
       if (!r.U64(&id) || !r.U64(&a)) return "truncate-head (malformed)";
       return "truncate-head id=" + std::to_string(id) + " new_head=" + std::to_string(a);
+    case FrameType::kDropRecords: {
+      std::vector<uint64_t> offsets;
+      if (!DecodeDropRecords(body, &id, &offsets)) return "drop-records (malformed)";
+      std::string out = "drop-records id=" + std::to_string(id) +
+                        " count=" + std::to_string(offsets.size()) + " offsets=";
+      // The first and last few: a frame may name thousands.
+      for (size_t i = 0; i < offsets.size(); ++i) {
+        if (i == 8 && offsets.size() > 16) {
+          out += "...,";
+          i = offsets.size() - 8;
+        }
+        out += std::to_string(offsets[i]) + (i + 1 < offsets.size() ? "," : "");
+      }
+      return out;
+    }
     case FrameType::kCheckpointMarker:
       r.U64(&a);
       return "checkpoint-marker seq=" + std::to_string(a);

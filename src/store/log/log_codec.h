@@ -20,6 +20,7 @@ namespace runnel::log {
 void PutU8(std::string* dst, uint8_t v);
 void PutU32(std::string* dst, uint32_t v);
 void PutU64(std::string* dst, uint64_t v);
+void PutVarint(std::string* dst, uint64_t v);
 void PutString(std::string* dst, std::string_view s);
 void PutRetention(std::string* dst, const StreamRetention& r);
 uint32_t LoadU32(const char* p);
@@ -33,6 +34,8 @@ class Reader {
   bool U8(uint8_t* v);
   bool U32(uint32_t* v);
   bool U64(uint64_t* v);
+  // A LEB128 varint of at most 10 bytes that fits in 64 bits.
+  bool Varint(uint64_t* v);
   bool String(std::string_view* v);
   bool String(std::string* v);
   bool Retention(StreamRetention* r);
@@ -137,17 +140,27 @@ std::string EncodeCursorCommit(StreamId id, std::string_view consumer, uint64_t 
 std::string EncodeCursorDelete(StreamId id, std::string_view consumer);
 std::string EncodeTruncateHead(StreamId id, uint64_t new_head);
 std::string EncodeCheckpointMarker(uint64_t seq);
+// `offsets`: 1 to kMaxDroppedPerFrame of them, ascending and distinct.
+std::string EncodeDropRecords(StreamId id, const std::vector<uint64_t>& offsets);
+// False when `body` is not a well-formed drop-records body (see log_format.h).
+bool DecodeDropRecords(std::string_view body, StreamId* id, std::vector<uint64_t>* offsets);
 // Appends the kAppendBatch body to dst.
 void EncodeAppendBatch(std::string* dst, StreamId id, uint64_t first_offset, uint64_t ts,
                        const std::vector<AppendRecord>& records, bool close,
                        const std::optional<ProducerState>& producer,
                        const std::optional<std::string>& attributes = std::nullopt);
 
+// A compacted relocated batch (kBatchCompacted): `source_len` is the length of the frame it
+// replaces; `records` are the source's, those that are gone with empty payloads and no keys.
+void EncodeCompactedBatch(std::string* dst, StreamId id, uint64_t first_offset, uint64_t ts,
+                          uint32_t source_len, const std::vector<AppendRecord>& records);
+
 struct AppendBatchHeader {
   StreamId stream = 0;
   uint64_t first_offset = 0;
   uint64_t timestamp = 0;
   uint32_t count = 0;
+  uint32_t source_len = 0;  // kBatchCompacted: the replaced frame's length; 0 otherwise
   bool close = false;
   std::optional<ProducerState> producer;  // last_offset left 0
   std::optional<std::string> attributes;  // replaces the stream's attributes when set

@@ -48,8 +48,13 @@ inline constexpr uint32_t kFormatVersion = 1;  // segments
 // lose the rest) and replays the log instead, or reports the directory. 3: a batch entry in
 // segment 0 with position and length 0 is a hole, records salvage found lost to damage (their
 // sizes are 0). Only a checkpoint whose index holds a hole is written as version 3; the layout
-// is the same.
-inline constexpr uint32_t kCheckpointVersion = 3;
+// is the same. 4: a record's payload size may have bit 31 set: DropRecords removed the record
+// (keyed compaction; the low bits keep its size); a batch entry whose records are all dropped is
+// written as a hole (segment 0, position and length 0). Only a checkpoint whose index holds a
+// dropped record is written as version 4; the layout is the same.
+inline constexpr uint32_t kCheckpointVersion = 4;
+inline constexpr uint32_t kCheckpointVersionWithDrops = 4;
+inline constexpr uint32_t kCheckpointVersionWithHoles = 3;
 inline constexpr uint32_t kCheckpointVersionWithoutHoles = 2;
 inline constexpr uint32_t kOldestCheckpointVersion = 1;
 inline constexpr std::string_view kSegmentMagic = "RUNNELWL";
@@ -84,13 +89,25 @@ enum class FrameType : uint8_t {
   kCheckpointMarker = 7,
   // The body of an append batch (type 4), copied unchanged by the cleaner out of an old
   // segment. Replay points the stream's index entry for that first offset at this frame (and
-  // ignores it when those records are gone by then); offsets do not change.
+  // ignores it when those records are gone by then); offsets do not change. A source frame
+  // holding records that are gone is copied compacted instead (flag kBatchCompacted): without
+  // its producer, attributes and close, the gone records' payloads and keys empty.
   kRelocatedBatch = 8,
   // u64 stream id, string consumer: the cursor is removed (Store::DeleteCursor). Binaries
   // that predate it refuse a segment holding one as damaged.
   kCursorDelete = 9,
+  // u64 stream id, u32 count (1 to kMaxDroppedPerFrame), then `count` offsets, ascending and
+  // distinct, as LEB128 varints: the first offset itself, then each one's distance from the one
+  // before (at least 1). The records at those offsets are removed from the middle of the stream
+  // (Store::DropRecords, keyed compaction); the others keep their offsets. The writer names only
+  // offsets that held a record when it encoded the frame; replay ignores any that hold none.
+  // Binaries that predate it refuse a segment holding one as damaged.
+  kDropRecords = 10,
 };
-inline constexpr uint8_t kMaxFrameType = 9;
+inline constexpr uint8_t kMaxFrameType = 10;
+// The most offsets one drop-records frame names (Store::DropRecords takes at most this many per
+// call; keyed compaction sends 4096).
+inline constexpr uint32_t kMaxDroppedPerFrame = 1u << 16;
 
 // Retention: u8 flags (bit 0 max_events, bit 1 max_age_ms, bit 2 max_bytes), then a u64 for
 // each set flag, in that order.
@@ -101,6 +118,11 @@ inline constexpr uint8_t kRetentionMaxBytes = 4;
 inline constexpr uint8_t kBatchClose = 1;
 inline constexpr uint8_t kBatchProducer = 2;
 inline constexpr uint8_t kBatchAttributes = 4;
+// Only in a relocated batch (kRelocatedBatch) the cleaner wrote for a frame holding records that
+// are gone (dropped or below the head): a u32 follows the flags, the length of the frame it
+// replaces, and those records are written with an empty payload and no key. Offsets and record
+// count are the source frame's.
+inline constexpr uint8_t kBatchCompacted = 8;
 
 }  // namespace runnel::log
 

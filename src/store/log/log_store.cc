@@ -147,6 +147,10 @@ struct LogStore::Op {
   uint64_t offset = 0;
   uint64_t now_ms = 0;
   bool respect_cursors = false;
+  // kDropRecords: the offsets named (ascending); the writer keeps those that hold a record.
+  std::vector<uint64_t> offsets;
+  // kCheckpoint: the cleaner runs first (CleanNow).
+  bool clean = false;
   // kUpdate: the stream's retention is kept (the writer encodes it as it finds it).
   bool keep_retention = false;
   // Prepared by the writer.
@@ -699,7 +703,7 @@ Status LogStore::Recover() {
   segment_freed_ = false;  // replay's own head moves free nothing new
   freed_since_checkpoint_ = 0;
   // Live bytes per segment, from the index.
-  for (auto& [n, seg] : segments_) seg.live_bytes = 0;
+  for (auto& [n, seg] : segments_) seg.live_bytes = seg.dropped_bytes = 0;
   Status missing;
   streams_.ForEach([&](StreamState& s) {
     for (size_t i = s.batch_begin; i < s.batches.size(); ++i) {
@@ -712,6 +716,7 @@ Status LogStore::Recover() {
         return;
       }
       it->second.live_bytes += s.batches[i].len;
+      it->second.dropped_bytes += DroppedBytesIn(s, s.batches[i].first_offset, RefEnd(s, i));
     }
     s.reserved_next = s.next;
     s.reserved_closed = s.closed;
@@ -830,7 +835,7 @@ Status LogStore::LoadCheckpoint(uint64_t file_seq, uint64_t* replay_segment, uin
     }
     for (size_t i = 0; i < s->batches.size(); ++i) {
       const BatchRef& b = s->batches[i];
-      if (b.lost()) {  // a hole salvage left (version 3)
+      if (b.lost()) {  // a hole salvage left (version 3), or records all dropped (version 4)
         if (version < 3 || b.pos != 0 || b.len != 0 ||
             (i > 0 && b.first_offset <= s->batches[i - 1].first_offset)) {
           return bad("bad batch entry");
@@ -859,6 +864,11 @@ Status LogStore::LoadCheckpoint(uint64_t file_seq, uint64_t* replay_segment, uin
     for (uint64_t i = 0; i < nrecords; ++i) {
       uint32_t payload, key;
       if (!r.U32(&payload) || !r.U32(&key)) return bad("truncated sizes");
+      // A dropped record (version 4) is never the head.
+      if ((payload & kDroppedBit) != 0 && (version < kCheckpointVersionWithDrops || i == 0 ||
+                                           (payload & ~kDroppedBit) > kMaxBodySize)) {
+        return bad("bad dropped record");
+      }
       s->PushSize(payload, key);
     }
     uint32_t ncursors, nproducers;
@@ -1143,12 +1153,17 @@ StreamInfo LogStore::Snapshot(const StreamState& s) {
   info.id = s.id;
   info.spec = s.Spec();
   info.next_offset = s.next;
-  info.event_count = s.next - s.head;
+  info.event_count = s.next - s.head - s.Dropped();
   info.retained_bytes = s.bytes;
   info.closed = s.closed;
   if (s.next > s.head) {
+    // The head is never a dropped record; the tail is the last record not dropped.
     info.head_offset = s.head;
-    info.tail_offset = s.next - 1;
+    uint64_t tail = s.next - 1;
+    if (s.Dropped() > 0) {
+      while (tail > s.head && s.DroppedAt(s.size_begin + (tail - s.head))) --tail;
+    }
+    info.tail_offset = tail;
   }
   return info;
 }
@@ -1179,11 +1194,15 @@ void LogStore::Compact(StreamState& s) {
 }
 
 uint64_t LogStore::StreamState::RecordBytesAt(size_t i) const {
-  return store::RecordBytes(KeySize(i), sizes[i]);
+  return DroppedAt(i) ? 0 : store::RecordBytes(KeySize(i), sizes[i]);
 }
 
 void LogStore::StreamState::PushSize(uint32_t payload, uint32_t key) {
-  bytes += store::RecordBytes(key, payload);
+  if ((payload & kDroppedBit) != 0) {
+    ++mut().dropped;
+  } else {
+    bytes += store::RecordBytes(key, payload);
+  }
   sizes.push_back(payload);
   if (extras && !extras->key_sizes.empty()) {
     extras->key_sizes.push_back(key);
@@ -1197,29 +1216,109 @@ void LogStore::StreamState::PushSize(uint32_t payload, uint32_t key) {
 
 void LogStore::DropHead(StreamState& s, uint64_t n) {
   n = std::min(n, s.next - s.head);
+  const uint64_t had_dropped = s.Dropped();
+  if (had_dropped > 0) {
+    // The new head is never a dropped record.
+    while (s.head + n < s.next && s.DroppedAt(s.size_begin + n)) ++n;
+  }
   if (n == 0) return;
-  for (uint64_t i = 0; i < n; ++i) s.bytes -= s.RecordBytesAt(s.size_begin + i);
-  s.size_begin += static_cast<uint32_t>(n);
-  s.head += n;
+  uint64_t dropped = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    s.bytes -= s.RecordBytesAt(s.size_begin + i);
+    if (had_dropped > 0 && s.DroppedAt(s.size_begin + i)) ++dropped;
+  }
+  const uint64_t new_head = s.head + n;
   // Release every batch whose records are all below the new head.
   while (s.batch_begin < s.batches.size()) {
-    const uint64_t batch_end =
-        s.batch_begin + 1 < s.batches.size() ? s.batches[s.batch_begin + 1].first_offset : s.next;
-    if (batch_end > s.head) break;
+    if (RefEnd(s, s.batch_begin) > new_head) break;
     const BatchRef& b = s.batches[s.batch_begin];
-    auto it = segments_.find(b.segment);
-    if (it != segments_.end()) {
-      it->second.live_bytes -= std::min<uint64_t>(b.len, it->second.live_bytes);
-      if (it->first != active_segment_) {
-        reclaim_due_ = true;
-        reclaim_retry_at_ = {};  // something new to reclaim: no waiting out an earlier failure
-        freed_since_checkpoint_ += b.len;
-        if (it->second.live_bytes == 0) segment_freed_ = true;
-      }
+    if (!b.lost()) {
+      ReferenceLeft(
+          b.segment, b.len,
+          had_dropped > 0 ? DroppedBytesIn(s, b.first_offset, RefEnd(s, s.batch_begin)) : 0);
     }
     ++s.batch_begin;
   }
+  s.size_begin += static_cast<uint32_t>(n);
+  s.head = new_head;
+  if (dropped > 0) s.extras->dropped -= dropped;
   Compact(s);
+}
+
+uint64_t LogStore::DroppedBytesIn(const StreamState& s, uint64_t lo, uint64_t hi) {
+  if (s.Dropped() == 0) return 0;
+  uint64_t bytes = 0;
+  for (uint64_t o = std::max(lo, s.head); o < std::min(hi, s.next); ++o) {
+    const size_t i = s.size_begin + (o - s.head);
+    if (s.DroppedAt(i)) bytes += store::RecordBytes(s.KeySize(i), s.sizes[i] & ~kDroppedBit);
+  }
+  return bytes;
+}
+
+void LogStore::ReferenceLeft(uint32_t segment, uint64_t len, uint64_t dropped) {
+  auto it = segments_.find(segment);
+  if (it == segments_.end()) return;
+  Segment& seg = it->second;
+  seg.live_bytes -= std::min<uint64_t>(len, seg.live_bytes);
+  seg.dropped_bytes -= std::min<uint64_t>(dropped, seg.dropped_bytes);
+  if (it->first != active_segment_) {
+    reclaim_due_ = true;
+    reclaim_retry_at_ = {};  // something new to reclaim: no waiting out an earlier failure
+    freed_since_checkpoint_ += len;
+    if (seg.live_bytes == 0) segment_freed_ = true;
+  }
+}
+
+uint64_t LogStore::ApplyDrops(StreamState& s, const std::vector<uint64_t>& offsets) {
+  uint64_t removed = 0;
+  auto first = std::lower_bound(offsets.begin(), offsets.end(), s.head);
+  if (first == offsets.end() || *first >= s.next) return 0;
+  // The reference holding *first, then each later one as the offsets reach it.
+  size_t ref = static_cast<size_t>(
+      std::upper_bound(s.batches.begin() + static_cast<std::ptrdiff_t>(s.batch_begin),
+                       s.batches.end(), *first,
+                       [](uint64_t o, const BatchRef& b) { return o < b.first_offset; }) -
+      s.batches.begin() - 1);
+  bool touched = false;  // a record of batches[ref] was dropped by this frame
+  // A reference whose records are now all dropped holds nothing live: it becomes a dead one
+  // (kLostSegment), its frames' bytes leave the segment's live bytes.
+  auto finish = [&]() {
+    if (!touched) return;
+    touched = false;
+    BatchRef& b = s.batches[ref];
+    if (b.lost()) return;
+    const uint64_t begin = std::max(b.first_offset, s.head);
+    const uint64_t end = RefEnd(s, ref);
+    for (uint64_t o = begin; o < end; ++o) {
+      if (!s.DroppedAt(s.size_begin + (o - s.head))) return;
+    }
+    ReferenceLeft(b.segment, b.len, DroppedBytesIn(s, b.first_offset, end));
+    b.segment = kLostSegment;
+    b.pos = 0;
+    b.len = 0;
+  };
+  for (auto it = first; it != offsets.end() && *it < s.next; ++it) {
+    const uint64_t o = *it;
+    const size_t i = s.size_begin + (o - s.head);
+    if (s.DroppedAt(i)) continue;
+    while (RefEnd(s, ref) <= o) {
+      finish();
+      ++ref;
+    }
+    if (!s.batches[ref].lost()) {
+      auto seg = segments_.find(s.batches[ref].segment);
+      if (seg != segments_.end()) seg->second.dropped_bytes += s.RecordBytesAt(i);
+    }
+    s.bytes -= s.RecordBytesAt(i);
+    s.sizes[i] |= kDroppedBit;
+    ++s.mut().dropped;
+    ++removed;
+    touched = true;
+  }
+  finish();
+  // The head moves past dropped records (DropHead(0) does only that).
+  DropHead(s, 0);
+  return removed;
 }
 
 Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segment, uint32_t pos,
@@ -1285,7 +1384,7 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
       AppendBatchHeader h;
       std::vector<std::pair<uint32_t, uint32_t>>& sizes = apply_sizes_;
       sizes.clear();
-      if (!DecodeAppendBatch(body, &h, &sizes, nullptr)) {
+      if (!DecodeAppendBatch(body, &h, &sizes, nullptr) || h.source_len != 0) {
         return Status::Corruption("malformed append-batch frame");
       }
       // The writer never passes the largest offset; a frame that would is damage (and salvage,
@@ -1347,17 +1446,34 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
       const StreamRetention& retention = s->view().retention;
       if (retention.max_events || retention.max_bytes || retention.max_age_ms) {
         store::RetainedView view;
-        view.count = static_cast<size_t>(s->next - s->head);
+        view.count = static_cast<size_t>(s->next - s->head - s->Dropped());
         view.total_bytes = s->bytes;
-        view.timestamp_at = [s](size_t i) {
-          const uint64_t off = s->head + i;
+        // The i-th retained record's offset: the i-th one not dropped. Retention asks for the
+        // oldest ones in order, so a walk from the last answer finds it (a stream without
+        // dropped records maps i to head + i).
+        auto at = std::make_shared<std::pair<size_t, uint64_t>>(0, s->head);
+        auto offset_of = [s, at](size_t i) {
+          if (s->Dropped() == 0) return s->head + i;
+          if (i < at->first) *at = {0, s->head};
+          while (at->first < i || s->DroppedAt(s->size_begin + (at->second - s->head))) {
+            if (!s->DroppedAt(s->size_begin + (at->second - s->head))) ++at->first;
+            ++at->second;
+          }
+          return at->second;
+        };
+        view.timestamp_at = [s, offset_of](size_t i) {
+          const uint64_t off = offset_of(i);
           auto it = std::upper_bound(
               s->batches.begin() + static_cast<std::ptrdiff_t>(s->batch_begin), s->batches.end(),
               off, [](uint64_t o, const BatchRef& b) { return o < b.first_offset; });
           return std::prev(it)->timestamp;
         };
-        view.bytes_at = [s](size_t i) { return s->RecordBytesAt(s->size_begin + i); };
-        DropHead(*s, store::RetentionDropCount(retention, h.timestamp, view));
+        view.bytes_at = [s, offset_of](size_t i) {
+          return s->RecordBytesAt(s->size_begin + (offset_of(i) - s->head));
+        };
+        const size_t cut = store::RetentionDropCount(retention, h.timestamp, view);
+        // DropHead counts dropped records too: the cut ends after the cut-th retained record.
+        DropHead(*s, cut == 0 ? 0 : offset_of(cut - 1) + 1 - s->head);
       }
       if (replay) {
         s->reserved_next = s->next;
@@ -1400,26 +1516,46 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
       auto it = std::lower_bound(begin, s->batches.end(), h.first_offset,
                                  [](const BatchRef& b, uint64_t o) { return b.first_offset < o; });
       if (it == s->batches.end() || it->first_offset != h.first_offset) return Status::OK();
+      // A reference whose records were all dropped since stays dead.
+      if (it->lost()) return Status::OK();
       // The frame is the first of its reference (the cleaner moves a reference's frames in
-      // order, and a relocated frame is exactly as long as the one it copies). When the
-      // reference holds more frames, the moved one is carved off the front and the rest stay
-      // where they are, so a cleaner cut short by a crash leaves every record reachable.
-      const uint32_t moved = std::min(len, it->len);
+      // order; a relocated frame is exactly as long as the one it copies, or names that length
+      // when it is compacted). When the reference holds more frames, the moved one is carved off
+      // the front and the rest stay where they are, so a cleaner cut short by a crash leaves
+      // every record reachable.
+      const uint32_t source = h.source_len != 0 ? h.source_len : len;
+      const uint32_t moved = std::min(source, it->len);
+      // The dropped records' payloads stay behind in a compacted copy.
+      const uint64_t moved_dropped = DroppedBytesIn(*s, h.first_offset, h.first_offset + h.count);
       auto old_seg = segments_.find(it->segment);
       if (old_seg != segments_.end()) {
         old_seg->second.live_bytes -= std::min<uint64_t>(moved, old_seg->second.live_bytes);
+        old_seg->second.dropped_bytes -=
+            std::min<uint64_t>(moved_dropped, old_seg->second.dropped_bytes);
       }
       std::optional<BatchRef> rest;
-      if (len < it->len && h.count > 0) {
-        rest = BatchRef{h.first_offset + h.count, it->timestamp, it->segment, it->pos + len,
-                        it->len - len};
+      if (source < it->len && h.count > 0) {
+        rest = BatchRef{h.first_offset + h.count, it->timestamp, it->segment, it->pos + source,
+                        it->len - source};
       }
       it->segment = segment;
       it->pos = pos;
       it->len = len;
       auto new_seg = segments_.find(segment);
-      if (new_seg != segments_.end()) new_seg->second.live_bytes += len;
+      if (new_seg != segments_.end()) {
+        new_seg->second.live_bytes += len;
+        if (h.source_len == 0) new_seg->second.dropped_bytes += moved_dropped;
+      }
       if (rest) s->batches.insert(std::next(it), *rest);
+      return Status::OK();
+    }
+    case FrameType::kDropRecords: {
+      StreamId named;
+      std::vector<uint64_t> offsets;
+      if (!DecodeDropRecords(body, &named, &offsets)) {
+        return Status::Corruption("malformed drop-records frame");
+      }
+      ApplyDrops(*s, offsets);
       return Status::OK();
     }
     case FrameType::kTruncateHead: {
@@ -1527,7 +1663,11 @@ void LogStore::WriterLoop() {
       CommitGroup(group, false);
       group.clear();
       if (op->kind == OpKind::kCheckpoint) {
-        op->status = WriteCheckpoint();
+        if (op->clean) {
+          PollBackgroundCheckpoint(true);  // the cleaner runs with no checkpoint under way
+          op->status = Clean();
+        }
+        if (op->status.ok()) op->status = WriteCheckpoint();
         FinishOp(*op);
         continue;
       }
@@ -1768,9 +1908,33 @@ void LogStore::EncodeOp(Op& op) {
         for (const auto& [name, c] : s->view().cursors) cut = std::min(cut, c.offset);
       }
       const uint64_t new_head = cut >= s->next ? s->next : std::max(s->head, cut + 1);
+      // The records removed: dropped ones are gone already.
       op.u64_result = new_head - s->head;
+      if (s->Dropped() > 0) {
+        for (uint64_t o = s->head; o < new_head; ++o) {
+          if (s->DroppedAt(s->size_begin + (o - s->head))) --op.u64_result;
+        }
+      }
       if (new_head > s->head) {
         AppendFrame(&group_buf_, FrameType::kTruncateHead, EncodeTruncateHead(op.stream, new_head));
+      }
+      return;
+    }
+    case OpKind::kDropRecords: {
+      StreamState* s = FindLocked(op.stream);
+      if (s == nullptr) return refuse(StreamNotFound(op.stream));
+      // Committed alone: every earlier write of the stream is applied. The frame names only the
+      // records there are, so its count is the call's answer.
+      std::vector<uint64_t> present;
+      present.reserve(op.offsets.size());
+      for (uint64_t o : op.offsets) {
+        if (o < s->head || o >= s->next || (!present.empty() && present.back() == o)) continue;
+        if (s->DroppedAt(s->size_begin + (o - s->head))) continue;
+        present.push_back(o);
+      }
+      op.u64_result = present.size();
+      if (!present.empty()) {
+        AppendFrame(&group_buf_, FrameType::kDropRecords, EncodeDropRecords(op.stream, present));
       }
       return;
     }
@@ -2105,7 +2269,8 @@ Status LogStore::BeginCheckpoint(CheckpointJob* job) {
   body.clear();
   // Grown once instead of doubling through a 100+ MB body (a copy and fresh pages each time).
   body.reserve(static_cast<size_t>(checkpoint_body_bytes_ + checkpoint_body_bytes_ / 8));
-  bool has_holes = false;  // a version 3 checkpoint is needed
+  bool has_holes = false;    // a version 3 checkpoint is needed
+  bool has_dropped = false;  // a version 4 checkpoint is needed
   OfferHugePages(body.data(), body.capacity());
   {
     std::shared_lock lock(state_mu_);
@@ -2120,6 +2285,7 @@ Status LogStore::BeginCheckpoint(CheckpointJob* job) {
     for (const auto& [ns, named] : names_) {
       for (const StreamState* s : named) {
         ++written;
+        has_dropped = has_dropped || s->Dropped() > 0;
         if (s->batch_begin < s->batches.size()) {
           has_holes =
               has_holes || std::any_of(s->batches.begin() + s->batch_begin, s->batches.end(),
@@ -2181,9 +2347,11 @@ Status LogStore::BeginCheckpoint(CheckpointJob* job) {
                                   .count());
   }
   job->header.assign(kCheckpointMagic);
-  // Version 2 unless the index holds a hole (which only salvage makes): binaries that know no
-  // holes keep reading every other checkpoint.
-  PutU32(&job->header, has_holes ? kCheckpointVersion : kCheckpointVersionWithoutHoles);
+  // Version 2 unless the index holds a hole (which only salvage makes) or a dropped record
+  // (keyed compaction): binaries that know neither keep reading every other checkpoint.
+  PutU32(&job->header, has_dropped ? kCheckpointVersion
+                       : has_holes ? kCheckpointVersionWithHoles
+                                   : kCheckpointVersionWithoutHoles);
   PutU32(&job->header, 0);
   PutU64(&job->header, body.size());
   PutU32(&job->header, MaskCrc(Crc32c(body)));
@@ -2366,8 +2534,9 @@ Status LogStore::Clean() {
     std::shared_lock lock(state_mu_);
     for (const auto& [n, seg] : segments_) {
       if (n >= active_segment_) break;
-      if (seg.live_bytes > 0 && static_cast<double>(seg.live_bytes) < threshold) {
-        candidates.emplace_back(seg.live_bytes, n);
+      // By what its copy would take: records DropRecords removed are not copied.
+      if (seg.live_bytes > 0 && static_cast<double>(seg.CleanableBytes()) < threshold) {
+        candidates.emplace_back(seg.CleanableBytes(), n);
       }
     }
   }
@@ -2458,7 +2627,45 @@ Status LogStore::Relocate(const std::vector<uint64_t>& victims) {
                                   std::to_string(item.stream) + ": live batch is unreadable");
       }
       std::string frame;
-      AppendFrame(&frame, FrameType::kRelocatedBatch, f.body);
+      // Records that are gone (dropped, or below the head) are not copied: their frame is
+      // written compacted, naming its source's length for the carving of its reference.
+      AppendBatchHeader h;
+      if (!DecodeAppendBatch(f.body, &h, nullptr, nullptr)) {
+        return Status::Corruption("segment " + SegmentName(item.segment) + " at byte " +
+                                  std::to_string(item.pos + at) + ", stream #" +
+                                  std::to_string(item.stream) + ": live batch is unreadable");
+      }
+      std::vector<bool> gone(h.count, false);
+      bool any_gone = false;
+      {
+        std::shared_lock lock(state_mu_);
+        if (const StreamState* s = FindLocked(item.stream); s != nullptr && s->Dropped() > 0) {
+          for (uint32_t i = 0; i < h.count; ++i) {
+            const uint64_t o = h.first_offset + i;
+            gone[i] = o < s->head || (o < s->next && s->DroppedAt(s->size_begin + (o - s->head)));
+            any_gone = any_gone || gone[i];
+          }
+        }
+      }
+      if (any_gone || h.source_len != 0) {
+        std::vector<StoredRecord> records;
+        DecodeAppendBatch(f.body, &h, nullptr, &records);
+        std::vector<AppendRecord> kept;
+        kept.reserve(records.size());
+        for (size_t i = 0; i < records.size(); ++i) {
+          if (gone[i]) {
+            kept.push_back(AppendRecord{std::nullopt, std::string()});
+          } else {
+            kept.push_back(AppendRecord{std::move(records[i].key), std::move(records[i].payload)});
+          }
+        }
+        std::string body;
+        EncodeCompactedBatch(&body, h.stream, h.first_offset, h.timestamp,
+                             static_cast<uint32_t>(f.size), kept);
+        AppendFrame(&frame, FrameType::kRelocatedBatch, body);
+      } else {
+        AppendFrame(&frame, FrameType::kRelocatedBatch, f.body);
+      }
       group_bytes += frame.size();
       frames.push_back(std::move(frame));
       at += f.size;
@@ -2661,7 +2868,11 @@ Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, siz
   };
   std::vector<Run> runs;
   uint64_t start = 0;
-  size_t count = 0;
+  size_t count = 0;  // the offsets [start, start + count) the read covers
+  // The stream holds records DropRecords removed: within the frames the read decodes, those are
+  // `dropped` (ascending), decoded with the others and then left out of the answer.
+  bool has_dropped = false;
+  std::vector<uint64_t> dropped;
   {
     std::shared_lock lock(state_mu_);
     StreamState* s = FindLocked(id);
@@ -2671,17 +2882,54 @@ Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, siz
     if (start >= s->next) return std::vector<StoredRecord>{};
     // Decide exactly which records the read returns, from the in-memory sizes.
     size_t bytes = 0;
-    for (uint64_t o = start; o < s->next && count < limit; ++o) {
-      const size_t size = s->sizes[s->size_begin + (o - s->head)];
-      if (count > 0 && bytes + size > max_bytes) break;
-      bytes += size;
-      ++count;
+    if (s->Dropped() == 0) {
+      for (uint64_t o = start; o < s->next && count < limit; ++o) {
+        const size_t size = s->sizes[s->size_begin + (o - s->head)];
+        if (count > 0 && bytes + size > max_bytes) break;
+        bytes += size;
+        ++count;
+      }
+    } else {
+      // Dropped records are skipped: they count toward neither the limit nor the bytes, and
+      // the read starts at the first record not dropped.
+      size_t returned = 0;
+      uint64_t o = start;
+      while (o < s->next && s->DroppedAt(s->size_begin + (o - s->head))) ++o;
+      start = o;
+      uint64_t last = start;  // one past the last record returned
+      for (; o < s->next && returned < limit; ++o) {
+        const size_t i = s->size_begin + (o - s->head);
+        if (s->DroppedAt(i)) continue;
+        const size_t size = s->sizes[i];
+        if (returned > 0 && bytes + size > max_bytes) break;
+        bytes += size;
+        ++returned;
+        last = o + 1;
+      }
+      if (returned == 0) return std::vector<StoredRecord>{};
+      count = static_cast<size_t>(last - start);
+      has_dropped = true;
     }
     const uint64_t end = start + count;
     auto it = std::upper_bound(s->batches.begin() + static_cast<std::ptrdiff_t>(s->batch_begin),
                                s->batches.end(), start,
                                [](uint64_t o, const BatchRef& b) { return o < b.first_offset; });
     for (--it; it != s->batches.end() && it->first_offset < end; ++it) {
+      if (has_dropped) {
+        const uint64_t lo = std::max(it->first_offset, start);
+        const uint64_t hi = std::min(RefEnd(*s, static_cast<size_t>(it - s->batches.begin())), end);
+        if (it->lost()) {
+          // A dead reference (its records all dropped) is not read; a hole is, below.
+          bool all = true;
+          for (uint64_t o = lo; o < hi && all; ++o)
+            all = s->DroppedAt(s->size_begin + (o - s->head));
+          if (all) continue;
+        } else {
+          for (uint64_t o = lo; o < hi; ++o) {
+            if (s->DroppedAt(s->size_begin + (o - s->head))) dropped.push_back(o);
+          }
+        }
+      }
       if (it->lost()) {
         // A hole salvage left: the read stops before it, or fails when it starts there.
         const auto after = std::next(it);
@@ -2757,6 +3005,16 @@ Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, siz
       at += f.size;
     }
   }
+  if (has_dropped) {
+    // Leave out the dropped records, and the records past the read that the frame after a
+    // skipped dead reference brought (one pass, both lists ascending).
+    auto d = dropped.begin();
+    const uint64_t end = start + count;
+    std::erase_if(out, [&](const StoredRecord& r) {
+      while (d != dropped.end() && *d < r.offset) ++d;
+      return r.offset >= end || (d != dropped.end() && *d == r.offset);
+    });
+  }
   return out;
 }
 
@@ -2812,6 +3070,28 @@ Result<uint64_t> LogStore::TruncatePrefix(StreamId id, uint64_t through, bool re
   op->stream = id;
   op->offset = through;
   op->respect_cursors = respect_cursors;
+  RUNNEL_RETURN_IF_ERROR(Submit(op));
+  return op->u64_result;
+}
+
+Result<uint64_t> LogStore::DropRecords(StreamId id, const std::vector<uint64_t>& offsets) {
+  if (offsets.empty()) {
+    std::shared_lock lock(state_mu_);
+    if (FindLocked(id) == nullptr) return StreamNotFound(id);
+    return uint64_t{0};
+  }
+  if (offsets.size() > kMaxDroppedPerFrame) {
+    return Status::InvalidArgument("at most " + std::to_string(kMaxDroppedPerFrame) +
+                                   " records can be dropped in one call, not " +
+                                   std::to_string(offsets.size()));
+  }
+  if (!std::is_sorted(offsets.begin(), offsets.end())) {
+    return Status::InvalidArgument("the offsets to drop must be in ascending order");
+  }
+  auto op = std::make_shared<Op>();
+  op->kind = OpKind::kDropRecords;
+  op->stream = id;
+  op->offsets = offsets;
   RUNNEL_RETURN_IF_ERROR(Submit(op));
   return op->u64_result;
 }
@@ -2884,6 +3164,13 @@ std::vector<std::string> LogStore::RecoveryNotes() const {
 Status LogStore::CheckpointNow() {
   auto op = std::make_shared<Op>();
   op->kind = OpKind::kCheckpoint;
+  return Submit(op);
+}
+
+Status LogStore::CleanNow() {
+  auto op = std::make_shared<Op>();
+  op->kind = OpKind::kCheckpoint;
+  op->clean = true;
   return Submit(op);
 }
 

@@ -23,6 +23,7 @@
 #ifndef RUNNEL_STORE_LOG_LOG_STORE_H_
 #define RUNNEL_STORE_LOG_LOG_STORE_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -73,6 +74,10 @@ class LogStore final : public Store {
                                          size_t max_bytes) override;
   Result<std::optional<StoredRecord>> ReadAt(StreamId id, uint64_t offset) override;
   Result<uint64_t> TruncatePrefix(StreamId id, uint64_t through, bool respect_cursors) override;
+  // At most kMaxDroppedPerFrame offsets per call (kInvalidArgument beyond): one frame, so the
+  // call is atomic across a crash. Committed alone, like a truncation.
+  Result<uint64_t> DropRecords(StreamId id, const std::vector<uint64_t>& offsets) override;
+  bool SupportsDropRecords() const override { return true; }
   Result<uint64_t> CommitCursor(StreamId id, std::string_view consumer, uint64_t offset,
                                 uint64_t now_ms) override;
   Result<std::optional<CursorState>> GetCursor(StreamId id, std::string_view consumer) override;
@@ -95,6 +100,8 @@ class LogStore final : public Store {
   size_t BatchRefsForTesting(StreamId id);
   // Writes a checkpoint now and deletes segments nothing needs any more.
   Status CheckpointNow();
+  // Runs the cleaner's pass now (as before a periodic checkpoint), then CheckpointNow.
+  Status CleanNow();
   // Numbers of the segment files currently in the directory.
   std::vector<uint64_t> SegmentNumbers() const;
   // Verifies every written segment now, without the rate limit, reporting damage as the
@@ -111,7 +118,9 @@ class LogStore final : public Store {
   //
   // A reference in segment kLostSegment (with pos and len 0) is a hole: records that salvage
   // found lost to damage. They keep their offsets and sizes (0), so the records before and after
-  // them stay readable; a read of them fails with Status::Unreadable.
+  // them stay readable; a read of them fails with Status::Unreadable. A reference whose records
+  // DropRecords all removed becomes one too (its bytes are dead); reads skip its records, which
+  // are all marked dropped (kDroppedBit), instead of failing.
   struct BatchRef {
     uint64_t first_offset = 0;
     uint64_t timestamp = 0;
@@ -121,6 +130,10 @@ class LogStore final : public Store {
     bool lost() const { return segment == kLostSegment; }
   };
   static constexpr uint32_t kLostSegment = 0;  // segment files are numbered from 1
+  // Set in StreamState::sizes on a record DropRecords removed (keyed compaction): the payload
+  // size stays in the low bits (payloads are at most kMaxBodySize, below this bit), so the
+  // record's bytes in its frame stay known for the segment's live bytes.
+  static constexpr uint32_t kDroppedBit = 1u << 31;
   // The widest hole salvage indexes (4 bytes per record); past it the stream starts over after
   // the damage, as if its earlier records had been trimmed.
   static constexpr uint64_t kMaxHoleRecords = 1u << 24;
@@ -136,6 +149,9 @@ class LogStore final : public Store {
     // Empty until the stream holds a record with a key; then parallel to StreamState::sizes
     // (same indices), key_sizes[i] the key size of the record whose payload size is sizes[i].
     std::vector<uint32_t> key_sizes;
+    // How many records in [head, next) DropRecords removed (marked kDroppedBit in sizes). The
+    // head is never one of them: it moves past them as they reach it.
+    uint64_t dropped = 0;
   };
   // A string held by one pointer: a length prefix (1 byte below 255 bytes, else 0xff and 4
   // bytes) and its bytes in one allocation, where a std::string takes 32 bytes in place. The
@@ -209,9 +225,12 @@ class LogStore final : public Store {
     uint32_t KeySize(size_t i) const {
       return extras && !extras->key_sizes.empty() ? extras->key_sizes[i] : 0;
     }
-    // store::RecordBytes of the record at index i of sizes.
+    // store::RecordBytes of the record at index i of sizes (0 for a dropped record).
     uint64_t RecordBytesAt(size_t i) const;
-    // Appends the sizes of the next record and counts it in `bytes` (DropHead takes it out).
+    bool DroppedAt(size_t i) const { return (sizes[i] & kDroppedBit) != 0; }
+    uint64_t Dropped() const { return extras ? extras->dropped : 0; }
+    // Appends the sizes of the next record and counts it in `bytes` (DropHead takes it out);
+    // a payload size with kDroppedBit is a dropped record (a checkpoint's index), not counted.
     void PushSize(uint32_t payload, uint32_t key);
     const StreamExtras& view() const {
       static const StreamExtras kEmpty;
@@ -272,7 +291,14 @@ class LogStore final : public Store {
     uint64_t number = 0;
     std::shared_ptr<env::File> file;
     uint64_t live_bytes = 0;  // bytes of frames still referenced by some BatchRef
-    uint64_t end = 0;         // end of written frames (known for replayed and written ones)
+    // Of those, about how many are payloads and keys of records DropRecords removed (the
+    // cleaner leaves them behind when it copies the frames). An estimate (records below the
+    // head are not taken out again), used to choose what the cleaner copies; never to decide
+    // that a segment can be deleted, which live_bytes alone does.
+    uint64_t dropped_bytes = 0;
+    // What the cleaner's copy of the segment's live frames would take, about.
+    uint64_t CleanableBytes() const { return live_bytes - std::min(dropped_bytes, live_bytes); }
+    uint64_t end = 0;  // end of written frames (known for replayed and written ones)
   };
   enum class OpKind {
     kAppend,
@@ -282,6 +308,7 @@ class LogStore final : public Store {
     kUpdate,
     kDelete,
     kTruncate,
+    kDropRecords,
     kFlush,
     kCheckpoint
   };
@@ -306,7 +333,24 @@ class LogStore final : public Store {
   // --- applying frames (live and replay) ---
   Status ApplyFrame(FrameType type, std::string_view body, uint32_t segment, uint32_t pos,
                     uint32_t len, bool replay);
+  // Removes the n oldest records of `s` (dropped ones count), then any dropped records that
+  // would be its new head, and releases the references below the new head.
   void DropHead(StreamState& s, uint64_t n);
+  // Applies a drop-records frame: marks the records at `offsets` (ascending) dropped, takes
+  // their bytes out of the stream's and their segment's counts, turns a reference whose records
+  // are all dropped into a dead one (kLostSegment) and moves the head past dropped records.
+  // Offsets that hold no record are ignored. Returns how many records it removed.
+  uint64_t ApplyDrops(StreamState& s, const std::vector<uint64_t>& offsets);
+  // The offset one past batches[ref]'s records.
+  static uint64_t RefEnd(const StreamState& s, size_t ref) {
+    return ref + 1 < s.batches.size() ? s.batches[ref + 1].first_offset : s.next;
+  }
+  // A reference left segment `segment` (released below the head, or all its records dropped):
+  // its `len` bytes are no longer live, and `dropped` bytes leave the segment's dropped_bytes.
+  // For an old segment the space counts toward the cleaner and the checkpoint.
+  void ReferenceLeft(uint32_t segment, uint64_t len, uint64_t dropped);
+  // store::RecordBytes of the dropped records of `s` in [lo, hi) at or above the head.
+  static uint64_t DroppedBytesIn(const StreamState& s, uint64_t lo, uint64_t hi);
   static void Compact(StreamState& s);
   StreamState* FindLocked(StreamId id) const;
   StreamState* FindByNameLocked(std::string_view ns, std::string_view name) const;
