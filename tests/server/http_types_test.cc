@@ -47,12 +47,12 @@ TEST(PercentDecodeTest, DecodesAndRejectsBadEscapes) {
 }
 
 TEST(ParseQueryTest, FirstOccurrenceWins) {
-  std::map<std::string, std::string> q;
+  std::map<std::string, std::string, std::less<>> q;
   ASSERT_TRUE(ParseQuery("offset=-1&live=sse&offset=now&flag", &q));
   EXPECT_EQ(q["offset"], "-1");
   EXPECT_EQ(q["live"], "sse");
   EXPECT_EQ(q["flag"], "");
-  std::map<std::string, std::string> bad;
+  std::map<std::string, std::string, std::less<>> bad;
   EXPECT_FALSE(ParseQuery("offset=%G1", &bad));
 }
 
