@@ -104,7 +104,7 @@ cpu_ticks() {
 server_pids() {
   local p="${pid[$1]}"
   echo "$p"
-  [[ "$1" == nginx ]] && pgrep -P "$p" || true
+  if [[ "$1" == nginx ]]; then pgrep -P "$p" || true; fi
 }
 field() { tr ' ' '\n' | awk -F= -v k="$1" '$1==k {print $2}'; }
 # median [DECIMALS]: the median of the positive numbers on stdin (0 decimals by default).
