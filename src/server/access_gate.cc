@@ -35,19 +35,26 @@ Result<std::shared_ptr<AccessGate>> AccessGate::Open(const AccessOptions& option
     auto store = TokenStore::Open(options.tokens_path, gate->clock_);
     if (!store.ok()) return store.status();
     gate->tokens_ = std::shared_ptr<const TokenStore>(std::move(*store));
+    gate->tokens_nonempty_.store(!gate->tokens_->empty());
   }
-  gate->last_check_ms_ = SteadyMs();
+  gate->last_check_ms_.store(SteadyMs());
   return gate;
 }
 
 void AccessGate::MaybeReload() {
   if (options_.tokens_path.empty()) return;
-  MutexLock lock(mu_);
   const uint64_t now = SteadyMs();
-  if (options_.reload_interval_ms > 0 && now - last_check_ms_ < options_.reload_interval_ms) {
+  // Between two checks (the common case, once per request) without taking the lock.
+  if (options_.reload_interval_ms > 0 &&
+      now - last_check_ms_.load(std::memory_order_relaxed) < options_.reload_interval_ms) {
     return;
   }
-  last_check_ms_ = now;
+  MutexLock lock(mu_);
+  if (options_.reload_interval_ms > 0 &&
+      now - last_check_ms_.load() < options_.reload_interval_ms) {
+    return;  // another thread checked meanwhile
+  }
+  last_check_ms_.store(now);
   FileId id;
   struct stat st {};
   if (::stat(options_.tokens_path.c_str(), &st) == 0) {
@@ -63,6 +70,7 @@ void AccessGate::MaybeReload() {
   }
   file_id_ = id;
   tokens_ = std::shared_ptr<const TokenStore>(std::move(*store));
+  tokens_nonempty_.store(!tokens_->empty());
   generation_.fetch_add(1);
   spdlog::info("token file {} reloaded ({} tokens)", options_.tokens_path, tokens_->List().size());
 }
@@ -84,9 +92,10 @@ bool AccessGate::RequiresTokens() {
     case AccessOptions::Mode::kTokens: return true;
     case AccessOptions::Mode::kAuto: break;
   }
-  auto tokens = Current();
+  if (had_tokens_.load()) return true;
+  MaybeReload();
   // Sticky: revoking the last token or deleting the file must not open the server.
-  if (tokens && !tokens->empty()) had_tokens_.store(true);
+  if (tokens_nonempty_.load()) had_tokens_.store(true);
   return had_tokens_.load();
 }
 

@@ -97,7 +97,11 @@ class AccessGate {
     bool operator==(const FileId&) const = default;
   };
   FileId file_id_ RUNNEL_GUARDED_BY(mu_);
-  uint64_t last_check_ms_ RUNNEL_GUARDED_BY(mu_) = 0;
+  // Written under mu_; read without it first, so a request between two checks of the token
+  // file takes no lock.
+  std::atomic<uint64_t> last_check_ms_{0};
+  // Whether tokens_ holds a token: written with tokens_, read without mu_ on every request.
+  std::atomic<bool> tokens_nonempty_{false};
   std::atomic<bool> had_tokens_{false};
   std::atomic<uint64_t> generation_{0};
 };

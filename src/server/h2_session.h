@@ -54,7 +54,7 @@ struct H2Request {
   std::string method;
   std::string target;
   std::string authority;
-  std::map<std::string, std::string> headers;
+  std::map<std::string, std::string, std::less<>> headers;
   std::string body;
   int refuse_status = 0;  // 0, or 413, 414, 431, 503
   std::string refuse_message;

@@ -1912,9 +1912,9 @@ class HttpServer::Impl {
       for (const auto& field : req) {
         if (field_index++ == header_fields) break;
         std::string name(field.name_string());
-        for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        for (char& c : name) c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
         std::string value(field.value());
-        auto [it, inserted] = request.headers.emplace(name, value);
+        auto [it, inserted] = request.headers.emplace(std::move(name), value);
         if (!inserted) it->second += ", " + value;
       }
       if (absolute_form) request.headers["host"] = std::string(authority);

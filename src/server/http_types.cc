@@ -6,13 +6,13 @@
 namespace runnel::server {
 
 std::optional<std::string_view> HttpRequest::Header(std::string_view name) const {
-  auto it = headers.find(std::string(name));
+  auto it = headers.find(name);
   if (it == headers.end()) return std::nullopt;
   return std::string_view(it->second);
 }
 
 std::optional<std::string_view> HttpRequest::Query(std::string_view name) const {
-  auto it = query.find(std::string(name));
+  auto it = query.find(name);
   if (it == query.end()) return std::nullopt;
   return std::string_view(it->second);
 }
@@ -174,7 +174,7 @@ std::optional<std::string> PercentDecode(std::string_view text, bool plus_is_spa
   return out;
 }
 
-bool ParseQuery(std::string_view query, std::map<std::string, std::string>* out) {
+bool ParseQuery(std::string_view query, std::map<std::string, std::string, std::less<>>* out) {
   while (!query.empty()) {
     size_t amp = query.find('&');
     std::string_view part = query.substr(0, amp);

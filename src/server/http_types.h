@@ -23,9 +23,10 @@ struct HttpRequest {
   // Percent-decoded path, without the query.
   std::string path;
   // Percent-decoded query parameters; the first occurrence of a name wins.
-  std::map<std::string, std::string> query;
+  // (std::less<>: looked up by string_view, without building a string.)
+  std::map<std::string, std::string, std::less<>> query;
   // Header names lower-cased; repeated headers are joined with ", ".
-  std::map<std::string, std::string> headers;
+  std::map<std::string, std::string, std::less<>> headers;
   std::string body;
 
   // The header's value, or nullopt. `name` must be lower-case.
@@ -88,7 +89,7 @@ std::string PercentEncode(std::string_view text, bool keep_slash);
 std::optional<std::string> OriginFormOf(std::string_view target, std::string_view* authority);
 
 // Splits "a=1&b=2" into decoded pairs (first occurrence wins). Returns false on a bad escape.
-bool ParseQuery(std::string_view query, std::map<std::string, std::string>* out);
+bool ParseQuery(std::string_view query, std::map<std::string, std::string, std::less<>>* out);
 
 }  // namespace runnel::server
 

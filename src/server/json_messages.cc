@@ -140,8 +140,37 @@ std::string NormalizeContentType(std::string_view content_type) {
   return out;
 }
 
+namespace {
+
+// The next character of `content_type`'s normalized form (NormalizeContentType) from *i on,
+// or -1 at its end; advances *i past what it read.
+int NextNormalized(std::string_view content_type, size_t* i) {
+  while (*i < content_type.size()) {
+    const char c = content_type[(*i)++];
+    if (c == ';') {
+      *i = content_type.size();
+      return -1;
+    }
+    if (c == ' ' || c == '\t') continue;
+    return static_cast<unsigned char>((c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c);
+  }
+  return -1;
+}
+
+}  // namespace
+
+bool SameContentType(std::string_view a, std::string_view b) {
+  size_t i = 0;
+  size_t j = 0;
+  for (;;) {
+    const int x = NextNormalized(a, &i);
+    if (x != NextNormalized(b, &j)) return false;
+    if (x < 0) return true;
+  }
+}
+
 bool IsJsonContentType(std::string_view content_type) {
-  return NormalizeContentType(content_type) == "application/json";
+  return SameContentType(content_type, "application/json");
 }
 
 }  // namespace runnel::server

@@ -37,6 +37,8 @@ bool IsJsonContentType(std::string_view content_type);
 
 // The media type lower-cased with parameters and spaces removed, for comparisons.
 std::string NormalizeContentType(std::string_view content_type);
+// NormalizeContentType(a) == NormalizeContentType(b), without building either string.
+bool SameContentType(std::string_view a, std::string_view b);
 
 }  // namespace runnel::server
 

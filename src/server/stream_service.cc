@@ -1426,7 +1426,7 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
     if (!ct || ct->empty()) {
       return finish(ErrorResponse(Status::InvalidArgument("Content-Type is required")));
     }
-    if (NormalizeContentType(*ct) != NormalizeContentType(info.spec.content_type)) {
+    if (!SameContentType(*ct, info.spec.content_type)) {
       return finish(
           ErrorResponse(Status::Conflict("Content-Type does not match the stream's", 0, 0)));
     }

@@ -103,7 +103,7 @@ class AppendCacheTest : public ::testing::Test {
     HttpRequest request;
     request.method = method;
     request.path = path;
-    request.headers = std::move(headers);
+    request.headers.insert(headers.begin(), headers.end());
     if (!request.headers.count("content-type")) request.headers["content-type"] = "text/plain";
     request.body = body;
     return testing::WriteSync(node, std::move(request));

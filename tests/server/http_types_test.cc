@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <thread>
+#include <vector>
+
 #include "server/metrics.h"
 
 namespace runnel::server {
@@ -47,12 +51,12 @@ TEST(PercentDecodeTest, DecodesAndRejectsBadEscapes) {
 }
 
 TEST(ParseQueryTest, FirstOccurrenceWins) {
-  std::map<std::string, std::string> q;
+  std::map<std::string, std::string, std::less<>> q;
   ASSERT_TRUE(ParseQuery("offset=-1&live=sse&offset=now&flag", &q));
   EXPECT_EQ(q["offset"], "-1");
   EXPECT_EQ(q["live"], "sse");
   EXPECT_EQ(q["flag"], "");
-  std::map<std::string, std::string> bad;
+  std::map<std::string, std::string, std::less<>> bad;
   EXPECT_FALSE(ParseQuery("offset=%G1", &bad));
 }
 
@@ -94,6 +98,61 @@ TEST(ChannelRouteTest, ChannelPathsKeysAndPartitions) {
 
 // The store's group-commit figures in the Prometheus text: cumulative buckets, a +Inf bucket
 // equal to the count, and nothing at all for a store that does not report them.
+// Requests counted from several threads, interleaving labels (each thread's last-counter
+// cache misses and hits), and from two instances in one thread, all land on their own counter.
+TEST(MetricsTest, CountsRequestsFromManyThreadsPerLabelAndInstance) {
+  Metrics metrics;
+  Metrics other;
+  constexpr int kThreads = 4;
+  constexpr int kEach = 1000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kEach; ++i) {
+        metrics.CountRequest("stream", "POST", 204);
+        if (i % 10 == 0) metrics.CountRequest("stream", "POST", 409);
+        if (i % 100 == 0) other.CountRequest("stream", "POST", 204);
+        metrics.CountRequest("stream", "GET", 200);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const std::string text = metrics.Render();
+  EXPECT_NE(text.find("{route=\"stream\",method=\"POST\",status=\"204\"} 4000\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("{route=\"stream\",method=\"POST\",status=\"409\"} 400\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("{route=\"stream\",method=\"GET\",status=\"200\"} 4000\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("runnel_http_requests_by_version_total{version=\"1.1\"} 8400\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(other.Render().find("{route=\"stream\",method=\"POST\",status=\"204\"} 40\n"),
+            std::string::npos);
+}
+
+TEST(MetricsTest, AppendLatencyHistogramIsCumulative) {
+  Metrics metrics;
+  metrics.ObserveAppendLatency(50);       // the first bucket, on its bound
+  metrics.ObserveAppendLatency(51);       // the second
+  metrics.ObserveAppendLatency(900);      // 1 ms
+  metrics.ObserveAppendLatency(2000000);  // above the last bound
+  const std::string text = metrics.Render();
+  EXPECT_NE(text.find("runnel_append_latency_seconds_bucket{le=\"5e-05\"} 1\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("runnel_append_latency_seconds_bucket{le=\"0.0001\"} 2\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("runnel_append_latency_seconds_bucket{le=\"0.001\"} 3\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("runnel_append_latency_seconds_bucket{le=\"1\"} 3\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("runnel_append_latency_seconds_bucket{le=\"+Inf\"} 4\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("runnel_append_latency_seconds_count 4\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("runnel_append_latency_seconds_sum 2.001001\n"), std::string::npos) << text;
+}
+
 TEST(StoreCommitMetricsTest, RendersCumulativeBucketsAndNothingWhenUnavailable) {
   EXPECT_EQ(RenderStoreCommitStats(StoreCommitStats{}), "");
   StoreCommitStats stats;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "base/json_bounded.h"
 #include "base/json_depth.h"
@@ -123,6 +124,34 @@ TEST(JsonMessagesTest, ContentTypeNormalisation) {
   EXPECT_TRUE(IsJsonContentType("APPLICATION/JSON; charset=utf-8"));
   EXPECT_FALSE(IsJsonContentType("application/ndjson"));
   EXPECT_EQ(NormalizeContentType("Text/Plain ; charset=UTF-8"), "text/plain");
+  EXPECT_FALSE(IsJsonContentType("application/jso"));
+  EXPECT_FALSE(IsJsonContentType("application/json+x"));
+  EXPECT_FALSE(IsJsonContentType(""));
+}
+
+// SameContentType agrees with comparing the normalized forms, on every pair below.
+TEST(JsonMessagesTest, SameContentTypeMatchesNormalizedComparison) {
+  const std::vector<std::string> types = {"text/plain",
+                                          "Text/Plain ; charset=UTF-8",
+                                          "text/plain;",
+                                          " text / plain",
+                                          "text/plai",
+                                          "text/plainx",
+                                          "",
+                                          ";",
+                                          " ",
+                                          "application/json",
+                                          "APPLICATION/JSON;q=1",
+                                          "\xc3\xa9/x",
+                                          "\xc3\x89/x"};
+  for (const std::string& a : types) {
+    for (const std::string& b : types) {
+      EXPECT_EQ(SameContentType(a, b), NormalizeContentType(a) == NormalizeContentType(b))
+          << "'" << a << "' vs '" << b << "'";
+    }
+  }
+  EXPECT_TRUE(SameContentType("TEXT/plain; charset=utf-8", "text/plain"));
+  EXPECT_FALSE(SameContentType("text/plain", "text/html"));
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ HttpRequest Request(const std::string& method, std::map<std::string, std::string
   HttpRequest request;
   request.method = method;
   request.path = "/v1/stream/ttl";
-  request.headers = std::move(headers);
+  request.headers.insert(headers.begin(), headers.end());
   return request;
 }
 

@@ -41,7 +41,7 @@ class SseShareTest : public ::testing::Test {
     HttpRequest request;
     request.method = method;
     request.path = "/v1/stream/s";
-    request.headers = std::move(headers);
+    request.headers.insert(headers.begin(), headers.end());
     request.headers.emplace("content-type", content_type_);
     request.body = body;
     int status = 0;

@@ -69,7 +69,7 @@ class StreamSeqTest : public ::testing::Test {
     HttpRequest request;
     request.method = method;
     request.path = "/v1/stream/s";
-    request.headers = std::move(headers);
+    request.headers.insert(headers.begin(), headers.end());
     request.headers["content-type"] = "text/plain";
     request.body = body;
     return testing::WriteSync(*service_, std::move(request));
