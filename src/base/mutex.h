@@ -84,6 +84,10 @@ class RUNNEL_CAPABILITY("shared_mutex") SharedMutex {
   void unlock() RUNNEL_RELEASE() { mu_.unlock(); }
   void lock_shared() RUNNEL_ACQUIRE_SHARED() { mu_.lock_shared(); }
   void unlock_shared() RUNNEL_RELEASE_SHARED() { mu_.unlock_shared(); }
+  // As Mutex::AssertHeld: the caller holds it exclusively where the analysis cannot see so.
+  void AssertHeld() const RUNNEL_ASSERT_HELD(this) {}
+  // The same for a shared hold.
+  void AssertReaderHeld() const RUNNEL_THREAD_ANNOTATION(assert_shared_capability(this)) {}
 
  private:
   std::shared_mutex mu_;

@@ -164,7 +164,7 @@ struct LogStore::Op {
   uint64_t u64_result = 0;
   StreamInfo info;
   // Completion for synchronous callers.
-  std::mutex mu;
+  Mutex mu;
   std::condition_variable cv;
   bool finished = false;
 };
@@ -317,13 +317,13 @@ Result<std::unique_ptr<LogStore>> LogStore::Open(const LogStoreOptions& options)
 
 LogStore::~LogStore() {
   {
-    std::lock_guard lock(scrub_mu_);
+    MutexLock lock(scrub_mu_);
     scrub_stop_ = true;
   }
   scrub_cv_.notify_all();
   if (scrubber_.joinable()) scrubber_.join();
   {
-    std::lock_guard lock(queue_mu_);
+    MutexLock lock(queue_mu_);
     stopping_ = true;
   }
   queue_cv_.notify_all();
@@ -331,7 +331,7 @@ LogStore::~LogStore() {
   uint64_t unused = 0;
   prep_halt_ = true;
   {
-    std::lock_guard lock(prep_mu_);
+    MutexLock lock(prep_mu_);
     prep_stop_ = true;
     if (prep_file_) unused = prep_ready_;
     prep_file_.reset();
@@ -368,7 +368,7 @@ void LogStore::RequestPreparedSegment(uint64_t number) {
   if (!options_.prezero_segments) return;
   uint64_t stale = 0;
   {
-    std::lock_guard lock(prep_mu_);
+    MutexLock lock(prep_mu_);
     // Asked for twice (by the first roll of a new directory and by the open): served once.
     if (number == prep_busy_ || (prep_file_ && number == prep_ready_)) return;
     if (prep_paused_) {
@@ -393,11 +393,10 @@ void LogStore::RequestPreparedSegment(uint64_t number) {
 }
 
 std::shared_ptr<env::File> LogStore::TakePreparedSegment(uint64_t number) {
-  std::unique_lock lock(prep_mu_);
+  MutexLock lock(prep_mu_);
   // A preparation of this very segment still under way is waited for: it is further along than
   // a second zeroing of the same segment here would be, and the two would share the disk.
-  prep_cv_.wait(lock,
-                [&] { return prep_stop_ || (prep_wanted_ != number && prep_busy_ != number); });
+  while (!prep_stop_ && (prep_wanted_ == number || prep_busy_ == number)) lock.Wait(prep_cv_);
   if (prep_ready_ != number || !prep_file_) return nullptr;
   prep_ready_ = 0;
   return std::move(prep_file_);
@@ -408,10 +407,10 @@ void LogStore::PreparerLoop() {
     uint64_t number = 0;
     uint64_t reserve = 0;
     {
-      std::unique_lock lock(prep_mu_);
-      prep_cv_.wait(lock, [&] {
-        return prep_stop_ || (!prep_paused_ && (reserve_wanted_ || prep_wanted_ != 0));
-      });
+      MutexLock lock(prep_mu_);
+      while (!prep_stop_ && (prep_paused_ || (!reserve_wanted_ && prep_wanted_ == 0))) {
+        lock.Wait(prep_cv_);
+      }
       if (prep_stop_) return;
       // The reserve first: on a disk filling up, it is what lets space come back later.
       if (reserve_wanted_) {
@@ -427,7 +426,7 @@ void LogStore::PreparerLoop() {
     if (reserve != 0) {
       const uint64_t size = MakeReserve(reserve);
       {
-        std::lock_guard lock(prep_mu_);
+        MutexLock lock(prep_mu_);
         reserve_busy_ = false;
         reserve_size_ = size;
       }
@@ -455,7 +454,7 @@ void LogStore::PreparerLoop() {
     if (s.ok()) s = file->Sync();
     bool keep = false;
     {
-      std::lock_guard lock(prep_mu_);
+      MutexLock lock(prep_mu_);
       prep_busy_ = 0;
       // A newer request means the segment was rolled to without it (a roll that creates its
       // own segment): it is of no use any more. A failure leaves the roll to create it itself
@@ -488,7 +487,7 @@ void LogStore::RequestReserve() {
       options_.segment_size +
       ((std::max<uint64_t>(checkpoint_file + checkpoint_file / 2, 4096) + 4095) & ~uint64_t{4095});
   {
-    std::lock_guard lock(prep_mu_);
+    MutexLock lock(prep_mu_);
     if (reserve_busy_ || reserve_wanted_) return;
     if (reserve_size_ >= need && reserve_size_ <= 2 * target) return;
     reserve_target_ = target;
@@ -531,7 +530,7 @@ uint64_t LogStore::MakeReserve(uint64_t target) {
 }
 
 void LogStore::PausePreparer() {
-  std::unique_lock lock(prep_mu_);
+  MutexLock lock(prep_mu_);
   prep_paused_ = true;
   prep_halt_ = true;
   if (prep_wanted_ != 0) {
@@ -539,12 +538,12 @@ void LogStore::PausePreparer() {
     prep_wanted_ = 0;
   }
   prep_cv_.notify_all();
-  prep_cv_.wait(lock, [&] { return prep_busy_ == 0 && !reserve_busy_; });
+  while (prep_busy_ != 0 || reserve_busy_) lock.Wait(prep_cv_);
 }
 
 void LogStore::ResumePreparer() {
   {
-    std::lock_guard lock(prep_mu_);
+    MutexLock lock(prep_mu_);
     prep_paused_ = false;
     prep_halt_ = false;
     prep_held_ = 0;
@@ -561,7 +560,7 @@ uint64_t LogStore::CheckpointRoom() const {
 bool LogStore::ShrinkReserve(uint64_t bytes) {
   uint64_t size;
   {
-    std::lock_guard lock(prep_mu_);
+    MutexLock lock(prep_mu_);
     size = reserve_size_;
   }
   if (size == 0 || bytes == 0) return false;
@@ -582,7 +581,7 @@ bool LogStore::ShrinkReserve(uint64_t bytes) {
     return false;
   }
   {
-    std::lock_guard lock(prep_mu_);
+    MutexLock lock(prep_mu_);
     reserve_size_ = keep;
   }
   roll_failure_ = Status::OK();  // a segment may fit now
@@ -706,6 +705,7 @@ Status LogStore::Recover() {
   for (auto& [n, seg] : segments_) seg.live_bytes = seg.dropped_bytes = 0;
   Status missing;
   streams_.ForEach([&](StreamState& s) {
+    state_mu_.AssertHeld();  // recovery: no other thread exists yet
     for (size_t i = s.batch_begin; i < s.batches.size(); ++i) {
       if (s.batches[i].lost()) continue;
       auto it = segments_.find(s.batches[i].segment);
@@ -1283,6 +1283,7 @@ uint64_t LogStore::ApplyDrops(StreamState& s, const std::vector<uint64_t>& offse
   // A reference whose records are now all dropped holds nothing live: it becomes a dead one
   // (kLostSegment), its frames' bytes leave the segment's live bytes.
   auto finish = [&]() {
+    state_mu_.AssertHeld();  // a lambda of this function, which holds it
     if (!touched) return;
     touched = false;
     BatchRef& b = s.batches[ref];
@@ -1574,7 +1575,7 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
 
 void LogStore::Enqueue(std::shared_ptr<Op> op) {
   {
-    std::lock_guard lock(queue_mu_);
+    MutexLock lock(queue_mu_);
     if (!stopping_) {
       // The writer only waits when the queue is empty, so only the first op needs to wake it.
       const bool was_empty = queue_.empty();
@@ -1590,13 +1591,13 @@ void LogStore::Enqueue(std::shared_ptr<Op> op) {
 
 Status LogStore::Submit(const std::shared_ptr<Op>& op) {
   Enqueue(op);
-  std::unique_lock lock(op->mu);
-  op->cv.wait(lock, [&] { return op->finished; });
+  MutexLock lock(op->mu);
+  while (!op->finished) lock.Wait(op->cv);
   return op->status;
 }
 
 std::shared_ptr<const TailListener> LogStore::Listener() const {
-  std::lock_guard lock(listener_mu_);
+  MutexLock lock(listener_mu_);
   return listener_;
 }
 
@@ -1614,7 +1615,7 @@ void LogStore::FinishOp(Op& op, const std::shared_ptr<const TailListener>& liste
     }
     return;
   }
-  std::lock_guard lock(op.mu);
+  MutexLock lock(op.mu);
   op.finished = true;
   op.cv.notify_all();
 }
@@ -1626,13 +1627,13 @@ void LogStore::WriterLoop() {
   for (;;) {
     bool stop = false;
     {
-      std::unique_lock lock(queue_mu_);
+      MutexLock lock(queue_mu_);
       if (queue_.empty() && !stopping_) {
         if (unsynced_ && options_.durability.mode == LogDurability::kInterval) {
-          queue_cv_.wait_until(
-              lock, last_sync_ + std::chrono::milliseconds(options_.durability.interval_ms));
+          lock.WaitUntil(queue_cv_,
+                         last_sync_ + std::chrono::milliseconds(options_.durability.interval_ms));
         } else {
-          queue_cv_.wait(lock, [&] { return !queue_.empty() || stopping_ || checkpoint_written_; });
+          while (queue_.empty() && !stopping_ && !checkpoint_written_) lock.Wait(queue_cv_);
         }
       }
       checkpoint_written_ = false;
@@ -1736,7 +1737,7 @@ void LogStore::WriterLoop() {
   }
 }
 
-void LogStore::WaitForFullerGroup(std::unique_lock<std::mutex>& lock) {
+void LogStore::WaitForFullerGroup(MutexLock& lock) {
   if (options_.durability.mode != LogDurability::kFsync || options_.group_commit_wait_us == 0 ||
       stopping_ || queue_.empty() || queue_.size() >= last_group_ops_) {
     return;
@@ -1746,7 +1747,14 @@ void LogStore::WaitForFullerGroup(std::unique_lock<std::mutex>& lock) {
   store::WaitForFullerGroup(
       queue_cv_, lock, last_group_ops_, std::chrono::microseconds(bound),
       std::chrono::microseconds(options_.group_arrival_gap_us), &group_target_,
-      [&] { return queue_.size(); }, [&] { return stopping_; });
+      [&] {
+        queue_mu_.AssertHeld();  // called by WaitForFullerGroup under `lock`
+        return queue_.size();
+      },
+      [&] {
+        queue_mu_.AssertHeld();
+        return stopping_;
+      });
 }
 
 std::optional<uint64_t> LogStore::PendingCursor(const StreamState& s,
@@ -1985,7 +1993,7 @@ void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_s
       s.reserved_closed = s.closed;
     });
   } else if (total > 0) {
-    std::unique_lock lock(state_mu_);
+    WriterLock lock(state_mu_);
     merge_floor_pos_ = static_cast<uint32_t>(pos);
     for (auto& op : group) {
       if (op->frame_len == 0) continue;
@@ -2029,13 +2037,13 @@ void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_s
   pending_producers_.clear();
   reserved_next_id_ = next_stream_id_;
   if (options_.durability.mode == LogDurability::kFsync && options_.group_commit_wait_us > 0) {
-    std::lock_guard lock(queue_mu_);  // only WaitForFullerGroup reads it
+    MutexLock lock(queue_mu_);  // only WaitForFullerGroup reads it
     queued_at_ack_ = queue_.size();
   }
   const std::shared_ptr<const TailListener> listener = Listener();
   for (auto& op : group) {
     if (op->kind == OpKind::kCreate && op->status.ok() && op->info.id == 0) {
-      std::shared_lock lock(state_mu_);
+      ReaderLock lock(state_mu_);
       if (StreamState* st = FindLocked(op->stream)) op->info = Snapshot(*st);
     }
     FinishOp(*op, listener);
@@ -2046,7 +2054,7 @@ Status LogStore::SyncActive() {
   if (!unsynced_) return Status::OK();
   Segment* seg;
   {
-    std::shared_lock lock(state_mu_);
+    ReaderLock lock(state_mu_);
     seg = &segments_.at(active_segment_);
   }
   return SyncLog(*seg->file);
@@ -2062,7 +2070,7 @@ Status LogStore::SyncLog(env::File& file) {
   const auto sync_us = static_cast<uint64_t>(micros);
   sync_mean_us_ = sync_mean_us_ == 0 ? sync_us : (sync_mean_us_ * 7 + sync_us) / 8;
   {
-    std::lock_guard lock(stats_mu_);
+    MutexLock lock(stats_mu_);
     stats_.CountSync(unsynced_records_, unsynced_bytes_, sync_us);
   }
   unsynced_records_ = 0;
@@ -2073,7 +2081,7 @@ Status LogStore::SyncLog(env::File& file) {
 StoreCommitStats LogStore::CommitStats() const {
   StoreCommitStats out;
   {
-    std::lock_guard lock(stats_mu_);
+    MutexLock lock(stats_mu_);
     out = stats_;
   }
   out.available = true;
@@ -2081,7 +2089,7 @@ StoreCommitStats LogStore::CommitStats() const {
   out.scrub_passes = scrub_passes_.load(std::memory_order_relaxed);
   out.unreadable_reads = unreadable_reads_.load(std::memory_order_relaxed);
   {
-    std::lock_guard lock(damage_mu_);
+    MutexLock lock(damage_mu_);
     out.damaged_frames = damage_seen_.size();
   }
   return out;
@@ -2090,7 +2098,7 @@ StoreCommitStats LogStore::CommitStats() const {
 Status LogStore::Repair() {
   std::shared_ptr<env::File> file;
   {
-    std::shared_lock lock(state_mu_);
+    ReaderLock lock(state_mu_);
     file = segments_.at(active_segment_).file;
   }
   if (options_.prezero_segments) {
@@ -2131,7 +2139,7 @@ Status LogStore::WriteFrames(const std::vector<std::string_view>& pieces, uint64
   }
   std::shared_ptr<env::File> file;
   {
-    std::shared_lock lock(state_mu_);
+    ReaderLock lock(state_mu_);
     file = segments_.at(active_segment_).file;
   }
   Status s;
@@ -2173,7 +2181,7 @@ Status LogStore::WriteFrames(const std::vector<std::string_view>& pieces, uint64
   if (total > 0) wrote_ = true;
   dirty_end_ = std::max(dirty_end_, active_pos_);
   {
-    std::unique_lock lock(state_mu_);
+    WriterLock lock(state_mu_);
     segments_.at(active_segment_).end = active_pos_;
   }
   return Status::OK();
@@ -2187,7 +2195,7 @@ Status LogStore::RollSegment(uint64_t min_capacity) {
       std::max<uint64_t>(options_.segment_size, kSegmentHeaderSize + min_capacity);
   auto install = [&](std::shared_ptr<env::File> file, bool prepared) {
     {
-      std::unique_lock lock(state_mu_);
+      WriterLock lock(state_mu_);
       Segment& seg = segments_[number];
       seg.number = number;
       seg.file = std::move(file);
@@ -2201,7 +2209,7 @@ Status LogStore::RollSegment(uint64_t min_capacity) {
     disk_full_ = false;
     reclaim_due_ = true;  // the segment just sealed may hold dead records
     RequestPreparedSegment(number + 1);
-    std::lock_guard lock(stats_mu_);
+    MutexLock lock(stats_mu_);
     ++stats_.segment_rolls;
     if (!prepared) ++stats_.segment_rolls_unprepared;
     stats_.segment_roll_micros +=
@@ -2273,7 +2281,7 @@ Status LogStore::BeginCheckpoint(CheckpointJob* job) {
   bool has_dropped = false;  // a version 4 checkpoint is needed
   OfferHugePages(body.data(), body.capacity());
   {
-    std::shared_lock lock(state_mu_);
+    ReaderLock lock(state_mu_);
     PutU64(&body, seq);
     PutU64(&body, replay_segment);
     PutU64(&body, replay_pos);
@@ -2339,7 +2347,7 @@ Status LogStore::BeginCheckpoint(CheckpointJob* job) {
   }
   checkpoint_body_bytes_ = body.size();
   {
-    std::lock_guard lock(stats_mu_);
+    MutexLock lock(stats_mu_);
     ++stats_.checkpoints;
     stats_.checkpoint_build_micros +=
         static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
@@ -2359,7 +2367,7 @@ Status LogStore::BeginCheckpoint(CheckpointJob* job) {
   // Segments before the replay point without live records: deleted once this checkpoint is
   // durable (the ones that die later wait for the next, which no longer names them).
   job->dead_segments.clear();
-  std::shared_lock lock(state_mu_);
+  ReaderLock lock(state_mu_);
   for (const auto& [n, seg] : segments_) {
     if (n < replay_segment && seg.live_bytes == 0) {
       job->dead_segments.push_back(n);
@@ -2434,7 +2442,7 @@ void LogStore::StartBackgroundCheckpoint() {
       // Wakes an idle writer to finish it (the result is set first, so the writer finds it):
       // deleting dead segments must not wait for traffic (on a full disk there may be none
       // until they are gone).
-      std::lock_guard lock(queue_mu_);
+      MutexLock lock(queue_mu_);
       checkpoint_written_ = true;
     }
     queue_cv_.notify_all();
@@ -2467,7 +2475,7 @@ void LogStore::WaitForBackgroundCheckpoint() {
   const uint64_t waited_us = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(now - start).count());
   {
-    std::lock_guard lock(stats_mu_);
+    MutexLock lock(stats_mu_);
     ++stats_.checkpoint_waits;
     stats_.checkpoint_wait_micros += waited_us;
   }
@@ -2501,7 +2509,7 @@ void LogStore::CheckpointFailed(const Status& s) {
 void LogStore::DeleteDeadSegments(const std::vector<uint64_t>& candidates) {
   std::vector<uint64_t> dead;
   {
-    std::unique_lock lock(state_mu_);
+    WriterLock lock(state_mu_);
     for (uint64_t n : candidates) {
       auto it = segments_.find(n);
       // Dead segments stay dead: live records are only ever copied forward, never into them.
@@ -2531,7 +2539,7 @@ Status LogStore::Clean() {
   const double threshold = options_.cleaner_live_ratio * static_cast<double>(options_.segment_size);
   std::vector<std::pair<uint64_t, uint64_t>> candidates;  // (live bytes, segment)
   {
-    std::shared_lock lock(state_mu_);
+    ReaderLock lock(state_mu_);
     for (const auto& [n, seg] : segments_) {
       if (n >= active_segment_) break;
       // By what its copy would take: records DropRecords removed are not copied.
@@ -2564,8 +2572,9 @@ Status LogStore::Relocate(const std::vector<uint64_t>& victims) {
   };
   std::vector<Item> items;
   {
-    std::shared_lock lock(state_mu_);
+    ReaderLock lock(state_mu_);
     streams_.ForEach([&](const StreamState& s) {
+      state_mu_.AssertReaderHeld();  // a lambda run under `lock`
       const StreamId id = s.id;
       for (size_t i = s.batch_begin; i < s.batches.size(); ++i) {
         const BatchRef& b = s.batches[i];
@@ -2591,10 +2600,10 @@ Status LogStore::Relocate(const std::vector<uint64_t>& victims) {
     // them, whose marker is synced after them (a roll syncs the segment it leaves).
     RUNNEL_RETURN_IF_ERROR(WriteFrames(pieces, group_bytes, 0, false, true, &pos));
     {
-      std::lock_guard lock(stats_mu_);
+      MutexLock lock(stats_mu_);
       stats_.cleaner_bytes += group_bytes;
     }
-    std::unique_lock lock(state_mu_);
+    WriterLock lock(state_mu_);
     for (const std::string& frame : frames) {
       FrameView f;
       if (ParseFrame(frame, &f) == FrameCheck::kOk) {
@@ -2638,7 +2647,7 @@ Status LogStore::Relocate(const std::vector<uint64_t>& victims) {
       std::vector<bool> gone(h.count, false);
       bool any_gone = false;
       {
-        std::shared_lock lock(state_mu_);
+        ReaderLock lock(state_mu_);
         if (const StreamState* s = FindLocked(item.stream); s != nullptr && s->Dropped() > 0) {
           for (uint32_t i = 0; i < h.count; ++i) {
             const uint64_t o = h.first_offset + i;
@@ -2683,7 +2692,7 @@ std::vector<uint64_t> LogStore::ReclaimVictims() const {
   const uint64_t most_live = options_.segment_size - options_.segment_size / 8;
   std::vector<std::pair<uint64_t, uint64_t>> candidates;  // (live bytes, segment)
   {
-    std::shared_lock lock(state_mu_);
+    ReaderLock lock(state_mu_);
     for (const auto& [n, seg] : segments_) {
       if (n >= active_segment_) break;
       if (seg.live_bytes > 0 && seg.live_bytes <= most_live)
@@ -2709,7 +2718,7 @@ bool LogStore::ReclaimSpace() {
   const uint64_t deleted_before = segments_deleted_;
   bool dead = false;
   {
-    std::shared_lock lock(state_mu_);
+    ReaderLock lock(state_mu_);
     for (const auto& [n, seg] : segments_) {
       if (n >= active_segment_) break;
       dead = dead || seg.live_bytes == 0;
@@ -2743,7 +2752,7 @@ bool LogStore::ReclaimSpace() {
     // The copies may use the reserve but for the room of the checkpoint that must follow them.
     uint64_t reserve;
     {
-      std::lock_guard lock(prep_mu_);
+      MutexLock lock(prep_mu_);
       reserve = reserve_size_;
     }
     const uint64_t keep = CheckpointRoom();
@@ -2752,7 +2761,7 @@ bool LogStore::ReclaimSpace() {
     if (s.ok()) s = with_reserve(checkpoint, UINT64_MAX, true);
   }
   if (drew) {
-    std::lock_guard lock(stats_mu_);
+    MutexLock lock(stats_mu_);
     ++stats_.reserve_draws;
   }
   ResumePreparer();
@@ -2772,7 +2781,7 @@ bool LogStore::ReclaimSpace() {
   }
   if (segments_deleted_ == deleted_before) return false;
   {
-    std::lock_guard lock(stats_mu_);
+    MutexLock lock(stats_mu_);
     ++stats_.space_reclaims;
   }
   disk_full_ = false;
@@ -2797,14 +2806,14 @@ Result<StreamInfo> LogStore::CreateStream(const StreamSpec& spec) {
 }
 
 Result<StreamInfo> LogStore::GetStream(std::string_view ns, std::string_view name) {
-  std::shared_lock lock(state_mu_);
+  ReaderLock lock(state_mu_);
   if (const StreamState* s = FindByNameLocked(ns, name)) return Snapshot(*s);
   return Status::NotFound("stream '" + std::string(name) + "' does not exist in " +
                           std::string(ns));
 }
 
 Result<StreamInfo> LogStore::GetStreamById(StreamId id) {
-  std::shared_lock lock(state_mu_);
+  ReaderLock lock(state_mu_);
   StreamState* s = FindLocked(id);
   if (s == nullptr) return StreamNotFound(id);
   return Snapshot(*s);
@@ -2812,7 +2821,7 @@ Result<StreamInfo> LogStore::GetStreamById(StreamId id) {
 
 Result<std::vector<StreamInfo>> LogStore::ListStreams(std::string_view ns,
                                                       std::string_view start_after, size_t limit) {
-  std::shared_lock lock(state_mu_);
+  ReaderLock lock(state_mu_);
   std::vector<StreamInfo> out;
   auto ns_it = names_.find(ns);
   if (ns_it == names_.end()) return out;
@@ -2874,7 +2883,7 @@ Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, siz
   bool has_dropped = false;
   std::vector<uint64_t> dropped;
   {
-    std::shared_lock lock(state_mu_);
+    ReaderLock lock(state_mu_);
     StreamState* s = FindLocked(id);
     if (s == nullptr) return StreamNotFound(id);
     if (limit == 0 || s->head >= s->next) return std::vector<StoredRecord>{};
@@ -3024,7 +3033,7 @@ Status LogStore::UnreadableAt(StreamId id, uint64_t first, uint64_t segment, uin
   uint64_t end = first + 1;
   std::string name = "#" + std::to_string(id);
   {
-    std::shared_lock lock(state_mu_);
+    ReaderLock lock(state_mu_);
     if (const StreamState* s = FindLocked(id)) {
       name = "'" + s->name.str() + "'";
       // The damage reaches as far as the reference holding it: the next reference starts
@@ -3076,7 +3085,7 @@ Result<uint64_t> LogStore::TruncatePrefix(StreamId id, uint64_t through, bool re
 
 Result<uint64_t> LogStore::DropRecords(StreamId id, const std::vector<uint64_t>& offsets) {
   if (offsets.empty()) {
-    std::shared_lock lock(state_mu_);
+    ReaderLock lock(state_mu_);
     if (FindLocked(id) == nullptr) return StreamNotFound(id);
     return uint64_t{0};
   }
@@ -3118,7 +3127,7 @@ Result<bool> LogStore::DeleteCursor(StreamId id, std::string_view consumer) {
 }
 
 Result<std::optional<CursorState>> LogStore::GetCursor(StreamId id, std::string_view consumer) {
-  std::shared_lock lock(state_mu_);
+  ReaderLock lock(state_mu_);
   StreamState* s = FindLocked(id);
   if (s == nullptr) return StreamNotFound(id);
   auto it = s->view().cursors.find(consumer);
@@ -3127,7 +3136,7 @@ Result<std::optional<CursorState>> LogStore::GetCursor(StreamId id, std::string_
 }
 
 Result<std::vector<CursorState>> LogStore::ListCursors(StreamId id) {
-  std::shared_lock lock(state_mu_);
+  ReaderLock lock(state_mu_);
   StreamState* s = FindLocked(id);
   if (s == nullptr) return StreamNotFound(id);
   std::vector<CursorState> out;
@@ -3137,7 +3146,7 @@ Result<std::vector<CursorState>> LogStore::ListCursors(StreamId id) {
 
 Result<std::optional<ProducerState>> LogStore::GetProducer(StreamId id,
                                                            std::string_view producer_id) {
-  std::shared_lock lock(state_mu_);
+  ReaderLock lock(state_mu_);
   StreamState* s = FindLocked(id);
   if (s == nullptr) return StreamNotFound(id);
   auto it = s->view().producers.find(producer_id);
@@ -3153,7 +3162,7 @@ Status LogStore::Flush() {
 
 void LogStore::SetTailListener(TailListener listener) {
   auto shared = listener ? std::make_shared<const TailListener>(std::move(listener)) : nullptr;
-  std::lock_guard lock(listener_mu_);
+  MutexLock lock(listener_mu_);
   listener_ = std::move(shared);
 }
 
@@ -3175,13 +3184,13 @@ Status LogStore::CleanNow() {
 }
 
 size_t LogStore::BatchRefsForTesting(StreamId id) {
-  std::shared_lock lock(state_mu_);
+  ReaderLock lock(state_mu_);
   const StreamState* s = FindLocked(id);
   return s == nullptr ? 0 : s->batches.size() - s->batch_begin;
 }
 
 std::vector<uint64_t> LogStore::SegmentNumbers() const {
-  std::shared_lock lock(state_mu_);
+  ReaderLock lock(state_mu_);
   std::vector<uint64_t> out;
   for (const auto& [n, seg] : segments_) out.push_back(n);
   return out;
@@ -3203,8 +3212,10 @@ void LogStore::ScrubLoop() {
   auto next_pass = std::chrono::steady_clock::now();
   for (;;) {
     {
-      std::unique_lock lock(scrub_mu_);
-      if (scrub_cv_.wait_until(lock, next_pass, [&] { return scrub_stop_; })) return;
+      MutexLock lock(scrub_mu_);
+      while (!scrub_stop_ && lock.WaitUntil(scrub_cv_, next_pass) != std::cv_status::timeout) {
+      }
+      if (scrub_stop_) return;
     }
     for (uint64_t n : SegmentNumbers()) {
       if (!ScrubSegment(n, options_.scrub_bytes_per_sec)) return;
@@ -3218,7 +3229,7 @@ bool LogStore::ScrubSegment(uint64_t number, uint64_t rate) {
   std::shared_ptr<env::File> file;
   uint64_t end = 0;
   {
-    std::shared_lock lock(state_mu_);
+    ReaderLock lock(state_mu_);
     // A segment is listed once it exists; of the one being written, the frames written so far
     // (`end` when the scrub starts) are verified.
     auto it = segments_.find(number);
@@ -3271,7 +3282,7 @@ bool LogStore::ScrubSegment(uint64_t number, uint64_t rate) {
     if (!Pace(started, pos, rate, &counted)) return false;
   }
   scrubbed_bytes_.fetch_add(pos > counted ? pos - counted : 0, std::memory_order_relaxed);
-  std::lock_guard lock(scrub_mu_);
+  MutexLock lock(scrub_mu_);
   return !scrub_stop_;
 }
 
@@ -3283,20 +3294,22 @@ bool LogStore::Pace(std::chrono::steady_clock::time_point started, uint64_t pos,
   if (rate == 0) return true;
   // At most `rate` bytes per second: wait until this segment's bytes so far are due.
   const auto due = started + std::chrono::microseconds(pos * 1000000 / rate);
-  std::unique_lock lock(scrub_mu_);
-  return !scrub_cv_.wait_until(lock, due, [&] { return scrub_stop_; });
+  MutexLock lock(scrub_mu_);
+  while (!scrub_stop_ && lock.WaitUntil(scrub_cv_, due) != std::cv_status::timeout) {
+  }
+  return !scrub_stop_;
 }
 
 void LogStore::ReportDamage(uint64_t segment, uint64_t pos, std::string_view why) {
   {
-    std::lock_guard lock(damage_mu_);
+    MutexLock lock(damage_mu_);
     if (!damage_seen_.insert({segment, pos}).second) return;
   }
   // Which live records the damaged frame held: the references that start at or before it in
   // this segment and reach past it (a reference may span several frames).
   std::string held;
   {
-    std::shared_lock lock(state_mu_);
+    ReaderLock lock(state_mu_);
     streams_.ForEach([&](const StreamState& st) {
       for (size_t i = st.batch_begin; i < st.batches.size(); ++i) {
         const BatchRef& b = st.batches[i];

@@ -17,6 +17,12 @@
 // Thread-safety: all public methods may be called from any thread. state_mu_ guards the visible
 // state (readers share it, the writer takes it exclusively to apply). Fields marked
 // "writer-only" are touched by the writer thread alone (and by Open before it starts).
+// The lock analysis (base/mutex.h) checks every function but two kinds, marked
+// RUNNEL_NO_THREAD_SAFETY_ANALYSIS: the recovery that Open runs before any other thread exists
+// (Open, Recover, LoadCheckpoint, ReplaySegment, UndoCreation), and the writer thread's own
+// steps (EncodeOp, CommitGroup, Relocate), which read state_mu_'s fields without the lock
+// because that thread is their only writer, and take it exclusively to change them. The
+// analysis cannot express "guarded, except for the one thread that writes".
 // Callbacks and the tail listener run on the writer thread: they must not call the store's
 // synchronous writing methods (CreateStream, UpdateStream, DeleteStream, TruncatePrefix,
 // CommitCursor, Flush), which wait for that thread.
@@ -42,6 +48,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/mutex.h"
 #include "env/env.h"
 #include "env/relative_errors_env.h"
 #include "runnel/log_store.h"
@@ -52,7 +59,8 @@ namespace runnel::log {
 
 class LogStore final : public Store {
  public:
-  static Result<std::unique_ptr<LogStore>> Open(const LogStoreOptions& options);
+  static Result<std::unique_ptr<LogStore>> Open(const LogStoreOptions& options)
+      RUNNEL_NO_THREAD_SAFETY_ANALYSIS;
   // Stops the writer after it drains the queue, writes a final checkpoint, releases the lock.
   ~LogStore() override;
 
@@ -317,7 +325,7 @@ class LogStore final : public Store {
   explicit LogStore(const LogStoreOptions& options);
 
   // --- recovery ---
-  Status Recover();
+  Status Recover() RUNNEL_NO_THREAD_SAFETY_ANALYSIS;
   // Records a recovery note about damage salvage skipped, and that it did.
   void SalvageNote(std::string note);
   // Loads the checkpoint file numbered `file_seq`. *segment_short is set when the checkpoint
@@ -325,22 +333,23 @@ class LogStore final : public Store {
   // checkpoint is written after its frames are durable), which is damage, not a checkpoint to
   // pass over.
   Status LoadCheckpoint(uint64_t file_seq, uint64_t* replay_segment, uint64_t* replay_pos,
-                        bool* segment_short);
-  Status ReplaySegment(uint64_t number, uint64_t from, bool last);
+                        bool* segment_short) RUNNEL_NO_THREAD_SAFETY_ANALYSIS;
+  Status ReplaySegment(uint64_t number, uint64_t from, bool last) RUNNEL_NO_THREAD_SAFETY_ANALYSIS;
   Status ScrubTail(Segment& seg, uint64_t from);
   std::string SegmentPath(uint64_t number) const;
 
   // --- applying frames (live and replay) ---
   Status ApplyFrame(FrameType type, std::string_view body, uint32_t segment, uint32_t pos,
-                    uint32_t len, bool replay);
+                    uint32_t len, bool replay) RUNNEL_REQUIRES(state_mu_);
   // Removes the n oldest records of `s` (dropped ones count), then any dropped records that
   // would be its new head, and releases the references below the new head.
-  void DropHead(StreamState& s, uint64_t n);
+  void DropHead(StreamState& s, uint64_t n) RUNNEL_REQUIRES(state_mu_);
   // Applies a drop-records frame: marks the records at `offsets` (ascending) dropped, takes
   // their bytes out of the stream's and their segment's counts, turns a reference whose records
   // are all dropped into a dead one (kLostSegment) and moves the head past dropped records.
   // Offsets that hold no record are ignored. Returns how many records it removed.
-  uint64_t ApplyDrops(StreamState& s, const std::vector<uint64_t>& offsets);
+  uint64_t ApplyDrops(StreamState& s, const std::vector<uint64_t>& offsets)
+      RUNNEL_REQUIRES(state_mu_);
   // The offset one past batches[ref]'s records.
   static uint64_t RefEnd(const StreamState& s, size_t ref) {
     return ref + 1 < s.batches.size() ? s.batches[ref + 1].first_offset : s.next;
@@ -348,17 +357,18 @@ class LogStore final : public Store {
   // A reference left segment `segment` (released below the head, or all its records dropped):
   // its `len` bytes are no longer live, and `dropped` bytes leave the segment's dropped_bytes.
   // For an old segment the space counts toward the cleaner and the checkpoint.
-  void ReferenceLeft(uint32_t segment, uint64_t len, uint64_t dropped);
+  void ReferenceLeft(uint32_t segment, uint64_t len, uint64_t dropped) RUNNEL_REQUIRES(state_mu_);
   // store::RecordBytes of the dropped records of `s` in [lo, hi) at or above the head.
   static uint64_t DroppedBytesIn(const StreamState& s, uint64_t lo, uint64_t hi);
   static void Compact(StreamState& s);
-  StreamState* FindLocked(StreamId id) const;
-  StreamState* FindByNameLocked(std::string_view ns, std::string_view name) const;
+  StreamState* FindLocked(StreamId id) const RUNNEL_REQUIRES_SHARED(state_mu_);
+  StreamState* FindByNameLocked(std::string_view ns, std::string_view name) const
+      RUNNEL_REQUIRES_SHARED(state_mu_);
   // Fills the spec fields of `s` (interning ns and content type) and indexes it by name; the
   // caller inserts it into streams_. Undone by Forget. False when another stream has the name
   // (`s` is then not indexed by name; the caller refuses what it was loading).
-  [[nodiscard]] bool Adopt(StreamState& s, StreamSpec spec);
-  void Forget(StreamState& s);
+  [[nodiscard]] bool Adopt(StreamState& s, StreamSpec spec) RUNNEL_REQUIRES(state_mu_);
+  void Forget(StreamState& s) RUNNEL_REQUIRES(state_mu_);
   static StreamInfo Snapshot(const StreamState& s);
 
   // --- writer ---
@@ -367,14 +377,16 @@ class LogStore final : public Store {
   void WriterLoop();
   // fsync mode: waits briefly (see LogStoreOptions::group_commit_wait_us) until the queue holds
   // last_group_ops_ ops. `lock` holds queue_mu_.
-  void WaitForFullerGroup(std::unique_lock<std::mutex>& lock);
+  void WaitForFullerGroup(MutexLock& lock) RUNNEL_REQUIRES(queue_mu_);
   // Checks `op` against the reserved state and appends its frame (if any) to group_buf_.
   void Prepare(Op& op);
-  void EncodeOp(Op& op);  // Prepare's work, less the bookkeeping of where the frame is
+  void EncodeOp(Op& op) RUNNEL_NO_THREAD_SAFETY_ANALYSIS;  // Prepare's work, less the bookkeeping
+                                                           // of where the frame is
   // A cursor's offset as the group being prepared leaves it (nullopt: none, or removed).
   std::optional<uint64_t> PendingCursor(const StreamState& s,
                                         const std::pair<StreamId, std::string>& key) const;
-  void CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_sync);
+  void CommitGroup(std::vector<std::shared_ptr<Op>>& group,
+                   bool force_sync) RUNNEL_NO_THREAD_SAFETY_ANALYSIS;
   // Writes `pieces` (`total` bytes holding `records` appended records) at the end of the log,
   // syncing when `sync` (or when the interval mode's deadline passed). With `leave_tail`
   // (frames carrying records, relocated ones included) the last TailReserve() bytes of a
@@ -427,7 +439,7 @@ class LogStore final : public Store {
   // as relocated-batch frames, in stream and offset order, synced; the index then points at
   // the copies. Offsets do not change, and a crash at any point leaves every record reachable
   // (each relocated frame carves its frame off the front of its reference).
-  Status Relocate(const std::vector<uint64_t>& victims);
+  Status Relocate(const std::vector<uint64_t>& victims) RUNNEL_NO_THREAD_SAFETY_ANALYSIS;
 
   // --- space on a full disk ---
   // The writer found the disk full (disk_full_) and something may be reclaimable
@@ -461,7 +473,7 @@ class LogStore final : public Store {
   uint64_t CheckpointRoom() const;
   // Open failed, or a store opened on a new directory closes without having written a frame:
   // removes what the open created (the first segment, LOCK, the directory).
-  void UndoCreation();
+  void UndoCreation() RUNNEL_NO_THREAD_SAFETY_ANALYSIS;
   // Completes `op`: runs its callback (after the tail listener, for a committed append) or
   // wakes its waiter.
   void FinishOp(Op& op);
@@ -476,8 +488,8 @@ class LogStore final : public Store {
   std::unique_ptr<env::FileLock> lock_;
   std::vector<std::string> recovery_notes_;  // written by Open only
 
-  mutable std::shared_mutex state_mu_;
-  StreamTable streams_;  // GUARDED_BY(state_mu_)
+  mutable SharedMutex state_mu_;
+  StreamTable streams_ RUNNEL_GUARDED_BY(state_mu_);
   // Streams of one namespace ordered by name; lookups take the name.
   struct NameLess {
     using is_transparent = void;
@@ -490,11 +502,11 @@ class LogStore final : public Store {
   using NameSet = std::set<const StreamState*, NameLess>;
   // ns -> its streams by name. An ns entry lives while it has streams (StreamState::ns points
   // at its key).
-  std::map<std::string, NameSet, std::less<>> names_;  // GUARDED_BY(state_mu_)
+  std::map<std::string, NameSet, std::less<>> names_ RUNNEL_GUARDED_BY(state_mu_);
   // Content types in use -> how many streams use them (StreamState::content_type points here).
-  std::map<std::string, uint64_t, std::less<>> content_types_;  // GUARDED_BY(state_mu_)
-  std::map<uint64_t, Segment> segments_;                        // GUARDED_BY(state_mu_)
-  StreamId next_stream_id_ = 1;                                 // GUARDED_BY(state_mu_)
+  std::map<std::string, uint64_t, std::less<>> content_types_ RUNNEL_GUARDED_BY(state_mu_);
+  std::map<uint64_t, Segment> segments_ RUNNEL_GUARDED_BY(state_mu_);
+  StreamId next_stream_id_ RUNNEL_GUARDED_BY(state_mu_) = 1;
   // The tail cache: the bytes of recently committed groups holding append batches, exactly as
   // written at (segment << 32 | position), oldest first; evicted from the front beyond
   // options_.tail_cache_bytes. Reads take frames from it instead of a pread.
@@ -503,18 +515,19 @@ class LogStore final : public Store {
     std::shared_ptr<const std::string> bytes;
   };
   // Finds the cached group holding [pos, pos + len) of `segment`, or null.
-  const CachedGroup* FindCachedLocked(uint64_t segment, uint64_t pos, uint64_t len) const;
-  std::deque<CachedGroup> cache_;  // GUARDED_BY(state_mu_), ascending keys
+  const CachedGroup* FindCachedLocked(uint64_t segment, uint64_t pos, uint64_t len) const
+      RUNNEL_REQUIRES_SHARED(state_mu_);
+  std::deque<CachedGroup> cache_ RUNNEL_GUARDED_BY(state_mu_);  // ascending keys
   // ApplyFrame's scratch space for the record sizes of one batch.
-  std::vector<std::pair<uint32_t, uint32_t>> apply_sizes_;  // GUARDED_BY(state_mu_)
+  std::vector<std::pair<uint32_t, uint32_t>> apply_sizes_ RUNNEL_GUARDED_BY(state_mu_);
   // Live appends merge a frame into the stream's last reference only when that reference starts
   // inside the group being applied (at or after this position of the active segment), so a
   // reference never spans two cached groups and live reads keep hitting the tail cache. Replay
   // never merges: every frame it applies starts a reference, so the cleaner's relocations
   // (which move whole live references, frame by frame) always find their frame at the start of
   // one. Only what was appended since the last checkpoint is indexed frame by frame.
-  uint32_t merge_floor_pos_ = 0;  // GUARDED_BY(state_mu_)
-  uint64_t cache_bytes_ = 0;      // GUARDED_BY(state_mu_)
+  uint32_t merge_floor_pos_ RUNNEL_GUARDED_BY(state_mu_) = 0;
+  uint64_t cache_bytes_ RUNNEL_GUARDED_BY(state_mu_) = 0;
 
   // writer-only
   std::string group_buf_;  // the frames of the group being prepared, in log order
@@ -592,14 +605,14 @@ class LogStore final : public Store {
   std::map<std::pair<StreamId, std::string>, std::pair<uint64_t, uint64_t>> pending_producers_;
   StreamId reserved_next_id_ = 1;
 
-  std::mutex queue_mu_;
+  Mutex queue_mu_;
   std::condition_variable queue_cv_;
-  std::vector<std::shared_ptr<Op>> queue_;  // GUARDED_BY(queue_mu_)
-  bool stopping_ = false;                   // GUARDED_BY(queue_mu_)
+  std::vector<std::shared_ptr<Op>> queue_ RUNNEL_GUARDED_BY(queue_mu_);
+  bool stopping_ RUNNEL_GUARDED_BY(queue_mu_) = false;
   // A background checkpoint's file is written: the writer wakes to finish it.
-  bool checkpoint_written_ = false;  // GUARDED_BY(queue_mu_)
+  bool checkpoint_written_ RUNNEL_GUARDED_BY(queue_mu_) = false;
   // While the writer waits for a fuller group: the queue size that wakes it (0 = not waiting).
-  size_t group_target_ = 0;  // GUARDED_BY(queue_mu_)
+  size_t group_target_ RUNNEL_GUARDED_BY(queue_mu_) = 0;
   std::thread writer_;
 
   // The helper thread "log-prepare": it creates the next segment (header + zeros, synced) as
@@ -614,20 +627,20 @@ class LogStore final : public Store {
   // Each request is served by one preparation at most: the preparer consumes prep_wanted_ as
   // it starts (prep_busy_ names the segment it is writing), so a segment handed to a roll is
   // never wanted again and never written a second time under the roll's feet.
-  std::mutex prep_mu_;
+  Mutex prep_mu_;
   std::condition_variable prep_cv_;
-  uint64_t prep_wanted_ = 0;              // GUARDED_BY(prep_mu_); asked for, not started; 0 = none
-  uint64_t prep_busy_ = 0;                // GUARDED_BY(prep_mu_); being written; 0 = none
-  uint64_t prep_ready_ = 0;               // GUARDED_BY(prep_mu_); prep_file_'s segment
-  std::shared_ptr<env::File> prep_file_;  // GUARDED_BY(prep_mu_)
-  bool prep_stop_ = false;                // GUARDED_BY(prep_mu_)
-  bool prep_paused_ = false;              // GUARDED_BY(prep_mu_)
-  uint64_t prep_held_ = 0;                // GUARDED_BY(prep_mu_); a segment asked for while paused
+  uint64_t prep_wanted_ RUNNEL_GUARDED_BY(prep_mu_) = 0;  // asked for, not started; 0 = none
+  uint64_t prep_busy_ RUNNEL_GUARDED_BY(prep_mu_) = 0;    // being written; 0 = none
+  uint64_t prep_ready_ RUNNEL_GUARDED_BY(prep_mu_) = 0;   // prep_file_'s segment
+  std::shared_ptr<env::File> prep_file_ RUNNEL_GUARDED_BY(prep_mu_);
+  bool prep_stop_ RUNNEL_GUARDED_BY(prep_mu_) = false;
+  bool prep_paused_ RUNNEL_GUARDED_BY(prep_mu_) = false;
+  uint64_t prep_held_ RUNNEL_GUARDED_BY(prep_mu_) = 0;  // a segment asked for while paused
   // The reserve: wanted (at reserve_target_ bytes), being written, and its size on disk.
-  bool reserve_wanted_ = false;  // GUARDED_BY(prep_mu_)
-  uint64_t reserve_target_ = 0;  // GUARDED_BY(prep_mu_)
-  bool reserve_busy_ = false;    // GUARDED_BY(prep_mu_)
-  uint64_t reserve_size_ = 0;    // GUARDED_BY(prep_mu_)
+  bool reserve_wanted_ RUNNEL_GUARDED_BY(prep_mu_) = false;
+  uint64_t reserve_target_ RUNNEL_GUARDED_BY(prep_mu_) = 0;
+  bool reserve_busy_ RUNNEL_GUARDED_BY(prep_mu_) = false;
+  uint64_t reserve_size_ RUNNEL_GUARDED_BY(prep_mu_) = 0;
   // Set to make the preparer drop the file it is writing (a pause, the close).
   std::atomic<bool> prep_halt_{false};
   std::thread preparer_;
@@ -648,24 +661,24 @@ class LogStore final : public Store {
   // frame at (`segment`, `pos`).
   Status UnreadableAt(StreamId id, uint64_t first, uint64_t segment, uint64_t pos,
                       std::string_view why);
-  std::mutex scrub_mu_;
+  Mutex scrub_mu_;
   std::condition_variable scrub_cv_;
-  bool scrub_stop_ = false;  // GUARDED_BY(scrub_mu_)
+  bool scrub_stop_ RUNNEL_GUARDED_BY(scrub_mu_) = false;
   std::thread scrubber_;
-  mutable std::mutex damage_mu_;
-  std::set<std::pair<uint64_t, uint64_t>> damage_seen_;  // GUARDED_BY(damage_mu_)
+  mutable Mutex damage_mu_;
+  std::set<std::pair<uint64_t, uint64_t>> damage_seen_ RUNNEL_GUARDED_BY(damage_mu_);
   std::atomic<uint64_t> scrubbed_bytes_{0};
   std::atomic<uint64_t> scrub_passes_{0};
   std::atomic<uint64_t> unreadable_reads_{0};
 
-  mutable std::mutex stats_mu_;
-  StoreCommitStats stats_;  // GUARDED_BY(stats_mu_)
+  mutable Mutex stats_mu_;
+  StoreCommitStats stats_ RUNNEL_GUARDED_BY(stats_mu_);
 
   std::atomic<uint64_t> cache_hits_{0};
   std::atomic<uint64_t> cache_misses_{0};
 
-  mutable std::mutex listener_mu_;
-  std::shared_ptr<const TailListener> listener_;  // GUARDED_BY(listener_mu_)
+  mutable Mutex listener_mu_;
+  std::shared_ptr<const TailListener> listener_ RUNNEL_GUARDED_BY(listener_mu_);
 };
 
 }  // namespace runnel::log
