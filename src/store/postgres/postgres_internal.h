@@ -1,6 +1,6 @@
 // Helpers shared by the PostgreSQL store's files (postgres_store.cc: the catalog, reads,
-// cursors; postgres_append.cc: the group-commit append path; postgres_notify.cc: tail
-// notification across nodes). Internal to the store.
+// cursors; postgres_append.cc: the group-commit append path; postgres_group.cc: one group
+// transaction; postgres_notify.cc: tail notification across nodes). Internal to the store.
 #ifndef RUNNEL_STORE_POSTGRES_POSTGRES_INTERNAL_H_
 #define RUNNEL_STORE_POSTGRES_POSTGRES_INTERNAL_H_
 
@@ -37,5 +37,23 @@ inline pg::Params& OptInt8(pg::Params& p, const std::optional<uint64_t>& v) {
 }
 
 }  // namespace runnel::store::pg_internal
+
+namespace runnel::store {
+
+// The names the store's files use unqualified. This header is included by those files only, so
+// the declarations reach no other code.
+using pg::BitsFromDb;
+using pg::BitsToDb;
+using pg::OffsetFromDb;
+using pg::OffsetToDb;
+using pg::Params;
+using pg::Rows;
+using pg_internal::kMaxOffset;
+using pg_internal::Ns;
+using pg_internal::OptInt8;
+using pg_internal::SteadyNs;
+using pg_internal::StreamNotFound;
+
+}  // namespace runnel::store
 
 #endif  // RUNNEL_STORE_POSTGRES_POSTGRES_INTERNAL_H_

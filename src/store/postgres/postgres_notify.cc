@@ -24,18 +24,6 @@
 namespace runnel::store {
 namespace {
 
-using pg::BitsFromDb;
-using pg::BitsToDb;
-using pg::OffsetFromDb;
-using pg::OffsetToDb;
-using pg::Params;
-using pg::Rows;
-using pg_internal::kMaxOffset;
-using pg_internal::Ns;
-using pg_internal::OptInt8;
-using pg_internal::SteadyNs;
-using pg_internal::StreamNotFound;
-
 // Records that `id`'s tail reached at least `next` (tails are lower bounds: keep the highest).
 void MergeTail(std::map<StreamId, uint64_t>& tails, StreamId id, uint64_t next) {
   uint64_t& n = tails[id];

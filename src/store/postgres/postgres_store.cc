@@ -29,18 +29,6 @@ Result<std::unique_ptr<Store>> OpenPostgresStore(const PostgresStoreOptions& opt
 namespace store {
 namespace {
 
-using pg::BitsFromDb;
-using pg::BitsToDb;
-using pg::OffsetFromDb;
-using pg::OffsetToDb;
-using pg::Params;
-using pg::Rows;
-using pg_internal::kMaxOffset;
-using pg_internal::Ns;
-using pg_internal::OptInt8;
-using pg_internal::SteadyNs;
-using pg_internal::StreamNotFound;
-
 constexpr int64_t kMaxInt8 = std::numeric_limits<int64_t>::max();
 
 int64_t ClampToInt8(size_t v) {

@@ -167,16 +167,44 @@ class PostgresStore final : public Store {
   // Opens a transaction on `conn` and locks the catalog rows of `ids` (sorted, distinct); returns
   // the ids locked. On failure nothing stays open (or the connection is broken).
   Result<std::set<StreamId>> Prelock(pg::Conn& conn, const std::vector<int64_t>& ids);
-  // One transaction for `members` of `group`. With `optimistic`, the streams' state comes from
-  // `cache` and BEGIN, the guarded write and COMMIT travel in one round trip (with `locked`, the
-  // transaction is already open and holds the rows); otherwise the streams are locked and read
-  // first. Updates `cache` either way. It is long (about 550 lines) because its phases — lock
-  // and read the rows, simulate the appends in queue order, build the one statement, send it
-  // with COMMIT and read the outcomes — share the group's per-stream state and the failure
-  // paths of one transaction; the phases are marked in the body.
+  // One transaction for `members` of `group` (postgres_group.cc). With `optimistic`, the
+  // streams' state comes from `cache` and BEGIN, the guarded write and COMMIT travel in one
+  // round trip (with `locked`, the transaction is already open and holds the rows); otherwise
+  // the streams are locked and read first. Updates `cache` either way.
   GroupEnd TryGroup(pg::Conn& conn, std::vector<Pending>& group, const std::vector<size_t>& members,
                     std::vector<std::optional<Result<AppendResult>>>& outcomes, StreamCache& cache,
                     bool optimistic, bool locked = false);
+  // TryGroup's steps, in order. GroupTx holds what they share: the group, its streams' state as
+  // the appends are simulated, the rows to write and the outcomes.
+  struct GroupStream;
+  struct GroupTx;
+  // Rolls back after a failed statement and says how the group ended (one append alone gets
+  // its own error; a unique violation is a definite offset conflict).
+  GroupEnd GroupSqlError(GroupTx& tx, const Status& status);
+  // The streams' state from the worker's cache (optimistic path).
+  static void StartFromCache(GroupTx& tx);
+  // BEGIN, lock the rows in id order and read them and the producers' states (locking path).
+  static Status LockRows(GroupTx& tx);
+  // Why the append cannot be written against the simulated state, in the memory and log
+  // stores' order; OK when it can.
+  static Status RefuseAppend(const GroupTx& tx, const AppendRequest& req);
+  // Simulates member `i`'s append: its outcome when refused, else its records, producer state,
+  // close, attributes and retention cut.
+  static void SimulateAppend(GroupTx& tx, size_t i);
+  static void ApplyRetention(GroupTx& tx, StreamId sid, GroupStream& s, uint64_t now_ms);
+  // The one statement that writes the group: letting the database place the records
+  // (optimistic without expected offsets), or at the simulated offsets.
+  static std::string PlacingWrite(GroupTx& tx, pg::Params& params);
+  static std::string LockedWrite(GroupTx& tx, pg::Params& params);
+  static std::string ProducersWrite(const GroupTx& tx, pg::Params& params);
+  // Sends the write with COMMIT (and BEGIN and the locks, optimistically) and reads the
+  // outcomes.
+  GroupEnd SendGroup(GroupTx& tx, std::string sql, pg::Params params);
+  // Makes the offsets the database placed absolute; false (outcomes failed) when a row is
+  // missing.
+  static bool PlaceOffsets(GroupTx& tx, const pg::Rows& rows);
+  // Counts the commit, fills in the outcomes, notifies other nodes and updates the cache.
+  void Committed(GroupTx& tx, std::chrono::steady_clock::duration took);
   // Hands the committed tails of streams to the notifier, which tells the other nodes.
   void QueueNotify(const std::vector<std::pair<StreamId, uint64_t>>& tails);
   void NotifyLoop();  // runs on notify_thread_
