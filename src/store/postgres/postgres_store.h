@@ -147,6 +147,12 @@ class PostgresStore final : public Store {
   Result<PooledConn> Acquire();
   void Release(std::unique_ptr<pg::Conn> conn);
 
+  // One worker: takes a group from `queue` (under row locks taken first, after a wait for a
+  // fuller group, or as queued), commits it on the worker's own connection and hands out the
+  // outcomes. It stays one function of about 100 lines because taking a group drops and
+  // retakes queue_mu_ around round trips, and the locals it carries between groups (the
+  // connection, the stream cache, the mean round trip, the last group's streams) belong to
+  // this thread alone.
   void WorkerLoop(WorkerQueue& queue);
   // `prelocked`: a transaction is open on `conn` and holds the row locks of every stream of
   // `group` (see PostgresStoreOptions::prelock_max_streams).
@@ -215,7 +221,9 @@ class PostgresStore final : public Store {
   void OwnBackend(int pid, bool own);
   // Sends "+r" (readers), "+a" (appending) or both on `conn` when either holds.
   void Announce(pg::Conn& conn);
-  // Runs on listen_thread_ with the connection Open already made LISTEN.
+  // Runs on listen_thread_ with the connection Open already made LISTEN. About 90 lines: one
+  // poll loop whose wake-ups (notifications, announce requests, the safety-poll timer,
+  // reconnects) share the connection and the last tails seen.
   void ListenLoop(std::unique_ptr<pg::Conn> conn);
   void CallListener(StreamId id, uint64_t next);
   // The safety net: reads the tails of the watched streams on `conn` and calls the tail
