@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { isDeepStrictEqual } from "node:util";
-import { MaterializedState } from "@durable-streams/state";
+import { fold, lcg, snapshot } from "./state-fold.mjs";
 
 const binary = process.argv[2];
 if (!binary) throw new Error("usage: node compaction-kill.mjs RUNNEL_BINARY");
@@ -22,12 +22,7 @@ if (!Number.isInteger(rounds) || rounds < 1 || rounds > 1000) {
 const perRound = 10000;
 const dataDir = mkdtempSync(join(tmpdir(), "runnel-compaction-kill-"));
 
-// A linear congruential generator; its low bits cycle fast, so only the high ones are used.
-let seed = 4242;
-const rand = () => {
-  seed = (seed * 1103515245 + 12345) % 2147483648;
-  return Math.floor(seed / 65536);
-};
+const rand = lcg(4242);
 
 const live = new Set();
 function change(i) {
@@ -38,22 +33,6 @@ function change(i) {
   const m = { type: "row", key, headers: { operation: op } };
   if (op !== "delete") m.value = { n: i, pad: "x".repeat(200) };
   return m;
-}
-
-function fold(messages, state = new MaterializedState()) {
-  for (const m of messages) {
-    if (m.headers.control === "reset") state.clear();
-    else if (m.headers.operation) state.apply(m);
-  }
-  return state;
-}
-
-function snapshot(state) {
-  const out = {};
-  for (const type of state.types.sort()) {
-    out[type] = Object.fromEntries([...state.getType(type).entries()].sort());
-  }
-  return out;
 }
 
 function check(ok, what) {

@@ -4,7 +4,7 @@
 // same state, resumed readers reach it too or are refused with 410 below the horizon, and
 // non-State Protocol messages are refused on a compacted stream.
 import { describe, expect, test } from "vitest";
-import { MaterializedState } from "@durable-streams/state";
+import { fold, lcg, snapshot } from "./state-fold.mjs";
 
 const baseUrl = process.env.RUNNEL_BASE_URL;
 if (!baseUrl) throw new Error("RUNNEL_BASE_URL is not set; use run.sh");
@@ -14,12 +14,7 @@ const freshUrl = (name) => `${baseUrl}/v1/stream/state-${name}-${process.pid}-${
 
 // A deterministic history: `n` changes over `keys` keys of two types, about 10% deletes.
 function history(n, keys) {
-  let seed = 12345;
-  // A linear congruential generator; its low bits cycle fast, so only the high ones are used.
-  const rand = () => {
-    seed = (seed * 1103515245 + 12345) % 2147483648;
-    return Math.floor(seed / 65536);
-  };
+  const rand = lcg(12345);
   const live = new Set();
   const out = [];
   for (let i = 0; i < n; i++) {
@@ -33,23 +28,6 @@ function history(n, keys) {
     // About 700 bytes a message, so the survivors need more than one 1 MiB response.
     if (op !== "delete") m.value = { n: i, name: `row ${i}`, pad: "x".repeat(600) };
     out.push(m);
-  }
-  return out;
-}
-
-// Folds messages into a MaterializedState; a reset control message starts it over.
-function fold(messages, state = new MaterializedState()) {
-  for (const m of messages) {
-    if (m.headers.control === "reset") state.clear();
-    else if (m.headers.operation) state.apply(m);
-  }
-  return state;
-}
-
-function snapshot(state) {
-  const out = {};
-  for (const type of state.types.sort()) {
-    out[type] = Object.fromEntries([...state.getType(type).entries()].sort());
   }
   return out;
 }
