@@ -50,20 +50,6 @@ void LogStore::Forget(StreamState& s) {
   s.content_type = nullptr;
 }
 
-StreamSpec LogStore::StreamState::Spec() const {
-  StreamSpec spec;
-  spec.ns = *ns;
-  spec.name = name.str();
-  spec.content_type = *content_type;
-  spec.first_offset = first_offset;
-  spec.created_at_ms = created_at_ms;
-  if (extras) {
-    spec.retention = extras->retention;
-    spec.attributes = extras->attributes;
-  }
-  return spec;
-}
-
 StreamInfo LogStore::Snapshot(const StreamState& s) {
   StreamInfo info;
   info.id = s.id;
@@ -106,27 +92,6 @@ void LogStore::Compact(StreamState& s) {
     std::vector<uint32_t>().swap(s.sizes);
     if (key_sizes != nullptr) std::vector<uint32_t>().swap(*key_sizes);
     s.size_begin = 0;
-  }
-}
-
-uint64_t LogStore::StreamState::RecordBytesAt(size_t i) const {
-  return DroppedAt(i) ? 0 : store::RecordBytes(KeySize(i), sizes[i]);
-}
-
-void LogStore::StreamState::PushSize(uint32_t payload, uint32_t key) {
-  if ((payload & kDroppedBit) != 0) {
-    ++mut().dropped;
-  } else {
-    bytes += store::RecordBytes(key, payload);
-  }
-  sizes.push_back(payload);
-  if (extras && !extras->key_sizes.empty()) {
-    extras->key_sizes.push_back(key);
-  } else if (key != 0) {
-    // The stream's first record with a key: the records before it have none.
-    std::vector<uint32_t>& keys = mut().key_sizes;
-    keys.assign(sizes.size(), 0);
-    keys.back() = key;
   }
 }
 

@@ -96,7 +96,7 @@ Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, siz
                                       std::to_string(lost_end),
                                   start, lost_end);
       }
-      if (const CachedGroup* hit = FindCachedLocked(it->segment, it->pos, it->len)) {
+      if (const TailCache::CachedGroup* hit = cache_.Find(it->segment, it->pos, it->len)) {
         cache_hits_.fetch_add(1, std::memory_order_relaxed);
         if (!runs.empty() && runs.back().cached == hit->bytes &&
             runs.back().pos + runs.back().len == it->pos) {
@@ -190,21 +190,6 @@ Status LogStore::UnreadableAt(StreamId id, uint64_t first, uint64_t segment, uin
           " cannot be read (segment " + SegmentName(segment) + " at byte " + std::to_string(pos) +
           ": " + std::string(why) + "); reading goes on from record " + std::to_string(end),
       first, end);
-}
-
-const LogStore::CachedGroup* LogStore::FindCachedLocked(uint64_t segment, uint64_t pos,
-                                                        uint64_t len) const {
-  if (cache_.empty()) return nullptr;
-  const uint64_t key = (segment << 32) | pos;
-  // The last group starting at or before `key`.
-  auto it = std::upper_bound(cache_.begin(), cache_.end(), key,
-                             [](uint64_t k, const CachedGroup& g) { return k < g.key; });
-  if (it == cache_.begin()) return nullptr;
-  --it;
-  if ((it->key >> 32) != segment || pos + len > (it->key & 0xffffffffu) + it->bytes->size()) {
-    return nullptr;
-  }
-  return &*it;
 }
 
 Result<std::optional<StoredRecord>> LogStore::ReadAt(StreamId id, uint64_t offset) {

@@ -451,13 +451,8 @@ void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_s
       // of exactly its size, not the buffer itself: the buffer grew by doubling, so its
       // capacity can be twice its size, memory the cache's bound would not count; and the
       // writer keeps reusing its capacity.
-      cache_bytes_ += total;
-      cache_.push_back(CachedGroup{(active_segment_ << 32) | pos,
-                                   std::make_shared<const std::string>(group_buf_)});
-      while (cache_bytes_ > options_.tail_cache_bytes && !cache_.empty()) {
-        cache_bytes_ -= cache_.front().bytes->size();
-        cache_.pop_front();
-      }
+      cache_.Add(active_segment_, pos, std::make_shared<const std::string>(group_buf_),
+                 options_.tail_cache_bytes);
     }
     bytes_since_checkpoint_ += total;
     if (!reserve_requested_) RequestReserve();

@@ -1,9 +1,14 @@
 // The stream table and the per-stream state's own methods (stream_table.h).
-#include "store/log/log_store_internal.h"
+#include "store/log/stream_table.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "store/retention.h"
 
 namespace runnel::log {
 
-LogStore::StreamState* LogStore::StreamTable::Insert(std::unique_ptr<StreamState> s) {
+StreamState* StreamTable::Insert(std::unique_ptr<StreamState> s) {
   if ((count_ + 1) * 4 > slots_.size() * 3) Rehash(std::max<size_t>(16, slots_.size() * 2));
   for (size_t i = Home(s->id);; i = (i + 1) & mask()) {
     if (slots_[i] == nullptr) {
@@ -15,13 +20,13 @@ LogStore::StreamState* LogStore::StreamTable::Insert(std::unique_ptr<StreamState
   }
 }
 
-void LogStore::StreamTable::Reserve(size_t n) {
+void StreamTable::Reserve(size_t n) {
   size_t capacity = 16;
   while (capacity * 3 < n * 4) capacity *= 2;
   if (capacity > slots_.size()) Rehash(capacity);
 }
 
-void LogStore::StreamTable::Erase(StreamId id) {
+void StreamTable::Erase(StreamId id) {
   if (slots_.empty()) return;
   size_t i = Home(id);
   for (;; i = (i + 1) & mask()) {
@@ -42,7 +47,7 @@ void LogStore::StreamTable::Erase(StreamId id) {
   if (slots_.size() > 16 && count_ * 8 < slots_.size()) Rehash(slots_.size() / 2);
 }
 
-void LogStore::StreamTable::Rehash(size_t capacity) {
+void StreamTable::Rehash(size_t capacity) {
   std::vector<std::unique_ptr<StreamState>> old = std::move(slots_);
   slots_.clear();
   slots_.resize(capacity);
@@ -52,6 +57,41 @@ void LogStore::StreamTable::Rehash(size_t capacity) {
     size_t i = Home(p->id);
     while (slots_[i] != nullptr) i = (i + 1) & mask();
     slots_[i] = std::move(p);
+  }
+}
+
+StreamSpec StreamState::Spec() const {
+  StreamSpec spec;
+  spec.ns = *ns;
+  spec.name = name.str();
+  spec.content_type = *content_type;
+  spec.first_offset = first_offset;
+  spec.created_at_ms = created_at_ms;
+  if (extras) {
+    spec.retention = extras->retention;
+    spec.attributes = extras->attributes;
+  }
+  return spec;
+}
+
+uint64_t StreamState::RecordBytesAt(size_t i) const {
+  return DroppedAt(i) ? 0 : store::RecordBytes(KeySize(i), sizes[i]);
+}
+
+void StreamState::PushSize(uint32_t payload, uint32_t key) {
+  if ((payload & kDroppedBit) != 0) {
+    ++mut().dropped;
+  } else {
+    bytes += store::RecordBytes(key, payload);
+  }
+  sizes.push_back(payload);
+  if (extras && !extras->key_sizes.empty()) {
+    extras->key_sizes.push_back(key);
+  } else if (key != 0) {
+    // The stream's first record with a key: the records before it have none.
+    std::vector<uint32_t>& keys = mut().key_sizes;
+    keys.assign(sizes.size(), 0);
+    keys.back() = key;
   }
 }
 
