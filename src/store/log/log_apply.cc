@@ -203,6 +203,8 @@ uint64_t LogStore::ApplyDrops(StreamState& s, const std::vector<uint64_t>& offse
   return removed;
 }
 
+// Long on purpose: one case per frame type, the same code for live apply and replay; each case
+// is short and reads against its frame's encoding in log_codec.h.
 Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segment, uint32_t pos,
                             uint32_t len, bool replay) {
   Reader r(body);

@@ -4,6 +4,8 @@
 
 namespace runnel::log {
 
+// Long on purpose: the body is encoded in the order of its fields (docs/formats/log.md), from
+// the state as of the marker, in one pass.
 Status LogStore::BeginCheckpoint(CheckpointJob* job) {
   // The marker frame closes the replayed range; the checkpoint replays from just after it.
   const uint64_t seq = checkpoint_seq_ + 1;

@@ -36,6 +36,8 @@ Status LogStore::Clean() {
   return Relocate(victims);
 }
 
+// Long on purpose: gathers the live references, then copies them frame by frame (compacting
+// dropped records) through one flush that writes and applies each group; all share its frames.
 Status LogStore::Relocate(const std::vector<uint64_t>& victims) {
   constexpr uint64_t kGroupBytes = 1u << 20;
   struct Item {

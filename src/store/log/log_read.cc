@@ -3,6 +3,8 @@
 
 namespace runnel::log {
 
+// Long on purpose: the plan made under the lock (which records, which frames, which dropped)
+// feeds the decoding and filtering done after it without the lock, as locals.
 Result<std::vector<StoredRecord>> LogStore::Read(StreamId id, uint64_t from, size_t limit,
                                                  size_t max_bytes) {
   // A run of adjacent frames to pread, or to take from a cached group (`cached` holds the

@@ -12,6 +12,8 @@ void LogStore::SalvageNote(std::string note) {
   recovery_notes_.push_back(std::move(note));
 }
 
+// Long on purpose: recovery's steps in the order they must run (list, pick the checkpoint,
+// check the segments, replay, free), sharing the file lists and the replay point.
 Status LogStore::Recover() {
   RUNNEL_ASSIGN_OR_RETURN(auto names, env_->ListDir(options_.dir));
   std::vector<uint64_t> segs, ckpts;
@@ -162,6 +164,8 @@ Status LogStore::Recover() {
   return Status::OK();
 }
 
+// Long on purpose: one pass over the checkpoint body in the order of its fields
+// (docs/formats/log.md), each field checked as it is read.
 Status LogStore::LoadCheckpoint(uint64_t file_seq, uint64_t* replay_segment, uint64_t* replay_pos,
                                 bool* segment_short) {
   const std::string name = CheckpointName(file_seq);
@@ -311,6 +315,8 @@ Status LogStore::LoadCheckpoint(uint64_t file_seq, uint64_t* replay_segment, uin
   return Status::OK();
 }
 
+// Long on purpose: one loop over the frames of a segment, whose end cases (torn tail, damage,
+// salvage) share its position and must be judged in place.
 Status LogStore::ReplaySegment(uint64_t number, uint64_t from, bool last) {
   // Messages and notes name the file relative to the data directory.
   const std::string name = SegmentName(number);

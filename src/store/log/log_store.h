@@ -26,6 +26,25 @@
 // Callbacks and the tail listener run on the writer thread: they must not call the store's
 // synchronous writing methods (CreateStream, UpdateStream, DeleteStream, TruncatePrefix,
 // CommitCursor, Flush), which wait for that thread.
+//
+// Files. This class is a facade: its state lives here, its member functions in files named for
+// their concerns, and the parts with state and rules of their own are classes of their own.
+// - log_store.cc: options, Open and the destructor, UndoCreation, CommitStats and the public
+//   methods that queue an op or read the state.
+// - log_recovery.cc: Recover, LoadCheckpoint, ReplaySegment, ScrubTail, SalvageNote.
+// - log_apply.cc: the visible state: lookups, naming (Adopt, Forget), Snapshot, and applying
+//   frames (ApplyFrame, DropHead, ApplyDrops, ReferenceLeft, Compact).
+// - log_writer.cc: the writer thread: the queue, WriterLoop, group commit waits, Prepare and
+//   EncodeOp, CommitGroup, FinishOp.
+// - log_segments.cc: segment files: the preparer thread and the space reserve, WriteFrames,
+//   Repair, RollSegment, SyncActive, SyncLog.
+// - log_checkpoint.cc: checkpoints (foreground and background) and DeleteDeadSegments.
+// - log_cleaner.cc: Clean, Relocate, and reclaiming space on a full disk.
+// - log_read.cc: Read, ReadAt, UnreadableAt.
+// - log_scrub.cc: the background scrub and damage reports.
+// - stream_table.{h,cc}: StreamState (one stream's state and index) and StreamTable (streams by
+//   id). tail_cache.{h,cc}: TailCache. log_store_internal.h: what those files share (file
+//   names, buffers, the writer's limits, SegmentWindow, Op).
 #ifndef RUNNEL_STORE_LOG_LOG_STORE_H_
 #define RUNNEL_STORE_LOG_LOG_STORE_H_
 
@@ -162,7 +181,7 @@ class LogStore final : public Store {
 
   explicit LogStore(const LogStoreOptions& options);
 
-  // --- recovery ---
+  // --- recovery (log_recovery.cc; SegmentPath in log_segments.cc) ---
   Status Recover() RUNNEL_NO_THREAD_SAFETY_ANALYSIS;
   // Records a recovery note about damage salvage skipped, and that it did.
   void SalvageNote(std::string note);
@@ -176,7 +195,7 @@ class LogStore final : public Store {
   Status ScrubTail(Segment& seg, uint64_t from);
   std::string SegmentPath(uint64_t number) const;
 
-  // --- applying frames (live and replay) ---
+  // --- applying frames, live and replay (log_apply.cc) ---
   Status ApplyFrame(FrameType type, std::string_view body, uint32_t segment, uint32_t pos,
                     uint32_t len, bool replay) RUNNEL_REQUIRES(state_mu_);
   // Removes the n oldest records of `s` (dropped ones count), then any dropped records that
@@ -209,10 +228,13 @@ class LogStore final : public Store {
   void Forget(StreamState& s) RUNNEL_REQUIRES(state_mu_);
   static StreamInfo Snapshot(const StreamState& s);
 
-  // --- writer ---
+  // --- writer (log_writer.cc; writing, syncing and rolling segments in log_segments.cc) ---
   Status Submit(const std::shared_ptr<Op>& op);  // enqueue and wait
   void Enqueue(std::shared_ptr<Op> op);
   void WriterLoop();
+  // Writer thread, after each round of groups: the interval mode's sync, reclaiming space on a
+  // full disk, and periodic checkpoints (a background one finished or waited for first).
+  void AfterRound();
   // fsync mode: waits briefly (see LogStoreOptions::group_commit_wait_us) until the queue holds
   // last_group_ops_ ops. `lock` holds queue_mu_.
   void WaitForFullerGroup(MutexLock& lock) RUNNEL_REQUIRES(queue_mu_);
@@ -240,6 +262,7 @@ class LogStore final : public Store {
   // fdatasync of the active segment on the commit path: counts it (and the records and bytes it
   // made durable) in the commit stats.
   Status SyncLog(env::File& file);
+  // --- checkpoints (log_checkpoint.cc) ---
   // A checkpoint in three steps. Begin (writer thread): the marker frame, then the body built
   // from the state as of the marker. WriteCheckpointFile (any thread): the file written,
   // synced and renamed into place, older checkpoints removed. Finish (writer thread, once the
@@ -269,6 +292,7 @@ class LogStore final : public Store {
   void WaitForBackgroundCheckpoint();
   void CheckpointFailed(const Status& s);
   void DeleteDeadSegments(const std::vector<uint64_t>& dead);
+  // --- the cleaner (log_cleaner.cc) ---
   // The cleaner, before each periodic checkpoint: copies the live batches of the emptiest old
   // segments below options_.cleaner_live_ratio (at most one checkpoint interval of live bytes
   // per pass) to the head of the log, grouped by stream, so the checkpoint can delete them.
@@ -279,7 +303,8 @@ class LogStore final : public Store {
   // (each relocated frame carves its frame off the front of its reference).
   Status Relocate(const std::vector<uint64_t>& victims) RUNNEL_NO_THREAD_SAFETY_ANALYSIS;
 
-  // --- space on a full disk ---
+  // --- space on a full disk (ReclaimSpace and ReclaimVictims in log_cleaner.cc, the reserve in
+  // log_segments.cc) ---
   // The writer found the disk full (disk_full_) and something may be reclaimable
   // (reclaim_due_). Relocates the live records of the emptiest old segments that fit in one
   // segment, writes a checkpoint that no longer needs them and deletes them, giving up the
@@ -309,11 +334,11 @@ class LogStore final : public Store {
   // Room for a checkpoint like the last one, with a margin: the part of the reserve a
   // reclamation keeps for the checkpoint after its copies.
   uint64_t CheckpointRoom() const;
-  // Open failed, or a store opened on a new directory closes without having written a frame:
-  // removes what the open created (the first segment, LOCK, the directory).
+  // log_store.cc. Open failed, or a store opened on a new directory closes without having written a
+  // frame: removes what the open created (the first segment, LOCK, the directory).
   void UndoCreation() RUNNEL_NO_THREAD_SAFETY_ANALYSIS;
-  // Completes `op`: runs its callback (after the tail listener, for a committed append) or
-  // wakes its waiter.
+  // log_writer.cc. Completes `op`: runs its callback (after the tail listener, for a committed
+  // append) or wakes its waiter.
   void FinishOp(Op& op);
   void FinishOp(Op& op, const std::shared_ptr<const TailListener>& listener);
   std::shared_ptr<const TailListener> Listener() const;
@@ -443,7 +468,8 @@ class LogStore final : public Store {
   size_t group_target_ RUNNEL_GUARDED_BY(queue_mu_) = 0;
   std::thread writer_;
 
-  // The helper thread "log-prepare": it creates the next segment (header + zeros, synced) as
+  // log_segments.cc. The helper thread "log-prepare": it creates the next segment (header + zeros,
+  // synced) as
   // "<segment>.log.prep" ahead of time (when options_.prezero_segments), so a roll is a rename
   // instead of a segment-sized write on the writer's path, and it makes the space reserve
   // (RESERVE), which comes first when both are asked for.
@@ -473,7 +499,7 @@ class LogStore final : public Store {
   std::atomic<bool> prep_halt_{false};
   std::thread preparer_;
 
-  // The background scrub (LogStoreOptions::scrub_bytes_per_sec).
+  // log_scrub.cc. The background scrub (LogStoreOptions::scrub_bytes_per_sec).
   void ScrubLoop();
   // Verifies segment `number` (if it is still sealed and present); `rate` bytes per second at
   // most (0: no limit). Returns false when the store is stopping.

@@ -115,47 +115,7 @@ void LogStore::WriterLoop() {
     CommitGroup(group, false);
     ops.clear();
     last_group_ops_ = taken + queued_at_ack_;
-    if (unsynced_ && options_.durability.mode == LogDurability::kInterval &&
-        std::chrono::steady_clock::now() - last_sync_ >=
-            std::chrono::milliseconds(options_.durability.interval_ms)) {
-      Status s = SyncActive();
-      (void)s;  // a failure leaves unsynced_ set; the next group or Flush retries and reports
-    }
-    auto now = std::chrono::steady_clock::now();
-    // A full disk gives space back as soon as something in an old segment died (a delete, a
-    // truncation, retention), without waiting for appends or the checkpoint interval.
-    if (disk_full_ && reclaim_due_ && now >= reclaim_retry_at_) {
-      ReclaimSpace();
-      now = std::chrono::steady_clock::now();
-    }
-    const bool freeing = segment_freed_ && bytes_since_checkpoint_ > 0 &&
-                         now - last_freeing_checkpoint_ >= std::chrono::seconds(10);
-    // A checkpoint written in the background is finished first; none starts while it is not.
-    // Appends that outrun it (kMaxCheckpointBacklog intervals logged since the last durable
-    // one) wait for it here: otherwise what a restart replays, and the dead segments only a
-    // checkpoint can delete, would grow without bound while its file is slow to land.
-    if (background_checkpoint_ != nullptr && bytes_since_checkpoint_ >= checkpoint_backlog_bytes_) {
-      WaitForBackgroundCheckpoint();
-    }
-    const bool checkpoint_idle = PollBackgroundCheckpoint(false);
-    // Records that died in old segments count toward the interval as appended bytes do: under
-    // churn, the space they leave is reclaimed (by the cleaner, then the checkpoint) at the pace
-    // it appears, not one whole interval of appends later.
-    const bool periodic =
-        bytes_since_checkpoint_ > 0 &&
-        bytes_since_checkpoint_ + freed_since_checkpoint_ >= options_.checkpoint_interval_bytes;
-    if ((periodic || freeing) && now >= checkpoint_retry_at_ && checkpoint_idle) {
-      if (freeing) last_freeing_checkpoint_ = now;
-      segment_freed_ = false;
-      if (periodic) freed_since_checkpoint_ = 0;
-      // The cleaner copies live records forward: not for a checkpoint that only frees space.
-      Status s = periodic ? Clean() : Status::OK();
-      if (s.ok()) {
-        StartBackgroundCheckpoint();
-      } else {
-        CheckpointFailed(s);
-      }
-    }
+    AfterRound();
   }
   // Clean shutdown: make everything durable and checkpoint so the next open replays nothing
   // (after the checkpoint being written in the background, if any, is done). A store opened on
@@ -168,6 +128,50 @@ void LogStore::WriterLoop() {
     // Nothing is lost (the log holds it all); the next open replays more.
     LogF(LogLevel::kWarn, "log store %s: closing checkpoint not written (%s)", options_.dir.c_str(),
          s.ToString().c_str());
+  }
+}
+
+void LogStore::AfterRound() {
+  if (unsynced_ && options_.durability.mode == LogDurability::kInterval &&
+      std::chrono::steady_clock::now() - last_sync_ >=
+          std::chrono::milliseconds(options_.durability.interval_ms)) {
+    Status s = SyncActive();
+    (void)s;  // a failure leaves unsynced_ set; the next group or Flush retries and reports
+  }
+  auto now = std::chrono::steady_clock::now();
+  // A full disk gives space back as soon as something in an old segment died (a delete, a
+  // truncation, retention), without waiting for appends or the checkpoint interval.
+  if (disk_full_ && reclaim_due_ && now >= reclaim_retry_at_) {
+    ReclaimSpace();
+    now = std::chrono::steady_clock::now();
+  }
+  const bool freeing = segment_freed_ && bytes_since_checkpoint_ > 0 &&
+                       now - last_freeing_checkpoint_ >= std::chrono::seconds(10);
+  // A checkpoint written in the background is finished first; none starts while it is not.
+  // Appends that outrun it (kMaxCheckpointBacklog intervals logged since the last durable
+  // one) wait for it here: otherwise what a restart replays, and the dead segments only a
+  // checkpoint can delete, would grow without bound while its file is slow to land.
+  if (background_checkpoint_ != nullptr && bytes_since_checkpoint_ >= checkpoint_backlog_bytes_) {
+    WaitForBackgroundCheckpoint();
+  }
+  const bool checkpoint_idle = PollBackgroundCheckpoint(false);
+  // Records that died in old segments count toward the interval as appended bytes do: under
+  // churn, the space they leave is reclaimed (by the cleaner, then the checkpoint) at the pace
+  // it appears, not one whole interval of appends later.
+  const bool periodic =
+      bytes_since_checkpoint_ > 0 &&
+      bytes_since_checkpoint_ + freed_since_checkpoint_ >= options_.checkpoint_interval_bytes;
+  if ((periodic || freeing) && now >= checkpoint_retry_at_ && checkpoint_idle) {
+    if (freeing) last_freeing_checkpoint_ = now;
+    segment_freed_ = false;
+    if (periodic) freed_since_checkpoint_ = 0;
+    // The cleaner copies live records forward: not for a checkpoint that only frees space.
+    Status s = periodic ? Clean() : Status::OK();
+    if (s.ok()) {
+      StartBackgroundCheckpoint();
+    } else {
+      CheckpointFailed(s);
+    }
   }
 }
 
@@ -206,6 +210,8 @@ void LogStore::Prepare(Op& op) {
   op.frame_len = group_buf_.size() - op.frame_at;
 }
 
+// Long on purpose: one case per op kind, each holding that op's checks against the reserved
+// view next to the frame it encodes; only the append case is long.
 void LogStore::EncodeOp(Op& op) {
   auto refuse = [&](Status s) {
     op.status = std::move(s);
@@ -385,6 +391,8 @@ void LogStore::EncodeOp(Op& op) {
   }
 }
 
+// Long on purpose: the steps of one commit (write, sync or repair, apply, cache, complete) in
+// order, sharing the group's position and outcome.
 void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_sync) {
   if (group.empty()) return;
   uint64_t records = 0;
