@@ -123,40 +123,6 @@ Status LogStore::BeginCheckpoint(CheckpointJob* job) {
   return Status::OK();
 }
 
-Status LogStore::WriteCheckpointFile(const CheckpointJob& job) const {
-  const std::string& dir = options_.dir;
-  env::Env* env = env_;
-  const std::string final_path = env::JoinPath(dir, CheckpointName(job.seq));
-  const std::string tmp_path = final_path + ".tmp";
-  Status written = [&]() -> Status {
-    RUNNEL_ASSIGN_OR_RETURN(auto file, env->OpenFile(tmp_path, true));
-    RUNNEL_RETURN_IF_ERROR(file->Truncate(0));
-    std::string_view parts[] = {job.header, job.body};
-    RUNNEL_RETURN_IF_ERROR(file->WriteAt(0, parts));
-    RUNNEL_RETURN_IF_ERROR(file->Sync());
-    return env->RenameFile(tmp_path, final_path);
-  }();
-  if (!written.ok()) {
-    // A partial file would hold on to the space a full disk is short of until the next open.
-    Status removed = env->RemoveFile(tmp_path);
-    (void)removed;
-    return written;
-  }
-  RUNNEL_RETURN_IF_ERROR(env->SyncDir(dir));
-  // Older checkpoints are no longer needed.
-  auto names = env->ListDir(dir);
-  if (names.ok()) {
-    for (const std::string& name : *names) {
-      uint64_t n;
-      if (ParseNumbered(name, "checkpoint-", ".ckpt", &n) && n < job.seq) {
-        Status s = env->RemoveFile(env::JoinPath(dir, name));
-        (void)s;
-      }
-    }
-  }
-  return Status::OK();
-}
-
 void LogStore::FinishCheckpoint(const CheckpointJob& job) {
   checkpoint_seq_ = job.seq;
   // What was logged while the file was written counts toward the next checkpoint.
@@ -171,7 +137,7 @@ Status LogStore::WriteCheckpoint() {
   PollBackgroundCheckpoint(true);
   CheckpointJob job;
   RUNNEL_RETURN_IF_ERROR(BeginCheckpoint(&job));
-  RUNNEL_RETURN_IF_ERROR(WriteCheckpointFile(job));
+  RUNNEL_RETURN_IF_ERROR(WriteCheckpointFile(env_, options_.dir, job));
   FinishCheckpoint(job);
   return Status::OK();
 }
@@ -184,7 +150,7 @@ void LogStore::StartBackgroundCheckpoint() {
   std::promise<Status> written;
   background_checkpoint_done_ = written.get_future();
   background_checkpoint_thread_ = std::thread([this, written = std::move(written)]() mutable {
-    written.set_value(WriteCheckpointFile(*background_checkpoint_));
+    written.set_value(WriteCheckpointFile(env_, options_.dir, *background_checkpoint_));
     {
       // Wakes an idle writer to finish it (the result is set first, so the writer finds it):
       // deleting dead segments must not wait for traffic (on a full disk there may be none

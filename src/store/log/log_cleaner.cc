@@ -1,5 +1,6 @@
 // LogStore: the cleaner (copying the live batches of old, mostly dead segments to the head
 // of the log) and reclaiming space on a full disk.
+#include "store/log/cleaner_policy.h"
 #include "store/log/log_store_internal.h"
 
 namespace runnel::log {
@@ -22,17 +23,9 @@ Status LogStore::Clean() {
       }
     }
   }
-  std::sort(candidates.begin(), candidates.end());
   const uint64_t budget = std::max(options_.checkpoint_interval_bytes, options_.segment_size);
-  std::vector<uint64_t> victims;
-  uint64_t total = 0;
-  for (const auto& [live, n] : candidates) {
-    if (!victims.empty() && total + live > budget) break;
-    total += live;
-    victims.push_back(n);
-  }
+  const std::vector<uint64_t> victims = PickEmptiest(std::move(candidates), budget, true);
   if (victims.empty()) return Status::OK();
-  std::sort(victims.begin(), victims.end());
   return Relocate(victims);
 }
 
@@ -175,16 +168,7 @@ std::vector<uint64_t> LogStore::ReclaimVictims() const {
         candidates.emplace_back(seg.live_bytes, n);
     }
   }
-  std::sort(candidates.begin(), candidates.end());
-  std::vector<uint64_t> victims;
-  uint64_t total = 0;
-  for (const auto& [live, n] : candidates) {
-    if (total + live > room) break;
-    total += live;
-    victims.push_back(n);
-  }
-  std::sort(victims.begin(), victims.end());
-  return victims;
+  return PickEmptiest(std::move(candidates), room, false);
 }
 
 bool LogStore::ReclaimSpace() {

@@ -43,8 +43,10 @@
 // - log_read.cc: Read, ReadAt, UnreadableAt.
 // - log_scrub.cc: the background scrub and damage reports.
 // - stream_table.{h,cc}: StreamState (one stream's state and index) and StreamTable (streams by
-//   id). tail_cache.{h,cc}: TailCache. log_store_internal.h: what those files share (file
-//   names, buffers, the writer's limits, SegmentWindow, Op).
+//   id). tail_cache.{h,cc}: TailCache. checkpoint_file.{h,cc}: CheckpointJob and writing its
+//   file. cleaner_policy.{h,cc}: which segments the cleaner and a reclamation take.
+//   log_store_internal.h: what those files share (file names, buffers, the writer's limits,
+//   SegmentWindow, Op).
 #ifndef RUNNEL_STORE_LOG_LOG_STORE_H_
 #define RUNNEL_STORE_LOG_LOG_STORE_H_
 
@@ -72,6 +74,7 @@
 #include "env/relative_errors_env.h"
 #include "runnel/log_store.h"
 #include "runnel/store.h"
+#include "store/log/checkpoint_file.h"
 #include "store/log/log_format.h"
 #include "store/log/stream_table.h"
 #include "store/log/tail_cache.h"
@@ -264,17 +267,12 @@ class LogStore final : public Store {
   Status SyncLog(env::File& file);
   // --- checkpoints (log_checkpoint.cc) ---
   // A checkpoint in three steps. Begin (writer thread): the marker frame, then the body built
-  // from the state as of the marker. WriteCheckpointFile (any thread): the file written,
-  // synced and renamed into place, older checkpoints removed. Finish (writer thread, once the
-  // file is durable): the bookkeeping and the segments that were dead at Begin are deleted.
-  struct CheckpointJob {
-    uint64_t seq = 0;
-    uint64_t log_bytes = 0;  // bytes_since_checkpoint_ that this checkpoint covers
-    std::string header, body;
-    std::vector<uint64_t> dead_segments;
-  };
+  // from the state as of the marker. WriteCheckpointFile (checkpoint_file.h, any thread): the
+  // file written, synced and renamed into place, older checkpoints removed. Finish (writer
+  // thread, once the file is durable): the bookkeeping and the segments that were dead at
+  // Begin are deleted.
+  using CheckpointJob = log::CheckpointJob;  // checkpoint_file.h
   Status BeginCheckpoint(CheckpointJob* job);
-  Status WriteCheckpointFile(const CheckpointJob& job) const;
   void FinishCheckpoint(const CheckpointJob& job);
   // All three on the calling (writer) thread, after any checkpoint in the background is done.
   Status WriteCheckpoint();
