@@ -53,6 +53,9 @@ std::string_view TypeName(FrameType t) {
 
 }  // namespace
 
+// Long on purpose: one pass over the directory (files, the newest checkpoint's replay point,
+// every segment's frames, then recovery's own verdict) whose steps share the report and the
+// per-stream offsets.
 Result<CheckReport> CheckLogDirectory(env::Env* env, const std::string& dir) {
   if (!env->FileExists(dir)) return Status::NotFound("data directory '" + dir + "' does not exist");
   CheckReport report;
