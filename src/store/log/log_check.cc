@@ -53,6 +53,9 @@ std::string_view TypeName(FrameType t) {
 
 }  // namespace
 
+// Long on purpose: one pass over the directory (files, the newest checkpoint's replay point,
+// every segment's frames, then recovery's own verdict) whose steps share the report and the
+// per-stream offsets.
 Result<CheckReport> CheckLogDirectory(env::Env* env, const std::string& dir) {
   if (!env->FileExists(dir)) return Status::NotFound("data directory '" + dir + "' does not exist");
   CheckReport report;
@@ -140,7 +143,7 @@ Result<CheckReport> CheckLogDirectory(env::Env* env, const std::string& dir) {
       FrameView f;
       FrameCheck c = ParseFrame(std::string_view(data).substr(pos), &f);
       if (c == FrameCheck::kEnd) {
-        // The same rule as recovery (log_store.cc, ReplaySegment): past the end only zeros, or
+        // The same rule as recovery (log_recovery.cc, ReplaySegment): past the end only zeros, or
         // in the last segment a write that landed in part, whose zeros run to a sector's end.
         const std::string_view rest = std::string_view(data).substr(pos);
         if (rest.find_first_not_of('\0') != std::string_view::npos) {

@@ -26,6 +26,27 @@
 // Callbacks and the tail listener run on the writer thread: they must not call the store's
 // synchronous writing methods (CreateStream, UpdateStream, DeleteStream, TruncatePrefix,
 // CommitCursor, Flush), which wait for that thread.
+//
+// Files. This class is a facade: its state lives here, its member functions in files named for
+// their concerns, and the parts with state and rules of their own are classes of their own.
+// - log_store.cc: options, Open and the destructor, UndoCreation, CommitStats and the public
+//   methods that queue an op or read the state.
+// - log_recovery.cc: Recover, LoadCheckpoint, ReplaySegment, ScrubTail, SalvageNote.
+// - log_apply.cc: the visible state: lookups, naming (Adopt, Forget), Snapshot, and applying
+//   frames (ApplyFrame, DropHead, ApplyDrops, ReferenceLeft, Compact).
+// - log_writer.cc: the writer thread: the queue, WriterLoop, group commit waits, Prepare and
+//   EncodeOp, CommitGroup, FinishOp.
+// - log_segments.cc: segment files: the preparer thread and the space reserve, WriteFrames,
+//   Repair, RollSegment, SyncActive, SyncLog.
+// - log_checkpoint.cc: checkpoints (foreground and background) and DeleteDeadSegments.
+// - log_cleaner.cc: Clean, Relocate, and reclaiming space on a full disk.
+// - log_read.cc: Read, ReadAt, UnreadableAt.
+// - log_scrub.cc: the background scrub and damage reports.
+// - stream_table.{h,cc}: StreamState (one stream's state and index) and StreamTable (streams by
+//   id). tail_cache.{h,cc}: TailCache. checkpoint_file.{h,cc}: CheckpointJob and writing its
+//   file. cleaner_policy.{h,cc}: which segments the cleaner and a reclamation take.
+//   log_store_internal.h: what those files share (file names, buffers, the writer's limits,
+//   SegmentWindow, Op).
 #ifndef RUNNEL_STORE_LOG_LOG_STORE_H_
 #define RUNNEL_STORE_LOG_LOG_STORE_H_
 
@@ -53,7 +74,10 @@
 #include "env/relative_errors_env.h"
 #include "runnel/log_store.h"
 #include "runnel/store.h"
+#include "store/log/checkpoint_file.h"
 #include "store/log/log_format.h"
+#include "store/log/stream_table.h"
+#include "store/log/tail_cache.h"
 
 namespace runnel::log {
 
@@ -118,183 +142,19 @@ class LogStore final : public Store {
   Status ScrubOnce();
 
  private:
-  // Where a stream's records [first_offset, the next reference's first_offset) are: one append
-  // frame, or several adjacent append frames of the stream with the same timestamp (merged at
-  // apply time, up to kMaxMergedBatchBytes), so a hot stream of small appends costs one
-  // reference per run of frames instead of one per append. Frame boundaries stay known only on
-  // disk: readers and the cleaner walk the frames of a reference.
-  //
-  // A reference in segment kLostSegment (with pos and len 0) is a hole: records that salvage
-  // found lost to damage. They keep their offsets and sizes (0), so the records before and after
-  // them stay readable; a read of them fails with Status::Unreadable. A reference whose records
-  // DropRecords all removed becomes one too (its bytes are dead); reads skip its records, which
-  // are all marked dropped (kDroppedBit), instead of failing.
-  struct BatchRef {
-    uint64_t first_offset = 0;
-    uint64_t timestamp = 0;
-    uint32_t segment = 0;
-    uint32_t pos = 0;
-    uint32_t len = 0;
-    bool lost() const { return segment == kLostSegment; }
-  };
-  static constexpr uint32_t kLostSegment = 0;  // segment files are numbered from 1
-  // Set in StreamState::sizes on a record DropRecords removed (keyed compaction): the payload
-  // size stays in the low bits (payloads are at most kMaxBodySize, below this bit), so the
-  // record's bytes in its frame stay known for the segment's live bytes.
-  static constexpr uint32_t kDroppedBit = 1u << 31;
+  // The per-stream state and the table of streams by id (stream_table.h).
+  using BatchRef = log::BatchRef;
+  using StreamExtras = log::StreamExtras;
+  using PackedName = log::PackedName;
+  using StreamState = log::StreamState;
+  using StreamTable = log::StreamTable;
+  static constexpr uint32_t kLostSegment = log::kLostSegment;
+  static constexpr uint32_t kDroppedBit = log::kDroppedBit;
   // The widest hole salvage indexes (4 bytes per record); past it the stream starts over after
   // the damage, as if its earlier records had been trimmed.
   static constexpr uint64_t kMaxHoleRecords = 1u << 24;
   // A live read of one record at the end of a reference walks at most this many bytes of frames.
   static constexpr uint32_t kMaxMergedBatchBytes = 16u << 10;
-  // The rarely set parts of a stream: retention, attributes, cursors, producers and the key
-  // sizes of records with keys, allocated only for streams that have any (most have none).
-  struct StreamExtras {
-    StreamRetention retention;
-    std::string attributes;
-    std::map<std::string, CursorState, std::less<>> cursors;
-    std::map<std::string, ProducerState, std::less<>> producers;
-    // Empty until the stream holds a record with a key; then parallel to StreamState::sizes
-    // (same indices), key_sizes[i] the key size of the record whose payload size is sizes[i].
-    std::vector<uint32_t> key_sizes;
-    // How many records in [head, next) DropRecords removed (marked kDroppedBit in sizes). The
-    // head is never one of them: it moves past them as they reach it.
-    uint64_t dropped = 0;
-  };
-  // A string held by one pointer: a length prefix (1 byte below 255 bytes, else 0xff and 4
-  // bytes) and its bytes in one allocation, where a std::string takes 32 bytes in place. The
-  // name is the one string every stream has.
-  class PackedName {
-   public:
-    PackedName& operator=(std::string_view s) {
-      if (s.empty()) {
-        data_.reset();
-        return *this;
-      }
-      const size_t prefix = s.size() < kLong ? 1 : 1 + sizeof(uint32_t);
-      data_.reset(new char[prefix + s.size()]);
-      if (prefix == 1) {
-        data_[0] = static_cast<char>(s.size());
-      } else {
-        const auto n = static_cast<uint32_t>(s.size());
-        data_[0] = static_cast<char>(kLong);
-        std::memcpy(data_.get() + 1, &n, sizeof(n));
-      }
-      std::memcpy(data_.get() + prefix, s.data(), s.size());
-      return *this;
-    }
-    std::string_view view() const {
-      if (!data_) return {};
-      const auto first = static_cast<unsigned char>(data_[0]);
-      if (first < kLong) return {data_.get() + 1, first};
-      uint32_t n;
-      std::memcpy(&n, data_.get() + 1, sizeof(n));
-      return {data_.get() + 1 + sizeof(n), n};
-    }
-    std::string str() const { return std::string(view()); }
-
-   private:
-    static constexpr unsigned kLong = 0xff;
-    std::unique_ptr<char[]> data_;
-  };
-  // Kept small (152 bytes, plus the name's allocation and a 48-byte name-set node): a data
-  // directory may hold millions of idle streams. The StreamSpec is stored in parts: the
-  // namespace and content type point at shared strings (names_ keys and content_types_), the
-  // rest lives in extras.
-  struct StreamState {
-    StreamId id = 0;
-    PackedName name;
-    const std::string* ns = nullptr;            // a key of names_, which outlives the stream
-    const std::string* content_type = nullptr;  // a key of content_types_ (reference counted)
-    uint64_t first_offset = 1;
-    uint64_t created_at_ms = 0;
-    uint64_t head = 1;  // first retained offset; equals next when nothing is retained
-    uint64_t next = 1;
-    uint64_t bytes = 0;  // RecordBytes of the retained records
-    // writer-only: the view including queued, not yet committed appends.
-    uint64_t reserved_next = 1;
-    // Live entries are [batch_begin, batches.size()) and [size_begin, sizes.size()); the
-    // prefixes are compacted away lazily. Invariant: sizes[size_begin + (o - head)] is the
-    // payload size of offset o (its key size is KeySize of the same index: keys are rare, so
-    // they cost nothing until a stream has one); batches cover [head, next) in order.
-    std::vector<BatchRef> batches;
-    std::vector<uint32_t> sizes;
-    uint32_t batch_begin = 0;
-    uint32_t size_begin = 0;
-    bool closed = false;
-    bool reserved_closed = false;  // writer-only, like reserved_next
-    std::unique_ptr<StreamExtras> extras;
-
-    StreamExtras& mut() {
-      if (!extras) extras = std::make_unique<StreamExtras>();
-      return *extras;
-    }
-    // The key size of the record at index i of sizes.
-    uint32_t KeySize(size_t i) const {
-      return extras && !extras->key_sizes.empty() ? extras->key_sizes[i] : 0;
-    }
-    // store::RecordBytes of the record at index i of sizes (0 for a dropped record).
-    uint64_t RecordBytesAt(size_t i) const;
-    bool DroppedAt(size_t i) const { return (sizes[i] & kDroppedBit) != 0; }
-    uint64_t Dropped() const { return extras ? extras->dropped : 0; }
-    // Appends the sizes of the next record and counts it in `bytes` (DropHead takes it out);
-    // a payload size with kDroppedBit is a dropped record (a checkpoint's index), not counted.
-    void PushSize(uint32_t payload, uint32_t key);
-    const StreamExtras& view() const {
-      static const StreamExtras kEmpty;
-      return extras ? *extras : kEmpty;
-    }
-    // The spec as given at create (or changed by updates).
-    StreamSpec Spec() const;
-  };
-#if defined(__x86_64__) && defined(__GLIBCXX__)
-  // Every stream pays for one: keep it within the 160-byte allocation size class.
-  static_assert(sizeof(StreamState) <= 160, "StreamState grew past 160 bytes");
-#endif
-  // Streams by id: an open-addressing table of owning pointers (linear probing, at most 3/4
-  // full, shrunk when mostly empty), so memory follows the live streams. Not a vector indexed
-  // by id: ids are never reused, so a long-running store that creates and deletes streams
-  // would pay for every id it ever handed out, and an id read from a damaged checkpoint could
-  // ask for any size.
-  class StreamTable {
-   public:
-    StreamState* Find(StreamId id) const {
-      if (slots_.empty()) return nullptr;
-      for (size_t i = Home(id);; i = (i + 1) & mask()) {
-        StreamState* s = slots_[i].get();
-        if (s == nullptr || s->id == id) return s;
-      }
-    }
-    // Adds `s` and returns it; null (and `s` dropped) when its id is taken already.
-    StreamState* Insert(std::unique_ptr<StreamState> s);
-    // Room for `n` streams without growing.
-    void Reserve(size_t n);
-    void Erase(StreamId id);
-    size_t size() const { return count_; }
-    void clear() {
-      slots_.clear();
-      count_ = 0;
-    }
-    // Calls f(StreamState&) for every stream, in no particular order.
-    template <typename F>
-    void ForEach(F&& f) const {
-      for (const auto& p : slots_) {
-        if (p) f(*p);
-      }
-    }
-
-   private:
-    size_t mask() const { return slots_.size() - 1; }
-    size_t Home(StreamId id) const {
-      // Fibonacci hashing spreads the sequential ids over the table.
-      return static_cast<size_t>((id * 0x9e3779b97f4a7c15ull) >> (64 - bits_));
-    }
-    void Rehash(size_t capacity);
-
-    std::vector<std::unique_ptr<StreamState>> slots_;  // size 0 or a power of two
-    unsigned bits_ = 0;                                // log2(slots_.size())
-    size_t count_ = 0;
-  };
   struct Segment {
     uint64_t number = 0;
     std::shared_ptr<env::File> file;
@@ -324,7 +184,7 @@ class LogStore final : public Store {
 
   explicit LogStore(const LogStoreOptions& options);
 
-  // --- recovery ---
+  // --- recovery (log_recovery.cc; SegmentPath in log_segments.cc) ---
   Status Recover() RUNNEL_NO_THREAD_SAFETY_ANALYSIS;
   // Records a recovery note about damage salvage skipped, and that it did.
   void SalvageNote(std::string note);
@@ -338,7 +198,7 @@ class LogStore final : public Store {
   Status ScrubTail(Segment& seg, uint64_t from);
   std::string SegmentPath(uint64_t number) const;
 
-  // --- applying frames (live and replay) ---
+  // --- applying frames, live and replay (log_apply.cc) ---
   Status ApplyFrame(FrameType type, std::string_view body, uint32_t segment, uint32_t pos,
                     uint32_t len, bool replay) RUNNEL_REQUIRES(state_mu_);
   // Removes the n oldest records of `s` (dropped ones count), then any dropped records that
@@ -371,10 +231,13 @@ class LogStore final : public Store {
   void Forget(StreamState& s) RUNNEL_REQUIRES(state_mu_);
   static StreamInfo Snapshot(const StreamState& s);
 
-  // --- writer ---
+  // --- writer (log_writer.cc; writing, syncing and rolling segments in log_segments.cc) ---
   Status Submit(const std::shared_ptr<Op>& op);  // enqueue and wait
   void Enqueue(std::shared_ptr<Op> op);
   void WriterLoop();
+  // Writer thread, after each round of groups: the interval mode's sync, reclaiming space on a
+  // full disk, and periodic checkpoints (a background one finished or waited for first).
+  void AfterRound();
   // fsync mode: waits briefly (see LogStoreOptions::group_commit_wait_us) until the queue holds
   // last_group_ops_ ops. `lock` holds queue_mu_.
   void WaitForFullerGroup(MutexLock& lock) RUNNEL_REQUIRES(queue_mu_);
@@ -402,18 +265,14 @@ class LogStore final : public Store {
   // fdatasync of the active segment on the commit path: counts it (and the records and bytes it
   // made durable) in the commit stats.
   Status SyncLog(env::File& file);
+  // --- checkpoints (log_checkpoint.cc) ---
   // A checkpoint in three steps. Begin (writer thread): the marker frame, then the body built
-  // from the state as of the marker. WriteCheckpointFile (any thread): the file written,
-  // synced and renamed into place, older checkpoints removed. Finish (writer thread, once the
-  // file is durable): the bookkeeping and the segments that were dead at Begin are deleted.
-  struct CheckpointJob {
-    uint64_t seq = 0;
-    uint64_t log_bytes = 0;  // bytes_since_checkpoint_ that this checkpoint covers
-    std::string header, body;
-    std::vector<uint64_t> dead_segments;
-  };
+  // from the state as of the marker. WriteCheckpointFile (checkpoint_file.h, any thread): the
+  // file written, synced and renamed into place, older checkpoints removed. Finish (writer
+  // thread, once the file is durable): the bookkeeping and the segments that were dead at
+  // Begin are deleted.
+  using CheckpointJob = log::CheckpointJob;  // checkpoint_file.h
   Status BeginCheckpoint(CheckpointJob* job);
-  Status WriteCheckpointFile(const CheckpointJob& job) const;
   void FinishCheckpoint(const CheckpointJob& job);
   // All three on the calling (writer) thread, after any checkpoint in the background is done.
   Status WriteCheckpoint();
@@ -431,6 +290,7 @@ class LogStore final : public Store {
   void WaitForBackgroundCheckpoint();
   void CheckpointFailed(const Status& s);
   void DeleteDeadSegments(const std::vector<uint64_t>& dead);
+  // --- the cleaner (log_cleaner.cc) ---
   // The cleaner, before each periodic checkpoint: copies the live batches of the emptiest old
   // segments below options_.cleaner_live_ratio (at most one checkpoint interval of live bytes
   // per pass) to the head of the log, grouped by stream, so the checkpoint can delete them.
@@ -441,7 +301,8 @@ class LogStore final : public Store {
   // (each relocated frame carves its frame off the front of its reference).
   Status Relocate(const std::vector<uint64_t>& victims) RUNNEL_NO_THREAD_SAFETY_ANALYSIS;
 
-  // --- space on a full disk ---
+  // --- space on a full disk (ReclaimSpace and ReclaimVictims in log_cleaner.cc, the reserve in
+  // log_segments.cc) ---
   // The writer found the disk full (disk_full_) and something may be reclaimable
   // (reclaim_due_). Relocates the live records of the emptiest old segments that fit in one
   // segment, writes a checkpoint that no longer needs them and deletes them, giving up the
@@ -471,11 +332,11 @@ class LogStore final : public Store {
   // Room for a checkpoint like the last one, with a margin: the part of the reserve a
   // reclamation keeps for the checkpoint after its copies.
   uint64_t CheckpointRoom() const;
-  // Open failed, or a store opened on a new directory closes without having written a frame:
-  // removes what the open created (the first segment, LOCK, the directory).
+  // log_store.cc. Open failed, or a store opened on a new directory closes without having written a
+  // frame: removes what the open created (the first segment, LOCK, the directory).
   void UndoCreation() RUNNEL_NO_THREAD_SAFETY_ANALYSIS;
-  // Completes `op`: runs its callback (after the tail listener, for a committed append) or
-  // wakes its waiter.
+  // log_writer.cc. Completes `op`: runs its callback (after the tail listener, for a committed
+  // append) or wakes its waiter.
   void FinishOp(Op& op);
   void FinishOp(Op& op, const std::shared_ptr<const TailListener>& listener);
   std::shared_ptr<const TailListener> Listener() const;
@@ -507,17 +368,8 @@ class LogStore final : public Store {
   std::map<std::string, uint64_t, std::less<>> content_types_ RUNNEL_GUARDED_BY(state_mu_);
   std::map<uint64_t, Segment> segments_ RUNNEL_GUARDED_BY(state_mu_);
   StreamId next_stream_id_ RUNNEL_GUARDED_BY(state_mu_) = 1;
-  // The tail cache: the bytes of recently committed groups holding append batches, exactly as
-  // written at (segment << 32 | position), oldest first; evicted from the front beyond
-  // options_.tail_cache_bytes. Reads take frames from it instead of a pread.
-  struct CachedGroup {
-    uint64_t key;  // segment << 32 | position of the group's first byte
-    std::shared_ptr<const std::string> bytes;
-  };
-  // Finds the cached group holding [pos, pos + len) of `segment`, or null.
-  const CachedGroup* FindCachedLocked(uint64_t segment, uint64_t pos, uint64_t len) const
-      RUNNEL_REQUIRES_SHARED(state_mu_);
-  std::deque<CachedGroup> cache_ RUNNEL_GUARDED_BY(state_mu_);  // ascending keys
+  // The tail cache (tail_cache.h): the groups most recently written, for reads.
+  TailCache cache_ RUNNEL_GUARDED_BY(state_mu_);
   // ApplyFrame's scratch space for the record sizes of one batch.
   std::vector<std::pair<uint32_t, uint32_t>> apply_sizes_ RUNNEL_GUARDED_BY(state_mu_);
   // Live appends merge a frame into the stream's last reference only when that reference starts
@@ -527,7 +379,6 @@ class LogStore final : public Store {
   // (which move whole live references, frame by frame) always find their frame at the start of
   // one. Only what was appended since the last checkpoint is indexed frame by frame.
   uint32_t merge_floor_pos_ RUNNEL_GUARDED_BY(state_mu_) = 0;
-  uint64_t cache_bytes_ RUNNEL_GUARDED_BY(state_mu_) = 0;
 
   // writer-only
   std::string group_buf_;  // the frames of the group being prepared, in log order
@@ -615,7 +466,8 @@ class LogStore final : public Store {
   size_t group_target_ RUNNEL_GUARDED_BY(queue_mu_) = 0;
   std::thread writer_;
 
-  // The helper thread "log-prepare": it creates the next segment (header + zeros, synced) as
+  // log_segments.cc. The helper thread "log-prepare": it creates the next segment (header + zeros,
+  // synced) as
   // "<segment>.log.prep" ahead of time (when options_.prezero_segments), so a roll is a rename
   // instead of a segment-sized write on the writer's path, and it makes the space reserve
   // (RESERVE), which comes first when both are asked for.
@@ -645,7 +497,7 @@ class LogStore final : public Store {
   std::atomic<bool> prep_halt_{false};
   std::thread preparer_;
 
-  // The background scrub (LogStoreOptions::scrub_bytes_per_sec).
+  // log_scrub.cc. The background scrub (LogStoreOptions::scrub_bytes_per_sec).
   void ScrubLoop();
   // Verifies segment `number` (if it is still sealed and present); `rate` bytes per second at
   // most (0: no limit). Returns false when the store is stopping.
