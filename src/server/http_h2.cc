@@ -80,7 +80,7 @@ H2Limits HttpServer::Impl::MakeH2Limits() const {
   return limits;
 }
 
-// Writes a whole answer on an HTTP/2 stream (the HTTP/2 form of Write above): the same
+// Writes a whole answer on an HTTP/2 stream (the HTTP/2 form of Write, http_session.cc): the same
 // fields, no connection-specific ones, Content-Length as HTTP/1.1 would send it.
 net::awaitable<bool> HttpServer::Impl::Write(H2Stream& stream, HttpResponse response,
                                              bool /*keep_alive*/, bool head, std::string_view route,
@@ -105,9 +105,11 @@ net::awaitable<bool> HttpServer::Impl::Write(H2Stream& stream, HttpResponse resp
   co_return false;
 }
 
-// SSE on an HTTP/2 stream: as Sse above, with each event appended to the stream's queue, and
-// no further read while kH2SseQueueLimit bytes wait for the peer's window (a reader that
-// takes none for request_timeout_ms is reset). A reset stream ends it at once.
+// SSE on an HTTP/2 stream: as Sse (http_live.cc), with each event appended to the stream's
+// queue, and no further read while kH2SseQueueLimit bytes wait for the peer's window (a reader
+// that takes none for request_timeout_ms is reset). A reset stream ends it at once. Kept whole
+// for the reason Sse is: one loop whose state (the waker, the position, the first event, the
+// reset) every step shares.
 net::awaitable<void> HttpServer::Impl::H2Sse(H2Stream& stream, ReadState state,
                                              std::string_view label, std::string path,
                                              std::optional<std::string> authorization) {

@@ -184,6 +184,20 @@ class HttpServer::Impl {
   template <typename Stream>
   net::awaitable<void> ServeRequests(Stream& stream, beast::flat_buffer buffer, PendingSse* sse,
                                      PendingUpgrade* upgrade);
+  // ServeRequests' steps.
+  template <typename Stream>
+  net::awaitable<bool> ReadHead(Stream& stream, beast::flat_buffer& buffer,
+                                http::request_parser<http::string_body>& parser);
+  // What makes a parsed request unanswerable (ToHttpRequest): `hosts` Host fields where one
+  // is needed, a malformed percent-encoding (`bad`), or a path or query that is not UTF-8.
+  struct RequestFaults {
+    size_t hosts = 0;
+    bool bad_host = false;
+    bool bad = false;
+    bool not_utf8 = false;
+  };
+  static RequestFaults ToHttpRequest(http::request<http::string_body>& req, size_t header_fields,
+                                     HttpRequest* request);
 
   // ---------------------------------------------------------------------------------------
   // Store and service calls from a connection's coroutine, which resume on its io thread.
@@ -273,6 +287,25 @@ class HttpServer::Impl {
   template <typename Stream>
   net::awaitable<bool> Dispatch(Stream& stream, HttpRequest request, bool keep_alive,
                                 PendingSse* sse);
+  // Dispatch's steps (http_dispatch.cc).
+  net::awaitable<std::optional<HttpResponse>> CheckQuota(const Route& route,
+                                                         const HttpRequest& request,
+                                                         TenantQuota::CreateHold* hold);
+  template <typename Stream>
+  net::awaitable<bool> DispatchSubscription(Stream& stream, const Route& route,
+                                            const HttpRequest& request, bool keep_alive);
+  template <typename Stream>
+  net::awaitable<bool> DispatchGroup(Stream& stream, Principal principal, HttpRequest request,
+                                     const std::string& method, bool keep_alive, PendingSse* sse);
+  template <typename Stream>
+  net::awaitable<bool> DispatchService(Stream& stream, const Route& route, HttpRequest request,
+                                       const std::string& method, bool keep_alive);
+  template <typename Stream>
+  net::awaitable<bool> DispatchStream(Stream& stream, const Route& route, HttpRequest request,
+                                      const std::string& method, bool keep_alive, PendingSse* sse);
+  template <typename Stream>
+  net::awaitable<bool> DispatchRead(Stream& stream, const Route& route, HttpRequest request,
+                                    bool keep_alive, PendingSse* sse);
 
   // ---------------------------------------------------------------------------------------
   // http_live.cc: long-polls and SSE.

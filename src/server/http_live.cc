@@ -285,7 +285,10 @@ net::awaitable<bool> HttpServer::Impl::WriteSseHead(Stream& stream, const ReadSt
 }
 
 // Streams SSE until the stream closes, the reader leaves, the session's time is up or the
-// server stops. Always ends the connection.
+// server stops. Always ends the connection. Longer than most functions here: it is one loop
+// over the response's life whose state (the waker, the parked state the io thread writes
+// through, the armed write timeout, a failed write) every step of it reads and changes; split,
+// each step would take all of it.
 template <typename Stream>
 net::awaitable<void> HttpServer::Impl::Sse(Stream& stream, ReadState state, std::string_view label,
                                            std::string path,

@@ -295,79 +295,140 @@ net::awaitable<void> HttpServer::Impl::RefuseMalformed(Stream& stream,
   co_await DiscardInput(stream);
 }
 
+// Reads the head of the next request into `parser`, within the limits of the head, the URL and
+// the announced body (answering those that pass one: 413, 414, 431, and 400 or 501 for a
+// transfer coding other than chunked), and says `100 Continue` when asked. False when the
+// connection must close: it did, idled or failed between requests, or the request was refused.
+template <typename Stream>
+net::awaitable<bool> HttpServer::Impl::ReadHead(Stream& stream, beast::flat_buffer& buffer,
+                                                http::request_parser<http::string_body>& parser) {
+  boost::system::error_code ec;
+  // Between requests the connection may idle for idle_timeout_ms; once a request's first
+  // byte is here, the whole request (its head too) must arrive within request_timeout_ms.
+  if (buffer.size() == 0) {
+    Tcp(stream).expires_after(std::chrono::milliseconds(options_.idle_timeout_ms));
+    const size_t n = co_await stream.async_read_some(buffer.prepare(ReadSize(buffer)),
+                                                     net::redirect_error(net::use_awaitable, ec));
+    buffer.commit(n);
+    if (ec) co_return false;  // a close or an idle connection between requests: nothing to answer
+  }
+  Tcp(stream).expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
+  co_await http::async_read_header(stream, buffer, parser,
+                                   net::redirect_error(net::use_awaitable, ec));
+  if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
+    // The head did not fit. When it is the request line that did not (the parser has no
+    // target yet, and the buffer starts with that line) and that line is longer than a URL
+    // may be, say so (414) rather than blaming the header fields.
+    const std::string_view head(static_cast<const char*>(buffer.data().data()), buffer.size());
+    const bool long_url = parser.get().target().empty() &&
+                          head.substr(0, head.find("\r\n")).size() > options_.max_url_bytes + 32;
+    co_await RefuseAndClose(stream, long_url ? 414 : 431,
+                            long_url ? "request URL is too long" : "request headers are too large");
+    co_return false;
+  }
+  if (ec == http::error::body_limit) {  // a Content-Length above the limit
+    co_await RefuseAndClose(stream, 413, "request body is larger than the server's limit");
+    co_return false;
+  }
+  if (ec) {
+    co_await RefuseMalformed(stream, ec);
+    co_return false;
+  }
+  if (parser.get().target().size() > options_.max_url_bytes) {
+    co_await RefuseAndClose(stream, 414, "request URL is too long");
+    co_return false;
+  }
+  // Only the chunked transfer coding is understood. A body in another coding (gzip, ...)
+  // would be stored undecoded: 501. Without chunked last, the body cannot be framed at all
+  // (RFC 9112 6.3): 400. Either way the connection closes.
+  if (const auto field = parser.get()[http::field::transfer_encoding];
+      !field.empty() && !IsChunked({field.data(), field.size()})) {
+    const std::string_view te(field.data(), field.size());
+    const bool framed = IsChunked(te.substr(te.rfind(',') + 1));
+    HttpResponse r = StreamService::ErrorResponse(
+        Status::InvalidArgument(framed ? "transfer coding '" + std::string(te) +
+                                             "' is not supported; send the body "
+                                             "chunked only"
+                                       : "Transfer-Encoding must end with chunked"));
+    r.status = framed ? 501 : 400;
+    co_await Write(stream, std::move(r), false, false, "other", "-");
+    co_await DiscardInput(stream);
+    co_return false;
+  }
+  if (auto length = parser.content_length(); length && *length > options_.max_body_bytes) {
+    co_await RefuseAndClose(stream, 413, "request body is larger than the server's limit");
+    co_return false;
+  }
+  if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    co_await net::async_write(stream, net::buffer(kContinue.data(), kContinue.size()),
+                              net::redirect_error(net::use_awaitable, ec));
+    if (ec) co_return false;
+  }
+  co_return true;
+}
+
+// The request as the services see it (HttpRequest) from Beast's parse of it: method, decoded
+// path and query, header fields (names lower-cased, repeated ones joined; trailer fields, after
+// the first `header_fields`, left out), Host (the authority of an absolute-form target) and
+// body, which is moved out of `req`. What makes it unanswerable is returned.
+HttpServer::Impl::RequestFaults HttpServer::Impl::ToHttpRequest(
+    http::request<http::string_body>& req, size_t header_fields, HttpRequest* request) {
+  request->method = std::string(req.method_string());
+  std::string_view target(req.target().data(), req.target().size());
+  // RFC 9112 3.2: an HTTP/1.1 request carries exactly one Host; a server must accept the
+  // absolute form of a target ("http://host/path") and then use its authority as the host.
+  std::string_view authority;
+  const std::optional<std::string> origin_form = OriginFormOf(target, &authority);
+  const bool absolute_form = origin_form.has_value();
+  if (absolute_form) target = *origin_form;
+  size_t hosts = 0;
+  {
+    size_t i = 0;
+    for (const auto& field : req) {
+      if (i++ == header_fields) break;
+      hosts += field.name() == http::field::host ? 1 : 0;
+    }
+  }
+  const bool bad_host = hosts > 1 || (hosts == 0 && req.version() >= 11 && !absolute_form);
+  size_t question = target.find('?');
+  auto path = PercentDecode(target.substr(0, question), false);
+  bool bad = !path;
+  if (path) request->path = std::move(*path);
+  if (question != std::string_view::npos &&
+      !ParseQuery(target.substr(question + 1), &request->query)) {
+    bad = true;
+  }
+  // Names (streams, tenants, channels, groups) are text: they reach JSON answers, listings
+  // and subscription state, where bytes that are not UTF-8 would be altered or refused.
+  bool not_utf8 = !bad && !IsValidUtf8(request->path);
+  for (const auto& [key, value] : request->query) {
+    not_utf8 = not_utf8 || !IsValidUtf8(key) || !IsValidUtf8(value);
+  }
+  size_t field_index = 0;
+  for (const auto& field : req) {
+    if (field_index++ == header_fields) break;
+    std::string name(field.name_string());
+    for (char& c : name) c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+    std::string value(field.value());
+    auto [it, inserted] = request->headers.emplace(std::move(name), value);
+    if (!inserted) it->second += ", " + value;
+  }
+  if (absolute_form) request->headers["host"] = std::string(authority);
+  request->body = std::move(req.body());
+  return RequestFaults{hosts, bad_host, bad, not_utf8};
+}
+
 // Serves requests until the connection must close or a request turns into an SSE response,
 // which it leaves in *sse (still counted in flight) for the caller to serve.
 template <typename Stream>
 net::awaitable<void> HttpServer::Impl::ServeRequests(Stream& stream, beast::flat_buffer buffer,
                                                      PendingSse* sse, PendingUpgrade* upgrade) {
-  boost::system::error_code ec;
   for (;;) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(static_cast<uint32_t>(options_.max_header_bytes));
     parser.body_limit(options_.max_body_bytes);
-    // Between requests the connection may idle for idle_timeout_ms; once a request's first
-    // byte is here, the whole request (its head too) must arrive within request_timeout_ms.
-    if (buffer.size() == 0) {
-      Tcp(stream).expires_after(std::chrono::milliseconds(options_.idle_timeout_ms));
-      const size_t n = co_await stream.async_read_some(buffer.prepare(ReadSize(buffer)),
-                                                       net::redirect_error(net::use_awaitable, ec));
-      buffer.commit(n);
-      if (ec) break;  // a close or an idle connection between requests: nothing to answer
-    }
-    Tcp(stream).expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
-    co_await http::async_read_header(stream, buffer, parser,
-                                     net::redirect_error(net::use_awaitable, ec));
-    if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
-      // The head did not fit. When it is the request line that did not (the parser has no
-      // target yet, and the buffer starts with that line) and that line is longer than a URL
-      // may be, say so (414) rather than blaming the header fields.
-      const std::string_view head(static_cast<const char*>(buffer.data().data()), buffer.size());
-      const bool long_url = parser.get().target().empty() &&
-                            head.substr(0, head.find("\r\n")).size() > options_.max_url_bytes + 32;
-      co_await RefuseAndClose(
-          stream, long_url ? 414 : 431,
-          long_url ? "request URL is too long" : "request headers are too large");
-      break;
-    }
-    if (ec == http::error::body_limit) {  // a Content-Length above the limit
-      co_await RefuseAndClose(stream, 413, "request body is larger than the server's limit");
-      break;
-    }
-    if (ec) {
-      co_await RefuseMalformed(stream, ec);
-      break;
-    }
-    if (parser.get().target().size() > options_.max_url_bytes) {
-      co_await RefuseAndClose(stream, 414, "request URL is too long");
-      break;
-    }
-    // Only the chunked transfer coding is understood. A body in another coding (gzip, ...)
-    // would be stored undecoded: 501. Without chunked last, the body cannot be framed at all
-    // (RFC 9112 6.3): 400. Either way the connection closes.
-    if (const auto field = parser.get()[http::field::transfer_encoding];
-        !field.empty() && !IsChunked({field.data(), field.size()})) {
-      const std::string_view te(field.data(), field.size());
-      const bool framed = IsChunked(te.substr(te.rfind(',') + 1));
-      HttpResponse r = StreamService::ErrorResponse(
-          Status::InvalidArgument(framed ? "transfer coding '" + std::string(te) +
-                                               "' is not supported; send the body "
-                                               "chunked only"
-                                         : "Transfer-Encoding must end with chunked"));
-      r.status = framed ? 501 : 400;
-      co_await Write(stream, std::move(r), false, false, "other", "-");
-      co_await DiscardInput(stream);
-      break;
-    }
-    if (auto length = parser.content_length(); length && *length > options_.max_body_bytes) {
-      co_await RefuseAndClose(stream, 413, "request body is larger than the server's limit");
-      break;
-    }
-    if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
-      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-      co_await net::async_write(stream, net::buffer(kContinue.data(), kContinue.size()),
-                                net::redirect_error(net::use_awaitable, ec));
-      if (ec) break;
-    }
+    if (!co_await ReadHead(stream, buffer, parser)) break;
     // Fields after this many are trailer fields of a chunked body: counted, never merged
     // into the request's headers.
     const size_t header_fields =
@@ -385,66 +446,25 @@ net::awaitable<void> HttpServer::Impl::ServeRequests(Stream& stream, beast::flat
     auto& req = parser.get();
     const bool keep_alive = req.keep_alive() && !stopping_.load();
     HttpRequest request;
-    request.method = std::string(req.method_string());
-    std::string_view target(req.target().data(), req.target().size());
-    // RFC 9112 3.2: an HTTP/1.1 request carries exactly one Host; a server must accept the
-    // absolute form of a target ("http://host/path") and then use its authority as the host.
-    std::string_view authority;
-    const std::optional<std::string> origin_form = OriginFormOf(target, &authority);
-    const bool absolute_form = origin_form.has_value();
-    if (absolute_form) target = *origin_form;
-    size_t hosts = 0;
-    {
-      size_t i = 0;
-      for (const auto& field : req) {
-        if (i++ == header_fields) break;
-        hosts += field.name() == http::field::host ? 1 : 0;
-      }
-    }
-    const bool bad_host = hosts > 1 || (hosts == 0 && req.version() >= 11 && !absolute_form);
-    size_t question = target.find('?');
-    auto path = PercentDecode(target.substr(0, question), false);
-    bool bad = !path;
-    if (path) request.path = std::move(*path);
-    if (question != std::string_view::npos &&
-        !ParseQuery(target.substr(question + 1), &request.query)) {
-      bad = true;
-    }
-    // Names (streams, tenants, channels, groups) are text: they reach JSON answers, listings
-    // and subscription state, where bytes that are not UTF-8 would be altered or refused.
-    bool not_utf8 = !bad && !IsValidUtf8(request.path);
-    for (const auto& [key, value] : request.query) {
-      not_utf8 = not_utf8 || !IsValidUtf8(key) || !IsValidUtf8(value);
-    }
-    size_t field_index = 0;
-    for (const auto& field : req) {
-      if (field_index++ == header_fields) break;
-      std::string name(field.name_string());
-      for (char& c : name) c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
-      std::string value(field.value());
-      auto [it, inserted] = request.headers.emplace(std::move(name), value);
-      if (!inserted) it->second += ", " + value;
-    }
-    if (absolute_form) request.headers["host"] = std::string(authority);
-    request.body = std::move(req.body());
+    const RequestFaults faults = ToHttpRequest(req, header_fields, &request);
     metrics_.AddBytesIn(request.body.size());
     bool keep = false;
     AccessScope access(options_.access_log.get(), &stream, request.method,
                        std::string_view(req.target().data(), req.target().size()));
     in_flight_.fetch_add(1);
-    if (bad_host) {  // answered, then the connection closes
+    if (faults.bad_host) {  // answered, then the connection closes
       co_await Write(stream,
                      StreamService::ErrorResponse(Status::InvalidArgument(
-                         hosts == 0 ? "an HTTP/1.1 request needs a Host header"
-                                    : "a request may carry only one Host header")),
+                         faults.hosts == 0 ? "an HTTP/1.1 request needs a Host header"
+                                           : "a request may carry only one Host header")),
                      false, false, "other", request.method);
-    } else if (bad || not_utf8) {
-      keep =
-          co_await Write(stream,
-                         StreamService::ErrorResponse(Status::InvalidArgument(
-                             bad ? "malformed percent-encoding in URL"
-                                 : "the URL's path and query must be UTF-8 once percent-decoded")),
-                         keep_alive, false, "other", request.method);
+    } else if (faults.bad || faults.not_utf8) {
+      keep = co_await Write(
+          stream,
+          StreamService::ErrorResponse(Status::InvalidArgument(
+              faults.bad ? "malformed percent-encoding in URL"
+                         : "the URL's path and query must be UTF-8 once percent-decoded")),
+          keep_alive, false, "other", request.method);
     } else {
       if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
         // `Upgrade: h2c` with its HTTP2-Settings: the request is answered on stream 1 of
