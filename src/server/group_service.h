@@ -20,7 +20,7 @@
 //   GET  ...?group=G&live=sse     the protocol's SSE read (PROTOCOL.md 5.8) starting at the
 //                                 group's offset: `data` events with the records after it,
 //                                 `control` events with streamNextOffset, and so on.
-// The waiting of both live forms lives in http_server.cc and is the stream reads' own machinery
+// The waiting of both live forms lives in http_live.cc and is the stream reads' own machinery
 // (the service answers with a ReadState positioned at the group's offset).
 //   POST ...?group=G&ack=N        ack through N (monotonic): {"group","last_acked"} (stored value);
 //                                 N may also be an offset token (a streamNextOffset of the SSE

@@ -1,7 +1,7 @@
 // H2Session: the server side of one HTTP/2 connection (RFC 9113) on Debian's libnghttp2, with
 // no I/O of its own: the caller feeds it the bytes it reads (Receive), writes out what it
 // collects (Collect), and answers each request it reports (on_request) on that request's
-// stream. http_server.cc runs it on a connection's io thread and hands each request to the same
+// stream. http_h2.cc runs it on a connection's io thread and hands each request to the same
 // request handling as HTTP/1.1.
 //
 // Limits: at most H2Limits::max_concurrent_streams requests open at a time (SETTINGS, enforced

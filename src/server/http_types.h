@@ -1,6 +1,6 @@
 // Transport-neutral HTTP request/response values and routing for the protocol layer. The Beast
-// adapter (http_server.cc) converts to and from these, so protocol code and its tests never
-// include Beast.
+// adapter (the http_*.cc files) converts to and from these, so protocol code and its tests
+// never include Beast.
 //
 // Thread-safety: plain values.
 #ifndef RUNNEL_SERVER_HTTP_TYPES_H_

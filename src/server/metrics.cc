@@ -48,11 +48,29 @@ void Metrics::ObserveAppendLatency(uint64_t micros) {
   append_count_.fetch_add(1, std::memory_order_relaxed);
 }
 
+namespace {
+
+// A metric's HELP and TYPE lines (the exposition format's head of a metric family).
+void AppendHead(std::string* out, std::string_view name, std::string_view type,
+                std::string_view help) {
+  *out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+// A metric with one unlabelled sample: its HELP and TYPE lines and its value.
+template <typename T>
+void AppendMetric(std::string* out, std::string_view name, std::string_view type,
+                  std::string_view help, T value) {
+  AppendHead(out, name, type, help);
+  *out += fmt::format("{} {}\n", name, value);
+}
+
+}  // namespace
+
 std::string Metrics::Render() const {
   std::string out;
   MutexLock lock(mu_);
-  out += "# HELP runnel_http_requests_total HTTP requests by route, method and status.\n";
-  out += "# TYPE runnel_http_requests_total counter\n";
+  AppendHead(&out, "runnel_http_requests_total", "counter",
+             "HTTP requests by route, method and status.");
   for (const auto& [key, count] : requests_) {
     out +=
         fmt::format("runnel_http_requests_total{{route=\"{}\",method=\"{}\",status=\"{}\"}} {}\n",
@@ -62,30 +80,23 @@ std::string Metrics::Render() const {
     uint64_t all = 0;
     for (const auto& [key, count] : requests_) all += count.load();
     const uint64_t h2 = http2_requests_.load(std::memory_order_relaxed);
-    out += "# HELP runnel_http_requests_by_version_total HTTP requests by protocol version.\n";
-    out += "# TYPE runnel_http_requests_by_version_total counter\n";
+    AppendHead(&out, "runnel_http_requests_by_version_total", "counter",
+               "HTTP requests by protocol version.");
     out += fmt::format("runnel_http_requests_by_version_total{{version=\"1.1\"}} {}\n",
                        all - std::min(all, h2));
     out += fmt::format("runnel_http_requests_by_version_total{{version=\"2\"}} {}\n", h2);
-    out += "# HELP runnel_http2_connections Open HTTP/2 connections.\n";
-    out += "# TYPE runnel_http2_connections gauge\n";
-    out += fmt::format("runnel_http2_connections {}\n",
-                       http2_connections_.load(std::memory_order_relaxed));
-    out +=
-        "# HELP runnel_http2_budget_waits_total HTTP/2 streams that waited for room in their "
-        "connection's answer budget.\n";
-    out += "# TYPE runnel_http2_budget_waits_total counter\n";
-    out += fmt::format("runnel_http2_budget_waits_total {}\n",
-                       http2_budget_waits_.load(std::memory_order_relaxed));
-    out +=
-        "# HELP runnel_http2_budget_refusals_total HTTP/2 streams refused because their "
-        "connection's answer budget had no room in time.\n";
-    out += "# TYPE runnel_http2_budget_refusals_total counter\n";
-    out += fmt::format("runnel_http2_budget_refusals_total {}\n",
-                       http2_budget_refusals_.load(std::memory_order_relaxed));
+    AppendMetric(&out, "runnel_http2_connections", "gauge", "Open HTTP/2 connections.",
+                 http2_connections_.load(std::memory_order_relaxed));
+    AppendMetric(&out, "runnel_http2_budget_waits_total", "counter",
+                 "HTTP/2 streams that waited for room in their connection's answer budget.",
+                 http2_budget_waits_.load(std::memory_order_relaxed));
+    AppendMetric(&out, "runnel_http2_budget_refusals_total", "counter",
+                 "HTTP/2 streams refused because their connection's answer budget had no room "
+                 "in time.",
+                 http2_budget_refusals_.load(std::memory_order_relaxed));
   }
-  out += "# HELP runnel_append_latency_seconds Append latency until the commit is acknowledged.\n";
-  out += "# TYPE runnel_append_latency_seconds histogram\n";
+  AppendHead(&out, "runnel_append_latency_seconds", "histogram",
+             "Append latency until the commit is acknowledged.");
   // Read without a lock while appends go on: the count is read last and never shown below the
   // buckets' total, so the histogram stays monotonic.
   uint64_t cumulative = 0;
@@ -100,33 +111,25 @@ std::string Metrics::Render() const {
   out +=
       fmt::format("runnel_append_latency_seconds_sum {}\n", static_cast<double>(sum_micros) / 1e6);
   out += fmt::format("runnel_append_latency_seconds_count {}\n", count);
-  out += "# HELP runnel_live_readers Open long-poll and SSE readers.\n";
-  out += "# TYPE runnel_live_readers gauge\n";
-  out += fmt::format("runnel_live_readers {}\n", live_readers_.load());
-  out += "# HELP runnel_connections Open HTTP connections.\n";
-  out += "# TYPE runnel_connections gauge\n";
-  out += fmt::format("runnel_connections {}\n", connections_.load());
-  out +=
-      "# HELP runnel_max_connections The connection cap in force (after the descriptor budget).\n";
-  out += "# TYPE runnel_max_connections gauge\n";
-  out += fmt::format("runnel_max_connections {}\n", max_connections_.load());
-  out +=
-      "# HELP runnel_connections_refused_total Connections refused, beyond the cap or while out "
-      "of descriptors, by whether they got a 503.\n";
-  out += "# TYPE runnel_connections_refused_total counter\n";
+  AppendMetric(&out, "runnel_live_readers", "gauge", "Open long-poll and SSE readers.",
+               live_readers_.load());
+  AppendMetric(&out, "runnel_connections", "gauge", "Open HTTP connections.", connections_.load());
+  AppendMetric(&out, "runnel_max_connections", "gauge",
+               "The connection cap in force (after the descriptor budget).",
+               max_connections_.load());
+  AppendHead(&out, "runnel_connections_refused_total", "counter",
+             "Connections refused, beyond the cap or while out of descriptors, by whether they "
+             "got a 503.");
   out += fmt::format("runnel_connections_refused_total{{answer=\"503\"}} {}\n",
                      refused_answered_.load());
   out += fmt::format("runnel_connections_refused_total{{answer=\"none\"}} {}\n",
                      refused_closed_.load());
-  out += "# HELP runnel_accept_failures_total Failed accept() calls (out of descriptors, say).\n";
-  out += "# TYPE runnel_accept_failures_total counter\n";
-  out += fmt::format("runnel_accept_failures_total {}\n", accept_failures_.load());
-  out += "# HELP runnel_http_bytes_in_total Request body bytes received.\n";
-  out += "# TYPE runnel_http_bytes_in_total counter\n";
-  out += fmt::format("runnel_http_bytes_in_total {}\n", bytes_in_.load());
-  out += "# HELP runnel_http_bytes_out_total Response body bytes sent.\n";
-  out += "# TYPE runnel_http_bytes_out_total counter\n";
-  out += fmt::format("runnel_http_bytes_out_total {}\n", bytes_out_.load());
+  AppendMetric(&out, "runnel_accept_failures_total", "counter",
+               "Failed accept() calls (out of descriptors, say).", accept_failures_.load());
+  AppendMetric(&out, "runnel_http_bytes_in_total", "counter", "Request body bytes received.",
+               bytes_in_.load());
+  AppendMetric(&out, "runnel_http_bytes_out_total", "counter", "Response body bytes sent.",
+               bytes_out_.load());
   return out;
 }
 
@@ -134,7 +137,7 @@ std::string RenderStoreCommitStats(const StoreCommitStats& stats) {
   if (!stats.available) return "";
   std::string out;
   auto counter = [&out](std::string_view name, std::string_view help, auto value) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{} {}\n", name, help, name, name, value);
+    AppendMetric(&out, name, "counter", help, value);
   };
   auto seconds = [](uint64_t micros) { return static_cast<double>(micros) / 1e6; };
   counter("runnel_store_syncs_total",
@@ -149,8 +152,8 @@ std::string RenderStoreCommitStats(const StoreCommitStats& stats) {
           "Time spent in those commits (log store: the fdatasync; postgres: the write and COMMIT "
           "round trip).",
           seconds(stats.sync_micros));
-  out += "# HELP runnel_store_records_per_sync Appended records made durable by one commit.\n";
-  out += "# TYPE runnel_store_records_per_sync histogram\n";
+  AppendHead(&out, "runnel_store_records_per_sync", "histogram",
+             "Appended records made durable by one commit.");
   uint64_t cumulative = 0;
   for (size_t i = 0; i < StoreCommitStats::kRecordBuckets.size(); ++i) {
     cumulative += stats.records_per_sync[i];
@@ -229,9 +232,10 @@ std::string EscapeLabel(std::string_view value) {
 
 std::string RenderInfo(const std::vector<std::pair<std::string, std::string>>& labels,
                        std::string_view durability) {
-  std::string out =
-      "# HELP runnel_info The server's version, store and durability mode, as labels.\n"
-      "# TYPE runnel_info gauge\nrunnel_info{";
+  std::string out;
+  AppendHead(&out, "runnel_info", "gauge",
+             "The server's version, store and durability mode, as labels.");
+  out += "runnel_info{";
   for (const auto& [name, value] : labels) {
     out += fmt::format("{}=\"{}\",", name, EscapeLabel(value));
   }

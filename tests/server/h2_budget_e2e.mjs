@@ -10,17 +10,14 @@
 //      refused with RST_STREAM REFUSED_STREAM, /metrics counts the waits and refusals, and once
 //      the client goes away the connection and the live readers are released.
 // Usage: node h2_budget_e2e.mjs RUNNEL_BINARY
-import { spawn } from "node:child_process";
 import http2 from "node:http2";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-const binary = process.argv[2];
-if (!binary) {
-  console.error("usage: node h2_budget_e2e.mjs RUNNEL_BINARY");
-  process.exit(2);
-}
+import { binaryArg, makeChecks, startServer as startRunnel } from "./h2_e2e_lib.mjs";
+
+const binary = binaryArg("h2_budget_e2e.mjs");
 const MIB = 1 << 20;
 const BUDGET = 4 * MIB;
 // What one read reserves: the largest answer of a read (1 MiB) plus 64 KiB for its head.
@@ -28,18 +25,7 @@ const READ_RESERVE = MIB + 64 * 1024;
 const REQUEST_TIMEOUT_MS = 4000;
 const dir = mkdtempSync(join(tmpdir(), "runnel-h2-budget-"));
 let server;
-let passed = 0;
-let failed = 0;
-
-function check(name, ok, detail = "") {
-  if (ok) {
-    passed++;
-    console.log(`ok - ${name}`);
-  } else {
-    failed++;
-    console.log(`not ok - ${name} ${detail}`);
-  }
-}
+const { check, tally } = makeChecks();
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -49,28 +35,12 @@ function rssMb() {
 }
 
 async function startServer() {
-  server = spawn(
-    binary,
-    ["serve", "--listen", "127.0.0.1:0", "--store", "memory", "--data", join(dir, "data"),
-      "--http2-connection-buffer", String(BUDGET), "--request-timeout-ms",
-      String(REQUEST_TIMEOUT_MS)],
-    { stdio: ["ignore", "pipe", "pipe"] },
-  );
-  let log = "";
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no address from runnel serve:\n${log}`)), 15000);
-    const onData = (d) => {
-      log += d;
-      const m = log.match(/http:\/\/127\.0\.0\.1:\d+/);
-      if (m) {
-        clearTimeout(timer);
-        resolve(m[0]);
-      }
-    };
-    server.stdout.on("data", onData);
-    server.stderr.on("data", onData);
-    server.on("exit", (code) => reject(new Error(`runnel serve exited (${code}):\n${log}`)));
-  });
+  const started = startRunnel(binary, [
+    "--store", "memory", "--data", join(dir, "data"), "--http2-connection-buffer", String(BUDGET),
+    "--request-timeout-ms", String(REQUEST_TIMEOUT_MS),
+  ]);
+  server = started.child;
+  return started.url;
 }
 
 async function metric(url, name) {
@@ -199,11 +169,11 @@ async function main() {
 try {
   await main();
 } catch (e) {
-  failed++;
+  tally.failed++;
   console.log(`not ok - ${e.stack || e}`);
 } finally {
   if (server) server.kill("SIGTERM");
   rmSync(dir, { recursive: true, force: true });
 }
-console.log(`h2_budget_e2e: ${passed} passed, ${failed} failed`);
-process.exit(failed === 0 ? 0 : 1);
+console.log(`h2_budget_e2e: ${tally.passed} passed, ${tally.failed} failed`);
+process.exit(tally.failed === 0 ? 0 : 1);

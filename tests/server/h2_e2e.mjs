@@ -3,57 +3,28 @@
 // reset stream releasing its reader at once, flow control holding back a reader that takes
 // nothing while the others go on, gzip, the request limits, HTTP/1.1 beside it on the same
 // port, and (with a curl that speaks HTTP/2) `Upgrade: h2c`. Usage: node h2_e2e.mjs RUNNEL_BINARY
-import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import http2 from "node:http2";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { gunzipSync } from "node:zlib";
 
-const binary = process.argv[2];
-if (!binary) {
-  console.error("usage: node h2_e2e.mjs RUNNEL_BINARY");
-  process.exit(2);
-}
+import { binaryArg, makeChecks, startServer as startRunnel } from "./h2_e2e_lib.mjs";
+
+const binary = binaryArg("h2_e2e.mjs");
 const STREAMS = 50;
 const dir = mkdtempSync(join(tmpdir(), "runnel-h2-"));
 let server;
-let passed = 0;
-let failed = 0;
-
-function check(name, ok, detail = "") {
-  if (ok) {
-    passed++;
-    console.log(`ok - ${name}`);
-  } else {
-    failed++;
-    console.log(`not ok - ${name} ${detail}`);
-  }
-}
+const { check, tally } = makeChecks();
 
 async function startServer() {
-  server = spawn(
-    binary,
-    ["serve", "--listen", "127.0.0.1:0", "--store", "memory", "--data", join(dir, "data"),
-      "--max-body-bytes", "65536", "--max-header-bytes", "8192", "--long-poll-timeout-ms", "5000",
-      "--request-timeout-ms", "2000"],
-    { stdio: ["ignore", "pipe", "pipe"] },
-  );
-  let log = "";
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no address from runnel serve:\n${log}`)), 15000);
-    const onData = (d) => {
-      log += d;
-      const m = log.match(/http:\/\/127\.0\.0\.1:\d+/);
-      if (m) {
-        clearTimeout(timer);
-        resolve(m[0]);
-      }
-    };
-    server.stdout.on("data", onData);
-    server.stderr.on("data", onData);
-    server.on("exit", (code) => reject(new Error(`runnel serve exited (${code}):\n${log}`)));
-  });
+  const started = startRunnel(binary, [
+    "--store", "memory", "--data", join(dir, "data"), "--max-body-bytes", "65536",
+    "--max-header-bytes", "8192", "--long-poll-timeout-ms", "5000", "--request-timeout-ms", "2000",
+  ]);
+  server = started.child;
+  return started.url;
 }
 
 // One request on `session`; resolves with status, headers and the body as a Buffer.
@@ -243,11 +214,11 @@ try {
   }
   session.close();
 } catch (e) {
-  failed++;
+  tally.failed++;
   console.log(`not ok - ${e.stack || e}`);
 } finally {
   if (server && server.exitCode === null) server.kill("SIGTERM");
   rmSync(dir, { recursive: true, force: true });
 }
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed === 0 ? 0 : 1);
+console.log(`${tally.passed} passed, ${tally.failed} failed`);
+process.exit(tally.failed === 0 ? 0 : 1);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -151,6 +152,61 @@ TEST(MetricsTest, AppendLatencyHistogramIsCumulative) {
       << text;
   EXPECT_NE(text.find("runnel_append_latency_seconds_count 4\n"), std::string::npos) << text;
   EXPECT_NE(text.find("runnel_append_latency_seconds_sum 2.001001\n"), std::string::npos) << text;
+}
+
+// The exposition format of the whole /metrics text: each family has one HELP line, then its
+// TYPE line, then its samples (a histogram's named _bucket, _sum and _count), and no sample
+// stands outside the family declared before it.
+TEST(MetricsTest, EveryFamilyHasOneHelpThenTypeBeforeItsSamples) {
+  Metrics metrics;
+  metrics.CountRequest("stream", "GET", 200);
+  metrics.ObserveAppendLatency(900);
+  StoreCommitStats stats;
+  stats.available = true;
+  stats.CountSync(2, 10, 5);
+  const std::string text =
+      RenderInfo({{"version", "1"}}, "fsync") + metrics.Render() + RenderStoreCommitStats(stats);
+  std::set<std::string> families;
+  std::string family;
+  std::string type;
+  std::string expect_type;  // the family whose TYPE line must come next
+  size_t samples = 0;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = text.find('\n', start);
+    ASSERT_NE(end, std::string::npos) << "the text must end with a newline";
+    const std::string line = text.substr(start, end - start);
+    start = end + 1;
+    if (line.starts_with("# HELP ")) {
+      ASSERT_TRUE(expect_type.empty()) << line;
+      expect_type = line.substr(7, line.find(' ', 7) - 7);
+      EXPECT_TRUE(families.insert(expect_type).second) << "HELP twice for " << expect_type;
+      continue;
+    }
+    if (line.starts_with("# TYPE ")) {
+      ASSERT_FALSE(expect_type.empty()) << "TYPE without HELP: " << line;
+      family = expect_type;
+      expect_type.clear();
+      ASSERT_TRUE(line.starts_with("# TYPE " + family + " ")) << line;
+      type = line.substr(8 + family.size());
+      EXPECT_TRUE(type == "counter" || type == "gauge" || type == "histogram") << line;
+      continue;
+    }
+    ASSERT_TRUE(expect_type.empty()) << "a sample between HELP and TYPE: " << line;
+    const std::string name = line.substr(0, line.find_first_of("{ "));
+    if (type == "histogram") {
+      EXPECT_TRUE(name == family + "_bucket" || name == family + "_sum" ||
+                  name == family + "_count")
+          << line;
+    } else {
+      EXPECT_EQ(name, family) << line;
+    }
+    ++samples;
+  }
+  EXPECT_TRUE(families.contains("runnel_info"));
+  EXPECT_TRUE(families.contains("runnel_http_bytes_out_total"));
+  EXPECT_TRUE(families.contains("runnel_store_reserve_draws_total"));
+  EXPECT_GT(samples, families.size());
 }
 
 TEST(StoreCommitMetricsTest, RendersCumulativeBucketsAndNothingWhenUnavailable) {
