@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <bit>
 
-#include "store/retention.h"
-
 namespace runnel::log {
 
 StreamState* StreamTable::Insert(std::unique_ptr<StreamState> s) {
@@ -72,27 +70,6 @@ StreamSpec StreamState::Spec() const {
     spec.attributes = extras->attributes;
   }
   return spec;
-}
-
-uint64_t StreamState::RecordBytesAt(size_t i) const {
-  return DroppedAt(i) ? 0 : store::RecordBytes(KeySize(i), sizes[i]);
-}
-
-void StreamState::PushSize(uint32_t payload, uint32_t key) {
-  if ((payload & kDroppedBit) != 0) {
-    ++mut().dropped;
-  } else {
-    bytes += store::RecordBytes(key, payload);
-  }
-  sizes.push_back(payload);
-  if (extras && !extras->key_sizes.empty()) {
-    extras->key_sizes.push_back(key);
-  } else if (key != 0) {
-    // The stream's first record with a key: the records before it have none.
-    std::vector<uint32_t>& keys = mut().key_sizes;
-    keys.assign(sizes.size(), 0);
-    keys.back() = key;
-  }
 }
 
 }  // namespace runnel::log

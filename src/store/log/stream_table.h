@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "runnel/store.h"
+#include "store/retention.h"
 
 namespace runnel::log {
 
@@ -148,6 +149,29 @@ struct StreamState {
   // The spec as given at create (or changed by updates).
   StreamSpec Spec() const;
 };
+
+// Defined here, not in stream_table.cc: they run once per record when frames are applied.
+inline uint64_t StreamState::RecordBytesAt(size_t i) const {
+  return DroppedAt(i) ? 0 : store::RecordBytes(KeySize(i), sizes[i]);
+}
+
+inline void StreamState::PushSize(uint32_t payload, uint32_t key) {
+  if ((payload & kDroppedBit) != 0) {
+    ++mut().dropped;
+  } else {
+    bytes += store::RecordBytes(key, payload);
+  }
+  sizes.push_back(payload);
+  if (extras && !extras->key_sizes.empty()) {
+    extras->key_sizes.push_back(key);
+  } else if (key != 0) {
+    // The stream's first record with a key: the records before it have none.
+    std::vector<uint32_t>& keys = mut().key_sizes;
+    keys.assign(sizes.size(), 0);
+    keys.back() = key;
+  }
+}
+
 #if defined(__x86_64__) && defined(__GLIBCXX__)
 // Every stream pays for one: keep it within the 160-byte allocation size class.
 static_assert(sizeof(StreamState) <= 160, "StreamState grew past 160 bytes");
