@@ -640,6 +640,7 @@ Status LogStore::Recover() {
     recovery_notes_.push_back("ignored checkpoint: " + s.ToString());
     streams_.clear();
     names_.clear();
+    natural_.Clear();
     content_types_.clear();
     next_stream_id_ = 1;
   }
@@ -1119,10 +1120,13 @@ bool LogStore::Adopt(StreamState& s, StreamSpec spec) {
   s.ns = &ns->first;
   // Checkpoints list streams in name order, so the end is the right place as a rule (constant
   // time); elsewhere the hint costs one comparison before the usual search.
-  return *ns->second.insert(ns->second.end(), &s) == &s;
+  const bool added = *ns->second.insert(ns->second.end(), &s) == &s;
+  if (added) natural_.Add(ns->first, s.name.view(), &s);
+  return added;
 }
 
 void LogStore::Forget(StreamState& s) {
+  natural_.Remove(*s.ns, s.name.view());
   auto ns_it = names_.find(*s.ns);
   if (ns_it != names_.end()) {
     ns_it->second.erase(&s);
@@ -2829,6 +2833,18 @@ Result<std::vector<StreamInfo>> LogStore::ListStreams(std::string_view ns,
        it != ns_it->second.end() && out.size() < limit; ++it) {
     out.push_back(Snapshot(**it));
   }
+  return out;
+}
+
+Result<std::vector<StreamInfo>> LogStore::ListStreamsByNaturalKey(std::string_view ns,
+                                                                  std::string_view from_key,
+                                                                  size_t limit) {
+  ReaderLock lock(state_mu_);
+  std::vector<StreamInfo> out;
+  natural_.Scan(ns, from_key, limit, [&](const StreamState* s) {
+    out.push_back(Snapshot(*s));
+    return true;
+  });
   return out;
 }
 
