@@ -62,6 +62,40 @@ std::string NaturalKey(std::string_view name) {
   return key;
 }
 
+int NaturalCompare(std::string_view a, std::string_view b) {
+  size_t i = 0;
+  size_t j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (IsDigit(a[i]) && IsDigit(b[j])) {
+      // Two number pieces: significant digit counts, then the digits (as the key writes them).
+      size_t ai = i;
+      while (ai < a.size() && a[ai] == '0') ++ai;
+      size_t ae = ai;
+      while (ae < a.size() && IsDigit(a[ae])) ++ae;
+      size_t bj = j;
+      while (bj < b.size() && b[bj] == '0') ++bj;
+      size_t be = bj;
+      while (be < b.size() && IsDigit(b[be])) ++be;
+      if (ae - ai != be - bj) return ae - ai < be - bj ? -1 : 1;
+      if (int c = a.substr(ai, ae - ai).compare(b.substr(bj, be - bj)); c != 0) return c;
+      i = ae;
+      j = be;
+      continue;
+    }
+    // A number piece is written from the marker '0'; a text byte as itself (0x00 followed by
+    // 0x01, which orders the same as the byte alone here: the other side differs at this byte).
+    const auto ca = static_cast<unsigned char>(IsDigit(a[i]) ? kMarker : a[i]);
+    const auto cb = static_cast<unsigned char>(IsDigit(b[j]) ? kMarker : b[j]);
+    if (ca != cb) return ca < cb ? -1 : 1;
+    ++i;
+    ++j;
+  }
+  // The name whose pieces ran out first has the separator where the other goes on.
+  if (i < a.size()) return 1;
+  if (j < b.size()) return -1;
+  return a.compare(b) < 0 ? -1 : (a == b ? 0 : 1);
+}
+
 std::string NameFromNaturalKey(std::string_view key) {
   size_t i = 0;
   while (i < key.size()) {

@@ -46,6 +46,10 @@ namespace runnel::store {
 // The natural key of `name` (see above): unique per name, ordered as the names' natural order.
 std::string NaturalKey(std::string_view name);
 
+// Natural order of two names: negative, zero (the same name) or positive, exactly as their
+// natural keys compare, without building them (no allocation).
+int NaturalCompare(std::string_view a, std::string_view b);
+
 // The name a natural key was made from (the bytes after the separator). Empty for a string that
 // is not a natural key.
 std::string NameFromNaturalKey(std::string_view key);

@@ -96,6 +96,29 @@ TEST(NaturalKeyTest, SortingByKeyMatchesTheReferenceOrder) {
   }
 }
 
+int Sign(int v) {
+  return (v > 0) - (v < 0);
+}
+
+// NaturalCompare (on names, used by the stores' indexes) agrees with the keys' byte order.
+TEST(NaturalKeyTest, NaturalCompareAgreesWithTheKeys) {
+  std::mt19937_64 rng(99);
+  std::vector<std::string> names;
+  for (int i = 0; i < 3000; ++i) names.push_back(RandomName(rng));
+  for (const char* extra : {"a7", "a007", "a07", "a", "a0", "a00", "b"}) names.push_back(extra);
+  for (int i = 0; i < 200000; ++i) {
+    const std::string& a = names[rng() % names.size()];
+    // Half the pairs share a start, so that they differ late (in a number, or by leading zeros).
+    std::string b = names[rng() % names.size()];
+    if (rng() % 2) b = a.substr(0, rng() % (a.size() + 1)) + b;
+    ASSERT_EQ(Sign(NaturalCompare(a, b)), Sign(NaturalKey(a).compare(NaturalKey(b))))
+        << "'" << a << "' vs '" << b << "'";
+  }
+  EXPECT_EQ(NaturalCompare("a7", "a7"), 0);
+  EXPECT_LT(NaturalCompare("a007", "a7"), 0);
+  EXPECT_LT(NaturalCompare("s-2", "s-10"), 0);
+}
+
 // Every key of a name with the prefix is in the prefix's ranges, and NextCandidate never skips
 // one: from any key at or below a matching key, the candidate is at or below it too.
 TEST(NaturalKeyTest, PrefixRangesHoldEveryMatchingName) {

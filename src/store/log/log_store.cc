@@ -1121,12 +1121,12 @@ bool LogStore::Adopt(StreamState& s, StreamSpec spec) {
   // Checkpoints list streams in name order, so the end is the right place as a rule (constant
   // time); elsewhere the hint costs one comparison before the usual search.
   const bool added = *ns->second.insert(ns->second.end(), &s) == &s;
-  if (added) natural_.Add(ns->first, s.name.view(), &s);
+  if (added) natural_.Add(ns->first, &s);
   return added;
 }
 
 void LogStore::Forget(StreamState& s) {
-  natural_.Remove(*s.ns, s.name.view());
+  natural_.Remove(*s.ns, &s);
   auto ns_it = names_.find(*s.ns);
   if (ns_it != names_.end()) {
     ns_it->second.erase(&s);

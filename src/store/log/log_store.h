@@ -508,7 +508,10 @@ class LogStore final : public Store {
   // at its key).
   std::map<std::string, NameSet, std::less<>> names_ RUNNEL_GUARDED_BY(state_mu_);
   // The same streams by (ns, natural key), for ListStreamsByNaturalKey; kept by Adopt and Forget.
-  store::NaturalIndex<const StreamState*> natural_ RUNNEL_GUARDED_BY(state_mu_);
+  struct StateName {
+    std::string_view operator()(const StreamState* s) const { return s->name.view(); }
+  };
+  store::NaturalIndex<const StreamState*, StateName> natural_ RUNNEL_GUARDED_BY(state_mu_);
   // Content types in use -> how many streams use them (StreamState::content_type points here).
   std::map<std::string, uint64_t, std::less<>> content_types_ RUNNEL_GUARDED_BY(state_mu_);
   std::map<uint64_t, Segment> segments_ RUNNEL_GUARDED_BY(state_mu_);

@@ -85,7 +85,7 @@ Result<StreamInfo> MemoryStore::CreateStream(const StreamSpec& spec) {
   s->next_offset = spec.first_offset;
   names.emplace(spec.name, s);
   by_id_.emplace(s->id, s);
-  natural_.Add(spec.ns, spec.name, s);
+  natural_.Add(spec.ns, s);
   return Snapshot(*s);
 }
 
@@ -189,7 +189,7 @@ Status MemoryStore::DeleteStream(StreamId id) {
       ns_it->second.erase(s->name);
       if (ns_it->second.empty()) by_name_.erase(ns_it);
     }
-    natural_.Remove(s->ns, s->name);
+    natural_.Remove(s->ns, s);
   }
   MutexLock lock(s->mu);
   s->deleted = true;

@@ -93,7 +93,10 @@ class MemoryStore final : public Store {
       by_name_ RUNNEL_GUARDED_BY(catalog_mu_);
   std::unordered_map<StreamId, std::shared_ptr<Stream>> by_id_ RUNNEL_GUARDED_BY(catalog_mu_);
   // The same streams by (ns, natural key).
-  NaturalIndex<std::shared_ptr<Stream>> natural_ RUNNEL_GUARDED_BY(catalog_mu_);
+  struct StreamName {
+    std::string_view operator()(const std::shared_ptr<Stream>& s) const { return s->name; }
+  };
+  NaturalIndex<std::shared_ptr<Stream>, StreamName> natural_ RUNNEL_GUARDED_BY(catalog_mu_);
 
   Mutex listener_mu_;
   std::shared_ptr<const TailListener> listener_ RUNNEL_GUARDED_BY(listener_mu_);
