@@ -234,7 +234,8 @@ class Store {
   // from the first) in natural order, in that order, at most `limit`; shorter only when no more
   // match. Built on ListStreamsByNaturalKey: it visits the matching keys' ranges only (one per
   // digit count when the prefix ends in a digit), and costs the matches plus the names in those
-  // ranges that differ from the prefix in leading zeros (see natural_key.h).
+  // ranges that differ from the prefix in leading zeros (see natural_key.h). A prefix whose last
+  // digits are all zeros ("s-0") has no such ranges: it walks every name with a number there.
   Result<std::vector<StreamInfo>> ListStreamsNatural(std::string_view ns, std::string_view prefix,
                                                      std::string_view start_after, size_t limit);
   // Replaces retention and attributes; a `retention` of nullopt keeps the stream's own (an update
