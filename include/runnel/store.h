@@ -224,6 +224,20 @@ class Store {
   Result<std::vector<StreamInfo>> ListStreamsWithPrefix(std::string_view ns,
                                                         std::string_view prefix,
                                                         std::string_view start_after, size_t limit);
+  // Streams of `ns` whose natural key (src/store/natural_key.h: a byte string whose byte order
+  // is the names' natural order, "s-2" before "s-10") is >= `from_key`, ascending by that key,
+  // at most `limit`. The ordered index behind ListStreamsNatural: it costs the streams returned.
+  virtual Result<std::vector<StreamInfo>> ListStreamsByNaturalKey(std::string_view ns,
+                                                                  std::string_view from_key,
+                                                                  size_t limit) = 0;
+  // Streams of `ns` whose names start with `prefix` and come after `start_after` (a name; empty:
+  // from the first) in natural order, in that order, at most `limit`; shorter only when no more
+  // match. Built on ListStreamsByNaturalKey: it visits the matching keys' ranges only (one per
+  // digit count when the prefix ends in a digit), and costs the matches plus the names in those
+  // ranges that differ from the prefix in leading zeros (see natural_key.h). A prefix whose last
+  // digits are all zeros ("s-0") has no such ranges: it walks every name with a number there.
+  Result<std::vector<StreamInfo>> ListStreamsNatural(std::string_view ns, std::string_view prefix,
+                                                     std::string_view start_after, size_t limit);
   // Replaces retention and attributes; a `retention` of nullopt keeps the stream's own (an update
   // of the attributes alone, which then cannot undo a retention change that raced it). Retention
   // takes effect at the next append. When

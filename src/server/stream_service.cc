@@ -1760,6 +1760,16 @@ HttpResponse StreamService::HandleList(const Route& route, const HttpRequest& re
     }
     limit = *parsed;
   }
+  // order=name (the default: byte order of the names) or order=natural (numbers by value,
+  // "s-2" before "s-10": src/store/natural_key.h); `after` is a name in either.
+  bool natural = false;
+  if (auto order = request.Query("order")) {
+    if (*order == "natural") {
+      natural = true;
+    } else if (*order != "name") {
+      return ErrorResponse(Status::InvalidArgument("order must be 'name' or 'natural'"));
+    }
+  }
   json streams = json::array();
   bool more = false;
   // Adds `info` to the page unless it is hidden; false once the page is full (`more` set).
@@ -1782,12 +1792,16 @@ HttpResponse StreamService::HandleList(const Route& route, const HttpRequest& re
     if (meta.compaction) streams.back()["compaction"] = compaction::kModeState;
     return true;
   };
-  // From the prefix on (Store::ListStreamsWithPrefix): a listing costs the streams it matches,
-  // not every name before them. One more than the page, so that `more` is known.
+  // From the prefix on (Store::ListStreamsWithPrefix, Store::ListStreamsNatural): a listing
+  // costs the streams it matches, not every name before them. One more than the page, so that
+  // `more` is known.
   std::string cursor = after;
   while (!more) {
     const size_t want = std::min<size_t>(limit + 1, 1000);
-    auto page = registry_.store().ListStreamsWithPrefix(route.scope.Label(), prefix, cursor, want);
+    auto page =
+        natural
+            ? registry_.store().ListStreamsNatural(route.scope.Label(), prefix, cursor, want)
+            : registry_.store().ListStreamsWithPrefix(route.scope.Label(), prefix, cursor, want);
     if (!page.ok()) return ErrorResponse(page.status());
     for (const StreamInfo& info : *page) {
       cursor = info.spec.name;

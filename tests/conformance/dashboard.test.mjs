@@ -123,19 +123,18 @@ describe("dashboard functions", () => {
     expect(d.describeError(409, "conflict", "closed")).toBe("409 conflict: closed");
   });
 
-  test("pageOfListing pages a whole listing in natural order, internals hidden unless asked", () => {
-    const streams = ["s-10", "s-2", "s-1", "o:0", "s-3"].map((name) => ({ name, channel: name === "o:0" }));
-    const p1 = d.pageOfListing(streams, { page: 1, size: 3 });
-    expect(p1.rows.map((s) => s.name)).toEqual(["s-1", "s-2", "s-3"]);
-    expect([p1.page, p1.pages, p1.total, p1.hidden, p1.from, p1.to]).toEqual([1, 2, 4, 1, 1, 3]);
-    const p2 = d.pageOfListing(streams, { page: "2", size: 3 });
-    expect(p2.rows.map((s) => s.name)).toEqual(["s-10"]);
-    expect([p2.from, p2.to]).toEqual([4, 4]);
-    expect(d.pageOfListing(streams, { page: 9, size: 3 }).page).toBe(2);
-    expect(d.pageOfListing(streams, { page: "x", size: 3 }).page).toBe(1);
-    const all = d.pageOfListing(streams, { internal: true, size: 10 });
-    expect(all.rows.map((s) => s.name)).toEqual(["o:0", "s-1", "s-2", "s-3", "s-10"]);
-    expect(d.pageOfListing([], {})).toMatchObject({ page: 1, pages: 1, total: 0, from: 0, to: 0 });
+  test("visibleStreams keeps the server's order and hides internals unless asked", () => {
+    const streams = ["s-1", "s-2", "o:0", "s-10"].map((name) => ({ name, channel: name === "o:0" }));
+    const shown = d.visibleStreams(streams);
+    expect(shown.rows.map((s) => s.name)).toEqual(["s-1", "s-2", "s-10"]);
+    expect(shown.hidden).toBe(1);
+    const all = d.visibleStreams(streams, true);
+    expect(all.rows.map((s) => s.name)).toEqual(["s-1", "s-2", "o:0", "s-10"]);
+    expect(all.hidden).toBe(0);
+    expect(d.listPageNumber("3")).toBe(3);
+    expect(d.listPageNumber("x")).toBe(1);
+    expect(d.listPageNumber(undefined)).toBe(1);
+    expect(d.listPageNumber("0")).toBe(1);
   });
 
   test("routes round-trip, with names that need encoding", () => {

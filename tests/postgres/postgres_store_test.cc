@@ -203,11 +203,11 @@ TEST_F(PostgresTest, MigrationsRunOnceEvenWhenNodesStartTogether) {
   }
   for (auto& t : starters) t.join();
   SideConn side;
-  EXPECT_EQ(side.Query("SELECT count(*) FROM \"" + schema_ + "\".schema_migrations"), "1");
+  EXPECT_EQ(side.Query("SELECT count(*) FROM \"" + schema_ + "\".schema_migrations"), "2");
   nodes.clear();
   auto reopened = OpenNode();
   ASSERT_NE(reopened, nullptr);
-  EXPECT_EQ(side.Query("SELECT count(*) FROM \"" + schema_ + "\".schema_migrations"), "1");
+  EXPECT_EQ(side.Query("SELECT count(*) FROM \"" + schema_ + "\".schema_migrations"), "2");
 }
 
 TEST_F(PostgresTest, NewerSchemaThanTheBinaryIsRefused) {

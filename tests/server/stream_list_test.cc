@@ -129,6 +129,61 @@ TEST_F(StreamListTest, DeletedStreamsAreNotListedAndDoNotEndAPage) {
   EXPECT_EQ(next, "");
 }
 
+// More than 2,000 streams in natural order: every page continues where the last one ended (a
+// page boundary falls between "s-1000" and "s-1001"), and name order stays the default.
+TEST_F(StreamListTest, NaturalOrderPagesThroughNumbersByValue) {
+  constexpr int kStreams = 2100;
+  for (int i = 1; i <= kStreams; ++i) Create("s-" + std::to_string(i));
+  std::vector<std::string> all;
+  std::string next;
+  std::string query = "order=natural&prefix=s-";
+  for (int pages = 0; pages < 10; ++pages) {
+    auto page = List(query, &next);
+    all.insert(all.end(), page.begin(), page.end());
+    if (next.empty()) break;
+    EXPECT_EQ(next, all.back());
+    query = "order=natural&prefix=s-&after=" + next;
+  }
+  ASSERT_EQ(all.size(), static_cast<size_t>(kStreams));
+  for (int i = 1; i <= kStreams; ++i)
+    ASSERT_EQ(all[static_cast<size_t>(i - 1)], "s-" + std::to_string(i));
+  EXPECT_EQ(List("order=natural&prefix=s-&after=s-999&limit=3", &next),
+            (std::vector<std::string>{"s-1000", "s-1001", "s-1002"}));
+  EXPECT_EQ(next, "s-1002");
+  // A prefix ending in a digit: "s-1" and then the numbers that continue it, by value.
+  EXPECT_EQ(List("order=natural&prefix=s-1&limit=4"),
+            (std::vector<std::string>{"s-1", "s-10", "s-11", "s-12"}));
+  EXPECT_EQ(List("order=natural&prefix=s-2&after=s-299&limit=3"),
+            (std::vector<std::string>{"s-2000", "s-2001", "s-2002"}));
+  // Name order is the default and order=name says so.
+  EXPECT_EQ(List("prefix=s-&limit=3"), (std::vector<std::string>{"s-1", "s-10", "s-100"}));
+  EXPECT_EQ(List("order=name&prefix=s-&limit=3"),
+            (std::vector<std::string>{"s-1", "s-10", "s-100"}));
+}
+
+TEST_F(StreamListTest, NaturalOrderSkipsHiddenStreamsAndRefusesOtherOrders) {
+  for (const char* name : {"q-10", "q-9", "q-2", "q-1"}) Create(name);
+  HttpRequest del;
+  del.method = "DELETE";
+  del.path = "/v1/stream/q-2";
+  ASSERT_EQ(Serve(service_, del).status, 204);
+  std::string next;
+  EXPECT_EQ(List("order=natural&limit=2", &next), (std::vector<std::string>{"q-1", "q-9"}));
+  EXPECT_EQ(next, "q-9");
+  EXPECT_EQ(List("order=natural&limit=2&after=q-9", &next), (std::vector<std::string>{"q-10"}));
+  EXPECT_EQ(next, "");
+  HttpRequest r;
+  r.method = "GET";
+  r.path = "/v1/streams";
+  ASSERT_TRUE(ParseQuery("order=size", &r.query));
+  HttpResponse got = service_.HandleList(ParseRoute(r.path), r);
+  EXPECT_EQ(got.status, 400);
+  auto body = json::parse(got.body, nullptr, false);
+  ASSERT_TRUE(body.is_object()) << got.body;
+  EXPECT_EQ(body["error"]["code"], "invalid_argument");
+  EXPECT_EQ(body["error"]["message"], "order must be 'name' or 'natural'");
+}
+
 TEST_F(StreamListTest, AChannelsStreamsAreMarkedAndOthersAreNot) {
   Create("orders");
   StreamSpec spec;

@@ -34,6 +34,11 @@ class ForwardingStore : public Store {
                                               size_t limit) override {
     return inner_->ListStreams(ns, start_after, limit);
   }
+  Result<std::vector<StreamInfo>> ListStreamsByNaturalKey(std::string_view ns,
+                                                          std::string_view from_key,
+                                                          size_t limit) override {
+    return inner_->ListStreamsByNaturalKey(ns, from_key, limit);
+  }
   Status UpdateStream(StreamId id, const std::optional<StreamRetention>& retention,
                       std::string_view attributes,
                       std::optional<std::string_view> expected_attributes,

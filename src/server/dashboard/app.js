@@ -10,9 +10,8 @@
 // How long the overview's charts reach back, and how often the page samples /metrics.
 const kWindowMs = 15 * 60 * 1000;
 const kSampleMs = 2000;
-// A scope (or prefix) with at most this many streams is listed whole and paged in the page, in
-// natural order; a larger one is paged by the server in name order.
-const kNaturalAll = 2000;
+// At most this many cursors of earlier list pages are kept for "Previous page".
+const kListBackMax = 1000;
 
 // Prometheus text exposition → [{name, labels, value}]. Comments, blank lines and lines that
 // do not parse are skipped.
@@ -257,18 +256,16 @@ function isInternal(stream) {
   return stream.channel === true || String(stream.name).startsWith('__ds/');
 }
 
-// One page of a listing held whole: the streams shown (`internal`: channel internals too) in
-// natural order, page `page` (1-based, clamped) of `size` rows, with the totals around it.
-function pageOfListing(streams, { internal = false, page = 1, size = 100 } = {}) {
-  const shown = streams.filter((s) => internal || !isInternal(s));
-  shown.sort((a, b) => naturalCompare(a.name, b.name));
-  const pages = Math.max(1, Math.ceil(shown.length / size));
-  const n = Math.min(pages, Math.max(1, Math.floor(Number(page)) || 1));
-  const rows = shown.slice((n - 1) * size, n * size);
-  return {
-    rows, page: n, pages, total: shown.length, hidden: streams.length - shown.length,
-    from: rows.length === 0 ? 0 : (n - 1) * size + 1, to: (n - 1) * size + rows.length,
-  };
+// The streams of one page of the server's listing that are shown (`internal`: channel internals
+// too), in the server's order, and how many were hidden.
+function visibleStreams(streams, internal = false) {
+  const rows = streams.filter((s) => internal || !isInternal(s));
+  return { rows, hidden: streams.length - rows.length };
+}
+
+// The page number a list URL names (1 when absent or not a positive integer).
+function listPageNumber(page) {
+  return Math.max(1, Math.floor(Number(page)) || 1);
 }
 
 // "1 stream", "2 streams", "0 streams".
@@ -392,7 +389,7 @@ if (typeof module !== 'undefined') {
   module.exports = {
     parseMetrics, summarize, histogramQuantile, bucketDelta, rates, chartSample, pushSample,
     niceCeil, chartPath, chartWindow, formatSpan, encodeName, scopePaths, offsetPosition,
-    offsetToken, naturalCompare, isInternal, pageOfListing, plural, parseRoute, routeHash,
+    offsetToken, naturalCompare, isInternal, visibleStreams, listPageNumber, plural, parseRoute, routeHash,
     formatCount, formatBytes, formatSeconds, formatTime, isTextual, recordsForDisplay,
     describeError,
   };
@@ -417,8 +414,8 @@ if (typeof document !== 'undefined') {
     follow: null,        // {run, controller} of the live follow
     followRun: 0,
     viewTimer: null,     // the open view's refresh interval
-    listNext: null,      // the URL parameters of the list's next page ({page} or {after})
-    listPrev: null,      // and whether there is a page before it
+    listNext: null,      // the URL parameters of the list's next page ({after, page})
+    listPrev: null,      // and of the page before it, when its cursor is known
     lagHistory: {},      // "<tenant>\n<stream>" → group → [{t, v}]
     readNext: null,      // the record number the "Next" button reads from
     confirmDelete: null, // {what, until}: a delete waiting for its confirming click
@@ -673,17 +670,37 @@ if (typeof document !== 'undefined') {
     }
   }
 
-  // Up to kNaturalAll matching streams are fetched at once and paged here in natural order
-  // (`page` in the URL); past that the server pages them in name order (`after` in the URL),
-  // each page sorted naturally. `refresh`: a periodic fetch, which leaves the error of an
-  // action in place.
+  // The cursors of the list's pages: entry i is the `after` of page i + 1 ("" for the first),
+  // kept in the tab's session storage with the list they belong to (scope, prefix, size,
+  // internals), so "Previous page" works after a reload or the browser's Back too.
+  function listKey(size) {
+    const p = state.route.params;
+    return [tenant(), p.prefix || '', size, p.internal === '1' ? '1' : ''].join('\n');
+  }
+  function listBack(size) {
+    try {
+      const saved = JSON.parse(sessionStorage.getItem('runnel.listBack') || 'null');
+      if (saved && saved.key === listKey(size) && Array.isArray(saved.back)) return saved.back;
+    } catch (e) {
+      // A damaged entry is dropped.
+    }
+    return [];
+  }
+  function saveListBack(size, back) {
+    sessionStorage.setItem('runnel.listBack',
+                           JSON.stringify({ key: listKey(size), back: back.slice(-kListBackMax) }));
+  }
+
+  // The server lists the streams in natural order (`order=natural`: bench-2 before bench-10),
+  // `size` a page from the cursor `after` in the URL, so a scope of a million streams costs one
+  // page per view. `refresh`: a periodic fetch, which leaves the error of an action in place.
   async function renderStreams(refresh = false) {
     const p = state.route.params;
     const size = ['25', '100', '500'].includes(p.size) ? Number(p.size) : 100;
     if (document.activeElement !== $('prefix')) $('prefix').value = p.prefix || '';
     $('show-internal').checked = p.internal === '1';
     $('page-size').value = String(size);
-    const q = new URLSearchParams({ limit: String(p.after ? size : kNaturalAll) });
+    const q = new URLSearchParams({ order: 'natural', limit: String(size) });
     if (p.prefix) q.set('prefix', p.prefix);
     if (p.after) q.set('after', p.after);
     let body;
@@ -697,33 +714,22 @@ if (typeof document !== 'undefined') {
       return;
     }
     const listed = body.streams || [];
-    const hiddenText = (n) => (n > 0 ? ' (' + plural(n, 'channel internal') + ' hidden)' : '');
-    if (!p.after && body.next_after === undefined) {
-      const page = pageOfListing(listed, { internal: p.internal === '1', page: p.page, size });
-      streamRows(page.rows);
-      state.listNext = page.page < page.pages ? { page: page.page + 1 } : null;
-      state.listPrev = page.page > 1 ? { page: page.page - 1 } : null;
-      $('page-first').disabled = page.page === 1;
-      $('stream-count').textContent = plural(page.total, 'stream') +
-          (page.pages > 1 ? ', ' + page.from + '–' + page.to + ' shown' : '') +
-          hiddenText(page.hidden);
-      $('list-mode').textContent = 'In natural order (bench-2 before bench-10).';
-    } else {
-      // The server's page: the first `size` names of a fetch from the start, or one page after
-      // the cursor.
-      const raw = listed.slice(0, size);
-      const more = listed.length > size || body.next_after !== undefined;
-      const page = pageOfListing(raw, { internal: p.internal === '1', page: 1, size });
-      streamRows(page.rows);
-      state.listNext = more && raw.length > 0 ? { after: raw[raw.length - 1].name } : null;
-      // A name-order page knows the page after it only: the browser's Back goes back.
-      state.listPrev = null;
-      $('page-first').disabled = !p.after;
-      $('stream-count').textContent = plural(page.total, 'stream') + ' on this page' +
-                                      hiddenText(page.hidden);
-      $('list-mode').textContent = 'More than ' + kNaturalAll + ' streams match: pages follow ' +
-          'name order, each sorted naturally; a longer prefix narrows them.';
-    }
+    const shown = visibleStreams(listed, p.internal === '1');
+    streamRows(shown.rows);
+    const n = p.after ? listPageNumber(p.page) : 1;
+    const back = p.after ? listBack(size) : [''];
+    if (!p.after) saveListBack(size, back);
+    state.listNext = body.next_after !== undefined && listed.length > 0
+        ? { after: body.next_after, page: String(n + 1) } : null;
+    state.listPrev = p.after && n >= 2 && back.length >= n - 1
+        ? { after: back[n - 2], page: String(n - 1) } : null;
+    $('page-first').disabled = !p.after;
+    const hidden = shown.hidden > 0 ? ' (' + plural(shown.hidden, 'channel internal') + ' hidden)'
+                                    : '';
+    $('stream-count').textContent = !p.after && state.listNext === null
+        ? plural(shown.rows.length, 'stream') + hidden
+        : plural(shown.rows.length, 'stream') + ' on page ' + n + hidden;
+    $('list-mode').textContent = 'In natural order (bench-2 before bench-10).';
     $('page-next').disabled = state.listNext === null;
     $('page-prev').disabled = state.listPrev === null;
   }
@@ -1118,10 +1124,22 @@ if (typeof document !== 'undefined') {
   $('page-size').addEventListener('change', () =>
     go('streams', null, listParams({ size: $('page-size').value })));
   $('page-next').addEventListener('click', () => {
-    if (state.listNext !== null) go('streams', null, listParams(state.listNext));
+    if (state.listNext === null) return;
+    // Records the open page's cursor as entry n - 1 (pages before it must be known).
+    const size = Number($('page-size').value);
+    const p = state.route.params;
+    const n = p.after ? listPageNumber(p.page) : 1;
+    const back = listBack(size);
+    if (back.length >= n - 1) {
+      back.length = n - 1;
+      back.push(p.after || '');
+      saveListBack(size, back);
+    }
+    go('streams', null, listParams(state.listNext));
   });
   $('page-prev').addEventListener('click', () => {
-    if (state.listPrev !== null) go('streams', null, listParams(state.listPrev));
+    if (state.listPrev === null) return;
+    go('streams', null, listParams(state.listPrev.after ? state.listPrev : {}));
   });
   $('page-first').addEventListener('click', () => go('streams', null, listParams({})));
 

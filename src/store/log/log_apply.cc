@@ -35,10 +35,13 @@ bool LogStore::Adopt(StreamState& s, StreamSpec spec) {
   s.ns = &ns->first;
   // Checkpoints list streams in name order, so the end is the right place as a rule (constant
   // time); elsewhere the hint costs one comparison before the usual search.
-  return *ns->second.insert(ns->second.end(), &s) == &s;
+  const bool added = *ns->second.insert(ns->second.end(), &s) == &s;
+  if (added) natural_.Add(ns->first, &s);
+  return added;
 }
 
 void LogStore::Forget(StreamState& s) {
+  natural_.Remove(*s.ns, &s);
   auto ns_it = names_.find(*s.ns);
   if (ns_it != names_.end()) {
     ns_it->second.erase(&s);

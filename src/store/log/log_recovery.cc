@@ -54,6 +54,7 @@ Status LogStore::Recover() {
     recovery_notes_.push_back("ignored checkpoint: " + s.ToString());
     streams_.clear();
     names_.clear();
+    natural_.Clear();
     content_types_.clear();
     next_stream_id_ = 1;
   }

@@ -228,6 +228,18 @@ Result<StreamInfo> LogStore::GetStreamById(StreamId id) {
   return Snapshot(*s);
 }
 
+Result<std::vector<StreamInfo>> LogStore::ListStreamsByNaturalKey(std::string_view ns,
+                                                                  std::string_view from_key,
+                                                                  size_t limit) {
+  ReaderLock lock(state_mu_);
+  std::vector<StreamInfo> out;
+  natural_.Scan(ns, from_key, limit, [&](const StreamState* s) {
+    out.push_back(Snapshot(*s));
+    return true;
+  });
+  return out;
+}
+
 Result<std::vector<StreamInfo>> LogStore::ListStreams(std::string_view ns,
                                                       std::string_view start_after, size_t limit) {
   ReaderLock lock(state_mu_);

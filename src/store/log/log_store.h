@@ -76,6 +76,7 @@
 #include "runnel/store.h"
 #include "store/log/checkpoint_file.h"
 #include "store/log/log_format.h"
+#include "store/natural_index.h"
 #include "store/log/stream_table.h"
 #include "store/log/tail_cache.h"
 
@@ -94,6 +95,9 @@ class LogStore final : public Store {
   Result<StreamInfo> CreateStream(const StreamSpec& spec) override;
   Result<StreamInfo> GetStream(std::string_view ns, std::string_view name) override;
   Result<StreamInfo> GetStreamById(StreamId id) override;
+  Result<std::vector<StreamInfo>> ListStreamsByNaturalKey(std::string_view ns,
+                                                          std::string_view from_key,
+                                                          size_t limit) override;
   Result<std::vector<StreamInfo>> ListStreams(std::string_view ns, std::string_view start_after,
                                               size_t limit) override;
   Status UpdateStream(StreamId id, const std::optional<StreamRetention>& retention,
@@ -364,6 +368,11 @@ class LogStore final : public Store {
   // ns -> its streams by name. An ns entry lives while it has streams (StreamState::ns points
   // at its key).
   std::map<std::string, NameSet, std::less<>> names_ RUNNEL_GUARDED_BY(state_mu_);
+  // The same streams by (ns, natural key), for ListStreamsByNaturalKey; kept by Adopt and Forget.
+  struct StateName {
+    std::string_view operator()(const StreamState* s) const { return s->name.view(); }
+  };
+  store::NaturalIndex<const StreamState*, StateName> natural_ RUNNEL_GUARDED_BY(state_mu_);
   // Content types in use -> how many streams use them (StreamState::content_type points here).
   std::map<std::string, uint64_t, std::less<>> content_types_ RUNNEL_GUARDED_BY(state_mu_);
   std::map<uint64_t, Segment> segments_ RUNNEL_GUARDED_BY(state_mu_);

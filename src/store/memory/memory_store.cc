@@ -85,6 +85,7 @@ Result<StreamInfo> MemoryStore::CreateStream(const StreamSpec& spec) {
   s->next_offset = spec.first_offset;
   names.emplace(spec.name, s);
   by_id_.emplace(s->id, s);
+  natural_.Add(spec.ns, s);
   return Snapshot(*s);
 }
 
@@ -135,6 +136,26 @@ Result<std::vector<StreamInfo>> MemoryStore::ListStreams(std::string_view ns,
   return out;
 }
 
+Result<std::vector<StreamInfo>> MemoryStore::ListStreamsByNaturalKey(std::string_view ns,
+                                                                     std::string_view from_key,
+                                                                     size_t limit) {
+  std::vector<std::shared_ptr<Stream>> found;
+  {
+    ReaderLock lock(catalog_mu_);
+    natural_.Scan(ns, from_key, limit, [&](const std::shared_ptr<Stream>& s) {
+      found.push_back(s);
+      return true;
+    });
+  }
+  std::vector<StreamInfo> out;
+  out.reserve(found.size());
+  for (const auto& s : found) {
+    MutexLock lock(s->mu);
+    if (!s->deleted) out.push_back(Snapshot(*s));
+  }
+  return out;
+}
+
 Status MemoryStore::UpdateStream(StreamId id, const std::optional<StreamRetention>& retention,
                                  std::string_view attributes,
                                  std::optional<std::string_view> expected_attributes,
@@ -168,6 +189,7 @@ Status MemoryStore::DeleteStream(StreamId id) {
       ns_it->second.erase(s->name);
       if (ns_it->second.empty()) by_name_.erase(ns_it);
     }
+    natural_.Remove(s->ns, s);
   }
   MutexLock lock(s->mu);
   s->deleted = true;

@@ -18,6 +18,7 @@
 
 #include "base/mutex.h"
 #include "runnel/store.h"
+#include "store/natural_index.h"
 
 namespace runnel::store {
 
@@ -33,6 +34,9 @@ class MemoryStore final : public Store {
   Result<StreamInfo> GetStreamById(StreamId id) override;
   Result<std::vector<StreamInfo>> ListStreams(std::string_view ns, std::string_view start_after,
                                               size_t limit) override;
+  Result<std::vector<StreamInfo>> ListStreamsByNaturalKey(std::string_view ns,
+                                                          std::string_view from_key,
+                                                          size_t limit) override;
   Status UpdateStream(StreamId id, const std::optional<StreamRetention>& retention,
                       std::string_view attributes,
                       std::optional<std::string_view> expected_attributes,
@@ -88,6 +92,11 @@ class MemoryStore final : public Store {
   std::map<std::string, std::map<std::string, std::shared_ptr<Stream>, std::less<>>, std::less<>>
       by_name_ RUNNEL_GUARDED_BY(catalog_mu_);
   std::unordered_map<StreamId, std::shared_ptr<Stream>> by_id_ RUNNEL_GUARDED_BY(catalog_mu_);
+  // The same streams by (ns, natural key).
+  struct StreamName {
+    std::string_view operator()(const std::shared_ptr<Stream>& s) const { return s->name; }
+  };
+  NaturalIndex<std::shared_ptr<Stream>, StreamName> natural_ RUNNEL_GUARDED_BY(catalog_mu_);
 
   Mutex listener_mu_;
   std::shared_ptr<const TailListener> listener_ RUNNEL_GUARDED_BY(listener_mu_);

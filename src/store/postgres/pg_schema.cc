@@ -1,6 +1,10 @@
 #include "store/postgres/pg_schema.h"
 
+#include <optional>
 #include <string_view>
+#include <vector>
+
+#include "store/natural_key.h"
 
 namespace runnel::store::pg {
 namespace {
@@ -51,6 +55,12 @@ CREATE TABLE producers (
   PRIMARY KEY (stream_id, producer_id)
 );
 )sql",
+    // 2: the natural key of each live stream's name (store/natural_key.h), for listing in natural
+    // order. CreateStream writes it; BackfillNaturalKeys fills it for rows made before.
+    R"sql(
+ALTER TABLE streams ADD COLUMN nkey bytea;
+CREATE INDEX streams_live_nkey ON streams (ns, nkey) WHERE NOT deleted;
+)sql",
 };
 
 }  // namespace
@@ -95,6 +105,32 @@ Status Migrate(Conn& conn, const std::string& schema) {
     (void)conn.Exec("ROLLBACK");
   }
   return s.ok() ? s : s.Annotate("migrating schema '" + schema + "'");
+}
+
+Status BackfillNaturalKeys(Conn& conn, const std::string& schema) {
+  const std::string q = QuoteIdent(schema);
+  for (;;) {
+    RUNNEL_ASSIGN_OR_RETURN(
+        Rows rows, conn.Exec("SELECT id, name FROM " + q +
+                                 ".streams WHERE nkey IS NULL AND NOT deleted LIMIT $1::bigint",
+                             Params().Int8(kBackfillBatch)));
+    if (rows.size() == 0) return Status::OK();
+    std::vector<int64_t> ids;
+    std::vector<std::string> keys;
+    for (int r = 0; r < rows.size(); ++r) {
+      ids.push_back(rows.Int8(r, 0));
+      keys.push_back(NaturalKey(rows.Bytes(r, 1)));
+    }
+    std::vector<std::optional<std::string_view>> key_views(keys.begin(), keys.end());
+    RUNNEL_RETURN_IF_ERROR(
+        conn.Exec("UPDATE " + q +
+                      ".streams s SET nkey = v.nkey FROM unnest($1::bigint[], $2::bytea[]) "
+                      "AS v(id, nkey) WHERE s.id = v.id",
+                  Params().Int8Array(ids).ByteaArray(key_views))
+            .status()
+            .Annotate("filling natural keys of schema '" + schema + "'"));
+    if (rows.size() < kBackfillBatch) return Status::OK();
+  }
 }
 
 }  // namespace runnel::store::pg

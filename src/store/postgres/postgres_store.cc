@@ -14,6 +14,7 @@
 
 #include "base/thread_name.h"
 #include "store/group_wait.h"
+#include "store/natural_key.h"
 #include "store/postgres/pg_schema.h"
 #include "store/postgres/postgres_internal.h"
 #include "store/retention.h"
@@ -98,6 +99,7 @@ Result<std::unique_ptr<PostgresStore>> PostgresStore::Open(const PostgresStoreOp
   {
     RUNNEL_ASSIGN_OR_RETURN(auto conn, store->Connect());
     RUNNEL_RETURN_IF_ERROR(pg::Migrate(*conn, options.schema));
+    RUNNEL_RETURN_IF_ERROR(pg::BackfillNaturalKeys(*conn, options.schema));
     {
       MutexLock lock(store->pool_mu_);
       ++store->open_;  // counted like any pooled connection, so dropping it later balances
@@ -212,11 +214,12 @@ Result<StreamInfo> PostgresStore::CreateStream(const StreamSpec& spec) {
   OptInt8(p, spec.retention.max_age_ms);
   OptInt8(p, spec.retention.max_bytes);
   p.Int8(OffsetToDb(spec.first_offset)).Int8(BitsToDb(spec.created_at_ms));
+  p.Bytes(NaturalKey(spec.name));
   RUNNEL_ASSIGN_OR_RETURN(
       Rows rows,
       conn->Exec("INSERT INTO streams (ns, name, content_type, attributes, max_events, max_age_ms, "
-                 "max_bytes, first_offset, created_at_ms, next_offset, head_offset) "
-                 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $8, $8) "
+                 "max_bytes, first_offset, created_at_ms, next_offset, head_offset, nkey) "
+                 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $8, $8, $10) "
                  "ON CONFLICT (ns, name) WHERE NOT deleted DO NOTHING RETURNING id",
                  p));
   if (rows.size() == 0) {
@@ -260,6 +263,21 @@ Result<std::vector<StreamInfo>> PostgresStore::ListStreams(std::string_view ns,
                                 " FROM streams WHERE ns = $1 AND name > $2 AND NOT deleted "
                                 "ORDER BY name LIMIT $3",
                             Params().Bytes(ns).Bytes(start_after).Int8(ClampToInt8(limit))));
+  std::vector<StreamInfo> out;
+  out.reserve(static_cast<size_t>(rows.size()));
+  for (int r = 0; r < rows.size(); ++r) out.push_back(StreamFromRow(rows, r));
+  return out;
+}
+
+Result<std::vector<StreamInfo>> PostgresStore::ListStreamsByNaturalKey(std::string_view ns,
+                                                                       std::string_view from_key,
+                                                                       size_t limit) {
+  RUNNEL_ASSIGN_OR_RETURN(auto conn, Acquire());
+  RUNNEL_ASSIGN_OR_RETURN(
+      Rows rows, conn->Exec("SELECT " + std::string(kStreamColumns) +
+                                " FROM streams WHERE ns = $1 AND nkey >= $2 AND NOT deleted "
+                                "ORDER BY nkey LIMIT $3",
+                            Params().Bytes(ns).Bytes(from_key).Int8(ClampToInt8(limit))));
   std::vector<StreamInfo> out;
   out.reserve(static_cast<size_t>(rows.size()));
   for (int r = 0; r < rows.size(); ++r) out.push_back(StreamFromRow(rows, r));

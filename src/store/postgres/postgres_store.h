@@ -46,6 +46,9 @@ class PostgresStore final : public Store {
   Result<StreamInfo> CreateStream(const StreamSpec& spec) override;
   Result<StreamInfo> GetStream(std::string_view ns, std::string_view name) override;
   Result<StreamInfo> GetStreamById(StreamId id) override;
+  Result<std::vector<StreamInfo>> ListStreamsByNaturalKey(std::string_view ns,
+                                                          std::string_view from_key,
+                                                          size_t limit) override;
   Result<std::vector<StreamInfo>> ListStreams(std::string_view ns, std::string_view start_after,
                                               size_t limit) override;
   Status UpdateStream(StreamId id, const std::optional<StreamRetention>& retention,
