@@ -12,12 +12,13 @@
 #include <utility>
 
 #include "base/retry.h"
-#include "base/utf8.h"
 #include "core/attributes.h"
+#include "core/protocol/json_messages.h"
+#include "core/protocol/meta.h"
+#include "core/protocol/rules.h"
 #include "core/state_compaction.h"
 #include "runnel/channel.h"
 #include "server/http_errors.h"
-#include "server/json_messages.h"
 #include "server/sse_format.h"
 #include "server/subscription_service.h"
 
@@ -26,10 +27,17 @@ namespace runnel::server {
 namespace {
 
 using json = nlohmann::json;
+using protocol::IsJsonContentType;
+using protocol::JoinJsonMessages;
+using protocol::kMaxSafeInteger;
+using protocol::NormalizeContentType;
+using protocol::PastTrimmed;
+using protocol::SameContentType;
+using protocol::SplitJsonMessages;
+using protocol::TailPosition;
 
-constexpr uint64_t kMaxSafeInteger = (1ULL << 53) - 1;
 // A stream still being created this long after its creation began was left so by a stopped
-// node (StreamService::Meta::creating).
+// node (protocol::Meta::creating).
 constexpr uint64_t kStaleCreationMs = 10'000;
 // How long a create that lost the race for its name waits for the winner's initial records.
 constexpr int kCreateRaceWaitMs = 5'000;
@@ -80,74 +88,6 @@ std::optional<uint64_t> ParseUint(std::string_view text, uint64_t max) {
   return value;
 }
 
-int DaysFromCivil(int y, unsigned m, unsigned d) {
-  y -= m <= 2;
-  const int era = (y >= 0 ? y : y - 399) / 400;
-  const unsigned yoe = static_cast<unsigned>(y - era * 400);
-  const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-  return era * 146097 + static_cast<int>(doe) - 719468;
-}
-
-// RFC 3339 date-time: YYYY-MM-DDTHH:MM:SS[.frac](Z|+hh:mm|-hh:mm). Milliseconds since epoch.
-std::optional<int64_t> ParseRfc3339(std::string_view s) {
-  auto num = [&](size_t pos, size_t len) -> std::optional<int> {
-    if (pos + len > s.size()) return std::nullopt;
-    int v = 0;
-    for (size_t i = pos; i < pos + len; ++i) {
-      if (s[i] < '0' || s[i] > '9') return std::nullopt;
-      v = v * 10 + (s[i] - '0');
-    }
-    return v;
-  };
-  if (s.size() < 20) return std::nullopt;
-  auto year = num(0, 4), month = num(5, 2), day = num(8, 2), hour = num(11, 2), minute = num(14, 2),
-       second = num(17, 2);
-  if (!year || !month || !day || !hour || !minute || !second) return std::nullopt;
-  if (s[4] != '-' || s[7] != '-' || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') ||
-      s[13] != ':' || s[16] != ':') {
-    return std::nullopt;
-  }
-  if (*month < 1 || *month > 12 || *day < 1 || *hour > 23 || *minute > 59 || *second > 60) {
-    return std::nullopt;
-  }
-  // The days of that month: 2024-02-30 is no date, 2024-02-29 is.
-  const bool leap = (*year % 4 == 0 && *year % 100 != 0) || *year % 400 == 0;
-  constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-  if (*day > kDays[*month - 1] + (*month == 2 && leap ? 1 : 0)) return std::nullopt;
-  size_t pos = 19;
-  int64_t millis = 0;
-  if (pos < s.size() && s[pos] == '.') {
-    ++pos;
-    size_t start = pos;
-    int64_t scale = 100;
-    while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9') {
-      millis += (s[pos] - '0') * scale;
-      scale /= 10;
-      ++pos;
-    }
-    if (pos == start) return std::nullopt;
-  }
-  if (pos >= s.size()) return std::nullopt;
-  int64_t offset_minutes = 0;
-  if (s[pos] == 'Z' || s[pos] == 'z') {
-    ++pos;
-  } else if (s[pos] == '+' || s[pos] == '-') {
-    auto oh = num(pos + 1, 2), om = num(pos + 4, 2);
-    if (!oh || !om || pos + 3 >= s.size() || s[pos + 3] != ':' || *oh > 23 || *om > 59) {
-      return std::nullopt;
-    }
-    offset_minutes = (*oh * 60 + *om) * (s[pos] == '-' ? -1 : 1);
-    pos += 6;
-  } else {
-    return std::nullopt;
-  }
-  if (pos != s.size()) return std::nullopt;
-  int64_t days = DaysFromCivil(*year, static_cast<unsigned>(*month), static_cast<unsigned>(*day));
-  int64_t secs = days * 86400 + *hour * 3600 + *minute * 60 + *second - offset_minutes * 60;
-  return secs * 1000 + millis;
-}
-
 uint64_t NowMs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                    std::chrono::system_clock::now().time_since_epoch())
@@ -193,127 +133,7 @@ HttpResponse Gone() {
   return r;
 }
 
-// Position of the tail (the number of records ever appended, including trimmed ones).
-uint64_t TailPosition(const StreamInfo& info) {
-  return info.next_offset - 1;
-}
-
-// Where a read at `position` that found no records stands: past every offset retention or a
-// prune removed (the head only moves forward, so nothing retained is skipped, even when records
-// were appended after the read). Without this, a reader from the beginning of a stream emptied
-// by a prune would be told to read from 0 again, forever.
-uint64_t PastTrimmed(const StreamInfo& info, uint64_t position) {
-  const uint64_t first_kept = info.head_offset ? info.head_offset : info.next_offset;
-  return std::max(position, first_kept - 1);
-}
-
 }  // namespace
-
-// Protocol metadata kept under the "ds" key of the stream's attributes.
-struct StreamService::Meta {
-  static constexpr std::string_view kAttributeKey = "ds";
-  std::optional<uint64_t> ttl_s;
-  std::optional<std::string> expires_at;
-  std::optional<int64_t> expires_at_ms;
-  std::optional<std::string> stream_seq;
-  std::optional<std::string> fork_ns;
-  std::optional<std::string> fork_name;
-  uint64_t fork_position = 0;
-  uint64_t fork_sub_offset = 0;
-  // On a fork: its source's id. Forks created before sources listed their forks lack it; those
-  // find their source by name and count themselves in its fork_refs.
-  std::optional<StreamId> fork_source_id;
-  // On a source: its live forks' ids, ascending (see StreamService::Remove), and how many forks
-  // from before the list count themselves here instead.
-  std::vector<StreamId> fork_ids;
-  uint64_t fork_refs = 0;
-  bool soft_deleted = false;
-  // Created, its initial records (body, fork inheritance) or close not yet committed: it does
-  // not exist yet for any request but its creator's (see Lookup). Cleared by that commit.
-  bool creating = false;
-  // The stream is a channel's partition or checkpoint (DurableChannel::kAttributeKey): readable
-  // here, written only by the channel.
-  bool channel = false;
-  // The newest access recorded by any node sharing the store (see Touch), unix ms; 0: none.
-  uint64_t touched_ms = 0;
-  // Keyed compaction (core/state_compaction.h), kept under its own attributes key.
-  std::optional<compaction::Config> compaction;
-
-  // Reads the protocol's key ("ds") of the stream's attributes (see core/attributes.h); of other
-  // layers' keys, only whether the channel's is present. Unreadable metadata reads as none.
-  static Meta Parse(std::string_view attrs) {
-    Meta m;
-    auto values = attributes::GetEach(
-        attrs, {DurableChannel::kAttributeKey, kAttributeKey, compaction::kAttributeKey});
-    if (!values.ok()) return m;
-    m.channel = (*values)[0].has_value();
-    if ((*values)[2]) {
-      if (auto c = compaction::Config::Parse(*(*values)[2]); c.ok()) m.compaction = *c;
-    }
-    if (!(*values)[1]) return m;
-    const std::string& text = *(*values)[1];
-    json j = json::parse(text.begin(), text.end(), nullptr, false);
-    if (!j.is_object()) return m;
-    try {
-      ParseFields(j, &m);
-    } catch (const json::exception&) {
-      Meta none;
-      none.channel = m.channel;
-      none.compaction = m.compaction;
-      return none;
-    }
-    return m;
-  }
-
-  static void ParseFields(json& j, Meta* out) {
-    Meta& m = *out;
-    if (j.contains("ttl_s")) m.ttl_s = j["ttl_s"].get<uint64_t>();
-    if (j.contains("expires_at")) m.expires_at = j["expires_at"].get<std::string>();
-    if (j.contains("expires_at_ms")) m.expires_at_ms = j["expires_at_ms"].get<int64_t>();
-    if (j.contains("stream_seq")) m.stream_seq = j["stream_seq"].get<std::string>();
-    if (j.contains("fork_ns")) m.fork_ns = j["fork_ns"].get<std::string>();
-    if (j.contains("fork_name")) m.fork_name = j["fork_name"].get<std::string>();
-    m.fork_position = j.value("fork_position", uint64_t{0});
-    m.fork_sub_offset = j.value("fork_sub_offset", uint64_t{0});
-    if (j.contains("fork_source")) m.fork_source_id = j["fork_source"].get<StreamId>();
-    if (j.contains("forks")) m.fork_ids = j["forks"].get<std::vector<StreamId>>();
-    m.fork_refs = j.value("fork_refs", uint64_t{0});
-    m.soft_deleted = j.value("soft_deleted", false);
-    m.creating = j.value("creating", false);
-    m.touched_ms = j.value("touched_ms", uint64_t{0});
-  }
-
-  std::string Serialize() const {
-    json j = json::object();
-    if (ttl_s) j["ttl_s"] = *ttl_s;
-    if (expires_at) j["expires_at"] = *expires_at;
-    if (expires_at_ms) j["expires_at_ms"] = *expires_at_ms;
-    if (stream_seq) j["stream_seq"] = *stream_seq;
-    if (fork_ns) j["fork_ns"] = *fork_ns;
-    if (fork_name) j["fork_name"] = *fork_name;
-    if (fork_ns) j["fork_position"] = fork_position;
-    if (fork_sub_offset) j["fork_sub_offset"] = fork_sub_offset;
-    if (fork_source_id) j["fork_source"] = *fork_source_id;
-    if (!fork_ids.empty()) j["forks"] = fork_ids;
-    if (fork_refs) j["fork_refs"] = fork_refs;
-    if (soft_deleted) j["soft_deleted"] = true;
-    if (creating) j["creating"] = true;
-    if (touched_ms) j["touched_ms"] = touched_ms;
-    return j.dump(-1, ' ', false, json::error_handler_t::replace);
-  }
-
-  // Forks that hold this source: listed ones and, from before the list, counted ones.
-  uint64_t Forks() const { return fork_refs + fork_ids.size(); }
-  bool HasForks() const { return Forks() > 0; }
-
-  // What the "ds" key holds: nothing for a stream without metadata (most streams), so the
-  // store keeps no attributes for it at all.
-  std::optional<std::string> Stored() const {
-    std::string text = Serialize();
-    if (text == "{}") return std::nullopt;
-    return text;
-  }
-};
 
 struct StreamService::Found {
   StreamInfo info;
@@ -417,7 +237,7 @@ void StreamService::Touch(const StreamInfo& info, const Meta& meta) {
     // newest recorded access (or the creation) is a quarter of the TTL old.
     uint64_t& recorded = recorded_access_ms_[info.id];
     recorded = std::max({recorded, meta.touched_ms, info.spec.created_at_ms});
-    if (now >= recorded + *meta.ttl_s * 1000 / 4) {
+    if (protocol::RecordAccessDue(meta, recorded, now)) {
       recorded = now;
       record = true;
     }
@@ -439,24 +259,17 @@ void StreamService::Touch(const StreamInfo& info, const Meta& meta) {
 }
 
 bool StreamService::Expired(const StreamInfo& info, const Meta& meta) {
-  // A channel's partition or checkpoint lives as long as its channel: a TTL or expiry the
-  // stream had before a channel adopted it never deletes the channel's messages.
-  if (meta.channel) return false;
-  uint64_t now = NowMs();
-  if (meta.expires_at_ms && static_cast<int64_t>(now) >= *meta.expires_at_ms) return true;
+  // The rule is core's (SEMANTICS E1-E3); this node's access times are kept here.
+  protocol::ExpiryClock clock;
+  clock.now_ms = NowMs();
+  clock.grace_ms = options_.ttl_grace_ms;
+  clock.shared_with_other_nodes = registry_.store().SharedWithOtherNodes();
   if (meta.ttl_s) {
-    uint64_t last;
-    {
-      MutexLock lock(access_mu_);
-      auto [it, inserted] = last_access_ms_.emplace(info.id, now);
-      last = std::max(it->second, meta.touched_ms);
-    }
-    const uint64_t ttl_ms = *meta.ttl_s * 1000;
-    // Another node's accesses are recorded at most a quarter of the TTL apart (Touch).
-    const uint64_t unrecorded = registry_.store().SharedWithOtherNodes() ? ttl_ms / 4 : 0;
-    if (now >= last + ttl_ms + unrecorded + options_.ttl_grace_ms) return true;
+    MutexLock lock(access_mu_);
+    auto [it, inserted] = last_access_ms_.emplace(info.id, clock.now_ms);
+    clock.last_access_ms = it->second;
   }
-  return false;
+  return protocol::Expired(meta, clock);
 }
 
 Result<StreamService::Found> StreamService::Lookup(const StreamScope& scope,
@@ -564,9 +377,7 @@ Result<StreamService::MetaAppend> StreamService::BeginMetaAppend(StreamId id,
   // other nodes are caught by the store: the append expects the attributes read here.)
   RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
   Meta meta = Meta::Parse(info.spec.attributes);
-  if (meta.stream_seq && seq <= *meta.stream_seq) {
-    return Status::Conflict("Stream-Seq must increase (last '" + *meta.stream_seq + "')", 0, 0);
-  }
+  RUNNEL_RETURN_IF_ERROR(protocol::CheckStreamSeq(meta.stream_seq, seq));
   meta.stream_seq = seq;
   MetaAppend out;
   RUNNEL_ASSIGN_OR_RETURN(
@@ -916,7 +727,7 @@ Result<CreateConfig> ParseCreateConfig(const HttpRequest& request) {
     if (!c.ttl_s) return Status::InvalidArgument("Stream-TTL must be a non-negative integer");
   }
   if (expires) {
-    c.expires_at_ms = ParseRfc3339(*expires);
+    c.expires_at_ms = protocol::ParseRfc3339(*expires);
     if (!c.expires_at_ms) return Status::InvalidArgument("Stream-Expires-At must be RFC 3339");
     c.expires_at = std::string(*expires);
   }
@@ -1404,7 +1215,8 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
 
   if (info.closed) {
     HttpResponse r;
-    if (producer && stored && producer->epoch == stored->epoch && producer->seq <= stored->seq) {
+    if (producer && protocol::CheckProducer(stored, producer->epoch, producer->seq).verdict ==
+                        protocol::ProducerVerdict::kDuplicate) {
       r.status = 204;
       producer_headers(&r, stored->epoch, stored->seq);
     } else if (request.body.empty() && close) {
@@ -1433,49 +1245,45 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
   }
 
   if (producer) {
-    if (stored && producer->epoch < stored->epoch) {
-      HttpResponse r = ErrorResponse(Status::PermissionDenied("stale producer epoch"));
-      r.Set("Producer-Epoch", std::to_string(stored->epoch));
-      return finish(std::move(r));
-    }
-    bool new_epoch = !stored || producer->epoch > stored->epoch;
-    if (new_epoch) {
-      if (producer->seq != 0) {
-        if (stored) {
-          return finish(ErrorResponse(
-              Status::InvalidArgument("a new producer epoch must start at Producer-Seq 0")));
-        }
-        HttpResponse r = ErrorResponse(Status::Conflict("producer sequence gap", 0, producer->seq));
-        r.Set("Producer-Expected-Seq", "0");
+    // SEMANTICS E9: core decides; the answer's status and headers are HTTP's.
+    const protocol::ProducerCheck check =
+        protocol::CheckProducer(stored, producer->epoch, producer->seq);
+    switch (check.verdict) {
+      case protocol::ProducerVerdict::kAccept: break;
+      case protocol::ProducerVerdict::kStaleEpoch: {
+        HttpResponse r = ErrorResponse(Status::PermissionDenied("stale producer epoch"));
+        r.Set("Producer-Epoch", std::to_string(stored->epoch));
+        return finish(std::move(r));
+      }
+      case protocol::ProducerVerdict::kBadNewEpoch:
+        return finish(ErrorResponse(
+            Status::InvalidArgument("a new producer epoch must start at Producer-Seq 0")));
+      case protocol::ProducerVerdict::kDuplicate: {
+        HttpResponse r;
+        r.status = 204;
+        producer_headers(&r, stored->epoch, stored->seq);
+        r.Set("Stream-Next-Offset", FormatOffset(TailPosition(info)));
+        return finish(std::move(r));
+      }
+      case protocol::ProducerVerdict::kGap: {
+        HttpResponse r = ErrorResponse(
+            Status::Conflict("producer sequence gap", check.expected_seq, producer->seq));
+        r.Set("Producer-Expected-Seq", std::to_string(check.expected_seq));
         r.Set("Producer-Received-Seq", std::to_string(producer->seq));
         return finish(std::move(r));
       }
-    } else if (producer->seq <= stored->seq) {
-      HttpResponse r;
-      r.status = 204;
-      producer_headers(&r, stored->epoch, stored->seq);
-      r.Set("Stream-Next-Offset", FormatOffset(TailPosition(info)));
-      return finish(std::move(r));
-    } else if (producer->seq > stored->seq + 1) {
-      HttpResponse r =
-          ErrorResponse(Status::Conflict("producer sequence gap", stored->seq + 1, producer->seq));
-      r.Set("Producer-Expected-Seq", std::to_string(stored->seq + 1));
-      r.Set("Producer-Received-Seq", std::to_string(producer->seq));
-      return finish(std::move(r));
     }
   }
 
   std::optional<std::string> stream_seq;
   if (auto seq = request.Header("stream-seq")) {
     stream_seq = std::string(*seq);
-    // Stored in the stream's JSON attributes: it must be text that survives JSON unchanged, or
-    // the comparison below would run against an altered value.
-    if (!IsValidUtf8(*stream_seq)) {
-      return finish(ErrorResponse(Status::InvalidArgument("Stream-Seq must be valid UTF-8")));
+    // SEMANTICS E4: valid UTF-8 (it is stored in JSON metadata), greater than the last one.
+    if (Status valid = protocol::ValidateStreamSeq(*stream_seq); !valid.ok()) {
+      return finish(ErrorResponse(valid));
     }
-    if (found->meta.stream_seq && *stream_seq <= *found->meta.stream_seq) {
-      return finish(ErrorResponse(Status::Conflict(
-          "Stream-Seq must increase (last '" + *found->meta.stream_seq + "')", 0, 0)));
+    if (Status next = protocol::CheckStreamSeq(found->meta.stream_seq, *stream_seq); !next.ok()) {
+      return finish(ErrorResponse(next));
     }
   }
 
@@ -1489,10 +1297,8 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
           ErrorResponse(Status::InvalidArgument("Stream-Expected-Offset must be an offset token")));
     }
     expected_position = parsed->position;
-    if (*expected_position != TailPosition(info)) {
-      HttpResponse r = ErrorResponse(
-          Status::Conflict("Stream-Expected-Offset does not match the stream's next offset",
-                           *expected_position, TailPosition(info)));
+    if (Status at = protocol::CheckExpectedPosition(*expected_position, info); !at.ok()) {
+      HttpResponse r = ErrorResponse(at);
       r.Set("Stream-Next-Offset", FormatOffset(TailPosition(info)));
       return finish(std::move(r));
     }

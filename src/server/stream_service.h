@@ -39,6 +39,7 @@
 #include <unordered_set>
 
 #include "base/mutex.h"
+#include "core/protocol/meta.h"
 #include "core/state_compaction.h"
 #include "runnel/registry.h"
 #include "server/content_coding.h"
@@ -247,7 +248,7 @@ class StreamService {
   static HttpResponse ChannelOwned(std::string_view name);
 
  private:
-  struct Meta;
+  using Meta = protocol::Meta;
   struct Found;
   using Release = std::function<void()>;
 
