@@ -36,9 +36,6 @@ using protocol::SameContentType;
 using protocol::SplitJsonMessages;
 using protocol::TailPosition;
 
-// A stream still being created this long after its creation began was left so by a stopped
-// node (protocol::Meta::creating).
-constexpr uint64_t kStaleCreationMs = 10'000;
 // How long a create that lost the race for its name waits for the winner's initial records.
 constexpr int kCreateRaceWaitMs = 5'000;
 constexpr uint64_t kCursorEpochMs = 1728432000000ULL;  // 2024-10-09T00:00:00Z
@@ -135,14 +132,19 @@ HttpResponse Gone() {
 
 }  // namespace
 
-struct StreamService::Found {
-  StreamInfo info;
-  Meta meta;
-};
-
 StreamService::StreamService(StreamRegistry registry, StreamServiceOptions options,
                              Metrics* metrics)
-    : registry_(std::move(registry)), options_(options), metrics_(metrics) {}
+    : registry_(std::move(registry)),
+      options_(options),
+      metrics_(metrics),
+      catalog_(registry_,
+               protocol::CatalogOptions{.ttl_grace_ms = options_.ttl_grace_ms,
+                                        .max_forks_per_stream = options_.max_forks_per_stream,
+                                        .background = options_.blocking_executor}) {}
+
+Result<StreamInfo> StreamService::LookupLive(const StreamScope& scope, std::string_view name) {
+  return catalog_.LookupLive(scope, name);
+}
 
 std::string StreamService::LaneKey(const StreamScope& scope, std::string_view name) {
   std::string key = scope.Label();
@@ -223,253 +225,6 @@ void StreamService::RememberLookup(const std::string& key, std::shared_ptr<const
 void StreamService::ForgetLookup(const std::string& key) {
   MutexLock lock(cache_mu_);
   append_cache_.erase(key);
-}
-
-void StreamService::Touch(const StreamInfo& info, const Meta& meta) {
-  if (!meta.ttl_s) return;  // only a TTL is renewed by access
-  const uint64_t now = NowMs();
-  bool record = false;
-  {
-    MutexLock lock(access_mu_);
-    last_access_ms_[info.id] = now;
-    if (!registry_.store().SharedWithOtherNodes()) return;
-    // Other nodes see this node's accesses only through the metadata: record one when the
-    // newest recorded access (or the creation) is a quarter of the TTL old.
-    uint64_t& recorded = recorded_access_ms_[info.id];
-    recorded = std::max({recorded, meta.touched_ms, info.spec.created_at_ms});
-    if (protocol::RecordAccessDue(meta, recorded, now)) {
-      recorded = now;
-      record = true;
-    }
-  }
-  if (!record) return;
-  const StreamId id = info.id;
-  std::function<void()> write = [this, id, now] {
-    Status written =
-        UpdateMeta(id, [now](Meta* m) { m->touched_ms = std::max(m->touched_ms, now); });
-    if (!written.ok() && written.code() != StatusCode::kNotFound) {
-      spdlog::warn("cannot record an access of stream {}: {}", id, written.ToString());
-    }
-  };
-  if (options_.blocking_executor) {
-    options_.blocking_executor(std::move(write));
-  } else {
-    write();
-  }
-}
-
-bool StreamService::Expired(const StreamInfo& info, const Meta& meta) {
-  // The rule is core's (SEMANTICS E1-E3); this node's access times are kept here.
-  protocol::ExpiryClock clock;
-  clock.now_ms = NowMs();
-  clock.grace_ms = options_.ttl_grace_ms;
-  clock.shared_with_other_nodes = registry_.store().SharedWithOtherNodes();
-  if (meta.ttl_s) {
-    MutexLock lock(access_mu_);
-    auto [it, inserted] = last_access_ms_.emplace(info.id, clock.now_ms);
-    clock.last_access_ms = it->second;
-  }
-  return protocol::Expired(meta, clock);
-}
-
-Result<StreamService::Found> StreamService::Lookup(const StreamScope& scope,
-                                                   std::string_view name) {
-  auto info = registry_.store().GetStream(scope.Label(), name);
-  if (!info.ok()) {
-    if (info.status().code() == StatusCode::kNotFound) {
-      return Status::NotFound("stream '" + std::string(name) + "' does not exist");
-    }
-    return info.status();
-  }
-  Meta meta = Meta::Parse(info->spec.attributes);
-  Found found{std::move(*info), std::move(meta)};
-  if (found.meta.creating) {
-    // Another request is committing this stream's initial records: no one else may see it (an
-    // append would land before them). One still unfinished after kStaleCreationMs was
-    // interrupted (its node stopped): it is removed, and the name is free again.
-    const uint64_t now = registry_.clock().NowMs();
-    if (now >= found.info.spec.created_at_ms + kStaleCreationMs) {
-      Status removed = Remove(found.info, found.meta);
-      (void)removed;
-    }
-    return Status::NotFound("stream '" + std::string(name) + "' does not exist (yet)");
-  }
-  if (!found.meta.soft_deleted && Expired(found.info, found.meta)) {
-    Status removed = Remove(found.info, found.meta);
-    (void)removed;
-    return Status::NotFound("stream '" + std::string(name) + "' has expired");
-  }
-  return found;
-}
-
-Result<StreamInfo> StreamService::LookupLive(const StreamScope& scope, std::string_view name) {
-  RUNNEL_ASSIGN_OR_RETURN(Found found, Lookup(scope, name));
-  if (found.meta.soft_deleted) {
-    return Status::NotFound("stream '" + std::string(name) + "' does not exist");
-  }
-  return std::move(found.info);
-}
-
-Status StreamService::UpdateMeta(StreamId id, const std::function<void(Meta*)>& change) {
-  return UpdateMetaIf(id, [&](Meta* m) {
-    change(m);
-    return Status::OK();
-  });
-}
-
-Status StreamService::UpdateMetaIf(StreamId id, const std::function<Status(Meta*)>& change) {
-  MutexLock lock(meta_mu_);
-  while (meta_in_flight_.count(id) != 0) lock.Wait(meta_cv_);
-  // A compare-and-set of the attributes: another node sharing the store may change them
-  // between the read and the write (a fork's reference count, a Stream-Seq); then read again.
-  return RetryOnConflict([&]() -> Status {
-    RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
-    Meta meta = Meta::Parse(info.spec.attributes);
-    RUNNEL_RETURN_IF_ERROR(change(&meta));
-    RUNNEL_ASSIGN_OR_RETURN(std::string attrs, attributes::Set(info.spec.attributes,
-                                                               Meta::kAttributeKey, meta.Stored()));
-    // The retention is left as stored: a PATCH racing this write must not be undone by it.
-    return registry_.store().UpdateStream(id, std::nullopt, attrs, info.spec.attributes,
-                                          std::nullopt);
-  });
-}
-
-Status StreamService::SoftDelete(StreamId id) {
-  MutexLock lock(meta_mu_);
-  while (meta_in_flight_.count(id) != 0) lock.Wait(meta_cv_);
-  return RetryOnConflict([&]() -> Status {  // a compare-and-set, as in UpdateMeta
-    RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
-    Meta meta = Meta::Parse(info.spec.attributes);
-    meta.soft_deleted = true;
-    RUNNEL_ASSIGN_OR_RETURN(std::string attrs, attributes::Set(info.spec.attributes,
-                                                               Meta::kAttributeKey, meta.Stored()));
-    Status s;
-    if (!info.closed) {
-      // Closing in the same commit makes the store refuse every later append, including one a
-      // node validated from a remembered lookup (append_cache_).
-      AppendRequest request;
-      request.stream = id;
-      request.now_ms = registry_.clock().NowMs();
-      request.close = true;
-      request.attributes = attrs;
-      request.expected_attributes = info.spec.attributes;
-      std::promise<Result<AppendResult>> promise;
-      auto future = promise.get_future();
-      registry_.store().Append(std::move(request), [&promise](Result<AppendResult> r) {
-        promise.set_value(std::move(r));
-      });
-      s = future.get().status();
-    }
-    // Closed (by someone else meanwhile): the store already refuses appends; set the mark alone.
-    if (info.closed || s.code() == StatusCode::kFailedPrecondition) {
-      s = registry_.store().UpdateStream(id, std::nullopt, attrs, info.spec.attributes,
-                                         std::nullopt);
-    }
-    return s;
-  });
-}
-
-Result<StreamService::MetaAppend> StreamService::BeginMetaAppend(StreamId id,
-                                                                 const std::string& seq) {
-  MutexLock lock(meta_mu_);
-  // Stream-Seq appends run in the stream's lane, so none of them is in flight here; an
-  // UpdateMeta holds meta_mu_ for its whole write, so none of those is either. (Writes through
-  // other nodes are caught by the store: the append expects the attributes read here.)
-  RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
-  Meta meta = Meta::Parse(info.spec.attributes);
-  RUNNEL_RETURN_IF_ERROR(protocol::CheckStreamSeq(meta.stream_seq, seq));
-  meta.stream_seq = seq;
-  MetaAppend out;
-  RUNNEL_ASSIGN_OR_RETURN(
-      out.attributes, attributes::Set(info.spec.attributes, Meta::kAttributeKey, meta.Stored()));
-  out.read = std::move(info.spec.attributes);
-  meta_in_flight_.insert(id);
-  return out;
-}
-
-void StreamService::MetaAppendDone(StreamId id) {
-  {
-    MutexLock lock(meta_mu_);
-    meta_in_flight_.erase(id);
-  }
-  meta_cv_.notify_all();
-}
-
-// A source lists its forks by id, and a fork names its source by id: adding a fork to the list
-// and removing it are idempotent, so a node that stops anywhere between a fork's creation and
-// its listing, or between a fork's removal and its unlisting, leaves nothing that miscounts. A
-// fork created but never listed unlists nothing when it is removed (a count would have been
-// decremented for it, releasing a source that other forks still hold); a fork removed but left
-// listed is found dead (ForgetDeadForks) when the source itself is acted on: its DELETE, or a
-// PUT of its name while it is soft-deleted. Not at every removal of another of its forks: that
-// would read every remaining fork each time, quadratic in the forks of one source.
-Status StreamService::Remove(const StreamInfo& first, const Meta& first_meta) {
-  // A loop, not recursion: removing the last fork of a chain of soft-deleted forks collects the
-  // whole chain, however long.
-  StreamInfo info = first;
-  Meta meta = first_meta;
-  for (;;) {
-    if (meta.HasForks()) {
-      RUNNEL_RETURN_IF_ERROR(ForgetDeadForks(info.id, &meta));
-      if (meta.HasForks()) return meta.soft_deleted ? Status::OK() : SoftDelete(info.id);
-    }
-    RUNNEL_RETURN_IF_ERROR(registry_.store().DeleteStream(info.id));
-    registry_.WakeReaders(info.id);  // live readers end now, not at their timeout
-    {
-      MutexLock lock(access_mu_);
-      last_access_ms_.erase(info.id);
-      recorded_access_ms_.erase(info.id);
-    }
-    // Drop this fork from its source; collect a soft-deleted source with no forks left.
-    Result<StreamInfo> source = Status::NotFound("");
-    if (meta.fork_source_id) {
-      source = registry_.store().GetStreamById(*meta.fork_source_id);
-    } else if (meta.fork_ns && meta.fork_name) {  // a fork from before the list: by name
-      source = registry_.store().GetStream(*meta.fork_ns, *meta.fork_name);
-    }
-    if (!source.ok()) return Status::OK();
-    const StreamId fork = info.id;
-    const bool listed = meta.fork_source_id.has_value();
-    Meta after;
-    RUNNEL_RETURN_IF_ERROR(UpdateMeta(source->id, [&](Meta* m) {
-      if (listed) {
-        std::erase(m->fork_ids, fork);
-      } else if (m->fork_refs > 0) {
-        --m->fork_refs;
-      }
-      after = *m;
-    }));
-    if (!after.soft_deleted || after.HasForks()) return Status::OK();
-    auto again = registry_.store().GetStreamById(source->id);
-    if (!again.ok()) return Status::OK();
-    info = *again;
-    meta = Meta::Parse(again->spec.attributes);
-  }
-}
-
-Status StreamService::TooManyForks(std::string_view source_name) const {
-  return Status::FailedPrecondition("stream '" + std::string(source_name) + "' already has " +
-                                    std::to_string(options_.max_forks_per_stream) +
-                                    " forks, the most a stream may have");
-}
-
-Status StreamService::ForgetDeadForks(StreamId id, Meta* meta) {
-  std::vector<StreamId> dead;
-  for (StreamId fork : meta->fork_ids) {
-    auto found = registry_.store().GetStreamById(fork);
-    if (found.ok()) {
-      if (Meta::Parse(found->spec.attributes).fork_source_id == id) continue;
-    } else if (found.status().code() != StatusCode::kNotFound) {
-      return found.status();
-    }
-    dead.push_back(fork);
-  }
-  if (dead.empty()) return Status::OK();
-  return UpdateMeta(id, [&](Meta* m) {
-    std::erase_if(m->fork_ids,
-                  [&](StreamId f) { return std::find(dead.begin(), dead.end(), f) != dead.end(); });
-    *meta = *m;
-  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -643,21 +398,17 @@ void StreamService::RunCatalogWrite(const Route& route, const HttpRequest& reque
 }
 
 void StreamService::Delete(const Route& route, Release release, Done done) {
-  auto found = Lookup(route.scope, route.name);
+  protocol::Catalog::Refusal refusal = protocol::Catalog::Refusal::kNone;
+  Status removed = catalog_.Delete(route.scope, route.name, &refusal);
   HttpResponse response;
-  if (!found.ok()) {
-    response = ErrorResponse(found.status());
-  } else if (found->meta.soft_deleted) {
+  if (removed.ok()) {
+    response.status = 204;
+  } else if (refusal == protocol::Catalog::Refusal::kSoftDeleted) {
     response = Gone();
-  } else if (found->meta.channel) {
+  } else if (refusal == protocol::Catalog::Refusal::kChannel) {
     response = ChannelOwned(route.name);
   } else {
-    Status removed = Remove(found->info, found->meta);
-    if (removed.ok()) {
-      response.status = 204;
-    } else {
-      response = ErrorResponse(removed);
-    }
+    response = ErrorResponse(removed);
   }
   release();
   done(std::move(response));
@@ -782,19 +533,6 @@ Result<CreateConfig> ParseCreateConfig(const HttpRequest& request) {
   return c;
 }
 
-// Refuses a batch for a compacted stream unless every message is a State Protocol message.
-Status ValidateStateMessages(const std::vector<AppendRecord>& records) {
-  for (size_t i = 0; i < records.size(); ++i) {
-    auto m = compaction::ParseMessage(records[i].payload);
-    if (!m.ok()) {
-      return Status::InvalidArgument("message " + std::to_string(i + 1) +
-                                     " is not a State Protocol message for a compacted stream: " +
-                                     std::string(m.status().message()));
-    }
-  }
-  return Status::OK();
-}
-
 void SetCompactionHeaders(const std::optional<compaction::Config>& c, HttpResponse* r) {
   if (!c) return;
   r->Set("Stream-Compaction", std::string(compaction::kModeState));
@@ -831,13 +569,13 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
     source_name = src.name;
   }
 
-  auto existing = Lookup(route.scope, route.name);
+  auto existing = catalog_.Lookup(route.scope, route.name);
   if (existing.ok() && existing->meta.soft_deleted) {
     // Its forks may all be gone, the last one removed by a node that stopped before unlisting
     // it (see Remove): then the name is free, once the source is collected.
     Meta meta = existing->meta;
-    Status pruned = ForgetDeadForks(existing->info.id, &meta);
-    if (pruned.ok() && !meta.HasForks()) pruned = Remove(existing->info, meta);
+    Status pruned = catalog_.ForgetDeadForks(existing->info.id, &meta);
+    if (pruned.ok() && !meta.HasForks()) pruned = catalog_.Remove(existing->info, meta);
     if (!pruned.ok()) return finish(ErrorResponse(pruned));
     if (!meta.HasForks()) existing = Status::NotFound("stream '" + route.name + "' was collected");
   }
@@ -897,7 +635,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   uint64_t first_offset = 1;
 
   if (config.fork_from) {
-    auto src = Lookup(*source_scope, source_name);
+    auto src = catalog_.Lookup(*source_scope, source_name);
     if (!src.ok()) return finish(ErrorResponse(src.status()));
     if (src->meta.soft_deleted) {
       return finish(ErrorResponse(Status::FailedPrecondition("fork source was deleted")));
@@ -937,7 +675,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
     // Checked before any record is copied, and again as the fork is listed (forks created
     // meanwhile, through another node too, count there).
     if (source->meta.Forks() >= options_.max_forks_per_stream) {
-      return finish(ErrorResponse(TooManyForks(source_name)));
+      return finish(ErrorResponse(catalog_.TooManyForks(source_name)));
     }
     meta.fork_source_id = sinfo.id;
     meta.fork_ns = source_scope->Label();
@@ -1023,7 +761,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
                                      " store: it cannot remove records from the middle of a "
                                      "stream")));
     }
-    if (Status valid = ValidateStateMessages(initial); !valid.ok()) {
+    if (Status valid = protocol::ValidateStateMessages(initial); !valid.ok()) {
       return finish(ErrorResponse(valid));
     }
   }
@@ -1058,7 +796,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
     // Lookup answers not found): wait for it, then answer as a re-create does, 200 for the same
     // configuration. (Catalog writes run on a worker thread, which may wait.)
     for (int waited = 0; waited < kCreateRaceWaitMs; waited += 20) {
-      auto visible = Lookup(route.scope, route.name);
+      auto visible = catalog_.Lookup(route.scope, route.name);
       if (visible.ok() || visible.status().code() != StatusCode::kNotFound) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -1067,16 +805,16 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   if (!created.ok()) return finish(ErrorResponse(created));
   auto info = registry_.store().GetStream(route.scope.Label(), route.name);
   if (!info.ok()) return finish(ErrorResponse(info.status()));
-  Touch(*info, meta);
+  catalog_.Touch(*info, meta);
 
   if (source) {
     // Listed after it exists, under its id (see Remove); listing it twice keeps one entry.
     const StreamId fork = info->id;
-    Status listed = UpdateMetaIf(source->info.id, [&](Meta* m) {
+    Status listed = catalog_.UpdateMetaIf(source->info.id, [&](Meta* m) {
       auto at = std::lower_bound(m->fork_ids.begin(), m->fork_ids.end(), fork);
       if (at != m->fork_ids.end() && *at == fork) return Status::OK();
       if (m->Forks() >= options_.max_forks_per_stream) {
-        return TooManyForks(source_name);
+        return catalog_.TooManyForks(source_name);
       }
       m->fork_ids.insert(at, fork);
       return Status::OK();
@@ -1142,7 +880,7 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
   }
   bool from_cache = found != nullptr;
   // Expiry removes the stream: that path takes the fresh lookup below.
-  if (from_cache && Expired(found->info, found->meta)) {
+  if (from_cache && catalog_.Expired(found->info, found->meta)) {
     ForgetLookup(key);
     found.reset();
     from_cache = false;
@@ -1186,7 +924,7 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
   }
 
   if (!found) {
-    auto fresh = Lookup(route.scope, route.name);
+    auto fresh = catalog_.Lookup(route.scope, route.name);
     if (!fresh.ok()) return finish(ErrorResponse(fresh.status()));
     found = std::make_shared<const Found>(std::move(*fresh));
     // A stream that never held a record may still become a channel's partition (adoption
@@ -1199,7 +937,7 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
   if (found->meta.soft_deleted) return finish(Gone());
   if (found->meta.channel) return finish(ChannelOwned(route.name));
   const StreamInfo& info = found->info;
-  Touch(info, found->meta);
+  catalog_.Touch(info, found->meta);
 
   auto producer_headers = [](HttpResponse* r, uint64_t epoch, uint64_t seq) {
     r->Set("Producer-Epoch", std::to_string(epoch));
@@ -1317,7 +1055,7 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
     }
   }
   if (found->meta.compaction) {
-    if (Status valid = ValidateStateMessages(records); !valid.ok()) {
+    if (Status valid = protocol::ValidateStateMessages(records); !valid.ok()) {
       return finish(ErrorResponse(valid));
     }
     uint64_t bytes = 0;
@@ -1333,7 +1071,7 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
   std::optional<std::string> expected_attributes;
   if (stream_seq) {
     // The last Stream-Seq commits with the records, so a crash cannot separate them.
-    auto meta_append = BeginMetaAppend(id, *stream_seq);
+    auto meta_append = catalog_.BeginMetaAppend(id, *stream_seq);
     if (!meta_append.ok()) return finish(ErrorResponse(meta_append.status()));
     options.attributes = std::move(meta_append->attributes);
     expected_attributes = std::move(meta_append->read);
@@ -1371,7 +1109,7 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
          id, started, empty, from_cache, key = std::move(key), route = std::move(route),
          shared = std::move(shared), result = std::move(result), retry_race, adoptable]() mutable {
           // Not on the store's thread: an UpdateMeta holds meta_mu_ while it waits for a commit.
-          if (stream_seq) MetaAppendDone(id);
+          if (stream_seq) catalog_.MetaAppendDone(id);
           if ((stream_seq || adoptable) && retry_race && !result.ok() &&
               result.status().code() == StatusCode::kConflict) {
             // Nothing was written: the attributes (or the tail) changed through another node
@@ -1490,7 +1228,7 @@ void StreamService::NoteCompactedAppend(const StreamInfo& info, const std::strin
 }
 
 void StreamService::CompactNow(const Route& route, Done done) {
-  auto found = Lookup(route.scope, route.name);
+  auto found = catalog_.Lookup(route.scope, route.name);
   if (!found.ok()) return done(ErrorResponse(found.status()));
   if (found->meta.soft_deleted) return done(Gone());
   if (!found->meta.compaction) {
@@ -1530,26 +1268,20 @@ void StreamService::UpdateRetention(const Route& route, const HttpRequest& reque
     retention = Status::InvalidArgument(
         "Stream-Retention: none clears every cap; send it without Stream-Retention-Max-* headers");
   }
-  auto found = Lookup(route.scope, route.name);
+  protocol::Catalog::Refusal refusal = protocol::Catalog::Refusal::kNone;
   if (!retention.ok()) {
     response = ErrorResponse(retention.status());
-  } else if (!found.ok()) {
-    response = ErrorResponse(found.status());
-  } else if (found->meta.soft_deleted) {
+  } else if (auto after = catalog_.UpdateRetention(route.scope, route.name, *retention, &refusal);
+             refusal == protocol::Catalog::Refusal::kSoftDeleted) {
     response = Gone();
-  } else if (found->meta.channel) {
+  } else if (refusal == protocol::Catalog::Refusal::kChannel) {
     response = ChannelOwned(route.name);
-  } else if (found->meta.compaction) {
-    response = ErrorResponse(Status::InvalidArgument(
-        "stream '" + route.name + "' uses Stream-Compaction, which takes no retention caps"));
-  } else if (Status set = registry_.SetRetention(route.scope, route.name, *retention); !set.ok()) {
-    response = ErrorResponse(set);
+  } else if (!after.ok()) {
+    response = ErrorResponse(after.status());
   } else {
     response.status = 204;
     SetRetentionHeaders(*retention, &response);
-    if (auto info = registry_.store().GetStreamById(found->info.id); info.ok()) {
-      response.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
-    }
+    response.Set("Stream-Next-Offset", FormatOffset(TailPosition(*after)));
   }
   release();
   done(std::move(response));
@@ -1571,7 +1303,7 @@ HttpResponse StreamService::HandleList(const Route& route, const HttpRequest& re
   // Adds `info` to the page unless it is hidden; false once the page is full (`more` set).
   auto add = [&](const StreamInfo& info) {
     Meta meta = Meta::Parse(info.spec.attributes);
-    if (meta.soft_deleted || meta.creating || Expired(info, meta)) return true;
+    if (meta.soft_deleted || meta.creating || catalog_.Expired(info, meta)) return true;
     if (streams.size() == limit) {
       more = true;
       return false;
@@ -1612,7 +1344,7 @@ HttpResponse StreamService::HandleList(const Route& route, const HttpRequest& re
 
 HttpResponse StreamService::HandleHead(const Route& route, const HttpRequest&) {
   // Errors keep their body: the server sends only its length, which is the GET's.
-  auto found = Lookup(route.scope, route.name);
+  auto found = catalog_.Lookup(route.scope, route.name);
   if (!found.ok()) return ErrorResponse(found.status());
   if (found->meta.soft_deleted) return Gone();
   HttpResponse r;
@@ -1657,7 +1389,7 @@ std::optional<ReadState> StreamService::BeginRead(const Route& route, const Http
     *error = ErrorResponse(Status::InvalidArgument("live reads need an offset"));
     return std::nullopt;
   }
-  auto found = Lookup(route.scope, route.name);
+  auto found = catalog_.Lookup(route.scope, route.name);
   if (!found.ok()) {
     *error = ErrorResponse(found.status());
     return std::nullopt;
@@ -1667,7 +1399,7 @@ std::optional<ReadState> StreamService::BeginRead(const Route& route, const Http
     return std::nullopt;
   }
   const StreamInfo& info = found->info;
-  Touch(info, found->meta);
+  catalog_.Touch(info, found->meta);
   state.scope = route.scope;
   state.name = route.name;
   state.id = info.id;

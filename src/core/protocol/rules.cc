@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/utf8.h"
+#include "core/state_compaction.h"
 
 namespace runnel::protocol {
 
@@ -139,6 +140,18 @@ Status CheckExpectedPosition(uint64_t expected_position, const StreamInfo& info)
   if (expected_position != TailPosition(info)) {
     return Status::Conflict("Stream-Expected-Offset does not match the stream's next offset",
                             expected_position, TailPosition(info));
+  }
+  return Status::OK();
+}
+
+Status ValidateStateMessages(const std::vector<AppendRecord>& records) {
+  for (size_t i = 0; i < records.size(); ++i) {
+    auto m = compaction::ParseMessage(records[i].payload);
+    if (!m.ok()) {
+      return Status::InvalidArgument("message " + std::to_string(i + 1) +
+                                     " is not a State Protocol message for a compacted stream: " +
+                                     std::string(m.status().message()));
+    }
   }
   return Status::OK();
 }

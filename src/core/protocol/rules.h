@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/protocol/meta.h"
 #include "runnel/status.h"
@@ -85,6 +86,10 @@ ProducerCheck CheckProducer(const std::optional<ProducerState>& stored, uint64_t
 // A conditional append (Stream-Expected-Offset) must start at the stream's tail position:
 // kConflict(expected, tail) otherwise (SEMANTICS E11).
 Status CheckExpectedPosition(uint64_t expected_position, const StreamInfo& info);
+
+// Refuses a batch for a compacted stream (Stream-Compaction: state) unless every message is a
+// State Protocol message (core/state_compaction.h): kInvalidArgument naming the first that is not.
+Status ValidateStateMessages(const std::vector<AppendRecord>& records);
 
 }  // namespace runnel::protocol
 
