@@ -7,7 +7,8 @@
 // - An expired stream (Expires-At passed, or a TTL stream idle past TTL + grace), a
 //   soft-deleted one (deleted while forks reference it) and one still being created by another
 //   caller are kNotFound for every method; an expired one is removed when it is found so.
-// - Every successful Lookup, Append and Read renews a TTL stream's idle clock (sliding TTL).
+// - Every successful Lookup, Append and Read renews a TTL stream's idle clock (sliding TTL);
+//   over HTTP, a HEAD does not.
 // - Methods block until the store has answered (an append until its commit is durable, as the
 //   store defines it); call them from threads that may wait.
 //
@@ -124,6 +125,11 @@ class Streams {
                          const StreamRetention& retention);
 
  private:
+  // `retry_race`: decide once more from a fresh lookup when the store refused the append
+  // because the stream's attributes changed after they were read.
+  Result<ProtocolAppendResult> AppendOnce(const StreamScope& scope, std::string_view name,
+                                          const ProtocolAppend& append, bool retry_race);
+
   std::shared_ptr<protocol::Catalog> catalog_;
   StreamsOptions options_;
 };

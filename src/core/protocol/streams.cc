@@ -74,6 +74,11 @@ Status Streams::UpdateRetention(const StreamScope& scope, std::string_view name,
 // one a call into core/protocol. About 90 lines: one straight sequence of checks.
 Result<ProtocolAppendResult> Streams::Append(const StreamScope& scope, std::string_view name,
                                              const ProtocolAppend& a) {
+  return AppendOnce(scope, name, a, /*retry_race=*/true);
+}
+
+Result<ProtocolAppendResult> Streams::AppendOnce(const StreamScope& scope, std::string_view name,
+                                                 const ProtocolAppend& a, bool retry_race) {
   protocol::Catalog& catalog = *catalog_;
   Store& store = catalog.registry().store();
   RUNNEL_ASSIGN_OR_RETURN(Found found, FindLive(catalog, scope, name));
@@ -152,8 +157,15 @@ Result<ProtocolAppendResult> Streams::Append(const StreamScope& scope, std::stri
     // A channel may adopt a stream that never held a record: expect it untagged.
     request.expected_attributes = info.spec.attributes;
   }
+  const bool expects_attributes = request.expected_attributes.has_value();
   Result<AppendResult> result = AppendAndWait(store, std::move(request));
   if (a.stream_seq) catalog.MetaAppendDone(info.id);
+  if (!result.ok() && expects_attributes && retry_race &&
+      result.status().code() == StatusCode::kConflict) {
+    // Nothing was written: the attributes changed after they were read (an access recorded,
+    // a write through another node). Decide again from what is stored now, as the server does.
+    return AppendOnce(scope, name, a, /*retry_race=*/false);
+  }
   if (!result.ok()) {
     if (a.producer && result.status().code() == StatusCode::kAlreadyExists) {
       // Committed meanwhile through another node sharing the store: a duplicate.
