@@ -6,18 +6,15 @@
 #include <cctype>
 #include <chrono>
 #include <ctime>
-#include <future>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <utility>
 
-#include "base/retry.h"
 #include "core/attributes.h"
 #include "core/protocol/json_messages.h"
 #include "core/protocol/meta.h"
 #include "core/protocol/rules.h"
 #include "core/state_compaction.h"
-#include "runnel/channel.h"
 #include "server/http_errors.h"
 #include "server/sse_format.h"
 #include "server/subscription_service.h"
