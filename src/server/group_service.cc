@@ -43,8 +43,8 @@ std::string LowerMediaType(std::string_view content_type) {
 }
 
 // One event as JSON text, keys in order: JSON-mode records embedded as stored (the client's own
-// text, json_messages.h: never parsed and serialized again, which would round large integers
-// and sort keys), text as strings, other bytes as base64.
+// text, core/protocol/json_messages.h: never parsed and serialized again, which would round large
+// integers and sort keys), text as strings, other bytes as base64.
 std::string EventText(const StreamEvent& event, const std::string& media) {
   std::string out = "{\"appended_at_ms\":" + std::to_string(event.appended_at_ms);
   // accept() validates without building a value or recursing, so depth needs no check here.

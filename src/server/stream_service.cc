@@ -6,18 +6,16 @@
 #include <cctype>
 #include <chrono>
 #include <ctime>
-#include <future>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <utility>
 
-#include "base/retry.h"
-#include "base/utf8.h"
 #include "core/attributes.h"
+#include "core/protocol/json_messages.h"
+#include "core/protocol/meta.h"
+#include "core/protocol/rules.h"
 #include "core/state_compaction.h"
-#include "runnel/channel.h"
 #include "server/http_errors.h"
-#include "server/json_messages.h"
 #include "server/sse_format.h"
 #include "server/subscription_service.h"
 
@@ -26,11 +24,15 @@ namespace runnel::server {
 namespace {
 
 using json = nlohmann::json;
+using protocol::IsJsonContentType;
+using protocol::JoinJsonMessages;
+using protocol::kMaxSafeInteger;
+using protocol::NormalizeContentType;
+using protocol::PastTrimmed;
+using protocol::SameContentType;
+using protocol::SplitJsonMessages;
+using protocol::TailPosition;
 
-constexpr uint64_t kMaxSafeInteger = (1ULL << 53) - 1;
-// A stream still being created this long after its creation began was left so by a stopped
-// node (StreamService::Meta::creating).
-constexpr uint64_t kStaleCreationMs = 10'000;
 // How long a create that lost the race for its name waits for the winner's initial records.
 constexpr int kCreateRaceWaitMs = 5'000;
 constexpr uint64_t kCursorEpochMs = 1728432000000ULL;  // 2024-10-09T00:00:00Z
@@ -80,74 +82,6 @@ std::optional<uint64_t> ParseUint(std::string_view text, uint64_t max) {
   return value;
 }
 
-int DaysFromCivil(int y, unsigned m, unsigned d) {
-  y -= m <= 2;
-  const int era = (y >= 0 ? y : y - 399) / 400;
-  const unsigned yoe = static_cast<unsigned>(y - era * 400);
-  const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-  return era * 146097 + static_cast<int>(doe) - 719468;
-}
-
-// RFC 3339 date-time: YYYY-MM-DDTHH:MM:SS[.frac](Z|+hh:mm|-hh:mm). Milliseconds since epoch.
-std::optional<int64_t> ParseRfc3339(std::string_view s) {
-  auto num = [&](size_t pos, size_t len) -> std::optional<int> {
-    if (pos + len > s.size()) return std::nullopt;
-    int v = 0;
-    for (size_t i = pos; i < pos + len; ++i) {
-      if (s[i] < '0' || s[i] > '9') return std::nullopt;
-      v = v * 10 + (s[i] - '0');
-    }
-    return v;
-  };
-  if (s.size() < 20) return std::nullopt;
-  auto year = num(0, 4), month = num(5, 2), day = num(8, 2), hour = num(11, 2), minute = num(14, 2),
-       second = num(17, 2);
-  if (!year || !month || !day || !hour || !minute || !second) return std::nullopt;
-  if (s[4] != '-' || s[7] != '-' || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') ||
-      s[13] != ':' || s[16] != ':') {
-    return std::nullopt;
-  }
-  if (*month < 1 || *month > 12 || *day < 1 || *hour > 23 || *minute > 59 || *second > 60) {
-    return std::nullopt;
-  }
-  // The days of that month: 2024-02-30 is no date, 2024-02-29 is.
-  const bool leap = (*year % 4 == 0 && *year % 100 != 0) || *year % 400 == 0;
-  constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-  if (*day > kDays[*month - 1] + (*month == 2 && leap ? 1 : 0)) return std::nullopt;
-  size_t pos = 19;
-  int64_t millis = 0;
-  if (pos < s.size() && s[pos] == '.') {
-    ++pos;
-    size_t start = pos;
-    int64_t scale = 100;
-    while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9') {
-      millis += (s[pos] - '0') * scale;
-      scale /= 10;
-      ++pos;
-    }
-    if (pos == start) return std::nullopt;
-  }
-  if (pos >= s.size()) return std::nullopt;
-  int64_t offset_minutes = 0;
-  if (s[pos] == 'Z' || s[pos] == 'z') {
-    ++pos;
-  } else if (s[pos] == '+' || s[pos] == '-') {
-    auto oh = num(pos + 1, 2), om = num(pos + 4, 2);
-    if (!oh || !om || pos + 3 >= s.size() || s[pos + 3] != ':' || *oh > 23 || *om > 59) {
-      return std::nullopt;
-    }
-    offset_minutes = (*oh * 60 + *om) * (s[pos] == '-' ? -1 : 1);
-    pos += 6;
-  } else {
-    return std::nullopt;
-  }
-  if (pos != s.size()) return std::nullopt;
-  int64_t days = DaysFromCivil(*year, static_cast<unsigned>(*month), static_cast<unsigned>(*day));
-  int64_t secs = days * 86400 + *hour * 3600 + *minute * 60 + *second - offset_minutes * 60;
-  return secs * 1000 + millis;
-}
-
 uint64_t NowMs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                    std::chrono::system_clock::now().time_since_epoch())
@@ -193,136 +127,21 @@ HttpResponse Gone() {
   return r;
 }
 
-// Position of the tail (the number of records ever appended, including trimmed ones).
-uint64_t TailPosition(const StreamInfo& info) {
-  return info.next_offset - 1;
-}
-
-// Where a read at `position` that found no records stands: past every offset retention or a
-// prune removed (the head only moves forward, so nothing retained is skipped, even when records
-// were appended after the read). Without this, a reader from the beginning of a stream emptied
-// by a prune would be told to read from 0 again, forever.
-uint64_t PastTrimmed(const StreamInfo& info, uint64_t position) {
-  const uint64_t first_kept = info.head_offset ? info.head_offset : info.next_offset;
-  return std::max(position, first_kept - 1);
-}
-
 }  // namespace
-
-// Protocol metadata kept under the "ds" key of the stream's attributes.
-struct StreamService::Meta {
-  static constexpr std::string_view kAttributeKey = "ds";
-  std::optional<uint64_t> ttl_s;
-  std::optional<std::string> expires_at;
-  std::optional<int64_t> expires_at_ms;
-  std::optional<std::string> stream_seq;
-  std::optional<std::string> fork_ns;
-  std::optional<std::string> fork_name;
-  uint64_t fork_position = 0;
-  uint64_t fork_sub_offset = 0;
-  // On a fork: its source's id. Forks created before sources listed their forks lack it; those
-  // find their source by name and count themselves in its fork_refs.
-  std::optional<StreamId> fork_source_id;
-  // On a source: its live forks' ids, ascending (see StreamService::Remove), and how many forks
-  // from before the list count themselves here instead.
-  std::vector<StreamId> fork_ids;
-  uint64_t fork_refs = 0;
-  bool soft_deleted = false;
-  // Created, its initial records (body, fork inheritance) or close not yet committed: it does
-  // not exist yet for any request but its creator's (see Lookup). Cleared by that commit.
-  bool creating = false;
-  // The stream is a channel's partition or checkpoint (DurableChannel::kAttributeKey): readable
-  // here, written only by the channel.
-  bool channel = false;
-  // The newest access recorded by any node sharing the store (see Touch), unix ms; 0: none.
-  uint64_t touched_ms = 0;
-  // Keyed compaction (core/state_compaction.h), kept under its own attributes key.
-  std::optional<compaction::Config> compaction;
-
-  // Reads the protocol's key ("ds") of the stream's attributes (see core/attributes.h); of other
-  // layers' keys, only whether the channel's is present. Unreadable metadata reads as none.
-  static Meta Parse(std::string_view attrs) {
-    Meta m;
-    auto values = attributes::GetEach(
-        attrs, {DurableChannel::kAttributeKey, kAttributeKey, compaction::kAttributeKey});
-    if (!values.ok()) return m;
-    m.channel = (*values)[0].has_value();
-    if ((*values)[2]) {
-      if (auto c = compaction::Config::Parse(*(*values)[2]); c.ok()) m.compaction = *c;
-    }
-    if (!(*values)[1]) return m;
-    const std::string& text = *(*values)[1];
-    json j = json::parse(text.begin(), text.end(), nullptr, false);
-    if (!j.is_object()) return m;
-    try {
-      ParseFields(j, &m);
-    } catch (const json::exception&) {
-      Meta none;
-      none.channel = m.channel;
-      none.compaction = m.compaction;
-      return none;
-    }
-    return m;
-  }
-
-  static void ParseFields(json& j, Meta* out) {
-    Meta& m = *out;
-    if (j.contains("ttl_s")) m.ttl_s = j["ttl_s"].get<uint64_t>();
-    if (j.contains("expires_at")) m.expires_at = j["expires_at"].get<std::string>();
-    if (j.contains("expires_at_ms")) m.expires_at_ms = j["expires_at_ms"].get<int64_t>();
-    if (j.contains("stream_seq")) m.stream_seq = j["stream_seq"].get<std::string>();
-    if (j.contains("fork_ns")) m.fork_ns = j["fork_ns"].get<std::string>();
-    if (j.contains("fork_name")) m.fork_name = j["fork_name"].get<std::string>();
-    m.fork_position = j.value("fork_position", uint64_t{0});
-    m.fork_sub_offset = j.value("fork_sub_offset", uint64_t{0});
-    if (j.contains("fork_source")) m.fork_source_id = j["fork_source"].get<StreamId>();
-    if (j.contains("forks")) m.fork_ids = j["forks"].get<std::vector<StreamId>>();
-    m.fork_refs = j.value("fork_refs", uint64_t{0});
-    m.soft_deleted = j.value("soft_deleted", false);
-    m.creating = j.value("creating", false);
-    m.touched_ms = j.value("touched_ms", uint64_t{0});
-  }
-
-  std::string Serialize() const {
-    json j = json::object();
-    if (ttl_s) j["ttl_s"] = *ttl_s;
-    if (expires_at) j["expires_at"] = *expires_at;
-    if (expires_at_ms) j["expires_at_ms"] = *expires_at_ms;
-    if (stream_seq) j["stream_seq"] = *stream_seq;
-    if (fork_ns) j["fork_ns"] = *fork_ns;
-    if (fork_name) j["fork_name"] = *fork_name;
-    if (fork_ns) j["fork_position"] = fork_position;
-    if (fork_sub_offset) j["fork_sub_offset"] = fork_sub_offset;
-    if (fork_source_id) j["fork_source"] = *fork_source_id;
-    if (!fork_ids.empty()) j["forks"] = fork_ids;
-    if (fork_refs) j["fork_refs"] = fork_refs;
-    if (soft_deleted) j["soft_deleted"] = true;
-    if (creating) j["creating"] = true;
-    if (touched_ms) j["touched_ms"] = touched_ms;
-    return j.dump(-1, ' ', false, json::error_handler_t::replace);
-  }
-
-  // Forks that hold this source: listed ones and, from before the list, counted ones.
-  uint64_t Forks() const { return fork_refs + fork_ids.size(); }
-  bool HasForks() const { return Forks() > 0; }
-
-  // What the "ds" key holds: nothing for a stream without metadata (most streams), so the
-  // store keeps no attributes for it at all.
-  std::optional<std::string> Stored() const {
-    std::string text = Serialize();
-    if (text == "{}") return std::nullopt;
-    return text;
-  }
-};
-
-struct StreamService::Found {
-  StreamInfo info;
-  Meta meta;
-};
 
 StreamService::StreamService(StreamRegistry registry, StreamServiceOptions options,
                              Metrics* metrics)
-    : registry_(std::move(registry)), options_(options), metrics_(metrics) {}
+    : registry_(std::move(registry)),
+      options_(options),
+      metrics_(metrics),
+      catalog_(registry_,
+               protocol::CatalogOptions{.ttl_grace_ms = options_.ttl_grace_ms,
+                                        .max_forks_per_stream = options_.max_forks_per_stream,
+                                        .background = options_.blocking_executor}) {}
+
+Result<StreamInfo> StreamService::LookupLive(const StreamScope& scope, std::string_view name) {
+  return catalog_.LookupLive(scope, name);
+}
 
 std::string StreamService::LaneKey(const StreamScope& scope, std::string_view name) {
   std::string key = scope.Label();
@@ -403,262 +222,6 @@ void StreamService::RememberLookup(const std::string& key, std::shared_ptr<const
 void StreamService::ForgetLookup(const std::string& key) {
   MutexLock lock(cache_mu_);
   append_cache_.erase(key);
-}
-
-void StreamService::Touch(const StreamInfo& info, const Meta& meta) {
-  if (!meta.ttl_s) return;  // only a TTL is renewed by access
-  const uint64_t now = NowMs();
-  bool record = false;
-  {
-    MutexLock lock(access_mu_);
-    last_access_ms_[info.id] = now;
-    if (!registry_.store().SharedWithOtherNodes()) return;
-    // Other nodes see this node's accesses only through the metadata: record one when the
-    // newest recorded access (or the creation) is a quarter of the TTL old.
-    uint64_t& recorded = recorded_access_ms_[info.id];
-    recorded = std::max({recorded, meta.touched_ms, info.spec.created_at_ms});
-    if (now >= recorded + *meta.ttl_s * 1000 / 4) {
-      recorded = now;
-      record = true;
-    }
-  }
-  if (!record) return;
-  const StreamId id = info.id;
-  std::function<void()> write = [this, id, now] {
-    Status written =
-        UpdateMeta(id, [now](Meta* m) { m->touched_ms = std::max(m->touched_ms, now); });
-    if (!written.ok() && written.code() != StatusCode::kNotFound) {
-      spdlog::warn("cannot record an access of stream {}: {}", id, written.ToString());
-    }
-  };
-  if (options_.blocking_executor) {
-    options_.blocking_executor(std::move(write));
-  } else {
-    write();
-  }
-}
-
-bool StreamService::Expired(const StreamInfo& info, const Meta& meta) {
-  // A channel's partition or checkpoint lives as long as its channel: a TTL or expiry the
-  // stream had before a channel adopted it never deletes the channel's messages.
-  if (meta.channel) return false;
-  uint64_t now = NowMs();
-  if (meta.expires_at_ms && static_cast<int64_t>(now) >= *meta.expires_at_ms) return true;
-  if (meta.ttl_s) {
-    uint64_t last;
-    {
-      MutexLock lock(access_mu_);
-      auto [it, inserted] = last_access_ms_.emplace(info.id, now);
-      last = std::max(it->second, meta.touched_ms);
-    }
-    const uint64_t ttl_ms = *meta.ttl_s * 1000;
-    // Another node's accesses are recorded at most a quarter of the TTL apart (Touch).
-    const uint64_t unrecorded = registry_.store().SharedWithOtherNodes() ? ttl_ms / 4 : 0;
-    if (now >= last + ttl_ms + unrecorded + options_.ttl_grace_ms) return true;
-  }
-  return false;
-}
-
-Result<StreamService::Found> StreamService::Lookup(const StreamScope& scope,
-                                                   std::string_view name) {
-  auto info = registry_.store().GetStream(scope.Label(), name);
-  if (!info.ok()) {
-    if (info.status().code() == StatusCode::kNotFound) {
-      return Status::NotFound("stream '" + std::string(name) + "' does not exist");
-    }
-    return info.status();
-  }
-  Meta meta = Meta::Parse(info->spec.attributes);
-  Found found{std::move(*info), std::move(meta)};
-  if (found.meta.creating) {
-    // Another request is committing this stream's initial records: no one else may see it (an
-    // append would land before them). One still unfinished after kStaleCreationMs was
-    // interrupted (its node stopped): it is removed, and the name is free again.
-    const uint64_t now = registry_.clock().NowMs();
-    if (now >= found.info.spec.created_at_ms + kStaleCreationMs) {
-      Status removed = Remove(found.info, found.meta);
-      (void)removed;
-    }
-    return Status::NotFound("stream '" + std::string(name) + "' does not exist (yet)");
-  }
-  if (!found.meta.soft_deleted && Expired(found.info, found.meta)) {
-    Status removed = Remove(found.info, found.meta);
-    (void)removed;
-    return Status::NotFound("stream '" + std::string(name) + "' has expired");
-  }
-  return found;
-}
-
-Result<StreamInfo> StreamService::LookupLive(const StreamScope& scope, std::string_view name) {
-  RUNNEL_ASSIGN_OR_RETURN(Found found, Lookup(scope, name));
-  if (found.meta.soft_deleted) {
-    return Status::NotFound("stream '" + std::string(name) + "' does not exist");
-  }
-  return std::move(found.info);
-}
-
-Status StreamService::UpdateMeta(StreamId id, const std::function<void(Meta*)>& change) {
-  return UpdateMetaIf(id, [&](Meta* m) {
-    change(m);
-    return Status::OK();
-  });
-}
-
-Status StreamService::UpdateMetaIf(StreamId id, const std::function<Status(Meta*)>& change) {
-  MutexLock lock(meta_mu_);
-  while (meta_in_flight_.count(id) != 0) lock.Wait(meta_cv_);
-  // A compare-and-set of the attributes: another node sharing the store may change them
-  // between the read and the write (a fork's reference count, a Stream-Seq); then read again.
-  return RetryOnConflict([&]() -> Status {
-    RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
-    Meta meta = Meta::Parse(info.spec.attributes);
-    RUNNEL_RETURN_IF_ERROR(change(&meta));
-    RUNNEL_ASSIGN_OR_RETURN(std::string attrs, attributes::Set(info.spec.attributes,
-                                                               Meta::kAttributeKey, meta.Stored()));
-    // The retention is left as stored: a PATCH racing this write must not be undone by it.
-    return registry_.store().UpdateStream(id, std::nullopt, attrs, info.spec.attributes,
-                                          std::nullopt);
-  });
-}
-
-Status StreamService::SoftDelete(StreamId id) {
-  MutexLock lock(meta_mu_);
-  while (meta_in_flight_.count(id) != 0) lock.Wait(meta_cv_);
-  return RetryOnConflict([&]() -> Status {  // a compare-and-set, as in UpdateMeta
-    RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
-    Meta meta = Meta::Parse(info.spec.attributes);
-    meta.soft_deleted = true;
-    RUNNEL_ASSIGN_OR_RETURN(std::string attrs, attributes::Set(info.spec.attributes,
-                                                               Meta::kAttributeKey, meta.Stored()));
-    Status s;
-    if (!info.closed) {
-      // Closing in the same commit makes the store refuse every later append, including one a
-      // node validated from a remembered lookup (append_cache_).
-      AppendRequest request;
-      request.stream = id;
-      request.now_ms = registry_.clock().NowMs();
-      request.close = true;
-      request.attributes = attrs;
-      request.expected_attributes = info.spec.attributes;
-      std::promise<Result<AppendResult>> promise;
-      auto future = promise.get_future();
-      registry_.store().Append(std::move(request), [&promise](Result<AppendResult> r) {
-        promise.set_value(std::move(r));
-      });
-      s = future.get().status();
-    }
-    // Closed (by someone else meanwhile): the store already refuses appends; set the mark alone.
-    if (info.closed || s.code() == StatusCode::kFailedPrecondition) {
-      s = registry_.store().UpdateStream(id, std::nullopt, attrs, info.spec.attributes,
-                                         std::nullopt);
-    }
-    return s;
-  });
-}
-
-Result<StreamService::MetaAppend> StreamService::BeginMetaAppend(StreamId id,
-                                                                 const std::string& seq) {
-  MutexLock lock(meta_mu_);
-  // Stream-Seq appends run in the stream's lane, so none of them is in flight here; an
-  // UpdateMeta holds meta_mu_ for its whole write, so none of those is either. (Writes through
-  // other nodes are caught by the store: the append expects the attributes read here.)
-  RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
-  Meta meta = Meta::Parse(info.spec.attributes);
-  if (meta.stream_seq && seq <= *meta.stream_seq) {
-    return Status::Conflict("Stream-Seq must increase (last '" + *meta.stream_seq + "')", 0, 0);
-  }
-  meta.stream_seq = seq;
-  MetaAppend out;
-  RUNNEL_ASSIGN_OR_RETURN(
-      out.attributes, attributes::Set(info.spec.attributes, Meta::kAttributeKey, meta.Stored()));
-  out.read = std::move(info.spec.attributes);
-  meta_in_flight_.insert(id);
-  return out;
-}
-
-void StreamService::MetaAppendDone(StreamId id) {
-  {
-    MutexLock lock(meta_mu_);
-    meta_in_flight_.erase(id);
-  }
-  meta_cv_.notify_all();
-}
-
-// A source lists its forks by id, and a fork names its source by id: adding a fork to the list
-// and removing it are idempotent, so a node that stops anywhere between a fork's creation and
-// its listing, or between a fork's removal and its unlisting, leaves nothing that miscounts. A
-// fork created but never listed unlists nothing when it is removed (a count would have been
-// decremented for it, releasing a source that other forks still hold); a fork removed but left
-// listed is found dead (ForgetDeadForks) when the source itself is acted on: its DELETE, or a
-// PUT of its name while it is soft-deleted. Not at every removal of another of its forks: that
-// would read every remaining fork each time, quadratic in the forks of one source.
-Status StreamService::Remove(const StreamInfo& first, const Meta& first_meta) {
-  // A loop, not recursion: removing the last fork of a chain of soft-deleted forks collects the
-  // whole chain, however long.
-  StreamInfo info = first;
-  Meta meta = first_meta;
-  for (;;) {
-    if (meta.HasForks()) {
-      RUNNEL_RETURN_IF_ERROR(ForgetDeadForks(info.id, &meta));
-      if (meta.HasForks()) return meta.soft_deleted ? Status::OK() : SoftDelete(info.id);
-    }
-    RUNNEL_RETURN_IF_ERROR(registry_.store().DeleteStream(info.id));
-    registry_.WakeReaders(info.id);  // live readers end now, not at their timeout
-    {
-      MutexLock lock(access_mu_);
-      last_access_ms_.erase(info.id);
-      recorded_access_ms_.erase(info.id);
-    }
-    // Drop this fork from its source; collect a soft-deleted source with no forks left.
-    Result<StreamInfo> source = Status::NotFound("");
-    if (meta.fork_source_id) {
-      source = registry_.store().GetStreamById(*meta.fork_source_id);
-    } else if (meta.fork_ns && meta.fork_name) {  // a fork from before the list: by name
-      source = registry_.store().GetStream(*meta.fork_ns, *meta.fork_name);
-    }
-    if (!source.ok()) return Status::OK();
-    const StreamId fork = info.id;
-    const bool listed = meta.fork_source_id.has_value();
-    Meta after;
-    RUNNEL_RETURN_IF_ERROR(UpdateMeta(source->id, [&](Meta* m) {
-      if (listed) {
-        std::erase(m->fork_ids, fork);
-      } else if (m->fork_refs > 0) {
-        --m->fork_refs;
-      }
-      after = *m;
-    }));
-    if (!after.soft_deleted || after.HasForks()) return Status::OK();
-    auto again = registry_.store().GetStreamById(source->id);
-    if (!again.ok()) return Status::OK();
-    info = *again;
-    meta = Meta::Parse(again->spec.attributes);
-  }
-}
-
-Status StreamService::TooManyForks(std::string_view source_name) const {
-  return Status::FailedPrecondition("stream '" + std::string(source_name) + "' already has " +
-                                    std::to_string(options_.max_forks_per_stream) +
-                                    " forks, the most a stream may have");
-}
-
-Status StreamService::ForgetDeadForks(StreamId id, Meta* meta) {
-  std::vector<StreamId> dead;
-  for (StreamId fork : meta->fork_ids) {
-    auto found = registry_.store().GetStreamById(fork);
-    if (found.ok()) {
-      if (Meta::Parse(found->spec.attributes).fork_source_id == id) continue;
-    } else if (found.status().code() != StatusCode::kNotFound) {
-      return found.status();
-    }
-    dead.push_back(fork);
-  }
-  if (dead.empty()) return Status::OK();
-  return UpdateMeta(id, [&](Meta* m) {
-    std::erase_if(m->fork_ids,
-                  [&](StreamId f) { return std::find(dead.begin(), dead.end(), f) != dead.end(); });
-    *meta = *m;
-  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -832,21 +395,17 @@ void StreamService::RunCatalogWrite(const Route& route, const HttpRequest& reque
 }
 
 void StreamService::Delete(const Route& route, Release release, Done done) {
-  auto found = Lookup(route.scope, route.name);
+  protocol::Catalog::Refusal refusal = protocol::Catalog::Refusal::kNone;
+  Status removed = catalog_.Delete(route.scope, route.name, &refusal);
   HttpResponse response;
-  if (!found.ok()) {
-    response = ErrorResponse(found.status());
-  } else if (found->meta.soft_deleted) {
+  if (removed.ok()) {
+    response.status = 204;
+  } else if (refusal == protocol::Catalog::Refusal::kSoftDeleted) {
     response = Gone();
-  } else if (found->meta.channel) {
+  } else if (refusal == protocol::Catalog::Refusal::kChannel) {
     response = ChannelOwned(route.name);
   } else {
-    Status removed = Remove(found->info, found->meta);
-    if (removed.ok()) {
-      response.status = 204;
-    } else {
-      response = ErrorResponse(removed);
-    }
+    response = ErrorResponse(removed);
   }
   release();
   done(std::move(response));
@@ -916,7 +475,7 @@ Result<CreateConfig> ParseCreateConfig(const HttpRequest& request) {
     if (!c.ttl_s) return Status::InvalidArgument("Stream-TTL must be a non-negative integer");
   }
   if (expires) {
-    c.expires_at_ms = ParseRfc3339(*expires);
+    c.expires_at_ms = protocol::ParseRfc3339(*expires);
     if (!c.expires_at_ms) return Status::InvalidArgument("Stream-Expires-At must be RFC 3339");
     c.expires_at = std::string(*expires);
   }
@@ -971,19 +530,6 @@ Result<CreateConfig> ParseCreateConfig(const HttpRequest& request) {
   return c;
 }
 
-// Refuses a batch for a compacted stream unless every message is a State Protocol message.
-Status ValidateStateMessages(const std::vector<AppendRecord>& records) {
-  for (size_t i = 0; i < records.size(); ++i) {
-    auto m = compaction::ParseMessage(records[i].payload);
-    if (!m.ok()) {
-      return Status::InvalidArgument("message " + std::to_string(i + 1) +
-                                     " is not a State Protocol message for a compacted stream: " +
-                                     std::string(m.status().message()));
-    }
-  }
-  return Status::OK();
-}
-
 void SetCompactionHeaders(const std::optional<compaction::Config>& c, HttpResponse* r) {
   if (!c) return;
   r->Set("Stream-Compaction", std::string(compaction::kModeState));
@@ -1020,13 +566,13 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
     source_name = src.name;
   }
 
-  auto existing = Lookup(route.scope, route.name);
+  auto existing = catalog_.Lookup(route.scope, route.name);
   if (existing.ok() && existing->meta.soft_deleted) {
     // Its forks may all be gone, the last one removed by a node that stopped before unlisting
     // it (see Remove): then the name is free, once the source is collected.
     Meta meta = existing->meta;
-    Status pruned = ForgetDeadForks(existing->info.id, &meta);
-    if (pruned.ok() && !meta.HasForks()) pruned = Remove(existing->info, meta);
+    Status pruned = catalog_.ForgetDeadForks(existing->info.id, &meta);
+    if (pruned.ok() && !meta.HasForks()) pruned = catalog_.Remove(existing->info, meta);
     if (!pruned.ok()) return finish(ErrorResponse(pruned));
     if (!meta.HasForks()) existing = Status::NotFound("stream '" + route.name + "' was collected");
   }
@@ -1086,7 +632,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   uint64_t first_offset = 1;
 
   if (config.fork_from) {
-    auto src = Lookup(*source_scope, source_name);
+    auto src = catalog_.Lookup(*source_scope, source_name);
     if (!src.ok()) return finish(ErrorResponse(src.status()));
     if (src->meta.soft_deleted) {
       return finish(ErrorResponse(Status::FailedPrecondition("fork source was deleted")));
@@ -1126,7 +672,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
     // Checked before any record is copied, and again as the fork is listed (forks created
     // meanwhile, through another node too, count there).
     if (source->meta.Forks() >= options_.max_forks_per_stream) {
-      return finish(ErrorResponse(TooManyForks(source_name)));
+      return finish(ErrorResponse(catalog_.TooManyForks(source_name)));
     }
     meta.fork_source_id = sinfo.id;
     meta.fork_ns = source_scope->Label();
@@ -1212,7 +758,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
                                      " store: it cannot remove records from the middle of a "
                                      "stream")));
     }
-    if (Status valid = ValidateStateMessages(initial); !valid.ok()) {
+    if (Status valid = protocol::ValidateStateMessages(initial); !valid.ok()) {
       return finish(ErrorResponse(valid));
     }
   }
@@ -1247,7 +793,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
     // Lookup answers not found): wait for it, then answer as a re-create does, 200 for the same
     // configuration. (Catalog writes run on a worker thread, which may wait.)
     for (int waited = 0; waited < kCreateRaceWaitMs; waited += 20) {
-      auto visible = Lookup(route.scope, route.name);
+      auto visible = catalog_.Lookup(route.scope, route.name);
       if (visible.ok() || visible.status().code() != StatusCode::kNotFound) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -1256,16 +802,16 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   if (!created.ok()) return finish(ErrorResponse(created));
   auto info = registry_.store().GetStream(route.scope.Label(), route.name);
   if (!info.ok()) return finish(ErrorResponse(info.status()));
-  Touch(*info, meta);
+  catalog_.Touch(*info, meta);
 
   if (source) {
     // Listed after it exists, under its id (see Remove); listing it twice keeps one entry.
     const StreamId fork = info->id;
-    Status listed = UpdateMetaIf(source->info.id, [&](Meta* m) {
+    Status listed = catalog_.UpdateMetaIf(source->info.id, [&](Meta* m) {
       auto at = std::lower_bound(m->fork_ids.begin(), m->fork_ids.end(), fork);
       if (at != m->fork_ids.end() && *at == fork) return Status::OK();
       if (m->Forks() >= options_.max_forks_per_stream) {
-        return TooManyForks(source_name);
+        return catalog_.TooManyForks(source_name);
       }
       m->fork_ids.insert(at, fork);
       return Status::OK();
@@ -1331,7 +877,7 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
   }
   bool from_cache = found != nullptr;
   // Expiry removes the stream: that path takes the fresh lookup below.
-  if (from_cache && Expired(found->info, found->meta)) {
+  if (from_cache && catalog_.Expired(found->info, found->meta)) {
     ForgetLookup(key);
     found.reset();
     from_cache = false;
@@ -1375,7 +921,7 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
   }
 
   if (!found) {
-    auto fresh = Lookup(route.scope, route.name);
+    auto fresh = catalog_.Lookup(route.scope, route.name);
     if (!fresh.ok()) return finish(ErrorResponse(fresh.status()));
     found = std::make_shared<const Found>(std::move(*fresh));
     // A stream that never held a record may still become a channel's partition (adoption
@@ -1388,7 +934,7 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
   if (found->meta.soft_deleted) return finish(Gone());
   if (found->meta.channel) return finish(ChannelOwned(route.name));
   const StreamInfo& info = found->info;
-  Touch(info, found->meta);
+  catalog_.Touch(info, found->meta);
 
   auto producer_headers = [](HttpResponse* r, uint64_t epoch, uint64_t seq) {
     r->Set("Producer-Epoch", std::to_string(epoch));
@@ -1404,7 +950,8 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
 
   if (info.closed) {
     HttpResponse r;
-    if (producer && stored && producer->epoch == stored->epoch && producer->seq <= stored->seq) {
+    if (producer && protocol::CheckProducer(stored, producer->epoch, producer->seq).verdict ==
+                        protocol::ProducerVerdict::kDuplicate) {
       r.status = 204;
       producer_headers(&r, stored->epoch, stored->seq);
     } else if (request.body.empty() && close) {
@@ -1433,49 +980,45 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
   }
 
   if (producer) {
-    if (stored && producer->epoch < stored->epoch) {
-      HttpResponse r = ErrorResponse(Status::PermissionDenied("stale producer epoch"));
-      r.Set("Producer-Epoch", std::to_string(stored->epoch));
-      return finish(std::move(r));
-    }
-    bool new_epoch = !stored || producer->epoch > stored->epoch;
-    if (new_epoch) {
-      if (producer->seq != 0) {
-        if (stored) {
-          return finish(ErrorResponse(
-              Status::InvalidArgument("a new producer epoch must start at Producer-Seq 0")));
-        }
-        HttpResponse r = ErrorResponse(Status::Conflict("producer sequence gap", 0, producer->seq));
-        r.Set("Producer-Expected-Seq", "0");
+    // SEMANTICS E9: core decides; the answer's status and headers are HTTP's.
+    const protocol::ProducerCheck check =
+        protocol::CheckProducer(stored, producer->epoch, producer->seq);
+    switch (check.verdict) {
+      case protocol::ProducerVerdict::kAccept: break;
+      case protocol::ProducerVerdict::kStaleEpoch: {
+        HttpResponse r = ErrorResponse(Status::PermissionDenied("stale producer epoch"));
+        r.Set("Producer-Epoch", std::to_string(stored->epoch));
+        return finish(std::move(r));
+      }
+      case protocol::ProducerVerdict::kBadNewEpoch:
+        return finish(ErrorResponse(
+            Status::InvalidArgument("a new producer epoch must start at Producer-Seq 0")));
+      case protocol::ProducerVerdict::kDuplicate: {
+        HttpResponse r;
+        r.status = 204;
+        producer_headers(&r, stored->epoch, stored->seq);
+        r.Set("Stream-Next-Offset", FormatOffset(TailPosition(info)));
+        return finish(std::move(r));
+      }
+      case protocol::ProducerVerdict::kGap: {
+        HttpResponse r = ErrorResponse(
+            Status::Conflict("producer sequence gap", check.expected_seq, producer->seq));
+        r.Set("Producer-Expected-Seq", std::to_string(check.expected_seq));
         r.Set("Producer-Received-Seq", std::to_string(producer->seq));
         return finish(std::move(r));
       }
-    } else if (producer->seq <= stored->seq) {
-      HttpResponse r;
-      r.status = 204;
-      producer_headers(&r, stored->epoch, stored->seq);
-      r.Set("Stream-Next-Offset", FormatOffset(TailPosition(info)));
-      return finish(std::move(r));
-    } else if (producer->seq > stored->seq + 1) {
-      HttpResponse r =
-          ErrorResponse(Status::Conflict("producer sequence gap", stored->seq + 1, producer->seq));
-      r.Set("Producer-Expected-Seq", std::to_string(stored->seq + 1));
-      r.Set("Producer-Received-Seq", std::to_string(producer->seq));
-      return finish(std::move(r));
     }
   }
 
   std::optional<std::string> stream_seq;
   if (auto seq = request.Header("stream-seq")) {
     stream_seq = std::string(*seq);
-    // Stored in the stream's JSON attributes: it must be text that survives JSON unchanged, or
-    // the comparison below would run against an altered value.
-    if (!IsValidUtf8(*stream_seq)) {
-      return finish(ErrorResponse(Status::InvalidArgument("Stream-Seq must be valid UTF-8")));
+    // SEMANTICS E4: valid UTF-8 (it is stored in JSON metadata), greater than the last one.
+    if (Status valid = protocol::ValidateStreamSeq(*stream_seq); !valid.ok()) {
+      return finish(ErrorResponse(valid));
     }
-    if (found->meta.stream_seq && *stream_seq <= *found->meta.stream_seq) {
-      return finish(ErrorResponse(Status::Conflict(
-          "Stream-Seq must increase (last '" + *found->meta.stream_seq + "')", 0, 0)));
+    if (Status next = protocol::CheckStreamSeq(found->meta.stream_seq, *stream_seq); !next.ok()) {
+      return finish(ErrorResponse(next));
     }
   }
 
@@ -1489,10 +1032,8 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
           ErrorResponse(Status::InvalidArgument("Stream-Expected-Offset must be an offset token")));
     }
     expected_position = parsed->position;
-    if (*expected_position != TailPosition(info)) {
-      HttpResponse r = ErrorResponse(
-          Status::Conflict("Stream-Expected-Offset does not match the stream's next offset",
-                           *expected_position, TailPosition(info)));
+    if (Status at = protocol::CheckExpectedPosition(*expected_position, info); !at.ok()) {
+      HttpResponse r = ErrorResponse(at);
       r.Set("Stream-Next-Offset", FormatOffset(TailPosition(info)));
       return finish(std::move(r));
     }
@@ -1511,7 +1052,7 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
     }
   }
   if (found->meta.compaction) {
-    if (Status valid = ValidateStateMessages(records); !valid.ok()) {
+    if (Status valid = protocol::ValidateStateMessages(records); !valid.ok()) {
       return finish(ErrorResponse(valid));
     }
     uint64_t bytes = 0;
@@ -1527,7 +1068,7 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
   std::optional<std::string> expected_attributes;
   if (stream_seq) {
     // The last Stream-Seq commits with the records, so a crash cannot separate them.
-    auto meta_append = BeginMetaAppend(id, *stream_seq);
+    auto meta_append = catalog_.BeginMetaAppend(id, *stream_seq);
     if (!meta_append.ok()) return finish(ErrorResponse(meta_append.status()));
     options.attributes = std::move(meta_append->attributes);
     expected_attributes = std::move(meta_append->read);
@@ -1565,7 +1106,7 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
          id, started, empty, from_cache, key = std::move(key), route = std::move(route),
          shared = std::move(shared), result = std::move(result), retry_race, adoptable]() mutable {
           // Not on the store's thread: an UpdateMeta holds meta_mu_ while it waits for a commit.
-          if (stream_seq) MetaAppendDone(id);
+          if (stream_seq) catalog_.MetaAppendDone(id);
           if ((stream_seq || adoptable) && retry_race && !result.ok() &&
               result.status().code() == StatusCode::kConflict) {
             // Nothing was written: the attributes (or the tail) changed through another node
@@ -1684,7 +1225,7 @@ void StreamService::NoteCompactedAppend(const StreamInfo& info, const std::strin
 }
 
 void StreamService::CompactNow(const Route& route, Done done) {
-  auto found = Lookup(route.scope, route.name);
+  auto found = catalog_.Lookup(route.scope, route.name);
   if (!found.ok()) return done(ErrorResponse(found.status()));
   if (found->meta.soft_deleted) return done(Gone());
   if (!found->meta.compaction) {
@@ -1724,26 +1265,20 @@ void StreamService::UpdateRetention(const Route& route, const HttpRequest& reque
     retention = Status::InvalidArgument(
         "Stream-Retention: none clears every cap; send it without Stream-Retention-Max-* headers");
   }
-  auto found = Lookup(route.scope, route.name);
+  protocol::Catalog::Refusal refusal = protocol::Catalog::Refusal::kNone;
   if (!retention.ok()) {
     response = ErrorResponse(retention.status());
-  } else if (!found.ok()) {
-    response = ErrorResponse(found.status());
-  } else if (found->meta.soft_deleted) {
+  } else if (auto after = catalog_.UpdateRetention(route.scope, route.name, *retention, &refusal);
+             refusal == protocol::Catalog::Refusal::kSoftDeleted) {
     response = Gone();
-  } else if (found->meta.channel) {
+  } else if (refusal == protocol::Catalog::Refusal::kChannel) {
     response = ChannelOwned(route.name);
-  } else if (found->meta.compaction) {
-    response = ErrorResponse(Status::InvalidArgument(
-        "stream '" + route.name + "' uses Stream-Compaction, which takes no retention caps"));
-  } else if (Status set = registry_.SetRetention(route.scope, route.name, *retention); !set.ok()) {
-    response = ErrorResponse(set);
+  } else if (!after.ok()) {
+    response = ErrorResponse(after.status());
   } else {
     response.status = 204;
     SetRetentionHeaders(*retention, &response);
-    if (auto info = registry_.store().GetStreamById(found->info.id); info.ok()) {
-      response.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
-    }
+    response.Set("Stream-Next-Offset", FormatOffset(TailPosition(*after)));
   }
   release();
   done(std::move(response));
@@ -1775,7 +1310,7 @@ HttpResponse StreamService::HandleList(const Route& route, const HttpRequest& re
   // Adds `info` to the page unless it is hidden; false once the page is full (`more` set).
   auto add = [&](const StreamInfo& info) {
     Meta meta = Meta::Parse(info.spec.attributes);
-    if (meta.soft_deleted || meta.creating || Expired(info, meta)) return true;
+    if (meta.soft_deleted || meta.creating || catalog_.Expired(info, meta)) return true;
     if (streams.size() == limit) {
       more = true;
       return false;
@@ -1820,7 +1355,7 @@ HttpResponse StreamService::HandleList(const Route& route, const HttpRequest& re
 
 HttpResponse StreamService::HandleHead(const Route& route, const HttpRequest&) {
   // Errors keep their body: the server sends only its length, which is the GET's.
-  auto found = Lookup(route.scope, route.name);
+  auto found = catalog_.Lookup(route.scope, route.name);
   if (!found.ok()) return ErrorResponse(found.status());
   if (found->meta.soft_deleted) return Gone();
   HttpResponse r;
@@ -1865,7 +1400,7 @@ std::optional<ReadState> StreamService::BeginRead(const Route& route, const Http
     *error = ErrorResponse(Status::InvalidArgument("live reads need an offset"));
     return std::nullopt;
   }
-  auto found = Lookup(route.scope, route.name);
+  auto found = catalog_.Lookup(route.scope, route.name);
   if (!found.ok()) {
     *error = ErrorResponse(found.status());
     return std::nullopt;
@@ -1875,7 +1410,7 @@ std::optional<ReadState> StreamService::BeginRead(const Route& route, const Http
     return std::nullopt;
   }
   const StreamInfo& info = found->info;
-  Touch(info, found->meta);
+  catalog_.Touch(info, found->meta);
   state.scope = route.scope;
   state.name = route.name;
   state.id = info.id;

@@ -8,7 +8,10 @@
 //   message of a JSON-mode body) is one record, so a stream position (see offset_token.h) is a
 //   record count;
 // - protocol metadata (TTL, Expires-At, last Stream-Seq, fork origin, fork reference count,
-//   soft deletion) lives in the stream's opaque attributes as JSON;
+//   soft deletion) lives in the stream's opaque attributes as JSON (core/protocol/meta.h); the
+//   per-stream rules (expiry, Stream-Seq, producers, conditional appends, JSON mode) and the
+//   catalog writes of DELETE and PATCH are core's (core/protocol/rules.h, catalog.h): this
+//   service maps headers to those calls and their answers to responses;
 // - idempotent producer state is the store's ProducerState, committed atomically with the
 //   records through AppendOptions::producer; the last Stream-Seq is committed with the records
 //   too, as new attributes in the same store write (AppendOptions::attributes);
@@ -39,6 +42,8 @@
 #include <unordered_set>
 
 #include "base/mutex.h"
+#include "core/protocol/catalog.h"
+#include "core/protocol/meta.h"
 #include "core/state_compaction.h"
 #include "runnel/registry.h"
 #include "server/content_coding.h"
@@ -247,8 +252,8 @@ class StreamService {
   static HttpResponse ChannelOwned(std::string_view name);
 
  private:
-  struct Meta;
-  struct Found;
+  using Meta = protocol::Meta;
+  using Found = protocol::Found;
   using Release = std::function<void()>;
 
   using Executor = std::function<void(std::function<void()>)>;
@@ -263,34 +268,6 @@ class StreamService {
   void RunInLane(const std::string& key, std::function<void(Release)> op);
   void StartLaneHead(const std::string& key);
   static std::string LaneKey(const StreamScope& scope, std::string_view name);
-
-  // Looks a stream up, applying expiry. kNotFound when absent or expired.
-  Result<Found> Lookup(const StreamScope& scope, std::string_view name);
-  // Renews a TTL stream's idle clock; a stream without a TTL records nothing (nothing reads it).
-  // On a store shared with other nodes, also records the access in the stream's metadata when
-  // the recorded one is TTL/4 old (see StreamServiceOptions::ttl_grace_ms).
-  void Touch(const StreamInfo& info, const Meta& meta);
-  bool Expired(const StreamInfo& info, const Meta& meta);
-  // Removes a stream, or soft-deletes it while forks reference it; cascades to fork sources.
-  Status Remove(const StreamInfo& info, const Meta& meta);
-  // Drops from source `id`'s fork list the forks that no longer exist; `*meta` becomes the
-  // source's metadata as written (or as read, when every listed fork lives).
-  Status ForgetDeadForks(StreamId id, Meta* meta);
-  Status UpdateMeta(StreamId id, const std::function<void(Meta*)>& change);
-  // As UpdateMeta, but `change` may refuse (with any code but kConflict, which means "read
-  // again"): its error is returned and nothing is written.
-  Status UpdateMetaIf(StreamId id, const std::function<Status(Meta*)>& change);
-  // The answer to one fork too many of `source_name`.
-  Status TooManyForks(std::string_view source_name) const;
-  // The attributes of stream `id` with the last Stream-Seq set to `seq`, computed from the
-  // stored ones (kConflict when those already hold a Stream-Seq >= `seq`); marks the stream's
-  // metadata in flight (see meta_in_flight_) until MetaAppendDone(id).
-  struct MetaAppend {
-    std::string attributes;  // to store with the records
-    std::string read;        // as read: the append's expected_attributes
-  };
-  Result<MetaAppend> BeginMetaAppend(StreamId id, const std::string& seq);
-  void MetaAppendDone(StreamId id);
 
   // `after_race`: a second attempt, after the name was taken by a concurrent create.
   void Create(const Route& route, const HttpRequest& request, Release release, Done done,
@@ -307,8 +284,6 @@ class StreamService {
   std::shared_ptr<const Found> CachedLookup(const std::string& key);
   void RememberLookup(const std::string& key, std::shared_ptr<const Found> found);
   void ForgetLookup(const std::string& key);
-  // Marks a stream soft-deleted and closes it in the store, in one append (see append_cache_).
-  Status SoftDelete(StreamId id);
   // PUT, PATCH or DELETE, on the calling thread (options_.blocking_executor's in a server).
   void RunCatalogWrite(const Route& route, const HttpRequest& request, Release release, Done done);
   void Delete(const Route& route, Release release, Done done);
@@ -334,17 +309,11 @@ class StreamService {
   StreamRegistry registry_;
   StreamServiceOptions options_;
   Metrics* metrics_;
+  // The protocol's per-stream state and rules (expiry, access times, forks, metadata writes).
+  protocol::Catalog catalog_;
 
   Mutex lanes_mu_;
   std::unordered_map<std::string, std::deque<std::function<void(Release)>>> lanes_;
-
-  // Serialises read-modify-writes of a stream's protocol metadata. An append that carries new
-  // attributes (the last Stream-Seq) computes them from the stored ones and commits them with
-  // its records; until it completes, its stream is in meta_in_flight_ and UpdateMeta on that
-  // stream waits, so neither write can overwrite the other's change.
-  Mutex meta_mu_;
-  std::condition_variable meta_cv_;
-  std::unordered_set<StreamId> meta_in_flight_ RUNNEL_GUARDED_BY(meta_mu_);
 
   // The latest framed SSE data event per stream (ReadSse), bounded by
   // options_.sse_shared_frame_bytes. Frames cover immutable records, so a frame stays correct
@@ -358,12 +327,6 @@ class StreamService {
   Mutex sse_mu_;
   std::unordered_map<StreamId, SharedSseFrame> sse_frames_ RUNNEL_GUARDED_BY(sse_mu_);
   size_t sse_frame_bytes_ RUNNEL_GUARDED_BY(sse_mu_) = 0;
-
-  Mutex access_mu_;
-  std::unordered_map<StreamId, uint64_t> last_access_ms_ RUNNEL_GUARDED_BY(access_mu_);
-  // The newest access time recorded in the store's metadata (touched_ms) known here, per TTL
-  // stream; only on a store shared with other nodes.
-  std::unordered_map<StreamId, uint64_t> recorded_access_ms_ RUNNEL_GUARDED_BY(access_mu_);
 
   // Plain appends validate against a lookup remembered here by lane key, so the hot path costs
   // no catalog read (on a shared database, a round trip per append). Only live, open streams

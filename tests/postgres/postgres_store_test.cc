@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/protocol_streams_suite.h"
 #include "core/registry_suites.h"
 #include "core/state_compaction_suite.h"
 #include "postgres/postgres_harness.h"
@@ -31,6 +32,8 @@ INSTANTIATE_TEST_SUITE_P(Postgres, RegistryRulesTest, ::testing::Values(Postgres
 INSTANTIATE_TEST_SUITE_P(Postgres, RegistryGroupsTest, ::testing::Values(PostgresStoreParam()),
                          StoreParamName);
 INSTANTIATE_TEST_SUITE_P(Postgres, StateCompactionTest, ::testing::Values(PostgresStoreParam()),
+                         StoreParamName);
+INSTANTIATE_TEST_SUITE_P(Postgres, ProtocolStreamsTest, ::testing::Values(PostgresStoreParam()),
                          StoreParamName);
 
 namespace {

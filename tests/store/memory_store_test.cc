@@ -1,6 +1,7 @@
 // The shared suites on the memory store.
 #include <gtest/gtest.h>
 
+#include "core/protocol_streams_suite.h"
 #include "core/registry_suites.h"
 #include "core/state_compaction_suite.h"
 #include "store/store_contract.h"
@@ -14,6 +15,8 @@ INSTANTIATE_TEST_SUITE_P(Memory, RegistryRulesTest, ::testing::Values(MemoryStor
 INSTANTIATE_TEST_SUITE_P(Memory, RegistryGroupsTest, ::testing::Values(MemoryStoreParam()),
                          StoreParamName);
 INSTANTIATE_TEST_SUITE_P(Memory, StateCompactionTest, ::testing::Values(MemoryStoreParam()),
+                         StoreParamName);
+INSTANTIATE_TEST_SUITE_P(Memory, ProtocolStreamsTest, ::testing::Values(MemoryStoreParam()),
                          StoreParamName);
 // The memory store keeps nothing across a reopen, so the restart suite does not apply to it.
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(PersistentStoreTest);

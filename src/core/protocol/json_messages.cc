@@ -1,11 +1,11 @@
-#include "server/json_messages.h"
+#include "core/protocol/json_messages.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "base/json_depth.h"
 
-namespace runnel::server {
+namespace runnel::protocol {
 
 namespace {
 
@@ -173,4 +173,4 @@ bool IsJsonContentType(std::string_view content_type) {
   return SameContentType(content_type, "application/json");
 }
 
-}  // namespace runnel::server
+}  // namespace runnel::protocol

@@ -1,9 +1,9 @@
-// JSON mode (PROTOCOL.md section 9.1): splitting an append body into messages and joining
-// stored messages into a response array.
+// JSON mode (PROTOCOL.md section 9.1, SEMANTICS E6): splitting an append body into messages and
+// joining stored messages into a response array.
 //
 // Thread-safety: pure functions.
-#ifndef RUNNEL_SERVER_JSON_MESSAGES_H_
-#define RUNNEL_SERVER_JSON_MESSAGES_H_
+#ifndef RUNNEL_CORE_PROTOCOL_JSON_MESSAGES_H_
+#define RUNNEL_CORE_PROTOCOL_JSON_MESSAGES_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -13,7 +13,7 @@
 
 #include "runnel/status.h"
 
-namespace runnel::server {
+namespace runnel::protocol {
 
 // Validates `body` as one JSON value. A top-level array is flattened by exactly one level (each
 // element becomes one message); any other value is one message. Each message is the client's
@@ -40,6 +40,6 @@ std::string NormalizeContentType(std::string_view content_type);
 // NormalizeContentType(a) == NormalizeContentType(b), without building either string.
 bool SameContentType(std::string_view a, std::string_view b);
 
-}  // namespace runnel::server
+}  // namespace runnel::protocol
 
-#endif  // RUNNEL_SERVER_JSON_MESSAGES_H_
+#endif  // RUNNEL_CORE_PROTOCOL_JSON_MESSAGES_H_

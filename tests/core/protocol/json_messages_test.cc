@@ -1,4 +1,5 @@
-#include "server/json_messages.h"
+// JSON mode and content types (core/protocol/json_messages.h), by rule id (docs/semantics.md).
+#include "core/protocol/json_messages.h"
 
 #include <gtest/gtest.h>
 
@@ -8,16 +9,16 @@
 #include "base/json_bounded.h"
 #include "base/json_depth.h"
 
-namespace runnel::server {
+namespace runnel::protocol {
 namespace {
 
-TEST(JsonMessagesTest, SingleValueIsOneMessage) {
+TEST(JsonMessagesTest, E6_SingleValueIsOneMessage) {
   auto m = SplitJsonMessages(R"({"event": "created"})", false);
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(*m, std::vector<std::string>{R"({"event":"created"})"});
 }
 
-TEST(JsonMessagesTest, FlattensExactlyOneLevel) {
+TEST(JsonMessagesTest, E6_FlattensExactlyOneLevel) {
   EXPECT_EQ(*SplitJsonMessages(R"([{"a":1},{"b":2}])", false),
             (std::vector<std::string>{R"({"a":1})", R"({"b":2})"}));
   EXPECT_EQ(*SplitJsonMessages("[[1,2],[3,4]]", false),
@@ -26,7 +27,7 @@ TEST(JsonMessagesTest, FlattensExactlyOneLevel) {
   EXPECT_EQ(*SplitJsonMessages(R"("text")", false), (std::vector<std::string>{R"("text")"}));
 }
 
-TEST(JsonMessagesTest, EmptyArrayIsRejectedForAppendsOnly) {
+TEST(JsonMessagesTest, E6_EmptyArrayIsRejectedForAppendsOnly) {
   auto append = SplitJsonMessages("[]", false);
   ASSERT_FALSE(append.ok());
   EXPECT_EQ(append.status().code(), StatusCode::kInvalidArgument);
@@ -37,7 +38,7 @@ TEST(JsonMessagesTest, EmptyArrayIsRejectedForAppendsOnly) {
 
 // The message limit counts the elements of a top-level array only: an object's members and
 // nested arrays are one message each.
-TEST(JsonMessagesTest, TheMessageLimitCountsTopLevelArrayElementsOnly) {
+TEST(JsonMessagesTest, E6_TheMessageLimitCountsTopLevelArrayElementsOnly) {
   auto at_limit = SplitJsonMessages("[1, 2, 3]", false, 3);
   ASSERT_TRUE(at_limit.ok()) << at_limit.status().ToString();
   EXPECT_EQ(at_limit->size(), 3u);
@@ -55,7 +56,7 @@ TEST(JsonMessagesTest, TheMessageLimitCountsTopLevelArrayElementsOnly) {
   EXPECT_EQ(SplitJsonMessages(many, false, 1000).status().code(), StatusCode::kResourceExhausted);
 }
 
-TEST(JsonMessagesTest, InvalidJsonIsRejected) {
+TEST(JsonMessagesTest, E6_InvalidJsonIsRejected) {
   for (std::string_view bad : {"{", "[1,", "nope", "{\"a\":}", ""}) {
     auto m = SplitJsonMessages(bad, false);
     ASSERT_FALSE(m.ok()) << bad;
@@ -65,7 +66,7 @@ TEST(JsonMessagesTest, InvalidJsonIsRejected) {
 
 // The parser takes a NUL byte for the end of its input; a NUL is never valid JSON, so a body with
 // one anywhere is refused (stored, it would make every read of the stream invalid JSON).
-TEST(JsonMessagesTest, ANulByteAnywhereIsRejected) {
+TEST(JsonMessagesTest, E6_ANulByteAnywhereIsRejected) {
   using namespace std::string_view_literals;
   for (std::string_view bad : {"{\"b\":2}\0"sv, "1\0"sv, "\"a\"\0\0\0"sv, "1 \0 "sv, "[1,2]\0"sv,
                                "\0{}"sv, "{\"a\":\"x\0y\"}"sv}) {
@@ -79,7 +80,7 @@ TEST(JsonMessagesTest, ANulByteAnywhereIsRejected) {
 
 // nlohmann::json serializes recursively: a body nested a few hundred thousand levels deep must be
 // refused before it is parsed, not crash the thread that writes the messages back out.
-TEST(JsonMessagesTest, NestingPastTheLimitIsRefusedNotACrash) {
+TEST(JsonMessagesTest, E6_NestingPastTheLimitIsRefusedNotACrash) {
   for (size_t depth : {kMaxJsonDepth + 1, size_t{300000}}) {
     auto m = SplitJsonMessages(std::string(depth, '[') + std::string(depth, ']'), false);
     ASSERT_FALSE(m.ok()) << depth;
@@ -96,7 +97,7 @@ TEST(JsonMessagesTest, NestingPastTheLimitIsRefusedNotACrash) {
 
 // A message is the client's own text minus the whitespace between tokens: numbers keep every
 // digit (no rounding to double), objects their key order, strings their escapes and spaces.
-TEST(JsonMessagesTest, MessagesKeepTheClientsTextExactlyButForWhitespace) {
+TEST(JsonMessagesTest, E6_MessagesKeepTheClientsTextExactlyButForWhitespace) {
   auto m = SplitJsonMessages(
       "[ 123456789012345678901234567890 , -0, 1E2, 1.0e-400,\n"
       "  {\"b\": 1, \"a\" : [ \"x, y]\" , \"\\\"q\\\"\" ] },\t\"\\u00e9 \\/ \" ]",
@@ -114,12 +115,12 @@ TEST(JsonMessagesTest, MessagesKeepTheClientsTextExactlyButForWhitespace) {
   }
 }
 
-TEST(JsonMessagesTest, JoinsIntoOneArray) {
+TEST(JsonMessagesTest, E6_JoinsIntoOneArray) {
   EXPECT_EQ(JoinJsonMessages({}), "[]");
   EXPECT_EQ(JoinJsonMessages({"1", R"({"a":2})"}), R"([1,{"a":2}])");
 }
 
-TEST(JsonMessagesTest, ContentTypeNormalisation) {
+TEST(JsonMessagesTest, E5_ContentTypeNormalisation) {
   EXPECT_TRUE(IsJsonContentType("application/json"));
   EXPECT_TRUE(IsJsonContentType("APPLICATION/JSON; charset=utf-8"));
   EXPECT_FALSE(IsJsonContentType("application/ndjson"));
@@ -130,7 +131,7 @@ TEST(JsonMessagesTest, ContentTypeNormalisation) {
 }
 
 // SameContentType agrees with comparing the normalized forms, on every pair below.
-TEST(JsonMessagesTest, SameContentTypeMatchesNormalizedComparison) {
+TEST(JsonMessagesTest, E5_SameContentTypeMatchesNormalizedComparison) {
   const std::vector<std::string> types = {"text/plain",
                                           "Text/Plain ; charset=UTF-8",
                                           "text/plain;",
@@ -155,4 +156,4 @@ TEST(JsonMessagesTest, SameContentTypeMatchesNormalizedComparison) {
 }
 
 }  // namespace
-}  // namespace runnel::server
+}  // namespace runnel::protocol

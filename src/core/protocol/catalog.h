@@ -1,0 +1,142 @@
+// protocol::Catalog: the Durable Streams protocol's per-stream state over a StreamRegistry —
+// lookups that apply expiry and hide streams being created, this node's access times for
+// sliding TTLs, fork references with soft deletion, and compare-and-set writes of the
+// metadata (core/protocol/meta.h). The HTTP server (StreamService) and the library's typed
+// API (runnel/streams.h) both keep the protocol's rules through one Catalog; neither decides
+// them itself.
+//
+// Thread-safety: every method may be called from any thread concurrently. Methods that write
+// (Remove, SoftDelete, UpdateMeta*, ForgetDeadForks) wait for the store's commit, so they belong
+// on a thread that may block.
+#ifndef RUNNEL_CORE_PROTOCOL_CATALOG_H_
+#define RUNNEL_CORE_PROTOCOL_CATALOG_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "base/mutex.h"
+#include "core/protocol/meta.h"
+#include "runnel/registry.h"
+
+namespace runnel::protocol {
+
+struct CatalogOptions {
+  // A stream with a sliding TTL expires once it has been idle for TTL seconds plus this grace
+  // (SEMANTICS E2). Whole-second TTLs renewed "just in time" by a client would otherwise race
+  // with request scheduling delays; the grace makes the guarantee "alive for at least TTL
+  // seconds after the last access, gone within TTL + grace". On a store shared with other nodes
+  // (Store::SharedWithOtherNodes) each node records an access in the stream's metadata at most
+  // once per TTL/4 (`touched_ms`, written through `background`), and a stream expires once no
+  // node recorded or saw an access for TTL + TTL/4 + grace.
+  uint64_t ttl_grace_ms = 1000;
+  // The most live forks one stream may have: a source lists its forks' ids in its metadata,
+  // which every fork created or removed rewrites. One more is kFailedPrecondition.
+  size_t max_forks_per_stream = 1000;
+  // Runs the metadata write that records an access (Touch) off the caller's thread. Null runs it
+  // inline.
+  std::function<void(std::function<void()>)> background;
+  // The wall clock expiry and access times use, in unix ms. Null: the system clock.
+  std::function<uint64_t()> now_ms;
+};
+
+// A stream as the protocol sees it: the store's descriptor and the protocol metadata.
+struct Found {
+  StreamInfo info;
+  Meta meta;
+};
+
+class Catalog {
+ public:
+  // A stream still being created this long after its creation began was left so by a stopped
+  // node (Meta::creating): the next lookup removes it.
+  static constexpr uint64_t kStaleCreationMs = 10'000;
+
+  Catalog(StreamRegistry registry, CatalogOptions options);
+  Catalog(const Catalog&) = delete;
+  Catalog& operator=(const Catalog&) = delete;
+
+  const CatalogOptions& options() const { return options_; }
+  StreamRegistry& registry() { return registry_; }
+
+  // Looks a stream up, applying expiry (SEMANTICS E1–E3): kNotFound when absent, expired (then
+  // removed) or still being created by another request. A soft-deleted stream is found, with
+  // meta.soft_deleted set (the HTTP door answers 410 for it). Renews nothing: see Touch.
+  Result<Found> Lookup(const StreamScope& scope, std::string_view name);
+  // The stream if it exists and is live (not expired, not soft-deleted), else kNotFound.
+  Result<StreamInfo> LookupLive(const StreamScope& scope, std::string_view name);
+  // Renews a TTL stream's idle clock (SEMANTICS E2); a stream without a TTL records nothing. On
+  // a store shared with other nodes, also records the access in the stream's metadata when the
+  // recorded one is TTL/4 old (through options().background).
+  void Touch(const StreamInfo& info, const Meta& meta);
+  // Whether the stream has expired now, by this node's access times and the metadata's.
+  bool Expired(const StreamInfo& info, const Meta& meta);
+
+  // Removes a stream, or soft-deletes it while forks reference it; collects soft-deleted fork
+  // sources left without forks (SEMANTICS E10).
+  Status Remove(const StreamInfo& info, const Meta& meta);
+  // Marks a stream soft-deleted and closes it in the store, in one append (so a writer that
+  // validated against an older lookup is refused by the store).
+  Status SoftDelete(StreamId id);
+  // Drops from source `id`'s fork list the forks that no longer exist; `*meta` becomes the
+  // source's metadata as written (or as read, when every listed fork lives).
+  Status ForgetDeadForks(StreamId id, Meta* meta);
+  // A compare-and-set of stream `id`'s metadata: reads, applies `change`, writes; reads again
+  // when another writer (another node) changed the attributes in between.
+  Status UpdateMeta(StreamId id, const std::function<void(Meta*)>& change);
+  // As UpdateMeta, but `change` may refuse (with any code but kConflict, which means "read
+  // again"): its error is returned and nothing is written.
+  Status UpdateMetaIf(StreamId id, const std::function<Status(Meta*)>& change);
+  // The answer to one fork too many of `source_name`.
+  Status TooManyForks(std::string_view source_name) const;
+  // Why Delete refused a stream that exists.
+  enum class Refusal { kNone, kSoftDeleted, kChannel };
+  // Deletes a live stream (DELETE): kNotFound when it does not exist, expired or was already
+  // soft-deleted (`*refusal` kSoftDeleted), kFailedPrecondition for a channel's stream, written
+  // only by its channel (kChannel); soft-deleted (SEMANTICS E10) while forks reference it.
+  Status Delete(const StreamScope& scope, std::string_view name, Refusal* refusal = nullptr);
+  // Replaces a live stream's retention caps (PATCH; an empty StreamRetention clears them all)
+  // and answers the stream as it is after. Refused as Delete refuses, and kInvalidArgument for a
+  // stream with keyed compaction, which decides alone which records go.
+  Result<StreamInfo> UpdateRetention(const StreamScope& scope, std::string_view name,
+                                     const StreamRetention& retention, Refusal* refusal = nullptr);
+
+  // The attributes of stream `id` with the last Stream-Seq set to `seq`, computed from the
+  // stored ones (kConflict when those already hold a Stream-Seq >= `seq`, SEMANTICS E4); marks
+  // the stream's metadata in flight until MetaAppendDone(id), so no UpdateMeta overwrites it
+  // meanwhile. The append commits `attributes` with its records, expecting `read`.
+  struct MetaAppend {
+    std::string attributes;  // to store with the records
+    std::string read;        // as read: the append's expected_attributes
+  };
+  Result<MetaAppend> BeginMetaAppend(StreamId id, const std::string& seq);
+  void MetaAppendDone(StreamId id);
+
+ private:
+  uint64_t Now() const;
+
+  StreamRegistry registry_;
+  CatalogOptions options_;
+
+  // Serialises read-modify-writes of a stream's protocol metadata. An append that carries new
+  // attributes (the last Stream-Seq) computes them from the stored ones and commits them with
+  // its records; until it completes, its stream is in meta_in_flight_ and UpdateMeta on that
+  // stream waits, so neither write can overwrite the other's change.
+  Mutex meta_mu_;
+  std::condition_variable meta_cv_;
+  std::unordered_set<StreamId> meta_in_flight_ RUNNEL_GUARDED_BY(meta_mu_);
+
+  Mutex access_mu_;
+  std::unordered_map<StreamId, uint64_t> last_access_ms_ RUNNEL_GUARDED_BY(access_mu_);
+  // The newest access time recorded in the store's metadata (touched_ms) known here, per TTL
+  // stream; only on a store shared with other nodes.
+  std::unordered_map<StreamId, uint64_t> recorded_access_ms_ RUNNEL_GUARDED_BY(access_mu_);
+};
+
+}  // namespace runnel::protocol
+
+#endif  // RUNNEL_CORE_PROTOCOL_CATALOG_H_

@@ -1,0 +1,258 @@
+// runnel::Streams on every store, by rule id (docs/semantics.md, family E).
+#include <gtest/gtest.h>
+
+#include "core/attributes.h"
+#include "core/protocol/meta.h"
+#include "core/protocol_streams_suite.h"
+#include "runnel/streams.h"
+
+namespace runnel::testing {
+namespace {
+
+using protocol::Meta;
+
+class Door {
+ public:
+  Door(StreamRegistry& registry, ManualClock& clock)
+      : streams(registry,
+                StreamsOptions{.ttl_grace_ms = 0, .now_ms = [&clock] { return clock.NowMs(); }}) {}
+  Streams streams;
+};
+
+}  // namespace
+
+// Creates `name` as the protocol's create would leave it: content type and metadata stored.
+static StreamId CreateWith(StreamRegistry& reg, const std::string& name,
+                           const std::string& content_type, const Meta& meta) {
+  CreateStreamOptions options;
+  options.content_type = content_type;
+  auto attrs = attributes::Set("", Meta::kAttributeKey, meta.Stored());
+  EXPECT_TRUE(attrs.ok());
+  options.attributes = *attrs;
+  Status s = reg.CreateStream(StreamScope::Global(), name, options);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  auto info = reg.store().GetStream(StreamScope::Global().Label(), name);
+  EXPECT_TRUE(info.ok());
+  return info.ok() ? info->id : 0;
+}
+
+static ProtocolAppend Text(std::string body) {
+  ProtocolAppend a;
+  a.content_type = "text/plain";
+  a.body = std::move(body);
+  return a;
+}
+
+// HTTP: conformance "should return 404 on GET after Expires-At passes" (and on HEAD, POST).
+TEST_P(ProtocolStreamsTest, E1_ExpiresAtHidesAndRemovesTheStream) {
+  Door door(*registry_, clock_);
+  Meta meta;
+  meta.expires_at = "unused";
+  meta.expires_at_ms = static_cast<int64_t>(clock_.NowMs() + 5'000);
+  CreateWith(*registry_, "e1", "text/plain", meta);
+  const auto g = StreamScope::Global();
+  ASSERT_TRUE(door.streams.Lookup(g, "e1").ok());
+  ASSERT_TRUE(door.streams.Append(g, "e1", Text("x")).ok());
+  clock_.Advance(4'999);
+  ASSERT_TRUE(door.streams.Lookup(g, "e1").ok());
+  clock_.Advance(1);
+  EXPECT_EQ(door.streams.Lookup(g, "e1").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(door.streams.Append(g, "e1", Text("y")).status().code(), StatusCode::kNotFound);
+  // Found expired, it was removed from the store.
+  EXPECT_EQ(registry_->store().GetStream(g.Label(), "e1").status().code(), StatusCode::kNotFound);
+}
+
+// HTTP: conformance "should extend TTL on write (sliding window)", "should extend TTL on read
+// (sliding window)", "should return 404 on GET after TTL expires (idle)"; across nodes,
+// tests/server/shared_ttl_test.cc.
+TEST_P(ProtocolStreamsTest, E2_ATtlSlidesWithEveryAccess) {
+  Door door(*registry_, clock_);
+  Meta meta;
+  meta.ttl_s = 10;
+  CreateWith(*registry_, "e2", "text/plain", meta);
+  const auto g = StreamScope::Global();
+  ASSERT_TRUE(door.streams.Lookup(g, "e2").ok());
+  clock_.Advance(8'000);
+  ASSERT_TRUE(door.streams.Append(g, "e2", Text("a")).ok());  // renews
+  clock_.Advance(8'000);
+  ASSERT_TRUE(door.streams.Read(g, "e2", 0).ok());  // 16 s old, 8 s idle: renews
+  clock_.Advance(9'999);
+  auto alive = door.streams.Lookup(g, "e2");
+  ASSERT_TRUE(alive.ok());
+  EXPECT_EQ(alive->ttl_s, 10u);
+  // On a store shared with other nodes, accesses are recorded a quarter TTL apart, so the stream
+  // lives that much longer (E2).
+  const uint64_t unrecorded = registry_->store().SharedWithOtherNodes() ? 2'500 : 0;
+  clock_.Advance(9'999 + unrecorded);
+  ASSERT_TRUE(door.streams.Lookup(g, "e2").ok());
+  clock_.Advance(10'000 + unrecorded);
+  EXPECT_EQ(door.streams.Lookup(g, "e2").status().code(), StatusCode::kNotFound);
+}
+
+// HTTP: StreamSeqTest.ARefusedAppendLeavesTheStreamSeqUnchanged (tests/server/stream_seq_test.cc)
+// and the conformance suite's Stream-Seq cases.
+TEST_P(ProtocolStreamsTest, E4_AStreamSeqThatDoesNotIncreaseAppendsNothing) {
+  Door door(*registry_, clock_);
+  CreateWith(*registry_, "e4", "text/plain", Meta{});
+  const auto g = StreamScope::Global();
+  ProtocolAppend first = Text("one");
+  first.stream_seq = "b";
+  ASSERT_TRUE(door.streams.Append(g, "e4", first).ok());
+  ProtocolAppend back = Text("two");
+  back.stream_seq = "a";
+  EXPECT_EQ(door.streams.Append(g, "e4", back).status().code(), StatusCode::kConflict);
+  back.stream_seq = "b";
+  EXPECT_EQ(door.streams.Append(g, "e4", back).status().code(), StatusCode::kConflict);
+  back.stream_seq = "c";
+  ASSERT_TRUE(door.streams.Append(g, "e4", back).ok());
+  auto read = door.streams.Read(g, "e4", 0);
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(read->records, (std::vector<std::string>{"one", "two"}));
+  EXPECT_EQ(door.streams.Lookup(g, "e4")->stream_seq, "c");
+}
+
+TEST_P(ProtocolStreamsTest, E9_ProducerDuplicatesFencingAndGaps) {
+  Door door(*registry_, clock_);
+  CreateWith(*registry_, "e9", "text/plain", Meta{});
+  const auto g = StreamScope::Global();
+  auto send = [&](uint64_t epoch, uint64_t seq) {
+    ProtocolAppend a = Text("e" + std::to_string(epoch) + "s" + std::to_string(seq));
+    a.producer = ProducerId{"p", epoch, seq};
+    return door.streams.Append(g, "e9", a);
+  };
+  auto first = send(0, 0);
+  ASSERT_TRUE(first.ok());
+  EXPECT_FALSE(first->duplicate);
+  auto again = send(0, 0);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->duplicate);
+  EXPECT_EQ(again->tail_position, 1u);
+  EXPECT_EQ(send(0, 2).status().code(), StatusCode::kConflict);  // gap: 1 expected
+  EXPECT_EQ(send(0, 2).status().conflict_expected(), 1u);
+  ASSERT_TRUE(send(0, 1).ok());
+  ASSERT_TRUE(send(1, 0).ok());                                          // a new epoch
+  EXPECT_EQ(send(0, 2).status().code(), StatusCode::kPermissionDenied);  // fenced
+  EXPECT_EQ(send(2, 3).status().code(), StatusCode::kInvalidArgument);   // must start at 0
+  auto read = door.streams.Read(g, "e9", 0);
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(read->records, (std::vector<std::string>{"e0s0", "e0s1", "e1s0"}));
+}
+
+TEST_P(ProtocolStreamsTest, E9_CloseThenAppendIsRefusedButAProducerRetryIsADuplicate) {
+  Door door(*registry_, clock_);
+  CreateWith(*registry_, "closed", "text/plain", Meta{});
+  const auto g = StreamScope::Global();
+  ProtocolAppend a = Text("last");
+  a.producer = ProducerId{"p", 0, 0};
+  a.close = true;
+  auto closed = door.streams.Append(g, "closed", a);
+  ASSERT_TRUE(closed.ok());
+  EXPECT_TRUE(closed->closed);
+  EXPECT_EQ(door.streams.Append(g, "closed", Text("more")).status().code(),
+            StatusCode::kFailedPrecondition);
+  auto retry = door.streams.Append(g, "closed", a);
+  ASSERT_TRUE(retry.ok());
+  EXPECT_TRUE(retry->duplicate);
+  EXPECT_TRUE(door.streams.Close(g, "closed").ok());  // closing again succeeds
+  auto read = door.streams.Read(g, "closed", 0);
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(read->records, std::vector<std::string>{"last"});
+  EXPECT_TRUE(read->up_to_date);
+  EXPECT_TRUE(read->closed);
+}
+
+TEST_P(ProtocolStreamsTest, E11_AConditionalAppendMustStartAtTheTail) {
+  Door door(*registry_, clock_);
+  CreateWith(*registry_, "e11", "text/plain", Meta{});
+  const auto g = StreamScope::Global();
+  ProtocolAppend a = Text("x");
+  a.expected_position = 0;
+  ASSERT_TRUE(door.streams.Append(g, "e11", a).ok());
+  auto stale = door.streams.Append(g, "e11", a);
+  EXPECT_EQ(stale.status().code(), StatusCode::kConflict);
+  EXPECT_EQ(stale.status().conflict_actual(), 1u);
+  a.expected_position = 1;
+  ASSERT_TRUE(door.streams.Append(g, "e11", a).ok());
+  EXPECT_EQ(door.streams.Lookup(g, "e11")->tail_position, 2u);
+}
+
+TEST_P(ProtocolStreamsTest, E5_E6_ContentTypeAndJsonMode) {
+  Door door(*registry_, clock_);
+  CreateWith(*registry_, "json", "application/json", Meta{});
+  const auto g = StreamScope::Global();
+  ProtocolAppend a;
+  a.content_type = "text/plain";
+  a.body = "[1]";
+  EXPECT_EQ(door.streams.Append(g, "json", a).status().code(), StatusCode::kConflict);
+  a.content_type = "Application/JSON; charset=utf-8";
+  a.body = R"([1, {"a": 2}])";
+  auto two = door.streams.Append(g, "json", a);
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(two->tail_position, 2u);
+  a.body = "[]";
+  EXPECT_EQ(door.streams.Append(g, "json", a).status().code(), StatusCode::kInvalidArgument);
+  a.body = "{bad";
+  EXPECT_EQ(door.streams.Append(g, "json", a).status().code(), StatusCode::kInvalidArgument);
+  auto read = door.streams.Read(g, "json", 0);
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(read->records, (std::vector<std::string>{"1", R"({"a":2})"}));
+}
+
+// HTTP: conformance "should expire source with living forks (source goes 410)" and the fork
+// deletion cases.
+TEST_P(ProtocolStreamsTest, E10_DeletingAForkedSourceSoftDeletesItUntilItsLastForkGoes) {
+  Door door(*registry_, clock_);
+  const auto g = StreamScope::Global();
+  const StreamId source = CreateWith(*registry_, "source", "text/plain", Meta{});
+  ASSERT_TRUE(door.streams.Append(g, "source", Text("s1")).ok());
+  // The fork as a create at offset 1 leaves it: its record copied, its source named by id,
+  // and the source listing it.
+  Meta fork_meta;
+  fork_meta.fork_source_id = source;
+  fork_meta.fork_ns = g.Label();
+  fork_meta.fork_name = "source";
+  fork_meta.fork_position = 1;
+  const StreamId fork = CreateWith(*registry_, "fork", "text/plain", fork_meta);
+  ASSERT_TRUE(door.streams.Append(g, "fork", Text("s1")).ok());
+  auto before = registry_->store().GetStreamById(source);
+  ASSERT_TRUE(before.ok());
+  Meta listed;
+  listed.fork_ids = {fork};
+  auto attrs = attributes::Set(before->spec.attributes, Meta::kAttributeKey, listed.Stored());
+  ASSERT_TRUE(attrs.ok());
+  ASSERT_TRUE(registry_->store()
+                  .UpdateStream(source, std::nullopt, *attrs, before->spec.attributes, std::nullopt)
+                  .ok());
+
+  ASSERT_TRUE(door.streams.Delete(g, "source").ok());
+  EXPECT_EQ(door.streams.Lookup(g, "source").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(door.streams.Append(g, "source", Text("no")).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(door.streams.Delete(g, "source").code(), StatusCode::kNotFound);
+  // Soft-deleted: still stored (the fork references it), and the fork reads on.
+  EXPECT_TRUE(registry_->store().GetStreamById(source).ok());
+  auto read = door.streams.Read(g, "fork", 0);
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(read->records, std::vector<std::string>{"s1"});
+  // Its last fork gone, the source is collected.
+  ASSERT_TRUE(door.streams.Delete(g, "fork").ok());
+  EXPECT_EQ(registry_->store().GetStreamById(source).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(registry_->store().GetStreamById(fork).status().code(), StatusCode::kNotFound);
+}
+
+TEST_P(ProtocolStreamsTest, P1_RetentionCapsChangeThroughTheProtocolDoor) {
+  Door door(*registry_, clock_);
+  CreateWith(*registry_, "capped", "text/plain", Meta{});
+  const auto g = StreamScope::Global();
+  StreamRetention two;
+  two.max_events = 2;
+  ASSERT_TRUE(door.streams.UpdateRetention(g, "capped", two).ok());
+  for (const char* body : {"a", "b", "c"})
+    ASSERT_TRUE(door.streams.Append(g, "capped", Text(body)).ok());
+  auto read = door.streams.Read(g, "capped", 0);
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(read->records, (std::vector<std::string>{"b", "c"}));
+  EXPECT_EQ(door.streams.Lookup(g, "capped")->info.spec.retention.max_events, 2u);
+  EXPECT_EQ(door.streams.UpdateRetention(g, "absent", two).code(), StatusCode::kNotFound);
+}
+
+}  // namespace runnel::testing
