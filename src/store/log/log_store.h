@@ -76,9 +76,9 @@
 #include "runnel/store.h"
 #include "store/log/checkpoint_file.h"
 #include "store/log/log_format.h"
-#include "store/natural_index.h"
 #include "store/log/stream_table.h"
 #include "store/log/tail_cache.h"
+#include "store/natural_index.h"
 
 namespace runnel::log {
 
