@@ -10,7 +10,6 @@
 #include <random>
 #include <utility>
 
-#include "core/attributes.h"
 #include "core/protocol/json_messages.h"
 #include "core/protocol/meta.h"
 #include "core/protocol/rules.h"
