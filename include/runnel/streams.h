@@ -11,9 +11,12 @@
 //   over HTTP, a HEAD does not.
 // - Methods block until the store has answered (an append until its commit is durable, as the
 //   store defines it); call them from threads that may wait.
+// - Create is idempotent: creating a stream that exists with the same configuration answers it
+//   as not created; another configuration is kAlreadyExists (SEMANTICS E12). A fork (E13)
+//   starts with its source's records through its position, at the same offsets, and holds the
+//   source: the source, deleted, is soft-deleted until its last fork goes (E10).
 //
-// Not yet here (the HTTP server does these): creating streams and forks with protocol metadata
-// (PUT), live reads (long-poll, SSE), keyed compaction.
+// Not yet here (the HTTP server does these): live reads (long-poll, SSE), keyed compaction.
 //
 // Thread-safety: every method may be called from any thread concurrently; copies of a Streams
 // share one state (access times, metadata in flight).
@@ -43,8 +46,12 @@ struct StreamsOptions {
   uint64_t ttl_grace_ms = 1000;
   // The most live forks one stream may have.
   size_t max_forks_per_stream = 1000;
-  // The most messages one JSON-mode append may carry (kResourceExhausted beyond).
+  // The most messages one JSON-mode append or initial body may carry (kResourceExhausted
+  // beyond).
   size_t max_append_messages = 100000;
+  // The most record bytes (payloads and keys) a fork may copy from its source
+  // (kResourceExhausted beyond, before anything is created).
+  size_t max_fork_bytes = 64u << 20;
   // The wall clock of expiry, in unix ms. Null: the system clock.
   std::function<uint64_t()> now_ms;
 };
@@ -57,6 +64,45 @@ struct ProtocolStreamInfo {
   std::optional<uint64_t> ttl_s;
   std::optional<std::string> expires_at;
   std::optional<std::string> stream_seq;
+  bool closed = false;
+};
+
+// Where a fork starts (SEMANTICS E13).
+struct ProtocolFork {
+  // The source stream, in any scope (the caller decides who may fork what).
+  StreamScope scope;
+  std::string name;
+  // The position the fork inherits through (0: nothing); nothing: the source's tail. Beyond the
+  // tail, or before a compacted source's last compaction point, is kInvalidArgument.
+  std::optional<uint64_t> position;
+  // Also inherit this much of what follows `position`: for a JSON-mode source that many
+  // messages, for any other the first that many bytes of the next record (kInvalidArgument
+  // past what is there).
+  uint64_t sub_offset = 0;
+};
+
+struct ProtocolCreate {
+  // The stream's media type; empty: application/octet-stream, or for a fork its source's (a
+  // fork naming another is kAlreadyExists).
+  std::string content_type;
+  // A sliding TTL in seconds (SEMANTICS E2) or an RFC 3339 expiry time (E1, E7); not both
+  // (kInvalidArgument). A fork that sets neither inherits its source's.
+  std::optional<uint64_t> ttl_s;
+  std::optional<std::string> expires_at;
+  // Create the stream closed, after its initial records.
+  bool closed = false;
+  StreamRetention retention;
+  // Initial records, committed with the creation: one record, or for a JSON-mode stream the
+  // messages of one JSON value (a top-level array flattened by one level; an empty one is none).
+  std::string body;
+  std::optional<ProtocolFork> fork;
+};
+
+struct ProtocolCreateResult {
+  // False: the stream already existed with the same configuration.
+  bool created = false;
+  // The tail position after the create (or as found), and whether the stream is closed.
+  uint64_t tail_position = 0;
   bool closed = false;
 };
 
@@ -102,6 +148,14 @@ class Streams {
  public:
   explicit Streams(StreamRegistry registry, StreamsOptions options = {});
 
+  // Creates a stream, or a fork, as the contracts above say. Refusals: kInvalidArgument (TTL
+  // and expiry both, a bad expiry time, a fork position or sub-offset past the source's data),
+  // kAlreadyExists (exists with another configuration, or a deleted stream with live forks
+  // holds the name), kNotFound (no live fork source), kFailedPrecondition (the source was
+  // deleted, or has max_forks_per_stream forks), kResourceExhausted (too many initial JSON
+  // messages, a fork copying more than max_fork_bytes).
+  Result<ProtocolCreateResult> Create(const StreamScope& scope, std::string_view name,
+                                      const ProtocolCreate& create);
   // The live stream; renews a TTL. kNotFound as in the contracts above.
   Result<ProtocolStreamInfo> Lookup(const StreamScope& scope, std::string_view name);
   // Appends under the protocol's rules. Refusals: kFailedPrecondition (closed, or a channel's

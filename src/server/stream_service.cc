@@ -10,7 +10,6 @@
 #include <random>
 #include <utility>
 
-#include "core/attributes.h"
 #include "core/protocol/json_messages.h"
 #include "core/protocol/meta.h"
 #include "core/protocol/rules.h"
@@ -33,8 +32,6 @@ using protocol::SameContentType;
 using protocol::SplitJsonMessages;
 using protocol::TailPosition;
 
-// How long a create that lost the race for its name waits for the winner's initial records.
-constexpr int kCreateRaceWaitMs = 5'000;
 constexpr uint64_t kCursorEpochMs = 1728432000000ULL;  // 2024-10-09T00:00:00Z
 constexpr uint64_t kCursorIntervalMs = 20000;
 
@@ -137,6 +134,8 @@ StreamService::StreamService(StreamRegistry registry, StreamServiceOptions optio
       catalog_(registry_,
                protocol::CatalogOptions{.ttl_grace_ms = options_.ttl_grace_ms,
                                         .max_forks_per_stream = options_.max_forks_per_stream,
+                                        .max_fork_bytes = options_.max_fork_bytes,
+                                        .max_append_messages = options_.max_append_messages,
                                         .background = options_.blocking_executor}) {}
 
 Result<StreamInfo> StreamService::LookupLive(const StreamScope& scope, std::string_view name) {
@@ -413,21 +412,6 @@ void StreamService::Delete(const Route& route, Release release, Done done) {
 
 namespace {
 
-struct CreateConfig {
-  std::optional<std::string> content_type;
-  std::optional<uint64_t> ttl_s;
-  std::optional<std::string> expires_at;
-  std::optional<int64_t> expires_at_ms;
-  bool closed = false;
-  std::optional<std::string> fork_from;
-  std::optional<std::string> fork_offset;
-  uint64_t fork_sub_offset = 0;
-  bool has_sub_offset = false;
-  StreamRetention retention;
-  // Stream-Compaction: state (and Stream-Compaction-Tombstone-Ms).
-  std::optional<compaction::Config> compaction;
-};
-
 // Stream-Retention-Max-Events / -Max-Age-Ms / -Max-Bytes (a runnel extension): positive
 // integers; an absent header leaves that cap unset.
 Result<StreamRetention> ParseRetentionHeaders(const HttpRequest& request) {
@@ -461,36 +445,49 @@ void SetRetentionHeaders(const StreamRetention& retention, HttpResponse* r) {
   }
 }
 
-Result<CreateConfig> ParseCreateConfig(const HttpRequest& request) {
-  CreateConfig c;
+// The PUT headers as a create's spec. Only what the headers themselves say is checked here
+// (numbers, which header needs which); every rule about the spec is protocol::Catalog::Create's.
+// The fork source's path is resolved here too: the route syntax and the reserved __ds/ streams
+// are the HTTP door's.
+Result<protocol::CreateSpec> ParseCreateSpec(const HttpRequest& request) {
+  protocol::CreateSpec c;
   if (auto ct = request.Header("content-type"); ct && !ct->empty())
     c.content_type = std::string(*ct);
-  auto ttl = request.Header("stream-ttl");
-  auto expires = request.Header("stream-expires-at");
-  if (ttl && expires) {
-    return Status::InvalidArgument("Stream-TTL and Stream-Expires-At are mutually exclusive");
-  }
-  if (ttl) {
+  if (auto ttl = request.Header("stream-ttl")) {
     c.ttl_s = ParseCanonicalUint(*ttl, kMaxSafeInteger);
     if (!c.ttl_s) return Status::InvalidArgument("Stream-TTL must be a non-negative integer");
   }
-  if (expires) {
-    c.expires_at_ms = protocol::ParseRfc3339(*expires);
-    if (!c.expires_at_ms) return Status::InvalidArgument("Stream-Expires-At must be RFC 3339");
-    c.expires_at = std::string(*expires);
-  }
+  if (auto expires = request.Header("stream-expires-at")) c.expires_at = std::string(*expires);
   c.closed = IsTrue(request.Header("stream-closed"));
-  if (auto from = request.Header("stream-forked-from")) c.fork_from = std::string(*from);
-  if (auto off = request.Header("stream-fork-offset")) c.fork_offset = std::string(*off);
-  if (auto sub = request.Header("stream-fork-sub-offset")) {
-    auto parsed = ParseUint(*sub, kMaxSafeInteger);
-    if (!parsed)
-      return Status::InvalidArgument("Stream-Fork-Sub-Offset must be a non-negative integer");
-    c.fork_sub_offset = *parsed;
-    c.has_sub_offset = true;
-  }
-  if (!c.fork_from && (c.fork_offset || c.has_sub_offset)) {
+  auto from = request.Header("stream-forked-from");
+  auto offset = request.Header("stream-fork-offset");
+  auto sub = request.Header("stream-fork-sub-offset");
+  if (!from && (offset || sub)) {
     return Status::InvalidArgument("fork headers require Stream-Forked-From");
+  }
+  if (from) {
+    auto decoded = PercentDecode(*from, false);
+    // Any scope: the caller's access to the source was checked before this (access_gate.h).
+    Route src = ParseRoute(decoded ? *decoded : std::string(*from), /*allow_tenants=*/true);
+    // The reserved __ds/ streams (subscription state) are not streams a client can read, so
+    // none can be forked either.
+    if (src.kind != Route::Kind::kStream || SubscriptionService::Matches(src)) {
+      return Status::NotFound("fork source does not exist");
+    }
+    protocol::ForkSpec fork{.scope = src.scope, .name = src.name};
+    if (offset) {
+      RUNNEL_ASSIGN_OR_RETURN(OffsetQuery q, ParseOffset(*offset));
+      if (q.kind == OffsetQuery::Kind::kBeginning) fork.position = 0;
+      if (q.kind == OffsetQuery::Kind::kPosition) fork.position = q.position;
+    }
+    if (sub) {
+      auto parsed = ParseUint(*sub, kMaxSafeInteger);
+      if (!parsed) {
+        return Status::InvalidArgument("Stream-Fork-Sub-Offset must be a non-negative integer");
+      }
+      fork.sub_offset = *parsed;
+    }
+    c.fork = std::move(fork);
   }
   RUNNEL_ASSIGN_OR_RETURN(c.retention, ParseRetentionHeaders(request));
   auto mode = request.Header("stream-compaction");
@@ -498,20 +495,6 @@ Result<CreateConfig> ParseCreateConfig(const HttpRequest& request) {
   if (mode) {
     if (TrimBlanks(*mode) != compaction::kModeState) {
       return Status::InvalidArgument("Stream-Compaction takes only the value state");
-    }
-    if (!c.content_type || !IsJsonContentType(*c.content_type)) {
-      return Status::InvalidArgument(
-          "Stream-Compaction: state needs Content-Type: application/json (State Protocol "
-          "messages are JSON)");
-    }
-    if (c.fork_from) {
-      return Status::InvalidArgument("a fork cannot set Stream-Compaction");
-    }
-    // Compaction decides alone which records go: a reader's 410 is the horizon's, never a
-    // retention cap's.
-    if (!(c.retention == StreamRetention{})) {
-      return Status::InvalidArgument(
-          "Stream-Compaction cannot be combined with Stream-Retention-* caps");
     }
     c.compaction = compaction::Config{};
   }
@@ -527,6 +510,7 @@ Result<CreateConfig> ParseCreateConfig(const HttpRequest& request) {
     }
     c.compaction->tombstone_ms = *ms;
   }
+  c.body = request.body;
   return c;
 }
 
@@ -540,330 +524,30 @@ void SetCompactionHeaders(const std::optional<compaction::Config>& c, HttpRespon
 }  // namespace
 
 void StreamService::Create(const Route& route, const HttpRequest& request, Release release,
-                           Done done, bool after_race) {
+                           Done done) {
   auto finish = [&](HttpResponse r) {
     release();
     done(std::move(r));
   };
-  auto config_or = ParseCreateConfig(request);
-  if (!config_or.ok()) return finish(ErrorResponse(config_or.status()));
-  CreateConfig config = std::move(*config_or);
-
-  // Resolve the fork source first: an idempotent re-create compares against it too.
-  std::optional<Found> source;
-  std::optional<StreamScope> source_scope;
-  std::string source_name;
-  if (config.fork_from) {
-    auto decoded = PercentDecode(*config.fork_from, false);
-    // Any scope: the caller's access to the source was checked before this (access_gate.h).
-    Route src = ParseRoute(decoded ? *decoded : *config.fork_from, /*allow_tenants=*/true);
-    // The reserved __ds/ streams (subscription state) are not streams a client can read, so
-    // none can be forked either.
-    if (src.kind != Route::Kind::kStream || SubscriptionService::Matches(src)) {
-      return finish(ErrorResponse(Status::NotFound("fork source does not exist")));
-    }
-    source_scope = src.scope;
-    source_name = src.name;
+  auto spec = ParseCreateSpec(request);
+  if (!spec.ok()) return finish(ErrorResponse(spec.status()));
+  protocol::Catalog::CreateRefusal refusal = protocol::Catalog::CreateRefusal::kNone;
+  auto created = catalog_.Create(route.scope, route.name, *spec, &refusal);
+  if (!created.ok()) {
+    return finish(refusal == protocol::Catalog::CreateRefusal::kPayload
+                      ? PayloadErrorResponse(created.status())
+                      : ErrorResponse(created.status()));
   }
-
-  auto existing = catalog_.Lookup(route.scope, route.name);
-  if (existing.ok() && existing->meta.soft_deleted) {
-    // Its forks may all be gone, the last one removed by a node that stopped before unlisting
-    // it (see Remove): then the name is free, once the source is collected.
-    Meta meta = existing->meta;
-    Status pruned = catalog_.ForgetDeadForks(existing->info.id, &meta);
-    if (pruned.ok() && !meta.HasForks()) pruned = catalog_.Remove(existing->info, meta);
-    if (!pruned.ok()) return finish(ErrorResponse(pruned));
-    if (!meta.HasForks()) existing = Status::NotFound("stream '" + route.name + "' was collected");
+  HttpResponse r;
+  r.status = created->created ? 201 : 200;
+  if (created->created) r.Set("Location", LocationOf(request));
+  // A channel's streams have no content type: no empty header for them.
+  if (!created->info.spec.content_type.empty()) {
+    r.Set("Content-Type", created->info.spec.content_type);
   }
-  if (existing.ok()) {
-    const Found& f = *existing;
-    if (f.meta.soft_deleted) {
-      return finish(ErrorResponse(
-          Status::AlreadyExists("a deleted stream with live forks still holds this path")));
-    }
-    bool same = true;
-    std::string want_ct = config.content_type ? NormalizeContentType(*config.content_type)
-                          : config.fork_from  ? NormalizeContentType(f.info.spec.content_type)
-                                              : std::string("application/octet-stream");
-    same = same && want_ct == NormalizeContentType(f.info.spec.content_type);
-    if (!config.fork_from || config.ttl_s || config.expires_at) {
-      same = same && config.ttl_s == f.meta.ttl_s && config.expires_at_ms == f.meta.expires_at_ms;
-    }
-    same = same && config.closed == f.info.closed;
-    same = same && config.retention == f.info.spec.retention;
-    same =
-        same && config.compaction.has_value() == f.meta.compaction.has_value() &&
-        (!config.compaction || config.compaction->tombstone_ms == f.meta.compaction->tombstone_ms);
-    if (config.fork_from) {
-      same = same && f.meta.fork_ns == source_scope->Label() && f.meta.fork_name == source_name;
-      if (config.fork_offset) {
-        auto q = ParseOffset(*config.fork_offset);
-        same = same && q.ok() && q->kind == OffsetQuery::Kind::kPosition &&
-               q->position == f.meta.fork_position;
-      }
-      same = same && config.fork_sub_offset == f.meta.fork_sub_offset;
-    } else {
-      same = same && !f.meta.fork_ns;
-    }
-    if (!same) {
-      return finish(ErrorResponse(Status::AlreadyExists(
-          "stream '" + route.name + "' already exists with a different configuration")));
-    }
-    HttpResponse r;
-    r.status = 200;
-    // A channel's streams have no content type: no empty header for them.
-    if (!f.info.spec.content_type.empty()) r.Set("Content-Type", f.info.spec.content_type);
-    r.Set("Stream-Next-Offset", FormatOffset(TailPosition(f.info)));
-    if (f.info.closed) r.Set("Stream-Closed", "true");
-    return finish(std::move(r));
-  }
-  if (existing.status().code() != StatusCode::kNotFound) {
-    return finish(ErrorResponse(existing.status()));
-  }
-
-  Meta meta;
-  meta.ttl_s = config.ttl_s;
-  meta.expires_at = config.expires_at;
-  meta.expires_at_ms = config.expires_at_ms;
-  std::string content_type =
-      config.content_type ? *config.content_type : std::string("application/octet-stream");
-  std::vector<AppendRecord> inherited;
-  uint64_t first_offset = 1;
-
-  if (config.fork_from) {
-    auto src = catalog_.Lookup(*source_scope, source_name);
-    if (!src.ok()) return finish(ErrorResponse(src.status()));
-    if (src->meta.soft_deleted) {
-      return finish(ErrorResponse(Status::FailedPrecondition("fork source was deleted")));
-    }
-    source = std::move(*src);
-    const StreamInfo& sinfo = source->info;
-    if (config.content_type && NormalizeContentType(*config.content_type) !=
-                                   NormalizeContentType(sinfo.spec.content_type)) {
-      return finish(ErrorResponse(
-          Status::AlreadyExists("fork content type differs from the source stream's")));
-    }
-    content_type = sinfo.spec.content_type;
-    uint64_t position = TailPosition(sinfo);
-    if (config.fork_offset) {
-      auto q = ParseOffset(*config.fork_offset);
-      if (!q.ok()) return finish(ErrorResponse(q.status()));
-      if (q->kind == OffsetQuery::Kind::kBeginning) position = 0;
-      if (q->kind == OffsetQuery::Kind::kPosition) position = q->position;
-      if (position > TailPosition(sinfo)) {
-        return finish(ErrorResponse(
-            Status::InvalidArgument("Stream-Fork-Offset is beyond the source stream's tail")));
-      }
-    }
-    // Below its last compaction point a compacted stream no longer holds the state at every
-    // offset (a row whose latest change came later has no record there any more).
-    if (const auto& c = source->meta.compaction;
-        c && position > 0 && position < c->compacted_through) {
-      return finish(ErrorResponse(Status::InvalidArgument(
-          "Stream-Fork-Offset is before the source's last compaction point; fork at " +
-          FormatOffset(c->compacted_through) + " or later")));
-    }
-    if (!config.ttl_s && !config.expires_at) {
-      meta.ttl_s = source->meta.ttl_s;
-      meta.expires_at = source->meta.expires_at;
-      meta.expires_at_ms = source->meta.expires_at_ms;
-    }
-    // Checked before any record is copied, and again as the fork is listed (forks created
-    // meanwhile, through another node too, count there).
-    if (source->meta.Forks() >= options_.max_forks_per_stream) {
-      return finish(ErrorResponse(catalog_.TooManyForks(source_name)));
-    }
-    meta.fork_source_id = sinfo.id;
-    meta.fork_ns = source_scope->Label();
-    meta.fork_name = source_name;
-    meta.fork_position = position;
-    meta.fork_sub_offset = config.fork_sub_offset;
-    // Copy the inherited records (bounded: they are one batch in memory until it commits).
-    uint64_t from = 1;
-    bool first = true;
-    uint64_t copied_bytes = 0;
-    auto too_large = [&](const StoredRecord& rec) {
-      copied_bytes += rec.payload.size() + (rec.key ? rec.key->size() : 0);
-      return copied_bytes > options_.max_fork_bytes;
-    };
-    auto refuse_large = [&] {
-      HttpResponse r = ErrorResponse(Status::ResourceExhausted(
-          "the fork would copy more than " + std::to_string(options_.max_fork_bytes) +
-          " bytes of records from its source (the server's --max-fork-bytes); fork at an "
-          "earlier offset"));
-      r.status = 413;
-      return r;
-    };
-    while (from <= position) {
-      auto page = registry_.store().Read(sinfo.id, from, StreamRegistry::kMaxReadLimit,
-                                         StreamRegistry::kMaxReadBytes);
-      if (!page.ok()) return finish(ErrorResponse(page.status()));
-      if (page->empty()) break;
-      for (StoredRecord& rec : *page) {
-        if (rec.offset > position) break;
-        if (too_large(rec)) return finish(refuse_large());
-        if (first) {
-          first_offset = rec.offset;
-          first = false;
-        }
-        inherited.push_back(AppendRecord{std::move(rec.key), std::move(rec.payload)});
-      }
-      from = page->back().offset + 1;
-    }
-    if (first) first_offset = position + 1;
-    if (config.fork_sub_offset > 0) {
-      bool json_mode = IsJsonContentType(content_type);
-      if (json_mode) {
-        if (config.fork_sub_offset > TailPosition(sinfo) - position) {
-          return finish(ErrorResponse(
-              Status::InvalidArgument("Stream-Fork-Sub-Offset is past the source's data")));
-        }
-        auto extra = registry_.store().Read(sinfo.id, position + 1, config.fork_sub_offset,
-                                            StreamRegistry::kMaxReadBytes);
-        if (!extra.ok()) return finish(ErrorResponse(extra.status()));
-        for (StoredRecord& rec : *extra) {
-          if (too_large(rec)) return finish(refuse_large());
-          inherited.push_back(AppendRecord{std::move(rec.key), std::move(rec.payload)});
-        }
-      } else {
-        auto next = registry_.store().ReadAt(sinfo.id, position + 1);
-        if (!next.ok()) return finish(ErrorResponse(next.status()));
-        if (!*next || (*next)->payload.size() < config.fork_sub_offset) {
-          return finish(ErrorResponse(
-              Status::InvalidArgument("Stream-Fork-Sub-Offset is past the next data boundary")));
-        }
-        inherited.push_back(
-            AppendRecord{std::nullopt, (*next)->payload.substr(0, config.fork_sub_offset)});
-      }
-    }
-  }
-
-  std::vector<AppendRecord> initial;
-  if (IsJsonContentType(content_type)) {
-    if (!request.body.empty()) {
-      auto messages =
-          SplitJsonMessages(request.body, /*allow_empty_array=*/true, options_.max_append_messages);
-      if (!messages.ok()) return finish(PayloadErrorResponse(messages.status()));
-      for (std::string& m : *messages) initial.push_back(AppendRecord{std::nullopt, std::move(m)});
-    }
-  } else if (!request.body.empty()) {
-    initial.push_back(AppendRecord{std::nullopt, request.body});
-  }
-  if (config.compaction) {
-    if (!registry_.store().SupportsDropRecords()) {
-      return finish(ErrorResponse(
-          Status::FailedPrecondition("Stream-Compaction is not supported by the server's " +
-                                     std::string(registry_.store().Name()) +
-                                     " store: it cannot remove records from the middle of a "
-                                     "stream")));
-    }
-    if (Status valid = protocol::ValidateStateMessages(initial); !valid.ok()) {
-      return finish(ErrorResponse(valid));
-    }
-  }
-
-  // With initial records or a close, the stream is created marked `creating` (invisible to
-  // other requests), and the commit of those records clears the mark: nothing can be appended
-  // before them, even through another node.
-  const bool initial_commit = !inherited.empty() || !initial.empty() || config.closed;
-  std::string base_attrs;
-  if (config.compaction) {
-    auto with = compaction::WithConfig("", *config.compaction);
-    if (!with.ok()) return finish(ErrorResponse(with.status()));
-    base_attrs = std::move(*with);
-  }
-  auto final_attrs = attributes::Set(base_attrs, Meta::kAttributeKey, meta.Stored());
-  if (!final_attrs.ok()) return finish(ErrorResponse(final_attrs.status()));
-  CreateStreamOptions options;
-  options.content_type = content_type;
-  options.retention = config.retention;
-  options.attributes = *final_attrs;
-  if (initial_commit) {
-    Meta creating = meta;
-    creating.creating = true;
-    auto attrs = attributes::Set(base_attrs, Meta::kAttributeKey, creating.Stored());
-    if (!attrs.ok()) return finish(ErrorResponse(attrs.status()));
-    options.attributes = std::move(*attrs);
-  }
-  options.first_offset = first_offset;
-  Status created = registry_.CreateStream(route.scope, route.name, options);
-  if (created.code() == StatusCode::kAlreadyExists && !after_race) {
-    // Created meanwhile by another node, perhaps still committing its initial records (then
-    // Lookup answers not found): wait for it, then answer as a re-create does, 200 for the same
-    // configuration. (Catalog writes run on a worker thread, which may wait.)
-    for (int waited = 0; waited < kCreateRaceWaitMs; waited += 20) {
-      auto visible = catalog_.Lookup(route.scope, route.name);
-      if (visible.ok() || visible.status().code() != StatusCode::kNotFound) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return Create(route, request, std::move(release), std::move(done), /*after_race=*/true);
-  }
-  if (!created.ok()) return finish(ErrorResponse(created));
-  auto info = registry_.store().GetStream(route.scope.Label(), route.name);
-  if (!info.ok()) return finish(ErrorResponse(info.status()));
-  catalog_.Touch(*info, meta);
-
-  if (source) {
-    // Listed after it exists, under its id (see Remove); listing it twice keeps one entry.
-    const StreamId fork = info->id;
-    Status listed = catalog_.UpdateMetaIf(source->info.id, [&](Meta* m) {
-      auto at = std::lower_bound(m->fork_ids.begin(), m->fork_ids.end(), fork);
-      if (at != m->fork_ids.end() && *at == fork) return Status::OK();
-      if (m->Forks() >= options_.max_forks_per_stream) {
-        return catalog_.TooManyForks(source_name);
-      }
-      m->fork_ids.insert(at, fork);
-      return Status::OK();
-    });
-    if (!listed.ok()) {
-      // Not answered as created, so not left behind. Nothing to unlist, unless the listing
-      // committed after all (an unknown outcome): that entry is then found dead later.
-      Status removed = registry_.store().DeleteStream(fork);
-      (void)removed;  // if that fails too, the stale creating mark or a DELETE removes it
-      return finish(ErrorResponse(listed));
-    }
-  }
-  // Inherited records and the initial body commit as one atomic batch.
-  std::vector<AppendRecord> batch = std::move(inherited);
-  batch.insert(batch.end(), std::make_move_iterator(initial.begin()),
-               std::make_move_iterator(initial.end()));
-  bool close = config.closed;
-  if (batch.empty() && !close) {
-    HttpResponse r;
-    r.status = 201;
-    r.Set("Location", LocationOf(request));
-    r.Set("Content-Type", content_type);
-    r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
-    return finish(std::move(r));
-  }
-  AppendRequest append;
-  append.stream = info->id;  // the stream just created, not one re-created since under its name
-  append.records = std::move(batch);
-  append.now_ms = registry_.clock().NowMs();
-  append.close = close;
-  append.attributes = std::move(*final_attrs);
-  append.expected_attributes = std::move(options.attributes);
-  std::string path = LocationOf(request);
-  registry_.store().Append(
-      std::move(append), [this, release = std::move(release), done = std::move(done), content_type,
-                          close, path](Result<AppendResult> result) mutable {
-        Defer([release = std::move(release), done = std::move(done), content_type, close, path,
-               result = std::move(result)]() mutable {
-          HttpResponse r;
-          if (!result.ok()) {
-            r = ErrorResponse(result.status());
-          } else {
-            r.status = 201;
-            r.Set("Location", path);
-            r.Set("Content-Type", content_type);
-            r.Set("Stream-Next-Offset", FormatOffset(result->next_offset - 1));
-            if (close) r.Set("Stream-Closed", "true");
-          }
-          release();
-          done(std::move(r));
-        });
-      });
+  r.Set("Stream-Next-Offset", FormatOffset(created->tail_position));
+  if (created->closed) r.Set("Stream-Closed", "true");
+  finish(std::move(r));
 }
 
 void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest> shared,

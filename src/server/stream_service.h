@@ -269,9 +269,8 @@ class StreamService {
   void StartLaneHead(const std::string& key);
   static std::string LaneKey(const StreamScope& scope, std::string_view name);
 
-  // `after_race`: a second attempt, after the name was taken by a concurrent create.
-  void Create(const Route& route, const HttpRequest& request, Release release, Done done,
-              bool after_race = false);
+  // PUT: the headers become a protocol::CreateSpec; protocol::Catalog::Create decides.
+  void Create(const Route& route, const HttpRequest& request, Release release, Done done);
   // `use_cache`: a plain append (no Stream-Seq, producer, close or expected offset) may be
   // validated against append_cache_. `retry_race`: a Stream-Seq append that the store refused
   // because the stream's attributes changed after they were read (a write through another node

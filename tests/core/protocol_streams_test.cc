@@ -1,57 +1,23 @@
 // runnel::Streams on every store, by rule id (docs/semantics.md, family E).
 #include <gtest/gtest.h>
 
-#include "core/attributes.h"
-#include "core/protocol/meta.h"
 #include "core/protocol_streams_suite.h"
 #include "runnel/streams.h"
 
 namespace runnel::testing {
-namespace {
-
-using protocol::Meta;
-
-class Door {
- public:
-  Door(StreamRegistry& registry, ManualClock& clock)
-      : streams(registry,
-                StreamsOptions{.ttl_grace_ms = 0, .now_ms = [&clock] { return clock.NowMs(); }}) {}
-  Streams streams;
-};
-
-}  // namespace
-
-// Creates `name` as the protocol's create would leave it: content type and metadata stored.
-static StreamId CreateWith(StreamRegistry& reg, const std::string& name,
-                           const std::string& content_type, const Meta& meta) {
-  CreateStreamOptions options;
-  options.content_type = content_type;
-  auto attrs = attributes::Set("", Meta::kAttributeKey, meta.Stored());
-  EXPECT_TRUE(attrs.ok());
-  options.attributes = *attrs;
-  Status s = reg.CreateStream(StreamScope::Global(), name, options);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  auto info = reg.store().GetStream(StreamScope::Global().Label(), name);
-  EXPECT_TRUE(info.ok());
-  return info.ok() ? info->id : 0;
-}
-
-static ProtocolAppend Text(std::string body) {
-  ProtocolAppend a;
-  a.content_type = "text/plain";
-  a.body = std::move(body);
-  return a;
-}
 
 // HTTP: conformance "should return 404 on GET after Expires-At passes" (and on HEAD, POST).
 TEST_P(ProtocolStreamsTest, E1_ExpiresAtHidesAndRemovesTheStream) {
   Door door(*registry_, clock_);
-  Meta meta;
-  meta.expires_at = "unused";
-  meta.expires_at_ms = static_cast<int64_t>(clock_.NowMs() + 5'000);
-  CreateWith(*registry_, "e1", "text/plain", meta);
   const auto g = StreamScope::Global();
-  ASSERT_TRUE(door.streams.Lookup(g, "e1").ok());
+  ProtocolCreate create;
+  create.content_type = "text/plain";
+  create.expires_at = Rfc3339(clock_.NowMs() + 5'000);
+  ASSERT_TRUE(door.streams.Create(g, "e1", create).ok());
+  auto found = door.streams.Lookup(g, "e1");
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->expires_at, create.expires_at);
+  EXPECT_EQ(found->info.spec.content_type, "text/plain");
   ASSERT_TRUE(door.streams.Append(g, "e1", Text("x")).ok());
   clock_.Advance(4'999);
   ASSERT_TRUE(door.streams.Lookup(g, "e1").ok());
@@ -67,10 +33,11 @@ TEST_P(ProtocolStreamsTest, E1_ExpiresAtHidesAndRemovesTheStream) {
 // tests/server/shared_ttl_test.cc.
 TEST_P(ProtocolStreamsTest, E2_ATtlSlidesWithEveryAccess) {
   Door door(*registry_, clock_);
-  Meta meta;
-  meta.ttl_s = 10;
-  CreateWith(*registry_, "e2", "text/plain", meta);
   const auto g = StreamScope::Global();
+  ProtocolCreate create;
+  create.content_type = "text/plain";
+  create.ttl_s = 10;
+  ASSERT_TRUE(door.streams.Create(g, "e2", create).ok());
   ASSERT_TRUE(door.streams.Lookup(g, "e2").ok());
   clock_.Advance(8'000);
   ASSERT_TRUE(door.streams.Append(g, "e2", Text("a")).ok());  // renews
@@ -93,7 +60,7 @@ TEST_P(ProtocolStreamsTest, E2_ATtlSlidesWithEveryAccess) {
 // and the conformance suite's Stream-Seq cases.
 TEST_P(ProtocolStreamsTest, E4_AStreamSeqThatDoesNotIncreaseAppendsNothing) {
   Door door(*registry_, clock_);
-  CreateWith(*registry_, "e4", "text/plain", Meta{});
+  Make(door, "e4", "text/plain");
   const auto g = StreamScope::Global();
   ProtocolAppend first = Text("one");
   first.stream_seq = "b";
@@ -113,7 +80,7 @@ TEST_P(ProtocolStreamsTest, E4_AStreamSeqThatDoesNotIncreaseAppendsNothing) {
 
 TEST_P(ProtocolStreamsTest, E9_ProducerDuplicatesFencingAndGaps) {
   Door door(*registry_, clock_);
-  CreateWith(*registry_, "e9", "text/plain", Meta{});
+  Make(door, "e9", "text/plain");
   const auto g = StreamScope::Global();
   auto send = [&](uint64_t epoch, uint64_t seq) {
     ProtocolAppend a = Text("e" + std::to_string(epoch) + "s" + std::to_string(seq));
@@ -140,7 +107,7 @@ TEST_P(ProtocolStreamsTest, E9_ProducerDuplicatesFencingAndGaps) {
 
 TEST_P(ProtocolStreamsTest, E9_CloseThenAppendIsRefusedButAProducerRetryIsADuplicate) {
   Door door(*registry_, clock_);
-  CreateWith(*registry_, "closed", "text/plain", Meta{});
+  Make(door, "closed", "text/plain");
   const auto g = StreamScope::Global();
   ProtocolAppend a = Text("last");
   a.producer = ProducerId{"p", 0, 0};
@@ -163,7 +130,7 @@ TEST_P(ProtocolStreamsTest, E9_CloseThenAppendIsRefusedButAProducerRetryIsADupli
 
 TEST_P(ProtocolStreamsTest, E11_AConditionalAppendMustStartAtTheTail) {
   Door door(*registry_, clock_);
-  CreateWith(*registry_, "e11", "text/plain", Meta{});
+  Make(door, "e11", "text/plain");
   const auto g = StreamScope::Global();
   ProtocolAppend a = Text("x");
   a.expected_position = 0;
@@ -178,7 +145,7 @@ TEST_P(ProtocolStreamsTest, E11_AConditionalAppendMustStartAtTheTail) {
 
 TEST_P(ProtocolStreamsTest, E5_E6_ContentTypeAndJsonMode) {
   Door door(*registry_, clock_);
-  CreateWith(*registry_, "json", "application/json", Meta{});
+  Make(door, "json", "application/json");
   const auto g = StreamScope::Global();
   ProtocolAppend a;
   a.content_type = "text/plain";
@@ -203,26 +170,13 @@ TEST_P(ProtocolStreamsTest, E5_E6_ContentTypeAndJsonMode) {
 TEST_P(ProtocolStreamsTest, E10_DeletingAForkedSourceSoftDeletesItUntilItsLastForkGoes) {
   Door door(*registry_, clock_);
   const auto g = StreamScope::Global();
-  const StreamId source = CreateWith(*registry_, "source", "text/plain", Meta{});
+  Make(door, "source", "text/plain");
   ASSERT_TRUE(door.streams.Append(g, "source", Text("s1")).ok());
-  // The fork as a create at offset 1 leaves it: its record copied, its source named by id,
-  // and the source listing it.
-  Meta fork_meta;
-  fork_meta.fork_source_id = source;
-  fork_meta.fork_ns = g.Label();
-  fork_meta.fork_name = "source";
-  fork_meta.fork_position = 1;
-  const StreamId fork = CreateWith(*registry_, "fork", "text/plain", fork_meta);
-  ASSERT_TRUE(door.streams.Append(g, "fork", Text("s1")).ok());
-  auto before = registry_->store().GetStreamById(source);
-  ASSERT_TRUE(before.ok());
-  Meta listed;
-  listed.fork_ids = {fork};
-  auto attrs = attributes::Set(before->spec.attributes, Meta::kAttributeKey, listed.Stored());
-  ASSERT_TRUE(attrs.ok());
-  ASSERT_TRUE(registry_->store()
-                  .UpdateStream(source, std::nullopt, *attrs, before->spec.attributes, std::nullopt)
-                  .ok());
+  ProtocolCreate create;
+  create.fork = ProtocolFork{.scope = g, .name = "source", .position = 1};
+  ASSERT_TRUE(door.streams.Create(g, "fork", create).ok());
+  const StreamId source = door.streams.Lookup(g, "source")->info.id;
+  const StreamId fork = door.streams.Lookup(g, "fork")->info.id;
 
   ASSERT_TRUE(door.streams.Delete(g, "source").ok());
   EXPECT_EQ(door.streams.Lookup(g, "source").status().code(), StatusCode::kNotFound);
@@ -241,7 +195,7 @@ TEST_P(ProtocolStreamsTest, E10_DeletingAForkedSourceSoftDeletesItUntilItsLastFo
 
 TEST_P(ProtocolStreamsTest, P1_RetentionCapsChangeThroughTheProtocolDoor) {
   Door door(*registry_, clock_);
-  CreateWith(*registry_, "capped", "text/plain", Meta{});
+  Make(door, "capped", "text/plain");
   const auto g = StreamScope::Global();
   StreamRetention two;
   two.max_events = 2;

@@ -6,14 +6,15 @@
 // them itself.
 //
 // Thread-safety: every method may be called from any thread concurrently. Methods that write
-// (Remove, SoftDelete, UpdateMeta*, ForgetDeadForks) wait for the store's commit, so they belong
-// on a thread that may block.
+// (Create, Remove, SoftDelete, UpdateMeta*, ForgetDeadForks) wait for the store's commit, so they
+// belong on a thread that may block.
 #ifndef RUNNEL_CORE_PROTOCOL_CATALOG_H_
 #define RUNNEL_CORE_PROTOCOL_CATALOG_H_
 
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -37,6 +38,11 @@ struct CatalogOptions {
   // The most live forks one stream may have: a source lists its forks' ids in its metadata,
   // which every fork created or removed rewrites. One more is kFailedPrecondition.
   size_t max_forks_per_stream = 1000;
+  // The most record bytes (payloads and keys) a fork may copy from its source: the copy is one
+  // batch in memory until it commits. A larger fork is kResourceExhausted before it is created.
+  size_t max_fork_bytes = 64u << 20;
+  // The most messages a JSON-mode initial body may carry (kResourceExhausted beyond).
+  size_t max_append_messages = 100000;
   // Runs the metadata write that records an access (Touch) off the caller's thread. Null runs it
   // inline.
   std::function<void(std::function<void()>)> background;
@@ -48,6 +54,49 @@ struct CatalogOptions {
 struct Found {
   StreamInfo info;
   Meta meta;
+};
+
+// Where a fork starts (SEMANTICS E13).
+struct ForkSpec {
+  // The source stream; any scope (whoever asks has checked the caller's access to it).
+  StreamScope scope;
+  std::string name;
+  // The position the fork inherits through; nothing: the source's tail.
+  std::optional<uint64_t> position;
+  // Also inherit this much of what follows `position`: for a JSON-mode source that many
+  // messages, for any other the first that many bytes of the next record.
+  uint64_t sub_offset = 0;
+};
+
+// A stream to create, as PUT describes it.
+struct CreateSpec {
+  // Nothing: application/octet-stream, or for a fork its source's.
+  std::optional<std::string> content_type;
+  // Stream-TTL in seconds, or Stream-Expires-At in RFC 3339 (SEMANTICS E1, E2): at most one. A
+  // fork that sets neither inherits its source's.
+  std::optional<uint64_t> ttl_s;
+  std::optional<std::string> expires_at;
+  // Created closed (after its initial records).
+  bool closed = false;
+  StreamRetention retention;
+  // The initial records: one record, or for a JSON-mode stream the messages of one JSON value
+  // (a top-level array flattened by one level; an empty array is no message).
+  std::string body;
+  std::optional<ForkSpec> fork;
+  // Keyed compaction (core/state_compaction.h): a JSON stream only, no fork, no retention caps.
+  std::optional<compaction::Config> compaction;
+};
+
+// What Create did.
+struct Created {
+  // False: the stream already existed with the same configuration (an idempotent re-create).
+  bool created = false;
+  // The stream as created (before its initial records) or as found.
+  StreamInfo info;
+  // Where the next record goes (Stream-Next-Offset), and whether the stream is closed, as of
+  // the create's commit or the lookup.
+  uint64_t tail_position = 0;
+  bool closed = false;
 };
 
 class Catalog {
@@ -93,6 +142,24 @@ class Catalog {
   Status UpdateMetaIf(StreamId id, const std::function<Status(Meta*)>& change);
   // The answer to one fork too many of `source_name`.
   Status TooManyForks(std::string_view source_name) const;
+  // Why Create refused: kPayload when the initial body or the records a fork would copy are the
+  // problem (bad or too many JSON messages, more than max_fork_bytes), which the HTTP door
+  // answers as a request body's (413 for kResourceExhausted).
+  enum class CreateRefusal { kNone, kPayload };
+  // Creates stream `name` (PUT) under the rules of docs/semantics.md E1, E2, E12 and E13: validates
+  // the spec (kInvalidArgument), answers an existing live stream with the same configuration as
+  // not created, and one with another configuration, or a soft-deleted one with live forks, as
+  // kAlreadyExists. A fork's source must be live (kNotFound, or kFailedPrecondition when
+  // soft-deleted), have room for one more fork (kFailedPrecondition) and hold the fork's
+  // position (kInvalidArgument past its tail or before its last compaction point). Initial
+  // records (inherited and the body) and a close commit atomically with the stream becoming
+  // visible (Meta::creating). Losing a race for the name to another creator waits up to
+  // kCreateRaceWaitMs for the winner's commit, then answers as a re-create. Blocks until the
+  // store has committed.
+  Result<Created> Create(const StreamScope& scope, std::string_view name, const CreateSpec& spec,
+                         CreateRefusal* refusal = nullptr);
+  // How long a create that lost the race for its name waits for the winner's initial records.
+  static constexpr uint64_t kCreateRaceWaitMs = 5'000;
   // Why Delete refused a stream that exists.
   enum class Refusal { kNone, kSoftDeleted, kChannel };
   // Deletes a live stream (DELETE): kNotFound when it does not exist, expired or was already
@@ -118,6 +185,9 @@ class Catalog {
 
  private:
   uint64_t Now() const;
+  // One attempt of Create; `after_race`: a previous attempt lost the name to another creator.
+  Result<Created> CreateOnce(const StreamScope& scope, std::string_view name,
+                             const CreateSpec& spec, bool after_race, CreateRefusal* refusal);
 
   StreamRegistry registry_;
   CatalogOptions options_;

@@ -44,6 +44,8 @@ Streams::Streams(StreamRegistry registry, StreamsOptions options)
           protocol::CatalogOptions{
               .ttl_grace_ms = options.ttl_grace_ms,
               .max_forks_per_stream = options.max_forks_per_stream,
+              .max_fork_bytes = options.max_fork_bytes,
+              .max_append_messages = options.max_append_messages,
               .background = nullptr,
               .now_ms = options.now_ms,
           })),
@@ -59,6 +61,25 @@ Result<ProtocolStreamInfo> Streams::Lookup(const StreamScope& scope, std::string
   out.closed = found.info.closed;
   out.info = std::move(found.info);
   return out;
+}
+
+Result<ProtocolCreateResult> Streams::Create(const StreamScope& scope, std::string_view name,
+                                             const ProtocolCreate& create) {
+  protocol::CreateSpec spec;
+  if (!create.content_type.empty()) spec.content_type = create.content_type;
+  spec.ttl_s = create.ttl_s;
+  spec.expires_at = create.expires_at;
+  spec.closed = create.closed;
+  spec.retention = create.retention;
+  spec.body = create.body;
+  if (create.fork) {
+    spec.fork = protocol::ForkSpec{.scope = create.fork->scope,
+                                   .name = create.fork->name,
+                                   .position = create.fork->position,
+                                   .sub_offset = create.fork->sub_offset};
+  }
+  RUNNEL_ASSIGN_OR_RETURN(protocol::Created created, catalog_->Create(scope, name, spec));
+  return ProtocolCreateResult{created.created, created.tail_position, created.closed};
 }
 
 Status Streams::Delete(const StreamScope& scope, std::string_view name) {
