@@ -258,6 +258,9 @@ class Store {
   // Appends a batch and applies the stream's retention after it (the new records always
   // survive). `done` runs exactly once.
   virtual void Append(AppendRequest request, AppendCallback done) = 0;
+  // Append, waiting for its answer: for callers on a thread that may block (never a store
+  // callback's thread, which would wait on itself).
+  Result<AppendResult> AppendAndWait(AppendRequest request);
 
   // Up to `limit` records with offset >= from, ascending and gap-free (except where DropRecords
   // removed records: those offsets are skipped), stopping before the

@@ -1,3 +1,4 @@
+#include <future>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,14 @@ Result<std::vector<StreamInfo>> Store::ListStreamsNatural(std::string_view ns,
     if (!jumped && page.size() < want) break;
   }
   return out;
+}
+
+Result<AppendResult> Store::AppendAndWait(AppendRequest request) {
+  std::promise<Result<AppendResult>> promise;
+  auto future = promise.get_future();
+  Append(std::move(request),
+         [&promise](Result<AppendResult> r) { promise.set_value(std::move(r)); });
+  return future.get();
 }
 
 }  // namespace runnel

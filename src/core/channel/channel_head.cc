@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <future>
 #include <span>
 #include <string>
 #include <utility>
@@ -22,18 +21,6 @@ using channel_internal::CheckpointTag;
 using channel_internal::ConfigError;
 using channel_internal::kAttributeKey;
 using channel_internal::Where;
-
-namespace {
-
-Result<AppendResult> AppendAndWait(Store& store, AppendRequest request) {
-  std::promise<Result<AppendResult>> promise;
-  auto future = promise.get_future();
-  store.Append(std::move(request),
-               [&promise](Result<AppendResult> r) { promise.set_value(std::move(r)); });
-  return future.get();
-}
-
-}  // namespace
 
 // ---- Head checkpoint (V3) ----
 
@@ -290,7 +277,7 @@ Status DurableChannel::AppendCheckpoint() {
     request.expected_offset = checkpoint_next_ = std::max(checkpoint_next_, info->next_offset);
   }
   request.stream = *checkpoint_id_;
-  auto appended = AppendAndWait(store, std::move(request));
+  auto appended = store.AppendAndWait(std::move(request));
   if (!appended.ok()) {
     return appended.status().Annotate("StoreError: recording the head checkpoint in " +
                                       checkpoint_key_);

@@ -3,7 +3,6 @@
 // runnel::Streams::Create both call it.
 #include <algorithm>
 #include <chrono>
-#include <future>
 #include <thread>
 
 #include "core/attributes.h"
@@ -136,14 +135,6 @@ Result<Inheritance> Inherit(Store& store, const StreamInfo& source, uint64_t pos
   }
   out.records.push_back(AppendRecord{std::nullopt, next->payload.substr(0, sub_offset)});
   return out;
-}
-
-Result<AppendResult> AppendAndWait(Store& store, AppendRequest request) {
-  std::promise<Result<AppendResult>> promise;
-  auto future = promise.get_future();
-  store.Append(std::move(request),
-               [&promise](Result<AppendResult> r) { promise.set_value(std::move(r)); });
-  return future.get();
 }
 
 }  // namespace
@@ -332,7 +323,7 @@ Result<Created> Catalog::CreateOnce(const StreamScope& scope, std::string_view n
   append.attributes = std::move(final_attrs);
   append.expected_attributes = std::move(options.attributes);
   RUNNEL_ASSIGN_OR_RETURN(AppendResult committed,
-                          AppendAndWait(registry_.store(), std::move(append)));
+                          registry_.store().AppendAndWait(std::move(append)));
   out.tail_position = committed.next_offset - 1;
   out.closed = spec.closed;
   return out;

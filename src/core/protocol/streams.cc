@@ -3,8 +3,6 @@
 // HTTP server's asynchronous append path makes.
 #include "runnel/streams.h"
 
-#include <future>
-
 #include "core/protocol/catalog.h"
 #include "core/protocol/json_messages.h"
 #include "core/protocol/rules.h"
@@ -26,14 +24,6 @@ Result<Found> FindLive(protocol::Catalog& catalog, const StreamScope& scope,
   if (found.meta.soft_deleted) return Deleted(name);
   catalog.Touch(found.info, found.meta);
   return found;
-}
-
-Result<AppendResult> AppendAndWait(Store& store, AppendRequest request) {
-  std::promise<Result<AppendResult>> promise;
-  auto future = promise.get_future();
-  store.Append(std::move(request),
-               [&promise](Result<AppendResult> r) { promise.set_value(std::move(r)); });
-  return future.get();
 }
 
 }  // namespace
@@ -179,7 +169,7 @@ Result<ProtocolAppendResult> Streams::AppendOnce(const StreamScope& scope, std::
     request.expected_attributes = info.spec.attributes;
   }
   const bool expects_attributes = request.expected_attributes.has_value();
-  Result<AppendResult> result = AppendAndWait(store, std::move(request));
+  Result<AppendResult> result = store.AppendAndWait(std::move(request));
   if (a.stream_seq) catalog.MetaAppendDone(info.id);
   if (!result.ok() && expects_attributes && retry_race &&
       result.status().code() == StatusCode::kConflict) {
