@@ -179,11 +179,6 @@ class Streams {
                          const StreamRetention& retention);
 
  private:
-  // `retry_race`: decide once more from a fresh lookup when the store refused the append
-  // because the stream's attributes changed after they were read.
-  Result<ProtocolAppendResult> AppendOnce(const StreamScope& scope, std::string_view name,
-                                          const ProtocolAppend& append, bool retry_race);
-
   std::shared_ptr<protocol::Catalog> catalog_;
   StreamsOptions options_;
 };

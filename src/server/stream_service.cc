@@ -136,7 +136,8 @@ StreamService::StreamService(StreamRegistry registry, StreamServiceOptions optio
                                         .max_forks_per_stream = options_.max_forks_per_stream,
                                         .max_fork_bytes = options_.max_fork_bytes,
                                         .max_append_messages = options_.max_append_messages,
-                                        .background = options_.blocking_executor}) {}
+                                        .background = options_.blocking_executor,
+                                        .append_cache_streams = options_.append_cache_streams}) {}
 
 Result<StreamInfo> StreamService::LookupLive(const StreamScope& scope, std::string_view name) {
   return catalog_.LookupLive(scope, name);
@@ -204,23 +205,6 @@ void StreamService::DeferStoreWork(const Executor& home, bool calls_store,
   } else {
     DeferTo(home, std::move(fn));
   }
-}
-
-std::shared_ptr<const StreamService::Found> StreamService::CachedLookup(const std::string& key) {
-  MutexLock lock(cache_mu_);
-  auto it = append_cache_.find(key);
-  return it == append_cache_.end() ? nullptr : it->second;
-}
-
-void StreamService::RememberLookup(const std::string& key, std::shared_ptr<const Found> found) {
-  MutexLock lock(cache_mu_);
-  if (append_cache_.size() >= options_.append_cache_streams) append_cache_.clear();
-  append_cache_[key] = std::move(found);
-}
-
-void StreamService::ForgetLookup(const std::string& key) {
-  MutexLock lock(cache_mu_);
-  append_cache_.erase(key);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -346,30 +330,26 @@ void StreamService::HandleWrite(const Route& route, HttpRequest request, Done do
         shared->Header("producer-id").has_value() || shared->Header("producer-epoch").has_value() ||
         shared->Header("producer-seq").has_value();
     if (!needs_lane) {
-      const bool use_cache = !shared->Header("stream-expected-offset").has_value();
+      const bool plain = !shared->Header("stream-expected-offset").has_value();
       if (options_.offload_store_calls && options_.blocking_executor &&
-          !(use_cache && CachedLookup(key))) {
+          !catalog_.AppendIsCached(route.scope, route.name, plain)) {
         // The lookup is a store call that may block: not on this (event-loop) thread.
-        options_.blocking_executor(
-            [this, route, shared, use_cache, done = std::move(done)]() mutable {
-              Append(
-                  route, shared, [] {}, std::move(done), use_cache);
-            });
+        options_.blocking_executor([this, route, shared, done = std::move(done)]() mutable {
+          Append(
+              route, shared, [] {}, std::move(done));
+        });
         return;
       }
       Append(
-          route, shared, [] {}, std::move(done), use_cache);
+          route, shared, [] {}, std::move(done));
       return;
     }
   }
-  // A write through the lane may change what the append cache holds for this stream.
-  ForgetLookup(key);
-  RunInLane(key, [this, route, shared, key, done = std::move(done)](Release release) mutable {
-    ForgetLookup(key);
+  RunInLane(key, [this, route, shared, done = std::move(done)](Release release) mutable {
     auto run = [this, route, shared, release = std::move(release),
                 done = std::move(done)]() mutable {
       if (shared->method == "POST") {
-        Append(route, shared, std::move(release), std::move(done), /*use_cache=*/false);
+        Append(route, shared, std::move(release), std::move(done));
       } else {
         RunCatalogWrite(route, *shared, std::move(release), std::move(done));
       }
@@ -550,322 +530,141 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   finish(std::move(r));
 }
 
-void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest> shared,
-                           Release release, Done done, bool use_cache, bool retry_race) {
-  const HttpRequest& request = *shared;
-  std::string key;
-  std::shared_ptr<const Found> found;
-  if (use_cache && options_.append_cache_streams > 0) {
-    key = LaneKey(route.scope, route.name);
-    found = CachedLookup(key);
-  }
-  bool from_cache = found != nullptr;
-  // Expiry removes the stream: that path takes the fresh lookup below.
-  if (from_cache && catalog_.Expired(found->info, found->meta)) {
-    ForgetLookup(key);
-    found.reset();
-    from_cache = false;
-  }
-  auto finish = [&](HttpResponse r) {
-    if (from_cache && r.status >= 400) {
-      // Decided from a remembered lookup: decide again from a fresh one (a store call, so on
-      // the blocking executor when store calls are offloaded).
-      ForgetLookup(key);
-      auto again = [this, again_route = route, shared, release = std::move(release),
-                    done = std::move(done)]() mutable {
-        Append(again_route, shared, std::move(release), std::move(done), /*use_cache=*/false);
-      };
-      if (options_.offload_store_calls && options_.blocking_executor) {
-        options_.blocking_executor(std::move(again));
-      } else {
-        again();
-      }
-      return;
-    }
-    release();
-    done(std::move(r));
-  };
-  const bool close = IsTrue(request.Header("stream-closed"));
+namespace {
+
+// The append's headers as a protocol::AppendSpec. Only their syntax is checked here; every rule
+// is core/protocol/append.h's. The content type is a view into `request`.
+Result<protocol::AppendSpec> ParseAppendSpec(const HttpRequest& request) {
+  protocol::AppendSpec spec;
+  spec.close = IsTrue(request.Header("stream-closed"));
   auto pid = request.Header("producer-id");
   auto pepoch = request.Header("producer-epoch");
   auto pseq = request.Header("producer-seq");
-  std::optional<ProducerState> producer;
   if (pid || pepoch || pseq) {
     if (!pid || !pepoch || !pseq) {
-      return finish(ErrorResponse(Status::InvalidArgument(
-          "Producer-Id, Producer-Epoch and Producer-Seq must be sent together")));
+      return Status::InvalidArgument(
+          "Producer-Id, Producer-Epoch and Producer-Seq must be sent together");
     }
     auto epoch = ParseUint(*pepoch, kMaxSafeInteger);
     auto seq = ParseUint(*pseq, kMaxSafeInteger);
     if (pid->empty() || !epoch || !seq) {
-      return finish(ErrorResponse(Status::InvalidArgument(
-          "Producer-Id must be non-empty; Producer-Epoch and Producer-Seq integers <= 2^53-1")));
+      return Status::InvalidArgument(
+          "Producer-Id must be non-empty; Producer-Epoch and Producer-Seq integers <= 2^53-1");
     }
-    producer = ProducerState{std::string(*pid), *epoch, *seq, 0};
+    spec.producer = ProducerState{std::string(*pid), *epoch, *seq, 0};
   }
-
-  if (!found) {
-    auto fresh = catalog_.Lookup(route.scope, route.name);
-    if (!fresh.ok()) return finish(ErrorResponse(fresh.status()));
-    found = std::make_shared<const Found>(std::move(*fresh));
-    // A stream that never held a record may still become a channel's partition (adoption
-    // tags it): it is looked up afresh until its first record makes that impossible.
-    if (!key.empty() && !found->meta.soft_deleted && !found->info.closed &&
-        found->info.EverHeldARecord()) {
-      RememberLookup(key, found);
-    }
-  }
-  if (found->meta.soft_deleted) return finish(Gone());
-  if (found->meta.channel) return finish(ChannelOwned(route.name));
-  const StreamInfo& info = found->info;
-  catalog_.Touch(info, found->meta);
-
-  auto producer_headers = [](HttpResponse* r, uint64_t epoch, uint64_t seq) {
-    r->Set("Producer-Epoch", std::to_string(epoch));
-    r->Set("Producer-Seq", std::to_string(seq));
-  };
-
-  std::optional<ProducerState> stored;
-  if (producer) {
-    auto state = registry_.store().GetProducer(info.id, producer->producer_id);
-    if (!state.ok()) return finish(ErrorResponse(state.status()));
-    stored = *state;
-  }
-
-  if (info.closed) {
-    HttpResponse r;
-    if (producer && protocol::CheckProducer(stored, producer->epoch, producer->seq).verdict ==
-                        protocol::ProducerVerdict::kDuplicate) {
-      r.status = 204;
-      producer_headers(&r, stored->epoch, stored->seq);
-    } else if (request.body.empty() && close) {
-      r.status = 204;
-    } else {
-      r = ErrorResponse(Status::FailedPrecondition("stream is closed"));
-    }
-    r.Set("Stream-Next-Offset", FormatOffset(TailPosition(info)));
-    r.Set("Stream-Closed", "true");
-    return finish(std::move(r));
-  }
-
-  if (request.body.empty() && !close) {
-    return finish(ErrorResponse(Status::InvalidArgument("an append needs a body")));
-  }
-  const bool json_mode = IsJsonContentType(info.spec.content_type);
-  if (!request.body.empty()) {
-    auto ct = request.Header("content-type");
-    if (!ct || ct->empty()) {
-      return finish(ErrorResponse(Status::InvalidArgument("Content-Type is required")));
-    }
-    if (!SameContentType(*ct, info.spec.content_type)) {
-      return finish(
-          ErrorResponse(Status::Conflict("Content-Type does not match the stream's", 0, 0)));
-    }
-  }
-
-  if (producer) {
-    // SEMANTICS E9: core decides; the answer's status and headers are HTTP's.
-    const protocol::ProducerCheck check =
-        protocol::CheckProducer(stored, producer->epoch, producer->seq);
-    switch (check.verdict) {
-      case protocol::ProducerVerdict::kAccept: break;
-      case protocol::ProducerVerdict::kStaleEpoch: {
-        HttpResponse r = ErrorResponse(Status::PermissionDenied("stale producer epoch"));
-        r.Set("Producer-Epoch", std::to_string(stored->epoch));
-        return finish(std::move(r));
-      }
-      case protocol::ProducerVerdict::kBadNewEpoch:
-        return finish(ErrorResponse(
-            Status::InvalidArgument("a new producer epoch must start at Producer-Seq 0")));
-      case protocol::ProducerVerdict::kDuplicate: {
-        HttpResponse r;
-        r.status = 204;
-        producer_headers(&r, stored->epoch, stored->seq);
-        r.Set("Stream-Next-Offset", FormatOffset(TailPosition(info)));
-        return finish(std::move(r));
-      }
-      case protocol::ProducerVerdict::kGap: {
-        HttpResponse r = ErrorResponse(
-            Status::Conflict("producer sequence gap", check.expected_seq, producer->seq));
-        r.Set("Producer-Expected-Seq", std::to_string(check.expected_seq));
-        r.Set("Producer-Received-Seq", std::to_string(producer->seq));
-        return finish(std::move(r));
-      }
-    }
-  }
-
-  std::optional<std::string> stream_seq;
-  if (auto seq = request.Header("stream-seq")) {
-    stream_seq = std::string(*seq);
-    // SEMANTICS E4: valid UTF-8 (it is stored in JSON metadata), greater than the last one.
-    if (Status valid = protocol::ValidateStreamSeq(*stream_seq); !valid.ok()) {
-      return finish(ErrorResponse(valid));
-    }
-    if (Status next = protocol::CheckStreamSeq(found->meta.stream_seq, *stream_seq); !next.ok()) {
-      return finish(ErrorResponse(next));
-    }
-  }
-
-  // Conditional append (runnel extension): the batch must start at this position, else 409
-  // with the current tail in Stream-Next-Offset (the seed-003 "occupied sequence" rule).
-  std::optional<uint64_t> expected_position;
+  if (auto seq = request.Header("stream-seq")) spec.stream_seq = std::string(*seq);
   if (auto expected = request.Header("stream-expected-offset")) {
     auto parsed = ParseOffset(*expected);
     if (!parsed.ok() || parsed->kind != OffsetQuery::Kind::kPosition) {
-      return finish(
-          ErrorResponse(Status::InvalidArgument("Stream-Expected-Offset must be an offset token")));
+      return Status::InvalidArgument("Stream-Expected-Offset must be an offset token");
     }
-    expected_position = parsed->position;
-    if (Status at = protocol::CheckExpectedPosition(*expected_position, info); !at.ok()) {
-      HttpResponse r = ErrorResponse(at);
-      r.Set("Stream-Next-Offset", FormatOffset(TailPosition(info)));
-      return finish(std::move(r));
-    }
+    spec.expected_position = parsed->position;
   }
+  if (auto ct = request.Header("content-type")) spec.content_type = *ct;
+  spec.body = request.body;
+  return spec;
+}
 
-  std::vector<AppendRecord> records;
-  if (!request.body.empty()) {
-    if (json_mode) {
-      auto messages = SplitJsonMessages(request.body, /*allow_empty_array=*/false,
-                                        options_.max_append_messages);
-      if (!messages.ok()) return finish(PayloadErrorResponse(messages.status()));
-      records.reserve(messages->size());
-      for (std::string& m : *messages) records.push_back(AppendRecord{std::nullopt, std::move(m)});
+}  // namespace
+
+HttpResponse StreamService::AppendResponse(const Route& route,
+                                           const protocol::AppendOutcome& outcome) {
+  using Kind = protocol::AppendOutcome::Kind;
+  using Refusal = protocol::AppendOutcome::Refusal;
+  HttpResponse r;
+  if (outcome.kind == Kind::kRefused) {
+    if (outcome.refusal == Refusal::kSoftDeleted) return Gone();
+    if (outcome.refusal == Refusal::kChannel) return ChannelOwned(route.name);
+    r = outcome.refusal == Refusal::kPayload ? PayloadErrorResponse(outcome.status)
+                                             : ErrorResponse(outcome.status);
+  } else {
+    // A producer's records answer 200 (PROTOCOL 5.2.1); anything else that succeeds, 204.
+    const bool producer_records = outcome.kind == Kind::kAppended && outcome.wrote_records &&
+                                  outcome.producer_epoch.has_value();
+    r.status = producer_records ? 200 : 204;
+  }
+  if (outcome.tail_position) r.Set("Stream-Next-Offset", FormatOffset(*outcome.tail_position));
+  if (outcome.closed) r.Set("Stream-Closed", "true");
+  if (outcome.producer_epoch) r.Set("Producer-Epoch", std::to_string(*outcome.producer_epoch));
+  if (outcome.producer_seq) r.Set("Producer-Seq", std::to_string(*outcome.producer_seq));
+  if (outcome.expected_seq) {
+    r.Set("Producer-Expected-Seq", std::to_string(*outcome.expected_seq));
+    r.Set("Producer-Received-Seq", std::to_string(outcome.received_seq.value_or(0)));
+  }
+  return r;
+}
+
+void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest> shared,
+                           Release release, Done done, bool fresh, bool retry_race) {
+  auto spec = ParseAppendSpec(*shared);
+  if (!spec.ok()) {
+    release();
+    done(ErrorResponse(spec.status()));
+    return;
+  }
+  protocol::PreparedAppend prepared =
+      catalog_.PrepareAppend(route.scope, route.name, std::move(*spec), fresh, retry_race);
+  if (prepared.answer) {
+    return Conclude(route, std::move(shared), *prepared.answer, std::move(release), std::move(done),
+                    retry_race);
+  }
+  if (prepared.found->meta.compaction) {
+    NoteCompactedAppend(route.scope, prepared.found->info, prepared.bytes);
+  }
+  AppendRequest write = std::move(prepared.request);
+  registry_.store().Append(
+      std::move(write), [this, home = Home(), started = std::chrono::steady_clock::now(),
+                         prepared = std::move(prepared), route, shared = std::move(shared),
+                         release = std::move(release), done = std::move(done),
+                         retry_race](Result<AppendResult> result) mutable {
+        // Only a refusal (or Stream-Seq's bookkeeping, which may wait for a metadata write)
+        // calls the store on the way to the answer.
+        const bool calls_store = protocol::Catalog::FinishCallsStore(prepared, result);
+        DeferStoreWork(
+            home, calls_store,
+            [this, started, prepared = std::move(prepared), route = std::move(route),
+             shared = std::move(shared), release = std::move(release), done = std::move(done),
+             retry_race, result = std::move(result)]() mutable {
+              protocol::AppendOutcome outcome = catalog_.FinishAppend(prepared, std::move(result));
+              if (metrics_ && outcome.kind == protocol::AppendOutcome::Kind::kAppended) {
+                metrics_->ObserveAppendLatency(
+                    static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                              std::chrono::steady_clock::now() - started)
+                                              .count()));
+              }
+              Conclude(route, std::move(shared), outcome, std::move(release), std::move(done),
+                       retry_race);
+            });
+      });
+}
+
+void StreamService::Conclude(const Route& route, std::shared_ptr<const HttpRequest> shared,
+                             const protocol::AppendOutcome& outcome, Release release, Done done,
+                             bool retry_race) {
+  if (outcome.kind == protocol::AppendOutcome::Kind::kRetry) {
+    // Decided from a stale view (a remembered lookup, or attributes changed by a racing
+    // writer): decide again from a fresh lookup, a store call, so on the blocking executor when
+    // store calls are offloaded. A race is retried once.
+    auto again = [this, route, shared = std::move(shared), release = std::move(release),
+                  done = std::move(done), retry_race = retry_race && !outcome.race]() mutable {
+      Append(route, shared, std::move(release), std::move(done), /*fresh=*/true, retry_race);
+    };
+    if (options_.offload_store_calls && options_.blocking_executor) {
+      options_.blocking_executor(std::move(again));
     } else {
-      records.push_back(AppendRecord{std::nullopt, request.body});
+      again();
     }
+    return;
   }
-  if (found->meta.compaction) {
-    if (Status valid = protocol::ValidateStateMessages(records); !valid.ok()) {
-      return finish(ErrorResponse(valid));
-    }
-    uint64_t bytes = 0;
-    for (const AppendRecord& r : records) bytes += r.payload.size();
-    NoteCompactedAppend(found->info, LaneKey(route.scope, route.name), bytes);
-  }
-
-  AppendOptions options;
-  options.producer = producer;
-  options.close = close;
-  const bool empty = records.empty();
-  StreamId id = info.id;
-  std::optional<std::string> expected_attributes;
-  if (stream_seq) {
-    // The last Stream-Seq commits with the records, so a crash cannot separate them.
-    auto meta_append = catalog_.BeginMetaAppend(id, *stream_seq);
-    if (!meta_append.ok()) return finish(ErrorResponse(meta_append.status()));
-    options.attributes = std::move(meta_append->attributes);
-    expected_attributes = std::move(meta_append->read);
-  }
-  // A stream that never held a record may be adopted by a channel at any moment (its tag is a
-  // compare-and-set on the attributes and the tail): this append expects the untagged
-  // attributes it was validated against, so it cannot land in a partition tagged meanwhile.
-  // Losing that race is decided again from a fresh lookup, which then refuses it (409).
-  const bool adoptable = !info.EverHeldARecord();
-  if (adoptable && !expected_attributes) expected_attributes = info.spec.attributes;
-  if (expected_position && !empty) options.expected_offset = *expected_position + 1;
-  auto started = std::chrono::steady_clock::now();
-  // To the id the request was validated against; a stream deleted meanwhile (perhaps recreated
-  // under the same name by another node) is refused by the store.
-  AppendRequest append;
-  append.stream = id;
-  append.records = std::move(records);
-  append.now_ms = registry_.clock().NowMs();
-  append.expected_offset = options.expected_offset;
-  append.producer = options.producer;
-  append.attributes = std::move(options.attributes);
-  append.expected_attributes = std::move(expected_attributes);
-  append.close = options.close;
-  registry_.store().Append(std::move(append), [this, home = Home(), release = std::move(release),
-                                               done = std::move(done), producer, close, stream_seq,
-                                               id, started, empty, from_cache, key, route, shared,
-                                               retry_race,
-                                               adoptable](Result<AppendResult> result) mutable {
-    // Only a refusal (or the Stream-Seq bookkeeping, which may wait for a catalog write)
-    // calls the store on the way to the answer.
-    const bool calls_store = !result.ok() || stream_seq.has_value();
-    DeferStoreWork(
-        home, calls_store,
-        [this, release = std::move(release), done = std::move(done), producer, close, stream_seq,
-         id, started, empty, from_cache, key = std::move(key), route = std::move(route),
-         shared = std::move(shared), result = std::move(result), retry_race, adoptable]() mutable {
-          // Not on the store's thread: an UpdateMeta holds meta_mu_ while it waits for a commit.
-          if (stream_seq) catalog_.MetaAppendDone(id);
-          if ((stream_seq || adoptable) && retry_race && !result.ok() &&
-              result.status().code() == StatusCode::kConflict) {
-            // Nothing was written: the attributes (or the tail) changed through another node
-            // after they were read. Decide again from what is stored now.
-            Append(route, shared, std::move(release), std::move(done), /*use_cache=*/false,
-                   /*retry_race=*/false);
-            return;
-          }
-          if (from_cache && !result.ok() &&
-              (result.status().code() == StatusCode::kNotFound ||
-               result.status().code() == StatusCode::kFailedPrecondition)) {
-            // A definite refusal (nothing was written) of an append validated from a remembered
-            // lookup: the stream was deleted, closed or soft-deleted meanwhile. Run it again
-            // from a fresh lookup, which gives the precise answer.
-            ForgetLookup(key);
-            Append(route, shared, std::move(release), std::move(done), /*use_cache=*/false);
-            return;
-          }
-          HttpResponse r;
-          if (!result.ok() && producer && result.status().code() == StatusCode::kAlreadyExists) {
-            // A store shared by several nodes found this (epoch, seq) committed meanwhile,
-            // through another node: the same duplicate answer as the check before the append.
-            r.status = 204;
-            // Producer-Seq is the highest sequence accepted in this epoch (PROTOCOL 5.2.1),
-            // which the other node may have moved past this request's.
-            uint64_t highest = producer->seq;
-            if (auto stored = registry_.store().GetProducer(id, producer->producer_id);
-                stored.ok() && stored->has_value() && (*stored)->epoch == producer->epoch) {
-              highest = std::max(highest, (*stored)->seq);
-            }
-            r.Set("Producer-Epoch", std::to_string(producer->epoch));
-            r.Set("Producer-Seq", std::to_string(highest));
-            if (auto info = registry_.store().GetStreamById(id); info.ok()) {
-              r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
-            }
-          } else if (!result.ok()) {
-            r = ErrorResponse(result.status());
-            if (result.status().code() == StatusCode::kConflict) {
-              // A conditional append lost a race: report the tail it must start at now.
-              if (auto info = registry_.store().GetStreamById(id); info.ok()) {
-                r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
-              }
-            }
-            if (result.status().code() == StatusCode::kFailedPrecondition) {
-              // Closed by a concurrent request after our check.
-              r.Set("Stream-Closed", "true");
-              if (auto info = registry_.store().GetStreamById(id); info.ok()) {
-                r.Set("Stream-Next-Offset", FormatOffset(TailPosition(*info)));
-              }
-            }
-          } else {
-            r.status = producer && !empty ? 200 : 204;
-            r.Set("Stream-Next-Offset", FormatOffset(result->next_offset - 1));
-            if (close) r.Set("Stream-Closed", "true");
-            if (producer) {
-              r.Set("Producer-Epoch", std::to_string(producer->epoch));
-              r.Set("Producer-Seq", std::to_string(producer->seq));
-            }
-            if (metrics_) {
-              metrics_->ObserveAppendLatency(
-                  static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                            std::chrono::steady_clock::now() - started)
-                                            .count()));
-            }
-          }
-          release();
-          done(std::move(r));
-        });
-  });
+  release();
+  done(AppendResponse(route, outcome));
 }
 
 // ---------------------------------------------------------------------------------------------
 // HEAD, listing and reads
 
-Result<compaction::Report> StreamService::RunCompaction(StreamId id, const std::string& lane_key,
+Result<compaction::Report> StreamService::RunCompaction(StreamId id, const StreamScope& scope,
                                                         std::string_view name) {
   {
     MutexLock lock(compacting_mu_);
@@ -881,11 +680,11 @@ Result<compaction::Report> StreamService::RunCompaction(StreamId id, const std::
     MutexLock lock(compacting_mu_);
     compacting_.erase(id);
   }
-  ForgetLookup(lane_key);
+  catalog_.ForgetCached(scope, name);  // the horizon in the metadata moved
   return report;
 }
 
-void StreamService::NoteCompactedAppend(const StreamInfo& info, const std::string& lane_key,
+void StreamService::NoteCompactedAppend(const StreamScope& scope, const StreamInfo& info,
                                         uint64_t bytes) {
   if (options_.compaction_share <= 0 || !options_.blocking_executor) return;
   {
@@ -898,8 +697,8 @@ void StreamService::NoteCompactedAppend(const StreamInfo& info, const std::strin
       return;
     }
   }
-  options_.blocking_executor([this, id = info.id, lane_key, name = info.spec.name] {
-    auto report = RunCompaction(id, lane_key, name);
+  options_.blocking_executor([this, id = info.id, scope, name = info.spec.name] {
+    auto report = RunCompaction(id, scope, name);
     if (!report.ok() && report.status().code() != StatusCode::kConflict &&
         report.status().code() != StatusCode::kNotFound) {
       spdlog::warn("background compaction of stream '{}' failed: {}", name,
@@ -916,7 +715,7 @@ void StreamService::CompactNow(const Route& route, Done done) {
     return done(ErrorResponse(Status::FailedPrecondition(
         "stream '" + route.name + "' was not created with Stream-Compaction: state")));
   }
-  auto report = RunCompaction(found->info.id, LaneKey(route.scope, route.name), route.name);
+  auto report = RunCompaction(found->info.id, route.scope, route.name);
   if (!report.ok()) return done(ErrorResponse(report.status()));
   json body = {{"compacted_through", FormatOffset(report->compacted_through)},
                {"scanned_records", report->scanned_records},

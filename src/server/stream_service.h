@@ -88,8 +88,8 @@ struct StreamServiceOptions {
   // on blocking_executor instead of the calling thread: set by a server whose store's calls may
   // block (Store::CallsMayBlock), so no event-loop thread waits on a database.
   bool offload_store_calls = false;
-  // The most streams the append path's catalog cache remembers (see StreamService::
-  // append_cache_); 0 turns the cache off.
+  // The most streams the catalog's append cache remembers (protocol::CatalogOptions::
+  // append_cache_streams); 0 turns the cache off.
   size_t append_cache_streams = 65536;
   // The most bytes of framed SSE `data` events kept for sharing (see StreamService::ReadSse):
   // at most one frame per stream, the whole set dropped when a new frame would pass this.
@@ -253,7 +253,6 @@ class StreamService {
 
  private:
   using Meta = protocol::Meta;
-  using Found = protocol::Found;
   using Release = std::function<void()>;
 
   using Executor = std::function<void(std::function<void()>)>;
@@ -271,18 +270,21 @@ class StreamService {
 
   // PUT: the headers become a protocol::CreateSpec; protocol::Catalog::Create decides.
   void Create(const Route& route, const HttpRequest& request, Release release, Done done);
-  // `use_cache`: a plain append (no Stream-Seq, producer, close or expected offset) may be
-  // validated against append_cache_. `retry_race`: a Stream-Seq append that the store refused
-  // because the stream's attributes changed after they were read (a write through another node
-  // sharing the store) runs once more from a fresh lookup, which decides it again.
+  // POST: the headers become a protocol::AppendSpec; protocol::Catalog::PrepareAppend and
+  // FinishAppend decide (core/protocol/append.h). `fresh`: not from the catalog's append cache.
+  // `retry_race`: an append refused because the stream's attributes changed after they were
+  // read (a write through another node sharing the store) runs once more from a fresh lookup.
   void Append(const Route& route, std::shared_ptr<const HttpRequest> request, Release release,
-              Done done, bool use_cache, bool retry_race = true);
+              Done done, bool fresh = false, bool retry_race = true);
+  // Answers `outcome`, or for kRetry runs the append again from a fresh lookup.
+  void Conclude(const Route& route, std::shared_ptr<const HttpRequest> request,
+                const protocol::AppendOutcome& outcome, Release release, Done done,
+                bool retry_race);
+  // The HTTP answer to an append's outcome: status and headers, nothing decided.
+  static HttpResponse AppendResponse(const Route& route, const protocol::AppendOutcome& outcome);
   // Runs `fn` on blocking_executor when it `calls_store` and store calls are offloaded, else
   // through `home` (see Home).
   void DeferStoreWork(const Executor& home, bool calls_store, std::function<void()> fn);
-  std::shared_ptr<const Found> CachedLookup(const std::string& key);
-  void RememberLookup(const std::string& key, std::shared_ptr<const Found> found);
-  void ForgetLookup(const std::string& key);
   // PUT, PATCH or DELETE, on the calling thread (options_.blocking_executor's in a server).
   void RunCatalogWrite(const Route& route, const HttpRequest& request, Release release, Done done);
   void Delete(const Route& route, Release release, Done done);
@@ -294,11 +296,11 @@ class StreamService {
   // answers what it reclaimed as JSON. One compaction per stream at a time (409 otherwise).
   void CompactNow(const Route& route, Done done);
   // Runs one compaction of stream `id` unless one is running (then kConflict).
-  Result<compaction::Report> RunCompaction(StreamId id, const std::string& lane_key,
+  Result<compaction::Report> RunCompaction(StreamId id, const StreamScope& scope,
                                            std::string_view name);
   // Counts `bytes` appended to a compacted stream and starts a background compaction when
   // they pass StreamServiceOptions::compaction_share.
-  void NoteCompactedAppend(const StreamInfo& info, const std::string& lane_key, uint64_t bytes);
+  void NoteCompactedAppend(const StreamScope& scope, const StreamInfo& info, uint64_t bytes);
   // Streams being compacted now, and payload bytes appended to compacted streams since their
   // last compaction; guarded by compacting_mu_.
   Mutex compacting_mu_;
@@ -326,21 +328,6 @@ class StreamService {
   Mutex sse_mu_;
   std::unordered_map<StreamId, SharedSseFrame> sse_frames_ RUNNEL_GUARDED_BY(sse_mu_);
   size_t sse_frame_bytes_ RUNNEL_GUARDED_BY(sse_mu_) = 0;
-
-  // Plain appends validate against a lookup remembered here by lane key, so the hot path costs
-  // no catalog read (on a shared database, a round trip per append). Only live, open streams
-  // that have held a record are remembered (an empty one may still be adopted as a channel
-  // partition, which changes its owner), and what a plain append uses of the entry either never
-  // changes for such a stream id (content type, TTL, Expires-At, no channel owner) or is
-  // checked again by the store inside the append (the id still exists, the stream is open; a
-  // soft delete also closes the stream in the store). So a stale entry can only cause a
-  // refusal, never a wrong acceptance; any refusal decided from an entry, by the service or the
-  // store, drops it and the append runs again from a fresh lookup. Writes through the lane (create,
-  // delete, retention, close, Stream-Seq, producers) drop their stream's entry. Bounded by
-  // options_.append_cache_streams (cleared when full).
-  Mutex cache_mu_;
-  std::unordered_map<std::string, std::shared_ptr<const Found>> append_cache_
-      RUNNEL_GUARDED_BY(cache_mu_);
 };
 
 }  // namespace runnel::server

@@ -1,4 +1,4 @@
-// The append path's catalog cache (StreamService::append_cache_): plain appends validate against
+// The append path's catalog cache (protocol::Catalog's append cache): plain appends decide from
 // a remembered lookup instead of reading the catalog each time, and a stale entry can only cause
 // a refusal that is then decided again from a fresh lookup, never a wrong acceptance. Two
 // services over one registry stand for two server nodes over one shared store: what one node

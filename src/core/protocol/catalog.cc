@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <future>
 
 #include "base/log.h"
 #include "base/retry.h"
@@ -50,6 +49,7 @@ Status RefuseWrite(const Found& found, std::string_view name, Catalog::Refusal* 
 
 Status Catalog::Delete(const StreamScope& scope, std::string_view name, Refusal* refusal) {
   if (refusal) *refusal = Refusal::kNone;
+  ForgetCached(scope, name);
   RUNNEL_ASSIGN_OR_RETURN(Found found, Lookup(scope, name));
   RUNNEL_RETURN_IF_ERROR(RefuseWrite(found, name, refusal));
   return Remove(found.info, found.meta);
@@ -58,6 +58,7 @@ Status Catalog::Delete(const StreamScope& scope, std::string_view name, Refusal*
 Result<StreamInfo> Catalog::UpdateRetention(const StreamScope& scope, std::string_view name,
                                             const StreamRetention& retention, Refusal* refusal) {
   if (refusal) *refusal = Refusal::kNone;
+  ForgetCached(scope, name);
   RUNNEL_ASSIGN_OR_RETURN(Found found, Lookup(scope, name));
   RUNNEL_RETURN_IF_ERROR(RefuseWrite(found, name, refusal));
   if (found.meta.compaction) {
@@ -189,19 +190,14 @@ Status Catalog::SoftDelete(StreamId id) {
     Status s;
     if (!info.closed) {
       // Closing in the same commit makes the store refuse every later append, including one a
-      // node validated from a remembered lookup (append_cache_).
+      // node decided from a remembered lookup (append_cache_).
       AppendRequest request;
       request.stream = id;
       request.now_ms = registry_.clock().NowMs();
       request.close = true;
       request.attributes = attrs;
       request.expected_attributes = info.spec.attributes;
-      std::promise<Result<AppendResult>> promise;
-      auto future = promise.get_future();
-      registry_.store().Append(std::move(request), [&promise](Result<AppendResult> r) {
-        promise.set_value(std::move(r));
-      });
-      s = future.get().status();
+      s = registry_.store().AppendAndWait(std::move(request)).status();
     }
     // Closed (by someone else meanwhile): the store already refuses appends; set the mark alone.
     if (info.closed || s.code() == StatusCode::kFailedPrecondition) {

@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,6 +22,7 @@
 #include <unordered_set>
 
 #include "base/mutex.h"
+#include "core/protocol/append.h"
 #include "core/protocol/meta.h"
 #include "runnel/registry.h"
 
@@ -48,12 +50,9 @@ struct CatalogOptions {
   std::function<void(std::function<void()>)> background;
   // The wall clock expiry and access times use, in unix ms. Null: the system clock.
   std::function<uint64_t()> now_ms;
-};
-
-// A stream as the protocol sees it: the store's descriptor and the protocol metadata.
-struct Found {
-  StreamInfo info;
-  Meta meta;
+  // The most streams the append cache remembers (see Catalog::append_cache_; cleared when
+  // full); 0 turns it off.
+  size_t append_cache_streams = 65536;
 };
 
 // Where a fork starts (SEMANTICS E13).
@@ -183,7 +182,30 @@ class Catalog {
   Result<MetaAppend> BeginMetaAppend(StreamId id, const std::string& seq);
   void MetaAppendDone(StreamId id);
 
+  // Appends (core/protocol/append.h). PrepareAppend looks the stream up (a plain append from
+  // the append cache unless `fresh`), reads the producer's state, decides, and for a Stream-Seq
+  // computes the attributes the write commits; it may call the store, except when
+  // AppendIsCached says the append is decided from the cache. `retry_race`: a write refused
+  // because the attributes changed after they were read is answered kRetry (once). The caller
+  // hands `request` to Store::Append, then the result to FinishAppend, off the store's thread
+  // when FinishCallsStore says it may call the store (or wait for a metadata write).
+  PreparedAppend PrepareAppend(const StreamScope& scope, std::string_view name, AppendSpec spec,
+                               bool fresh = false, bool retry_race = true);
+  AppendOutcome FinishAppend(const PreparedAppend& prepared, Result<AppendResult> result);
+  static bool FinishCallsStore(const PreparedAppend& prepared, const Result<AppendResult>& result) {
+    return !result.ok() || prepared.meta_in_flight;
+  }
+  // Whether a `plain` append (AppendSpec::Plain) would be decided from the cache.
+  bool AppendIsCached(const StreamScope& scope, std::string_view name, bool plain);
+  // Drops the stream's append cache entry (a write that changes what a plain append checks).
+  void ForgetCached(const StreamScope& scope, std::string_view name);
+
  private:
+  static std::string CacheKey(const StreamScope& scope, std::string_view name);
+  std::shared_ptr<const Found> Cached(const std::string& key);
+  void Remember(const std::string& key, std::shared_ptr<const Found> found);
+  void Forget(const std::string& key);
+
   uint64_t Now() const;
   // One attempt of Create; `after_race`: a previous attempt lost the name to another creator.
   Result<Created> CreateOnce(const StreamScope& scope, std::string_view name,
@@ -205,6 +227,21 @@ class Catalog {
   // The newest access time recorded in the store's metadata (touched_ms) known here, per TTL
   // stream; only on a store shared with other nodes.
   std::unordered_map<StreamId, uint64_t> recorded_access_ms_ RUNNEL_GUARDED_BY(access_mu_);
+
+  // Plain appends (AppendSpec::Plain) decide from a lookup remembered here by scope and name,
+  // so the hot path costs no catalog read (on a shared database, a round trip per append). Only
+  // live, open streams that have held a record are remembered (an empty one may still be
+  // adopted as a channel partition, which changes its owner), and what a plain append uses of
+  // the entry either never changes for such a stream id (content type, TTL, Expires-At, no
+  // channel owner) or is checked again by the store inside the append (the id still exists,
+  // the stream is open; a soft delete also closes the stream in the store). So a stale entry
+  // can only cause a refusal, never a wrong acceptance; any refusal decided from an entry, by
+  // the decision or the store, drops it and the append runs again from a fresh lookup. Creates,
+  // deletes, retention changes and appends that are not plain drop their stream's entry.
+  // Bounded by options_.append_cache_streams (cleared when full).
+  Mutex cache_mu_;
+  std::unordered_map<std::string, std::shared_ptr<const Found>> append_cache_
+      RUNNEL_GUARDED_BY(cache_mu_);
 };
 
 }  // namespace runnel::protocol

@@ -142,6 +142,7 @@ Result<Inheritance> Inherit(Store& store, const StreamInfo& source, uint64_t pos
 Result<Created> Catalog::Create(const StreamScope& scope, std::string_view name,
                                 const CreateSpec& spec, CreateRefusal* refusal) {
   if (refusal) *refusal = CreateRefusal::kNone;
+  ForgetCached(scope, name);
   return CreateOnce(scope, name, spec, /*after_race=*/false, refusal);
 }
 

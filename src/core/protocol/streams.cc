@@ -81,111 +81,46 @@ Status Streams::UpdateRetention(const StreamScope& scope, std::string_view name,
   return catalog_->UpdateRetention(scope, name, retention).status();
 }
 
-// The decisions in the order the HTTP server's append makes them (StreamService::Append): each
-// one a call into core/protocol. About 90 lines: one straight sequence of checks.
+// The decision is core's (core/protocol/append.h), the same the HTTP server's POST takes; this
+// door blocks for the write and maps the outcome to a status.
 Result<ProtocolAppendResult> Streams::Append(const StreamScope& scope, std::string_view name,
                                              const ProtocolAppend& a) {
-  return AppendOnce(scope, name, a, /*retry_race=*/true);
-}
-
-Result<ProtocolAppendResult> Streams::AppendOnce(const StreamScope& scope, std::string_view name,
-                                                 const ProtocolAppend& a, bool retry_race) {
   protocol::Catalog& catalog = *catalog_;
-  Store& store = catalog.registry().store();
-  RUNNEL_ASSIGN_OR_RETURN(Found found, FindLive(catalog, scope, name));
-  if (found.meta.channel) {
-    return Status::FailedPrecondition("stream '" + std::string(name) +
-                                      "' belongs to a runnel channel: publish through it");
-  }
-  const StreamInfo& info = found.info;
-  std::optional<ProducerState> stored;
-  std::optional<protocol::ProducerCheck> check;
-  if (a.producer) {
-    if (a.producer->id.empty()) return Status::InvalidArgument("a producer id must be non-empty");
-    RUNNEL_ASSIGN_OR_RETURN(stored, store.GetProducer(info.id, a.producer->id));
-    check = protocol::CheckProducer(stored, a.producer->epoch, a.producer->seq);
-  }
-  const uint64_t tail = protocol::TailPosition(info);
-  if (info.closed) {
-    if (check && check->verdict == protocol::ProducerVerdict::kDuplicate) {
-      return ProtocolAppendResult{tail, true, true};
-    }
-    if (a.body.empty() && a.close) return ProtocolAppendResult{tail, false, true};
-    return Status::FailedPrecondition("stream is closed");
-  }
-  if (a.body.empty() && !a.close) return Status::InvalidArgument("an append needs a body");
-  if (!a.body.empty()) {
-    if (a.content_type.empty()) return Status::InvalidArgument("a content type is required");
-    if (!protocol::SameContentType(a.content_type, info.spec.content_type)) {
-      return Status::Conflict("content type does not match the stream's", 0, 0);
-    }
-  }
-  if (check) {
-    switch (check->verdict) {
-      case protocol::ProducerVerdict::kAccept: break;
-      case protocol::ProducerVerdict::kDuplicate: return ProtocolAppendResult{tail, true, false};
-      case protocol::ProducerVerdict::kStaleEpoch:
-        return Status::PermissionDenied("stale producer epoch");
-      case protocol::ProducerVerdict::kBadNewEpoch:
-        return Status::InvalidArgument("a new producer epoch must start at sequence 0");
-      case protocol::ProducerVerdict::kGap:
-        return Status::Conflict("producer sequence gap", check->expected_seq, a.producer->seq);
+  bool fresh = false;
+  bool retry_race = true;
+  // A retry is fresh (never from the cache again) and a race is retried once: at most three
+  // rounds.
+  for (;;) {
+    protocol::AppendSpec spec;
+    spec.content_type = a.content_type;
+    spec.body = a.body;
+    spec.close = a.close;
+    spec.stream_seq = a.stream_seq;
+    if (a.producer)
+      spec.producer = ProducerState{a.producer->id, a.producer->epoch, a.producer->seq, 0};
+    spec.expected_position = a.expected_position;
+    protocol::PreparedAppend prepared =
+        catalog.PrepareAppend(scope, name, std::move(spec), fresh, retry_race);
+    protocol::AppendOutcome outcome =
+        prepared.answer
+            ? std::move(*prepared.answer)
+            : catalog.FinishAppend(
+                  prepared, catalog.registry().store().AppendAndWait(std::move(prepared.request)));
+    using Kind = protocol::AppendOutcome::Kind;
+    switch (outcome.kind) {
+      case Kind::kRetry:
+        fresh = true;
+        if (outcome.race) retry_race = false;
+        continue;
+      case Kind::kRefused: return outcome.status;
+      case Kind::kAppended:
+      case Kind::kDuplicate:
+      case Kind::kNoop:
+        return ProtocolAppendResult{
+            outcome.tail_position.value_or(protocol::TailPosition(prepared.found->info)),
+            outcome.kind == Kind::kDuplicate, outcome.closed};
     }
   }
-  if (a.stream_seq) {
-    RUNNEL_RETURN_IF_ERROR(protocol::ValidateStreamSeq(*a.stream_seq));
-    RUNNEL_RETURN_IF_ERROR(protocol::CheckStreamSeq(found.meta.stream_seq, *a.stream_seq));
-  }
-  if (a.expected_position) {
-    RUNNEL_RETURN_IF_ERROR(protocol::CheckExpectedPosition(*a.expected_position, info));
-  }
-  std::vector<AppendRecord> records;
-  if (!a.body.empty()) {
-    if (protocol::IsJsonContentType(info.spec.content_type)) {
-      RUNNEL_ASSIGN_OR_RETURN(auto messages,
-                              protocol::SplitJsonMessages(a.body, /*allow_empty_array=*/false,
-                                                          options_.max_append_messages));
-      for (std::string& m : messages) records.push_back(AppendRecord{std::nullopt, std::move(m)});
-    } else {
-      records.push_back(AppendRecord{std::nullopt, a.body});
-    }
-  }
-  if (found.meta.compaction) RUNNEL_RETURN_IF_ERROR(protocol::ValidateStateMessages(records));
-  AppendRequest request;
-  request.stream = info.id;
-  request.now_ms = catalog.registry().clock().NowMs();
-  request.close = a.close;
-  if (a.producer)
-    request.producer = ProducerState{a.producer->id, a.producer->epoch, a.producer->seq, 0};
-  if (a.expected_position && !records.empty()) request.expected_offset = *a.expected_position + 1;
-  request.records = std::move(records);
-  if (a.stream_seq) {
-    // The last Stream-Seq commits with the records (SEMANTICS E4).
-    RUNNEL_ASSIGN_OR_RETURN(auto meta_append, catalog.BeginMetaAppend(info.id, *a.stream_seq));
-    request.attributes = std::move(meta_append.attributes);
-    request.expected_attributes = std::move(meta_append.read);
-  } else if (!info.EverHeldARecord()) {
-    // A channel may adopt a stream that never held a record: expect it untagged.
-    request.expected_attributes = info.spec.attributes;
-  }
-  const bool expects_attributes = request.expected_attributes.has_value();
-  Result<AppendResult> result = store.AppendAndWait(std::move(request));
-  if (a.stream_seq) catalog.MetaAppendDone(info.id);
-  if (!result.ok() && expects_attributes && retry_race &&
-      result.status().code() == StatusCode::kConflict) {
-    // Nothing was written: the attributes changed after they were read (an access recorded,
-    // a write through another node). Decide again from what is stored now, as the server does.
-    return AppendOnce(scope, name, a, /*retry_race=*/false);
-  }
-  if (!result.ok()) {
-    if (a.producer && result.status().code() == StatusCode::kAlreadyExists) {
-      // Committed meanwhile through another node sharing the store: a duplicate.
-      auto now = store.GetStreamById(info.id);
-      return ProtocolAppendResult{now.ok() ? protocol::TailPosition(*now) : tail, true, false};
-    }
-    return result.status();
-  }
-  return ProtocolAppendResult{result->next_offset - 1, false, a.close};
 }
 
 Result<ProtocolAppendResult> Streams::Close(const StreamScope& scope, std::string_view name) {
