@@ -35,6 +35,7 @@ namespace runnel {
 
 namespace internal {
 class RegistryCore;
+class StreamCache;
 class Subscriber;
 }  // namespace internal
 
@@ -293,6 +294,9 @@ class StreamRegistry {
   // layers that need store features the registry does not wrap, such as producer state.
   Store& store() const;
   Clock& clock() const;
+  // Streams remembered by scope and name for writes by name (src/core/stream_cache.h): shared
+  // with the protocol layer over this registry, so the process keeps one such cache.
+  internal::StreamCache& stream_cache() const;
 
  private:
   explicit StreamRegistry(std::shared_ptr<internal::RegistryCore> core);

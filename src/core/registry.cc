@@ -10,6 +10,8 @@
 #include <unordered_map>
 
 #include "base/retry.h"
+#include "core/protocol/meta.h"
+#include "core/stream_cache.h"
 #include "core/subscription_hub.h"
 #include "runnel/log_store.h"
 #include "runnel/postgres_store.h"
@@ -35,41 +37,30 @@ class RegistryCore {
   Store& store() { return *store_; }
   Clock& clock() { return *clock_; }
 
-  // Name -> id for the append path on stores where every lookup is a database round trip
-  // (postgres). Ids are never reused, so a cached id can only be stale by pointing at a deleted
-  // stream, and the store then refuses the append definitely (kNotFound, nothing written): the
-  // caller forgets the entry and looks the name up again (another node may have deleted and
-  // recreated it). In-process stores look names up in memory and skip the cache.
+  // Name -> stream for writes by name (core/stream_cache.h). The registry remembers what it
+  // looks up only where every lookup is a database round trip (postgres): in-process stores
+  // look names up in memory. The protocol catalog over this registry shares the cache.
   bool id_cache_enabled() const { return id_cache_enabled_; }
+  StreamCache& cache() { return cache_; }
   std::optional<StreamId> CachedId(const std::string& key) {
-    MutexLock lock(cache_mu_);
-    auto it = ids_.find(key);
-    if (it == ids_.end()) return std::nullopt;
-    return it->second;
-  }
-  void RememberId(const std::string& key, StreamId id) {
-    MutexLock lock(cache_mu_);
-    if (ids_.size() >= kMaxCachedIds) ids_.clear();  // bounded: start over rather than grow
-    ids_[key] = id;
+    StreamCache::Entry entry = cache_.Get(key);
+    if (entry == nullptr) return std::nullopt;
+    return entry->info.id;
   }
   void WakeReaders(StreamId id) { hub_.Notify(id); }
 
-  void ForgetId(const std::string& key) {
-    MutexLock lock(cache_mu_);
-    ids_.erase(key);
-  }
+  void ForgetId(const std::string& key) { cache_.Erase(key); }
   static std::string CacheKey(const StreamScope& scope, std::string_view name) {
-    std::string key = scope.Label();
-    key.push_back('\0');
-    key.append(name);
-    return key;
+    return StreamCache::Key(scope, name);
   }
 
   Result<StreamInfo> Lookup(const StreamScope& scope, std::string_view name) {
     auto info = store_->GetStream(scope.Label(), name);
     if (id_cache_enabled_) {
       if (info.ok()) {
-        RememberId(CacheKey(scope, name), info->id);
+        cache_.Put(CacheKey(scope, name),
+                   std::make_shared<const protocol::Found>(
+                       protocol::Found{*info, protocol::Meta::Parse(info->spec.attributes)}));
       } else if (info.status().code() == StatusCode::kNotFound) {
         ForgetId(CacheKey(scope, name));
       }
@@ -95,11 +86,9 @@ class RegistryCore {
   }
 
  private:
-  static constexpr size_t kMaxCachedIds = 100000;
   Clock* const clock_;
   SubscriptionHub hub_;
-  Mutex cache_mu_;
-  std::unordered_map<std::string, StreamId> ids_ RUNNEL_GUARDED_BY(cache_mu_);
+  StreamCache cache_;
   bool id_cache_enabled_ = false;
   // Declared last so it is destroyed first, while the hub its listener points at still lives.
   std::unique_ptr<Store> store_;
@@ -197,6 +186,9 @@ Store& StreamRegistry::store() const {
 }
 Clock& StreamRegistry::clock() const {
   return core_->clock();
+}
+internal::StreamCache& StreamRegistry::stream_cache() const {
+  return core_->cache();
 }
 
 Status StreamRegistry::CreateStream(const StreamScope& scope, std::string_view name,

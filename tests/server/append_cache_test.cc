@@ -1,8 +1,9 @@
-// The append path's catalog cache (protocol::Catalog's append cache): plain appends decide from
-// a remembered lookup instead of reading the catalog each time, and a stale entry can only cause
-// a refusal that is then decided again from a fresh lookup, never a wrong acceptance. Two
-// services over one registry stand for two server nodes over one shared store: what one node
-// does to a stream (delete, re-create, close, soft delete) the other's cache does not see.
+// The append path's stream cache (core/stream_cache.h, used through protocol::Catalog): plain
+// appends decide from a remembered lookup instead of reading the catalog each time, and a stale
+// entry can only cause a refusal that is then decided again from a fresh lookup, never a wrong
+// acceptance. Two services over two registries (each with its own stream cache) stand for two
+// server nodes over one shared store: what one node does to a stream (delete, re-create, close,
+// soft delete) the other's cache does not see.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -89,12 +90,14 @@ class CountingStore : public testing::ForwardingStore {
 class AppendCacheTest : public ::testing::Test {
  protected:
   AppendCacheTest() {
-    auto store = std::make_unique<CountingStore>();
+    // Each node has its own registry, and so its own stream cache, over the one shared store.
+    auto store = std::make_shared<CountingStore>();
     store_ = store.get();
-    StreamRegistry registry(std::move(store), &clock_);
-    registry_ = std::make_unique<StreamRegistry>(registry);
-    node_a_ = std::make_unique<StreamService>(registry, StreamServiceOptions{}, nullptr);
-    node_b_ = std::make_unique<StreamService>(registry, StreamServiceOptions{}, nullptr);
+    StreamRegistry registry_a(std::make_unique<testing::ForwardingStore>(store), &clock_);
+    StreamRegistry registry_b(std::make_unique<testing::ForwardingStore>(store), &clock_);
+    registry_ = std::make_unique<StreamRegistry>(registry_a);
+    node_a_ = std::make_unique<StreamService>(registry_a, StreamServiceOptions{}, nullptr);
+    node_b_ = std::make_unique<StreamService>(registry_b, StreamServiceOptions{}, nullptr);
   }
 
   static HttpResponse Write(StreamService& node, const std::string& method, const std::string& path,

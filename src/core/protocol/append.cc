@@ -10,6 +10,7 @@
 #include "core/protocol/catalog.h"
 #include "core/protocol/json_messages.h"
 #include "core/protocol/rules.h"
+#include "core/stream_cache.h"
 
 namespace runnel::protocol {
 
@@ -173,37 +174,38 @@ std::optional<AppendOutcome> DecideAppend(const Found& found,
 // ---------------------------------------------------------------------------------------------
 // The append cache
 
-std::string Catalog::CacheKey(const StreamScope& scope, std::string_view name) {
-  std::string key = scope.Label();
-  key.push_back('\0');
-  key.append(name);
-  return key;
+namespace {
+
+// Whether a plain append may be decided from this entry (see Catalog::Cached).
+bool FitForPlainAppends(const Found& f) {
+  return !f.meta.soft_deleted && !f.meta.channel && !f.meta.creating && !f.info.closed &&
+         f.info.EverHeldARecord();
 }
 
+}  // namespace
+
 std::shared_ptr<const Found> Catalog::Cached(const std::string& key) {
-  MutexLock lock(cache_mu_);
-  auto it = append_cache_.find(key);
-  return it == append_cache_.end() ? nullptr : it->second;
+  if (options_.append_cache_streams == 0) return nullptr;
+  auto entry = registry_.stream_cache().Get(key);
+  // The registry remembers any stream it looked up; only some are fit.
+  return entry && FitForPlainAppends(*entry) ? entry : nullptr;
 }
 
 void Catalog::Remember(const std::string& key, std::shared_ptr<const Found> found) {
-  MutexLock lock(cache_mu_);
-  if (append_cache_.size() >= options_.append_cache_streams) append_cache_.clear();
-  append_cache_[key] = std::move(found);
+  if (options_.append_cache_streams == 0 || !FitForPlainAppends(*found)) return;
+  registry_.stream_cache().Put(key, std::move(found));
 }
 
 void Catalog::Forget(const std::string& key) {
-  MutexLock lock(cache_mu_);
-  append_cache_.erase(key);
+  registry_.stream_cache().Erase(key);
 }
 
 void Catalog::ForgetCached(const StreamScope& scope, std::string_view name) {
-  if (options_.append_cache_streams == 0) return;
-  Forget(CacheKey(scope, name));
+  Forget(internal::StreamCache::Key(scope, name));
 }
 
 bool Catalog::AppendIsCached(const StreamScope& scope, std::string_view name, bool plain) {
-  return plain && options_.append_cache_streams > 0 && Cached(CacheKey(scope, name));
+  return plain && Cached(internal::StreamCache::Key(scope, name)) != nullptr;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -214,7 +216,7 @@ PreparedAppend Catalog::PrepareAppend(const StreamScope& scope, std::string_view
   PreparedAppend p;
   p.retry_race = retry_race;
   const bool cacheable = options_.append_cache_streams > 0;
-  const std::string key = cacheable ? CacheKey(scope, name) : std::string();
+  const std::string key = cacheable ? internal::StreamCache::Key(scope, name) : std::string();
   if (cacheable && !spec.Plain()) Forget(key);  // it may change what the entry holds
   if (cacheable && spec.Plain() && !fresh) {
     p.found = Cached(key);
@@ -235,11 +237,7 @@ PreparedAppend Catalog::PrepareAppend(const StreamScope& scope, std::string_view
       return p;
     }
     p.found = std::make_shared<const Found>(std::move(*looked_up));
-    const Found& f = *p.found;
-    if (cacheable && spec.Plain() && !f.meta.soft_deleted && !f.meta.channel && !f.info.closed &&
-        f.info.EverHeldARecord()) {
-      Remember(key, p.found);
-    }
+    if (cacheable && spec.Plain()) Remember(key, p.found);
   }
   const Found& found = *p.found;
   if (!found.meta.soft_deleted && !found.meta.channel) Touch(found.info, found.meta);

@@ -7,6 +7,7 @@
 #include "base/retry.h"
 #include "core/attributes.h"
 #include "core/protocol/rules.h"
+#include "core/stream_cache.h"
 
 namespace runnel::protocol {
 
@@ -21,7 +22,11 @@ uint64_t NowMs() {
 }  // namespace
 
 Catalog::Catalog(StreamRegistry registry, CatalogOptions options)
-    : registry_(std::move(registry)), options_(std::move(options)) {}
+    : registry_(std::move(registry)), options_(std::move(options)) {
+  if (options_.append_cache_streams > 0) {
+    registry_.stream_cache().SetCapacity(options_.append_cache_streams);
+  }
+}
 
 uint64_t Catalog::Now() const {
   return options_.now_ms ? options_.now_ms() : NowMs();

@@ -50,8 +50,8 @@ struct CatalogOptions {
   std::function<void(std::function<void()>)> background;
   // The wall clock expiry and access times use, in unix ms. Null: the system clock.
   std::function<uint64_t()> now_ms;
-  // The most streams the append cache remembers (see Catalog::append_cache_; cleared when
-  // full); 0 turns it off.
+  // The most streams the registry's stream cache remembers (core/stream_cache.h; cleared when
+  // full), which plain appends decide from (see Catalog::Cached); 0: appends do not use it.
   size_t append_cache_streams = 65536;
 };
 
@@ -201,7 +201,17 @@ class Catalog {
   void ForgetCached(const StreamScope& scope, std::string_view name);
 
  private:
-  static std::string CacheKey(const StreamScope& scope, std::string_view name);
+  // Plain appends (AppendSpec::Plain) decide from a lookup remembered in the registry's stream
+  // cache (core/stream_cache.h), so the hot path costs no catalog read. Only live, open
+  // streams that have held a record are decided from an entry (an empty one may still be
+  // adopted as a channel partition, which changes its owner), and what a plain append uses of
+  // the entry either never changes for such a stream id (content type, TTL, Expires-At, no
+  // channel owner) or is checked again by the store inside the append (the id still exists,
+  // the stream is open; a soft delete also closes the stream in the store). So a stale entry
+  // can only cause a refusal, never a wrong acceptance; any refusal decided from an entry, by
+  // the decision or the store, drops it and the append runs again from a fresh lookup.
+  // Creates, deletes, retention changes and appends that are not plain drop their stream's
+  // entry. Null when options_.append_cache_streams is 0.
   std::shared_ptr<const Found> Cached(const std::string& key);
   void Remember(const std::string& key, std::shared_ptr<const Found> found);
   void Forget(const std::string& key);
@@ -227,21 +237,6 @@ class Catalog {
   // The newest access time recorded in the store's metadata (touched_ms) known here, per TTL
   // stream; only on a store shared with other nodes.
   std::unordered_map<StreamId, uint64_t> recorded_access_ms_ RUNNEL_GUARDED_BY(access_mu_);
-
-  // Plain appends (AppendSpec::Plain) decide from a lookup remembered here by scope and name,
-  // so the hot path costs no catalog read (on a shared database, a round trip per append). Only
-  // live, open streams that have held a record are remembered (an empty one may still be
-  // adopted as a channel partition, which changes its owner), and what a plain append uses of
-  // the entry either never changes for such a stream id (content type, TTL, Expires-At, no
-  // channel owner) or is checked again by the store inside the append (the id still exists,
-  // the stream is open; a soft delete also closes the stream in the store). So a stale entry
-  // can only cause a refusal, never a wrong acceptance; any refusal decided from an entry, by
-  // the decision or the store, drops it and the append runs again from a fresh lookup. Creates,
-  // deletes, retention changes and appends that are not plain drop their stream's entry.
-  // Bounded by options_.append_cache_streams (cleared when full).
-  Mutex cache_mu_;
-  std::unordered_map<std::string, std::shared_ptr<const Found>> append_cache_
-      RUNNEL_GUARDED_BY(cache_mu_);
 };
 
 }  // namespace runnel::protocol
