@@ -258,7 +258,6 @@ void StreamService::HandleWrite(const Route& route, HttpRequest request, Done do
     return;
   }
   auto shared = std::make_shared<const HttpRequest>(std::move(request));
-  std::string key = LaneKey(route.scope, route.name);
   if (shared->method == "POST") {
     // Only validation that reads state it then changes needs the lane: Stream-Seq, closing and
     // idempotent producers. A plain append relies on the store's own atomicity, so plain
@@ -283,7 +282,8 @@ void StreamService::HandleWrite(const Route& route, HttpRequest request, Done do
       return;
     }
   }
-  RunInLane(key, [this, route, shared, done = std::move(done)](Release release) mutable {
+  RunInLane(LaneKey(route.scope, route.name), [this, route, shared,
+                                               done = std::move(done)](Release release) mutable {
     auto run = [this, route, shared, release = std::move(release),
                 done = std::move(done)]() mutable {
       if (shared->method == "POST") {
