@@ -5,6 +5,37 @@
 
 namespace runnel::server {
 
+void FieldList::MergeRepeated(bool join) {
+  if (fields_.size() < 2) return;
+  const bool sorted = fields_.size() > kMergeLinear;
+  if (sorted) {
+    std::stable_sort(fields_.begin(), fields_.end(),
+                     [](const value_type& a, const value_type& b) { return a.first < b.first; });
+  }
+  // In place: fields_[0, kept) are the names seen so far, each once.
+  size_t kept = 0;
+  for (size_t i = 0; i < fields_.size(); ++i) {
+    size_t same = kept;
+    if (sorted) {
+      if (kept > 0 && fields_[kept - 1].first == fields_[i].first) same = kept - 1;
+    } else {
+      for (size_t k = 0; k < kept; ++k) {
+        if (fields_[k].first == fields_[i].first) {
+          same = k;
+          break;
+        }
+      }
+    }
+    if (same < kept) {
+      if (join) fields_[same].second.append(", ").append(fields_[i].second);
+    } else {
+      if (kept != i) fields_[kept] = std::move(fields_[i]);
+      ++kept;
+    }
+  }
+  fields_.resize(kept);
+}
+
 std::optional<std::string_view> HttpRequest::Header(std::string_view name) const {
   auto it = headers.find(name);
   if (it == headers.end()) return std::nullopt;
@@ -174,7 +205,7 @@ std::optional<std::string> PercentDecode(std::string_view text, bool plus_is_spa
   return out;
 }
 
-bool ParseQuery(std::string_view query, std::map<std::string, std::string, std::less<>>* out) {
+bool ParseQuery(std::string_view query, FieldList* out) {
   while (!query.empty()) {
     size_t amp = query.find('&');
     std::string_view part = query.substr(0, amp);
@@ -185,8 +216,9 @@ bool ParseQuery(std::string_view query, std::map<std::string, std::string, std::
     auto value = PercentDecode(
         eq == std::string_view::npos ? std::string_view() : part.substr(eq + 1), true);
     if (!key || !value) return false;
-    out->emplace(std::move(*key), std::move(*value));
+    out->Append(std::move(*key), std::move(*value));
   }
+  out->MergeRepeated(/*join=*/false);
   return true;
 }
 
