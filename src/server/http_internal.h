@@ -186,6 +186,10 @@ class HttpServer::Impl {
                                      PendingUpgrade* upgrade);
   // ServeRequests' steps.
   template <typename Stream>
+  net::awaitable<void> ParseHead(Stream& stream, beast::flat_buffer& buffer,
+                                 http::request_parser<http::string_body>& parser,
+                                 boost::system::error_code& ec);
+  template <typename Stream>
   net::awaitable<bool> ReadHead(Stream& stream, beast::flat_buffer& buffer,
                                 http::request_parser<http::string_body>& parser);
   // What makes a parsed request unanswerable (ToHttpRequest): `hosts` Host fields where one
@@ -208,23 +212,33 @@ class HttpServer::Impl {
   template <typename T>
   struct CallbackInitiation {
     std::function<void(std::function<void(T)>)> start;
+    // The awaiting coroutine's handler and whether `start` is still running, in one
+    // allocation shared by the callback and the resumption it posts.
+    template <typename Handler>
+    struct Pending {
+      explicit Pending(Handler h) : handler(std::move(h)) {}
+      Handler handler;
+      std::atomic<bool> starting{true};
+    };
     template <typename Handler>
     void operator()(Handler handler) {
       auto ex = net::get_associated_executor(handler);
-      auto shared = std::make_shared<Handler>(std::move(handler));
+      auto pending = std::make_shared<Pending<Handler>>(std::move(handler));
       // A callback that arrives on an io thread after `start` returned (a store answer already
       // handed to the io threads) resumes the coroutine right there; one during `start`, or on
       // another thread, is posted.
-      auto starting = std::make_shared<std::atomic<bool>>(true);
-      start([shared, ex, starting](T value) {
-        auto resume = [shared, value = std::move(value)]() mutable { (*shared)(std::move(value)); };
-        if (starting->load(std::memory_order_acquire)) {
+      start([pending, ex](T value) {
+        const bool starting = pending->starting.load(std::memory_order_acquire);
+        auto resume = [pending, value = std::move(value)]() mutable {
+          pending->handler(std::move(value));
+        };
+        if (starting) {
           net::post(ex, std::move(resume));
         } else {
           net::dispatch(ex, std::move(resume));
         }
       });
-      starting->store(false, std::memory_order_release);
+      pending->starting.store(false, std::memory_order_release);
     }
   };
   template <typename T>
@@ -258,12 +272,14 @@ class HttpServer::Impl {
   // A request on a service (StreamService::HandleWrite, ChannelService::Handle).
   template <typename Service>
   using StartFn = void (Service::*)(const Route&, HttpRequest, std::function<void(HttpResponse)>);
+  // `route` and `request` belong to the awaiting coroutine's frame, which outlives the call;
+  // the request is moved into the service, with no copy and no shared_ptr per request.
   template <typename Service>
-  static auto AwaitService(Service* service, StartFn<Service> start, const Route& route,
-                           std::shared_ptr<HttpRequest> request) {
+  static auto AwaitService(Service* service, StartFn<Service> start, const Route* route,
+                           HttpRequest* request) {
     return AwaitCallback<HttpResponse>(
         [service, start, route, request](std::function<void(HttpResponse)> done) {
-          (service->*start)(route, std::move(*request), std::move(done));
+          (service->*start)(*route, std::move(*request), std::move(done));
         });
   }
   // Group requests run on the group service's workers (they block on the store).
@@ -274,11 +290,11 @@ class HttpServer::Impl {
   }
   // Writes run on the stream service; channel requests on the channel service's workers (they
   // block on the store).
-  auto AwaitWrite(const Route& route, std::shared_ptr<HttpRequest> request) {
-    return AwaitService(&service_, &StreamService::HandleWrite, route, std::move(request));
+  auto AwaitWrite(const Route* route, HttpRequest* request) {
+    return AwaitService(&service_, &StreamService::HandleWrite, route, request);
   }
-  auto AwaitChannel(const Route& route, std::shared_ptr<HttpRequest> request) {
-    return AwaitService(&channels_, &ChannelService::Handle, route, std::move(request));
+  auto AwaitChannel(const Route* route, HttpRequest* request) {
+    return AwaitService(&channels_, &ChannelService::Handle, route, request);
   }
 
   // ---------------------------------------------------------------------------------------

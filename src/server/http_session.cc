@@ -295,6 +295,46 @@ net::awaitable<void> HttpServer::Impl::RefuseMalformed(Stream& stream,
   co_await DiscardInput(stream);
 }
 
+// Parses the head of a request into `parser`, reading more only while the buffered bytes hold
+// no complete head: what http::async_read_header does, without its composed operation, which
+// completes by posting to the io thread even when the head was buffered already (the usual
+// case: the head and body of an append arrive in one read). The errors are Beast's: a head
+// larger than the parser's header limit, buffer_overflow when the head does not fit the
+// buffer, end_of_stream on a clean close before any byte, partial_message on a close within
+// the head.
+template <typename Stream>
+net::awaitable<void> HttpServer::Impl::ParseHead(Stream& stream, beast::flat_buffer& buffer,
+                                                 http::request_parser<http::string_body>& parser,
+                                                 boost::system::error_code& ec) {
+  for (;;) {
+    if (buffer.size() > 0) {
+      const size_t used = parser.put(buffer.data(), ec);
+      buffer.consume(used);
+      if (ec == http::error::need_more) {
+        ec = {};
+      } else if (ec || parser.is_header_done()) {
+        co_return;
+      }
+    }
+    if (buffer.size() >= buffer.max_size()) {
+      ec = http::error::buffer_overflow;
+      co_return;
+    }
+    const size_t n = co_await stream.async_read_some(buffer.prepare(ReadSize(buffer)),
+                                                     net::redirect_error(net::use_awaitable, ec));
+    buffer.commit(n);
+    if (ec == net::error::eof || ec == ssl::error::stream_truncated) {
+      if (!parser.got_some()) {
+        ec = http::error::end_of_stream;
+        co_return;
+      }
+      parser.put_eof(ec);
+      if (!ec) ec = http::error::partial_message;
+    }
+    if (ec) co_return;
+  }
+}
+
 // Reads the head of the next request into `parser`, within the limits of the head, the URL and
 // the announced body (answering those that pass one: 413, 414, 431, and 400 or 501 for a
 // transfer coding other than chunked), and says `100 Continue` when asked. False when the
@@ -313,8 +353,7 @@ net::awaitable<bool> HttpServer::Impl::ReadHead(Stream& stream, beast::flat_buff
     if (ec) co_return false;  // a close or an idle connection between requests: nothing to answer
   }
   Tcp(stream).expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
-  co_await http::async_read_header(stream, buffer, parser,
-                                   net::redirect_error(net::use_awaitable, ec));
+  co_await ParseHead(stream, buffer, parser, ec);
   if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
     // The head did not fit. When it is the request line that did not (the parser has no
     // target yet, and the buffer starts with that line) and that line is longer than a URL
@@ -406,14 +445,14 @@ HttpServer::Impl::RequestFaults HttpServer::Impl::ToHttpRequest(
     not_utf8 = not_utf8 || !IsValidUtf8(key) || !IsValidUtf8(value);
   }
   size_t field_index = 0;
+  request->headers.Reserve(header_fields);
   for (const auto& field : req) {
     if (field_index++ == header_fields) break;
     std::string name(field.name_string());
     for (char& c : name) c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
-    std::string value(field.value());
-    auto [it, inserted] = request->headers.emplace(std::move(name), value);
-    if (!inserted) it->second += ", " + value;
+    request->headers.Append(std::move(name), std::string(field.value()));
   }
+  request->headers.MergeRepeated(/*join=*/true);
   if (absolute_form) request->headers["host"] = std::string(authority);
   request->body = std::move(req.body());
   return RequestFaults{hosts, bad_host, bad, not_utf8};
