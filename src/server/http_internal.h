@@ -19,6 +19,7 @@
 
 #include "server/http_net.h"  // first: Boost 1.74 needs <utility> before awaitable.hpp
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -86,7 +87,13 @@ class HttpServer::Impl {
   static std::vector<std::unique_ptr<WakeQueue>> MakeWakeQueues(
       const std::vector<std::unique_ptr<net::io_context>>& iocs, Impl* impl);
   static StreamServiceOptions WithExecutors(StreamServiceOptions options, net::io_context* first,
-                                            WorkerPool* catalog, bool offload);
+                                            WorkerPool* blocking, bool offload);
+  // The blocking pool's threads: the most any of its users was given (catalog_threads,
+  // channel_threads, group_threads), so none has fewer than it asked for.
+  static size_t BlockingThreads(const ServerOptions& options) {
+    return std::max(
+        {options.catalog_threads, options.channel_threads, options.group_threads, size_t{1}});
+  }
   net::awaitable<void> WatchAccess();
   bool StillAdmitted(const std::string& path, const std::optional<std::string>& authorization);
   net::awaitable<void> Drain();
@@ -246,14 +253,14 @@ class HttpServer::Impl {
     return net::async_initiate<decltype(net::use_awaitable), void(T)>(
         CallbackInitiation<T>{std::move(start)}, net::use_awaitable);
   }
-  // Runs `fn` on the catalog workers and returns its result to the awaiting coroutine.
+  // Runs `fn` on the blocking pool and returns its result to the awaiting coroutine.
   template <typename T>
   auto OnWorkers(std::function<T()> fn) {
     return AwaitCallback<T>([this, fn = std::move(fn)](std::function<void(T)> done) {
-      catalog_workers_.Post([fn, done = std::move(done)] { done(fn()); });
+      blocking_workers_.Post([fn, done = std::move(done)] { done(fn()); });
     });
   }
-  // A stream request's store calls: on the catalog workers when they may block (offload_),
+  // A stream request's store calls: on the blocking pool when they may block (offload_),
   // else right here. GCC 12 mishandles temporaries that live across a co_await, and lambda
   // captures of coroutine parameters: callers pass a named std::function whose captures are
   // pointers.
@@ -429,7 +436,7 @@ class HttpServer::Impl {
   std::atomic<size_t> max_connections_{0};
   std::atomic<size_t> serving_{0};
   std::atomic<size_t> rejecting_{0};
-  // Store calls of stream requests run on catalog_workers_, never on the io threads
+  // Store calls of stream requests run on blocking_workers_, never on the io threads
   // (ServerOptions::offload_store_calls).
   const bool offload_;
   uint16_t port_ = 0;
@@ -437,9 +444,11 @@ class HttpServer::Impl {
   StreamService service_;
   ChannelService channels_;
   GroupService groups_;
-  // Catalog writes (create, retention change, delete) block until durable; they run here.
-  // Declared after the services so it is destroyed (finishing queued jobs) before them.
-  WorkerPool catalog_workers_;
+  // The one pool for calls that block on the store: catalog writes (create, retention change,
+  // delete), which wait until durable, stream requests' store calls when offloaded, channel
+  // and group requests. Sized by BlockingThreads. Declared after the services so it is
+  // destroyed (finishing queued jobs) before them.
+  WorkerPool blocking_workers_;
   std::unique_ptr<TenantQuota> quota_;  // null without quotas
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> in_flight_{0};
