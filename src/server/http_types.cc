@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 
 namespace runnel::server {
 
@@ -36,16 +37,27 @@ void FieldList::MergeRepeated(bool join) {
   fields_.resize(kept);
 }
 
+namespace {
+
+// The value of `name` among `fields`: lengths first (most names asked for are absent, and
+// differ in length from the few present), then bytes.
+std::optional<std::string_view> Lookup(const FieldList& fields, std::string_view name) {
+  for (const auto& [field, value] : fields) {
+    if (field.size() == name.size() && std::memcmp(field.data(), name.data(), name.size()) == 0) {
+      return std::string_view(value);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<std::string_view> HttpRequest::Header(std::string_view name) const {
-  auto it = headers.find(name);
-  if (it == headers.end()) return std::nullopt;
-  return std::string_view(it->second);
+  return Lookup(headers, name);
 }
 
 std::optional<std::string_view> HttpRequest::Query(std::string_view name) const {
-  auto it = query.find(name);
-  if (it == query.end()) return std::nullopt;
-  return std::string_view(it->second);
+  return Lookup(query, name);
 }
 
 Route ParseRoute(std::string_view path, bool allow_tenants) {
@@ -185,6 +197,11 @@ std::optional<std::string> PercentDecode(std::string_view text, bool plus_is_spa
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     return -1;
   };
+  // Most paths and parameters have nothing to decode: one copy.
+  if (text.find('%') == std::string_view::npos &&
+      (!plus_is_space || text.find('+') == std::string_view::npos)) {
+    return std::string(text);
+  }
   std::string out;
   out.reserve(text.size());
   for (size_t i = 0; i < text.size(); ++i) {

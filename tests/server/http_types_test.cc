@@ -46,6 +46,8 @@ TEST(PercentDecodeTest, DecodesAndRejectsBadEscapes) {
   EXPECT_EQ(*PercentDecode("a%2Fb%20c", false), "a/b c");
   EXPECT_EQ(*PercentDecode("a+b", true), "a b");
   EXPECT_EQ(*PercentDecode("a+b", false), "a+b");
+  EXPECT_EQ(*PercentDecode("/v1/stream/plain-name", true), "/v1/stream/plain-name");
+  EXPECT_EQ(*PercentDecode("", false), "");
   EXPECT_FALSE(PercentDecode("%", false));
   EXPECT_FALSE(PercentDecode("%4", false));
   EXPECT_FALSE(PercentDecode("%zz", false));
