@@ -191,6 +191,20 @@ class HttpServer::Impl {
   template <typename Stream>
   net::awaitable<void> ServeRequests(Stream& stream, beast::flat_buffer buffer, PendingSse* sse,
                                      PendingUpgrade* upgrade);
+  // The idle timeout of a plain connection between requests, without a timer armed and
+  // cancelled around every read (which beast::tcp_stream does, at the cost of a scheduler
+  // round per request): the connection notes its deadline as it starts to wait, and one timer
+  // wait, re-armed only when it fires early, cancels the read once the deadline has passed.
+  // Touched only on the connection's io thread.
+  struct IdleWatch {
+    explicit IdleWatch(const net::any_io_executor& ex) : timer(ex) {}
+    net::steady_timer timer;
+    std::chrono::steady_clock::time_point deadline;
+    tcp::socket* waiting = nullptr;  // set while the connection waits for a request
+    bool armed = false;              // a wait on `timer` is pending
+    bool closed = false;             // the connection is done; nothing to watch
+  };
+  static void WatchIdle(const std::shared_ptr<IdleWatch>& watch);
   // ServeRequests' steps.
   template <typename Stream>
   net::awaitable<void> ParseHead(Stream& stream, beast::flat_buffer& buffer,
@@ -198,7 +212,7 @@ class HttpServer::Impl {
                                  boost::system::error_code& ec);
   template <typename Stream>
   net::awaitable<bool> ReadHead(Stream& stream, beast::flat_buffer& buffer,
-                                http::request_parser<http::string_body>& parser);
+                                http::request_parser<http::string_body>& parser, IdleWatch* idle);
   // What makes a parsed request unanswerable (ToHttpRequest): `hosts` Host fields where one
   // is needed, a malformed percent-encoding (`bad`), or a path or query that is not UTF-8.
   struct RequestFaults {

@@ -341,14 +341,27 @@ net::awaitable<void> HttpServer::Impl::ParseHead(Stream& stream, beast::flat_buf
 // connection must close: it did, idled or failed between requests, or the request was refused.
 template <typename Stream>
 net::awaitable<bool> HttpServer::Impl::ReadHead(Stream& stream, beast::flat_buffer& buffer,
-                                                http::request_parser<http::string_body>& parser) {
+                                                http::request_parser<http::string_body>& parser,
+                                                IdleWatch* idle) {
   boost::system::error_code ec;
   // Between requests the connection may idle for idle_timeout_ms; once a request's first
   // byte is here, the whole request (its head too) must arrive within request_timeout_ms.
   if (buffer.size() == 0) {
-    Tcp(stream).expires_after(std::chrono::milliseconds(options_.idle_timeout_ms));
-    const size_t n = co_await stream.async_read_some(buffer.prepare(ReadSize(buffer)),
-                                                     net::redirect_error(net::use_awaitable, ec));
+    const auto idle_timeout = std::chrono::milliseconds(options_.idle_timeout_ms);
+    size_t n = 0;
+    if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+      // On the socket itself, outside Beast's timeouts: the IdleWatch cancels it (WatchIdle).
+      tcp::socket& socket = stream.socket();
+      idle->deadline = std::chrono::steady_clock::now() + idle_timeout;
+      idle->waiting = &socket;
+      n = co_await socket.async_read_some(buffer.prepare(ReadSize(buffer)),
+                                          net::redirect_error(net::use_awaitable, ec));
+      idle->waiting = nullptr;
+    } else {
+      Tcp(stream).expires_after(idle_timeout);
+      n = co_await stream.async_read_some(buffer.prepare(ReadSize(buffer)),
+                                          net::redirect_error(net::use_awaitable, ec));
+    }
     buffer.commit(n);
     if (ec) co_return false;  // a close or an idle connection between requests: nothing to answer
   }
@@ -458,16 +471,50 @@ HttpServer::Impl::RequestFaults HttpServer::Impl::ToHttpRequest(
   return RequestFaults{hosts, bad_host, bad, not_utf8};
 }
 
+void HttpServer::Impl::WatchIdle(const std::shared_ptr<IdleWatch>& watch) {
+  watch->armed = true;
+  watch->timer.expires_at(watch->deadline);
+  watch->timer.async_wait([watch](const boost::system::error_code& ec) {
+    watch->armed = false;
+    if (ec || watch->closed || watch->waiting == nullptr) return;  // re-armed at the next wait
+    if (std::chrono::steady_clock::now() < watch->deadline) {
+      WatchIdle(watch);  // the connection served requests since: wait for its new deadline
+      return;
+    }
+    boost::system::error_code ignored;
+    watch->waiting->cancel(ignored);  // the read ends with operation_aborted: the connection closes
+  });
+}
+
 // Serves requests until the connection must close or a request turns into an SSE response,
 // which it leaves in *sse (still counted in flight) for the caller to serve.
 template <typename Stream>
 net::awaitable<void> HttpServer::Impl::ServeRequests(Stream& stream, beast::flat_buffer buffer,
                                                      PendingSse* sse, PendingUpgrade* upgrade) {
+  std::shared_ptr<IdleWatch> idle;
+  if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+    idle = std::make_shared<IdleWatch>(stream.get_executor());
+  }
+  // However the loop ends, the watch lets go of the socket.
+  struct EndWatch {
+    IdleWatch* idle;
+    ~EndWatch() {
+      if (idle == nullptr) return;
+      idle->closed = true;
+      idle->waiting = nullptr;
+      idle->timer.cancel();
+    }
+  } end_watch{idle.get()};
   for (;;) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(static_cast<uint32_t>(options_.max_header_bytes));
     parser.body_limit(options_.max_body_bytes);
-    if (!co_await ReadHead(stream, buffer, parser)) break;
+    if (idle && !idle->armed && buffer.size() == 0) {
+      idle->deadline =
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.idle_timeout_ms);
+      WatchIdle(idle);
+    }
+    if (!co_await ReadHead(stream, buffer, parser, idle.get())) break;
     // Fields after this many are trailer fields of a chunked body: counted, never merged
     // into the request's headers.
     const size_t header_fields =
