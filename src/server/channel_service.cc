@@ -60,8 +60,13 @@ uint64_t HttpPartitioner(const MessageEnvelope& e) {
 
 }  // namespace
 
+ChannelService::ChannelService(StreamRegistry registry, WorkerPool* workers)
+    : registry_(std::move(registry)), workers_(workers) {}
+
 ChannelService::ChannelService(StreamRegistry registry, size_t worker_threads)
-    : registry_(std::move(registry)), workers_(worker_threads, "channel") {}
+    : registry_(std::move(registry)),
+      own_workers_(std::make_unique<WorkerPool>(worker_threads, "channel")),
+      workers_(own_workers_.get()) {}
 
 ChannelService::~ChannelService() = default;
 
@@ -72,7 +77,7 @@ ChannelOptions ChannelService::Options() {
 }
 
 void ChannelService::Handle(const Route& route, HttpRequest request, Done done) {
-  workers_.Post([this, route, request = std::move(request), done = std::move(done)] {
+  workers_->Post([this, route, request = std::move(request), done = std::move(done)] {
     done(HandleNow(route, request));
   });
 }

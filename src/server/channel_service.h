@@ -29,7 +29,8 @@
 //
 // Thread-safety: Handle may be called from any thread. Each channel is one DurableChannel behind
 // its own mutex: publishes to one channel are serialised, different channels run in parallel on
-// the service's worker threads, never on an io thread.
+// the threads of a WorkerPool (the HTTP server's one pool for blocking store calls, or a pool of
+// the service's own), never on an io thread.
 #ifndef RUNNEL_SERVER_CHANNEL_SERVICE_H_
 #define RUNNEL_SERVER_CHANNEL_SERVICE_H_
 
@@ -57,8 +58,12 @@ class ChannelService {
   static constexpr size_t kMaxPartitions = 1024;
   static constexpr size_t kMaxChannelIdBytes = 128;
 
+  // Handle runs on `workers`, which is not owned: it must outlive this, and be destroyed
+  // (finishing its queued jobs) before it.
+  ChannelService(StreamRegistry registry, WorkerPool* workers);
+  // The same with a pool of the service's own, of `worker_threads` threads (at least one).
   ChannelService(StreamRegistry registry, size_t worker_threads);
-  // Finishes queued requests, then joins the workers.
+  // With a pool of its own: finishes queued requests, then joins the workers.
   ~ChannelService();
   ChannelService(const ChannelService&) = delete;
   ChannelService& operator=(const ChannelService&) = delete;
@@ -91,8 +96,10 @@ class ChannelService {
   Mutex mu_;
   std::map<std::string, std::shared_ptr<Entry>> channels_ RUNNEL_GUARDED_BY(mu_);
 
-  // Last member: destroyed first, so queued jobs finish while the rest is still alive.
-  WorkerPool workers_;
+  // Last members: an own pool is destroyed first, so queued jobs finish while the rest is still
+  // alive. Null when the pool is the caller's.
+  std::unique_ptr<WorkerPool> own_workers_;
+  WorkerPool* const workers_;
 };
 
 }  // namespace runnel::server

@@ -101,16 +101,20 @@ Route GroupService::StreamRouteOf(std::string_view path) {
   return route;
 }
 
+GroupService::GroupService(StreamService* streams, WorkerPool* workers,
+                           size_t max_groups_per_stream)
+    : streams_(streams), max_groups_per_stream_(max_groups_per_stream), workers_(workers) {}
+
 GroupService::GroupService(StreamService* streams, size_t worker_threads,
                            size_t max_groups_per_stream)
     : streams_(streams),
       max_groups_per_stream_(max_groups_per_stream),
-      workers_(worker_threads, "group") {}
+      own_workers_(std::make_unique<WorkerPool>(worker_threads, "group")),
+      workers_(own_workers_.get()) {}
 
 void GroupService::Handle(Principal who, HttpRequest request, Done done) {
-  workers_.Post([this, who = std::move(who), request = std::move(request), done = std::move(done)] {
-    done(HandleNow(who, request));
-  });
+  workers_->Post([this, who = std::move(who), request = std::move(request),
+                  done = std::move(done)] { done(HandleNow(who, request)); });
 }
 
 GroupAnswer GroupService::LiveReader(const Route& route, const HttpRequest& request, LiveMode mode,

@@ -35,14 +35,16 @@
 // Authorization: the caller's principal is checked against the stream's scope (Z1-Z4) before
 // the stream is looked up, exactly as for the stream URL.
 //
-// Threads: Handle queues the request on the service's worker threads, which block on the store;
-// the io threads never call the registry's synchronous group functions. HandleNow runs on the
+// Threads: Handle queues the request on a WorkerPool, whose threads block on the store (the
+// HTTP server's one pool for blocking store calls, or a pool of the service's own); the io
+// threads never call the registry's synchronous group functions. HandleNow runs on the
 // caller's thread. Both may be called from any thread concurrently.
 #ifndef RUNNEL_SERVER_GROUP_SERVICE_H_
 #define RUNNEL_SERVER_GROUP_SERVICE_H_
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string_view>
 
@@ -71,7 +73,11 @@ class GroupService {
   // or the stream is).
   static constexpr size_t kDefaultMaxGroupsPerStream = 10000;
 
-  // `streams` is not owned and must outlive this. `worker_threads` (at least one) run Handle.
+  // `streams` is not owned and must outlive this. Handle runs on `workers`, which is not owned:
+  // it must outlive this, and be destroyed (finishing its queued jobs) before it.
+  GroupService(StreamService* streams, WorkerPool* workers,
+               size_t max_groups_per_stream = kDefaultMaxGroupsPerStream);
+  // The same with a pool of the service's own, of `worker_threads` threads (at least one).
   GroupService(StreamService* streams, size_t worker_threads,
                size_t max_groups_per_stream = kDefaultMaxGroupsPerStream);
   GroupService(const GroupService&) = delete;
@@ -97,8 +103,10 @@ class GroupService {
 
   StreamService* const streams_;
   const size_t max_groups_per_stream_;
-  // Last member: destroyed first, so queued requests finish while the rest is alive.
-  WorkerPool workers_;
+  // Last members: an own pool is destroyed first, so queued requests finish while the rest is
+  // alive. Null when the pool is the caller's.
+  std::unique_ptr<WorkerPool> own_workers_;
+  WorkerPool* const workers_;
 };
 
 }  // namespace runnel::server

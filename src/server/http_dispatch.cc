@@ -171,8 +171,7 @@ net::awaitable<bool> HttpServer::Impl::DispatchService(Stream& stream, const Rou
     }
     case Route::Kind::kChannel: {
       const bool head = method == "HEAD";
-      HttpResponse r =
-          co_await AwaitChannel(route, std::make_shared<HttpRequest>(std::move(request)));
+      HttpResponse r = co_await AwaitChannel(rt, &request);
       co_return co_await Write(stream, std::move(r), keep_alive, head, route.label, method);
     }
     case Route::Kind::kStream: break;
@@ -191,7 +190,7 @@ net::awaitable<bool> HttpServer::Impl::DispatchStream(Stream& stream, const Rout
   const Route* rt = &route;
   const HttpRequest* rq = &request;
   if (method == "PUT" || method == "POST" || method == "DELETE" || method == "PATCH") {
-    HttpResponse r = co_await AwaitWrite(route, std::make_shared<HttpRequest>(std::move(request)));
+    HttpResponse r = co_await AwaitWrite(rt, &request);
     if (options_.subscriptions && r.status < 300) options_.subscriptions->NoteWrite(route);
     co_return co_await Write(stream, std::move(r), keep_alive, false, route.label, method);
   }

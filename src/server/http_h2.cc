@@ -245,7 +245,9 @@ net::awaitable<void> HttpServer::Impl::H2Handle(std::shared_ptr<H2Conn> conn, H2
   } else {
     HttpRequest request;
     request.method = std::move(in.method);
-    request.headers = std::move(in.headers);
+    for (auto& [name, value] : in.headers) {
+      request.headers.Append(std::string(name), std::move(value));  // names unique already
+    }
     // :authority stands for Host (RFC 9113 8.3.1).
     if (!in.authority.empty()) request.headers.emplace("host", std::move(in.authority));
     request.body = std::move(in.body);

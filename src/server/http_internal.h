@@ -19,6 +19,7 @@
 
 #include "server/http_net.h"  // first: Boost 1.74 needs <utility> before awaitable.hpp
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -86,7 +87,13 @@ class HttpServer::Impl {
   static std::vector<std::unique_ptr<WakeQueue>> MakeWakeQueues(
       const std::vector<std::unique_ptr<net::io_context>>& iocs, Impl* impl);
   static StreamServiceOptions WithExecutors(StreamServiceOptions options, net::io_context* first,
-                                            WorkerPool* catalog, bool offload);
+                                            WorkerPool* blocking, bool offload);
+  // The blocking pool's threads: the most any of its users was given (catalog_threads,
+  // channel_threads, group_threads), so none has fewer than it asked for.
+  static size_t BlockingThreads(const ServerOptions& options) {
+    return std::max(
+        {options.catalog_threads, options.channel_threads, options.group_threads, size_t{1}});
+  }
   net::awaitable<void> WatchAccess();
   bool StillAdmitted(const std::string& path, const std::optional<std::string>& authorization);
   net::awaitable<void> Drain();
@@ -184,10 +191,28 @@ class HttpServer::Impl {
   template <typename Stream>
   net::awaitable<void> ServeRequests(Stream& stream, beast::flat_buffer buffer, PendingSse* sse,
                                      PendingUpgrade* upgrade);
+  // The idle timeout of a plain connection between requests, without a timer armed and
+  // cancelled around every read (which beast::tcp_stream does, at the cost of a scheduler
+  // round per request): the connection notes its deadline as it starts to wait, and one timer
+  // wait, re-armed only when it fires early, cancels the read once the deadline has passed.
+  // Touched only on the connection's io thread.
+  struct IdleWatch {
+    explicit IdleWatch(const net::any_io_executor& ex) : timer(ex) {}
+    net::steady_timer timer;
+    std::chrono::steady_clock::time_point deadline;
+    tcp::socket* waiting = nullptr;  // set while the connection waits for a request
+    bool armed = false;              // a wait on `timer` is pending
+    bool closed = false;             // the connection is done; nothing to watch
+  };
+  static void WatchIdle(const std::shared_ptr<IdleWatch>& watch);
   // ServeRequests' steps.
   template <typename Stream>
+  net::awaitable<void> ParseHead(Stream& stream, beast::flat_buffer& buffer,
+                                 http::request_parser<http::string_body>& parser,
+                                 boost::system::error_code& ec);
+  template <typename Stream>
   net::awaitable<bool> ReadHead(Stream& stream, beast::flat_buffer& buffer,
-                                http::request_parser<http::string_body>& parser);
+                                http::request_parser<http::string_body>& parser, IdleWatch* idle);
   // What makes a parsed request unanswerable (ToHttpRequest): `hosts` Host fields where one
   // is needed, a malformed percent-encoding (`bad`), or a path or query that is not UTF-8.
   struct RequestFaults {
@@ -208,23 +233,33 @@ class HttpServer::Impl {
   template <typename T>
   struct CallbackInitiation {
     std::function<void(std::function<void(T)>)> start;
+    // The awaiting coroutine's handler and whether `start` is still running, in one
+    // allocation shared by the callback and the resumption it posts.
+    template <typename Handler>
+    struct Pending {
+      explicit Pending(Handler h) : handler(std::move(h)) {}
+      Handler handler;
+      std::atomic<bool> starting{true};
+    };
     template <typename Handler>
     void operator()(Handler handler) {
       auto ex = net::get_associated_executor(handler);
-      auto shared = std::make_shared<Handler>(std::move(handler));
+      auto pending = std::make_shared<Pending<Handler>>(std::move(handler));
       // A callback that arrives on an io thread after `start` returned (a store answer already
       // handed to the io threads) resumes the coroutine right there; one during `start`, or on
       // another thread, is posted.
-      auto starting = std::make_shared<std::atomic<bool>>(true);
-      start([shared, ex, starting](T value) {
-        auto resume = [shared, value = std::move(value)]() mutable { (*shared)(std::move(value)); };
-        if (starting->load(std::memory_order_acquire)) {
+      start([pending, ex](T value) {
+        const bool starting = pending->starting.load(std::memory_order_acquire);
+        auto resume = [pending, value = std::move(value)]() mutable {
+          pending->handler(std::move(value));
+        };
+        if (starting) {
           net::post(ex, std::move(resume));
         } else {
           net::dispatch(ex, std::move(resume));
         }
       });
-      starting->store(false, std::memory_order_release);
+      pending->starting.store(false, std::memory_order_release);
     }
   };
   template <typename T>
@@ -232,14 +267,14 @@ class HttpServer::Impl {
     return net::async_initiate<decltype(net::use_awaitable), void(T)>(
         CallbackInitiation<T>{std::move(start)}, net::use_awaitable);
   }
-  // Runs `fn` on the catalog workers and returns its result to the awaiting coroutine.
+  // Runs `fn` on the blocking pool and returns its result to the awaiting coroutine.
   template <typename T>
   auto OnWorkers(std::function<T()> fn) {
     return AwaitCallback<T>([this, fn = std::move(fn)](std::function<void(T)> done) {
-      catalog_workers_.Post([fn, done = std::move(done)] { done(fn()); });
+      blocking_workers_.Post([fn, done = std::move(done)] { done(fn()); });
     });
   }
-  // A stream request's store calls: on the catalog workers when they may block (offload_),
+  // A stream request's store calls: on the blocking pool when they may block (offload_),
   // else right here. GCC 12 mishandles temporaries that live across a co_await, and lambda
   // captures of coroutine parameters: callers pass a named std::function whose captures are
   // pointers.
@@ -258,12 +293,14 @@ class HttpServer::Impl {
   // A request on a service (StreamService::HandleWrite, ChannelService::Handle).
   template <typename Service>
   using StartFn = void (Service::*)(const Route&, HttpRequest, std::function<void(HttpResponse)>);
+  // `route` and `request` belong to the awaiting coroutine's frame, which outlives the call;
+  // the request is moved into the service, with no copy and no shared_ptr per request.
   template <typename Service>
-  static auto AwaitService(Service* service, StartFn<Service> start, const Route& route,
-                           std::shared_ptr<HttpRequest> request) {
+  static auto AwaitService(Service* service, StartFn<Service> start, const Route* route,
+                           HttpRequest* request) {
     return AwaitCallback<HttpResponse>(
         [service, start, route, request](std::function<void(HttpResponse)> done) {
-          (service->*start)(route, std::move(*request), std::move(done));
+          (service->*start)(*route, std::move(*request), std::move(done));
         });
   }
   // Group requests run on the group service's workers (they block on the store).
@@ -274,11 +311,11 @@ class HttpServer::Impl {
   }
   // Writes run on the stream service; channel requests on the channel service's workers (they
   // block on the store).
-  auto AwaitWrite(const Route& route, std::shared_ptr<HttpRequest> request) {
-    return AwaitService(&service_, &StreamService::HandleWrite, route, std::move(request));
+  auto AwaitWrite(const Route* route, HttpRequest* request) {
+    return AwaitService(&service_, &StreamService::HandleWrite, route, request);
   }
-  auto AwaitChannel(const Route& route, std::shared_ptr<HttpRequest> request) {
-    return AwaitService(&channels_, &ChannelService::Handle, route, std::move(request));
+  auto AwaitChannel(const Route* route, HttpRequest* request) {
+    return AwaitService(&channels_, &ChannelService::Handle, route, request);
   }
 
   // ---------------------------------------------------------------------------------------
@@ -413,7 +450,7 @@ class HttpServer::Impl {
   std::atomic<size_t> max_connections_{0};
   std::atomic<size_t> serving_{0};
   std::atomic<size_t> rejecting_{0};
-  // Store calls of stream requests run on catalog_workers_, never on the io threads
+  // Store calls of stream requests run on blocking_workers_, never on the io threads
   // (ServerOptions::offload_store_calls).
   const bool offload_;
   uint16_t port_ = 0;
@@ -421,9 +458,11 @@ class HttpServer::Impl {
   StreamService service_;
   ChannelService channels_;
   GroupService groups_;
-  // Catalog writes (create, retention change, delete) block until durable; they run here.
-  // Declared after the services so it is destroyed (finishing queued jobs) before them.
-  WorkerPool catalog_workers_;
+  // The one pool for calls that block on the store: catalog writes (create, retention change,
+  // delete), which wait until durable, stream requests' store calls when offloaded, channel
+  // and group requests. Sized by BlockingThreads. Declared after the services so it is
+  // destroyed (finishing queued jobs) before them.
+  WorkerPool blocking_workers_;
   std::unique_ptr<TenantQuota> quota_;  // null without quotas
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> in_flight_{0};

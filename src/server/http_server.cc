@@ -34,11 +34,11 @@ HttpServer::Impl::Impl(StreamRegistry registry, const ServerOptions& options,
       acceptor_(*iocs_[0]),
       offload_(options.offload_store_calls.value_or(registry.store().CallsMayBlock())),
       service_(std::move(registry),
-               WithExecutors(options.service, iocs_[0].get(), &catalog_workers_, offload_),
+               WithExecutors(options.service, iocs_[0].get(), &blocking_workers_, offload_),
                &metrics_),
-      channels_(service_.registry(), options.channel_threads),
-      groups_(&service_, options.group_threads, options.max_groups_per_stream),
-      catalog_workers_(options.catalog_threads, "store") {
+      channels_(service_.registry(), &blocking_workers_),
+      groups_(&service_, &blocking_workers_, options.max_groups_per_stream),
+      blocking_workers_(BlockingThreads(options), "store") {
   if (options.quotas.any()) {
     quota_ = std::make_unique<TenantQuota>(options.quotas, service_.registry());
   }
@@ -79,9 +79,9 @@ std::vector<std::unique_ptr<WakeQueue>> HttpServer::Impl::MakeWakeQueues(
 
 // Store callbacks continue on the io threads, never on a store's writer thread: on the io
 // thread that started the operation when known, else on the first; catalog writes run on the
-// catalog workers (constructed after the service, used only once serving).
+// blocking pool (constructed after the service, used only once serving).
 StreamServiceOptions HttpServer::Impl::WithExecutors(StreamServiceOptions options,
-                                                     net::io_context* first, WorkerPool* catalog,
+                                                     net::io_context* first, WorkerPool* blocking,
                                                      bool offload) {
   options.offload_store_calls = offload;
   options.executor = [first](std::function<void()> fn) { net::post(*first, std::move(fn)); };
@@ -90,7 +90,9 @@ StreamServiceOptions HttpServer::Impl::WithExecutors(StreamServiceOptions option
     if (here == nullptr) return nullptr;
     return [here](std::function<void()> fn) { net::post(*here, std::move(fn)); };
   };
-  options.blocking_executor = [catalog](std::function<void()> fn) { catalog->Post(std::move(fn)); };
+  options.blocking_executor = [blocking](std::function<void()> fn) {
+    blocking->Post(std::move(fn));
+  };
   return options;
 }
 

@@ -107,12 +107,13 @@ struct ServerOptions {
   uint64_t sse_max_duration_ms = 60000;
   // Stop gracefully on SIGINT and SIGTERM while Run() is active.
   bool handle_signals = false;
-  // Worker threads for /v1/channels requests, which block on the store.
+  // Calls that block on the store run on one pool of worker threads ("store-N"): catalog
+  // writes (create, retention change, delete), which wait for their commit (concurrent ones
+  // share a group commit, so more threads mean more creates per sync), stream requests' store
+  // calls when offloaded, and /v1/channels and /v1/groups requests. The pool has as many
+  // threads as the largest of these three.
   size_t channel_threads = 2;
-  // Worker threads for catalog writes (create, retention change, delete), which wait for their
-  // commit; concurrent ones share a group commit, so more threads mean more creates per sync.
   size_t catalog_threads = 16;
-  // Worker threads for /v1/groups requests, which block on the store.
   size_t group_threads = 2;
   // HTTPS: PEM files of the certificate chain and its private key. Both empty serves plain
   // HTTP; one without the other, or files that cannot be loaded, fail Start().

@@ -295,26 +295,78 @@ net::awaitable<void> HttpServer::Impl::RefuseMalformed(Stream& stream,
   co_await DiscardInput(stream);
 }
 
+// Parses the head of a request into `parser`, reading more only while the buffered bytes hold
+// no complete head: what http::async_read_header does, without its composed operation, which
+// completes by posting to the io thread even when the head was buffered already (the usual
+// case: the head and body of an append arrive in one read). The errors are Beast's: a head
+// larger than the parser's header limit, buffer_overflow when the head does not fit the
+// buffer, end_of_stream on a clean close before any byte, partial_message on a close within
+// the head.
+template <typename Stream>
+net::awaitable<void> HttpServer::Impl::ParseHead(Stream& stream, beast::flat_buffer& buffer,
+                                                 http::request_parser<http::string_body>& parser,
+                                                 boost::system::error_code& ec) {
+  for (;;) {
+    if (buffer.size() > 0) {
+      const size_t used = parser.put(buffer.data(), ec);
+      buffer.consume(used);
+      if (ec == http::error::need_more) {
+        ec = {};
+      } else if (ec || parser.is_header_done()) {
+        co_return;
+      }
+    }
+    if (buffer.size() >= buffer.max_size()) {
+      ec = http::error::buffer_overflow;
+      co_return;
+    }
+    const size_t n = co_await stream.async_read_some(buffer.prepare(ReadSize(buffer)),
+                                                     net::redirect_error(net::use_awaitable, ec));
+    buffer.commit(n);
+    if (ec == net::error::eof || ec == ssl::error::stream_truncated) {
+      if (!parser.got_some()) {
+        ec = http::error::end_of_stream;
+        co_return;
+      }
+      parser.put_eof(ec);
+      if (!ec) ec = http::error::partial_message;
+    }
+    if (ec) co_return;
+  }
+}
+
 // Reads the head of the next request into `parser`, within the limits of the head, the URL and
 // the announced body (answering those that pass one: 413, 414, 431, and 400 or 501 for a
 // transfer coding other than chunked), and says `100 Continue` when asked. False when the
 // connection must close: it did, idled or failed between requests, or the request was refused.
 template <typename Stream>
 net::awaitable<bool> HttpServer::Impl::ReadHead(Stream& stream, beast::flat_buffer& buffer,
-                                                http::request_parser<http::string_body>& parser) {
+                                                http::request_parser<http::string_body>& parser,
+                                                IdleWatch* idle) {
   boost::system::error_code ec;
   // Between requests the connection may idle for idle_timeout_ms; once a request's first
   // byte is here, the whole request (its head too) must arrive within request_timeout_ms.
   if (buffer.size() == 0) {
-    Tcp(stream).expires_after(std::chrono::milliseconds(options_.idle_timeout_ms));
-    const size_t n = co_await stream.async_read_some(buffer.prepare(ReadSize(buffer)),
-                                                     net::redirect_error(net::use_awaitable, ec));
+    const auto idle_timeout = std::chrono::milliseconds(options_.idle_timeout_ms);
+    size_t n = 0;
+    if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+      // On the socket itself, outside Beast's timeouts: the IdleWatch cancels it (WatchIdle).
+      tcp::socket& socket = stream.socket();
+      idle->deadline = std::chrono::steady_clock::now() + idle_timeout;
+      idle->waiting = &socket;
+      n = co_await socket.async_read_some(buffer.prepare(ReadSize(buffer)),
+                                          net::redirect_error(net::use_awaitable, ec));
+      idle->waiting = nullptr;
+    } else {
+      Tcp(stream).expires_after(idle_timeout);
+      n = co_await stream.async_read_some(buffer.prepare(ReadSize(buffer)),
+                                          net::redirect_error(net::use_awaitable, ec));
+    }
     buffer.commit(n);
     if (ec) co_return false;  // a close or an idle connection between requests: nothing to answer
   }
   Tcp(stream).expires_after(std::chrono::milliseconds(options_.request_timeout_ms));
-  co_await http::async_read_header(stream, buffer, parser,
-                                   net::redirect_error(net::use_awaitable, ec));
+  co_await ParseHead(stream, buffer, parser, ec);
   if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
     // The head did not fit. When it is the request line that did not (the parser has no
     // target yet, and the buffer starts with that line) and that line is longer than a URL
@@ -406,17 +458,32 @@ HttpServer::Impl::RequestFaults HttpServer::Impl::ToHttpRequest(
     not_utf8 = not_utf8 || !IsValidUtf8(key) || !IsValidUtf8(value);
   }
   size_t field_index = 0;
+  request->headers.Reserve(header_fields);
   for (const auto& field : req) {
     if (field_index++ == header_fields) break;
     std::string name(field.name_string());
     for (char& c : name) c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
-    std::string value(field.value());
-    auto [it, inserted] = request->headers.emplace(std::move(name), value);
-    if (!inserted) it->second += ", " + value;
+    request->headers.Append(std::move(name), std::string(field.value()));
   }
+  request->headers.MergeRepeated(/*join=*/true);
   if (absolute_form) request->headers["host"] = std::string(authority);
   request->body = std::move(req.body());
   return RequestFaults{hosts, bad_host, bad, not_utf8};
+}
+
+void HttpServer::Impl::WatchIdle(const std::shared_ptr<IdleWatch>& watch) {
+  watch->armed = true;
+  watch->timer.expires_at(watch->deadline);
+  watch->timer.async_wait([watch](const boost::system::error_code& ec) {
+    watch->armed = false;
+    if (ec || watch->closed || watch->waiting == nullptr) return;  // re-armed at the next wait
+    if (std::chrono::steady_clock::now() < watch->deadline) {
+      WatchIdle(watch);  // the connection served requests since: wait for its new deadline
+      return;
+    }
+    boost::system::error_code ignored;
+    watch->waiting->cancel(ignored);  // the read ends with operation_aborted: the connection closes
+  });
 }
 
 // Serves requests until the connection must close or a request turns into an SSE response,
@@ -424,11 +491,30 @@ HttpServer::Impl::RequestFaults HttpServer::Impl::ToHttpRequest(
 template <typename Stream>
 net::awaitable<void> HttpServer::Impl::ServeRequests(Stream& stream, beast::flat_buffer buffer,
                                                      PendingSse* sse, PendingUpgrade* upgrade) {
+  std::shared_ptr<IdleWatch> idle;
+  if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+    idle = std::make_shared<IdleWatch>(stream.get_executor());
+  }
+  // However the loop ends, the watch lets go of the socket.
+  struct EndWatch {
+    IdleWatch* idle;
+    ~EndWatch() {
+      if (idle == nullptr) return;
+      idle->closed = true;
+      idle->waiting = nullptr;
+      idle->timer.cancel();
+    }
+  } end_watch{idle.get()};
   for (;;) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(static_cast<uint32_t>(options_.max_header_bytes));
     parser.body_limit(options_.max_body_bytes);
-    if (!co_await ReadHead(stream, buffer, parser)) break;
+    if (idle && !idle->armed && buffer.size() == 0) {
+      idle->deadline =
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.idle_timeout_ms);
+      WatchIdle(idle);
+    }
+    if (!co_await ReadHead(stream, buffer, parser, idle.get())) break;
     // Fields after this many are trailer fields of a chunked body: counted, never merged
     // into the request's headers.
     const size_t header_fields =

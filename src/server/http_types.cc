@@ -2,19 +2,62 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 
 namespace runnel::server {
 
+void FieldList::MergeRepeated(bool join) {
+  if (fields_.size() < 2) return;
+  const bool sorted = fields_.size() > kMergeLinear;
+  if (sorted) {
+    std::stable_sort(fields_.begin(), fields_.end(),
+                     [](const value_type& a, const value_type& b) { return a.first < b.first; });
+  }
+  // In place: fields_[0, kept) are the names seen so far, each once.
+  size_t kept = 0;
+  for (size_t i = 0; i < fields_.size(); ++i) {
+    size_t same = kept;
+    if (sorted) {
+      if (kept > 0 && fields_[kept - 1].first == fields_[i].first) same = kept - 1;
+    } else {
+      for (size_t k = 0; k < kept; ++k) {
+        if (fields_[k].first == fields_[i].first) {
+          same = k;
+          break;
+        }
+      }
+    }
+    if (same < kept) {
+      if (join) fields_[same].second.append(", ").append(fields_[i].second);
+    } else {
+      if (kept != i) fields_[kept] = std::move(fields_[i]);
+      ++kept;
+    }
+  }
+  fields_.resize(kept);
+}
+
+namespace {
+
+// The value of `name` among `fields`: lengths first (most names asked for are absent, and
+// differ in length from the few present), then bytes.
+std::optional<std::string_view> Lookup(const FieldList& fields, std::string_view name) {
+  for (const auto& [field, value] : fields) {
+    if (field.size() == name.size() && std::memcmp(field.data(), name.data(), name.size()) == 0) {
+      return std::string_view(value);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<std::string_view> HttpRequest::Header(std::string_view name) const {
-  auto it = headers.find(name);
-  if (it == headers.end()) return std::nullopt;
-  return std::string_view(it->second);
+  return Lookup(headers, name);
 }
 
 std::optional<std::string_view> HttpRequest::Query(std::string_view name) const {
-  auto it = query.find(name);
-  if (it == query.end()) return std::nullopt;
-  return std::string_view(it->second);
+  return Lookup(query, name);
 }
 
 Route ParseRoute(std::string_view path, bool allow_tenants) {
@@ -154,6 +197,11 @@ std::optional<std::string> PercentDecode(std::string_view text, bool plus_is_spa
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     return -1;
   };
+  // Most paths and parameters have nothing to decode: one copy.
+  if (text.find('%') == std::string_view::npos &&
+      (!plus_is_space || text.find('+') == std::string_view::npos)) {
+    return std::string(text);
+  }
   std::string out;
   out.reserve(text.size());
   for (size_t i = 0; i < text.size(); ++i) {
@@ -174,7 +222,7 @@ std::optional<std::string> PercentDecode(std::string_view text, bool plus_is_spa
   return out;
 }
 
-bool ParseQuery(std::string_view query, std::map<std::string, std::string, std::less<>>* out) {
+bool ParseQuery(std::string_view query, FieldList* out) {
   while (!query.empty()) {
     size_t amp = query.find('&');
     std::string_view part = query.substr(0, amp);
@@ -185,8 +233,9 @@ bool ParseQuery(std::string_view query, std::map<std::string, std::string, std::
     auto value = PercentDecode(
         eq == std::string_view::npos ? std::string_view() : part.substr(eq + 1), true);
     if (!key || !value) return false;
-    out->emplace(std::move(*key), std::move(*value));
+    out->Append(std::move(*key), std::move(*value));
   }
+  out->MergeRepeated(/*join=*/false);
   return true;
 }
 

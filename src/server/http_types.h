@@ -6,7 +6,9 @@
 #ifndef RUNNEL_SERVER_HTTP_TYPES_H_
 #define RUNNEL_SERVER_HTTP_TYPES_H_
 
-#include <map>
+#include <algorithm>
+#include <cstddef>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,16 +19,97 @@
 
 namespace runnel::server {
 
+// A request's header fields or query parameters: (name, value) pairs, each name once, in the
+// order they were first added. A request carries a handful, so a linear search by name costs
+// less than a tree's node per field; the interface is the subset of std::map's that callers and
+// tests use. Thread-safety: a plain value.
+class FieldList {
+ public:
+  using value_type = std::pair<std::string, std::string>;
+  using iterator = std::vector<value_type>::iterator;
+  using const_iterator = std::vector<value_type>::const_iterator;
+
+  FieldList() = default;
+  FieldList(std::initializer_list<value_type> fields) {
+    for (const auto& field : fields) emplace(field.first, field.second);
+  }
+
+  iterator begin() { return fields_.begin(); }
+  iterator end() { return fields_.end(); }
+  const_iterator begin() const { return fields_.begin(); }
+  const_iterator end() const { return fields_.end(); }
+  size_t size() const { return fields_.size(); }
+  bool empty() const { return fields_.empty(); }
+  void clear() { fields_.clear(); }
+  void Reserve(size_t n) { fields_.reserve(n); }
+
+  iterator find(std::string_view name) { return begin() + Index(name); }
+  const_iterator find(std::string_view name) const { return begin() + Index(name); }
+  size_t count(std::string_view name) const { return Index(name) < fields_.size() ? 1 : 0; }
+  bool contains(std::string_view name) const { return count(name) != 0; }
+
+  // Adds the field unless `name` is there already (as std::map::emplace).
+  template <typename Name, typename Value>
+  std::pair<iterator, bool> emplace(Name&& name, Value&& value) {
+    const size_t i = Index(name);
+    if (i < fields_.size()) return {begin() + i, false};
+    fields_.emplace_back(std::forward<Name>(name), std::forward<Value>(value));
+    return {end() - 1, true};
+  }
+  std::pair<iterator, bool> insert(value_type field) {
+    return emplace(std::move(field.first), std::move(field.second));
+  }
+  template <typename It>
+  void insert(It first, It last) {
+    for (; first != last; ++first) emplace(first->first, first->second);
+  }
+  // The value of `name`, added empty when missing (as std::map::operator[]).
+  std::string& operator[](std::string_view name) {
+    return emplace(std::string(name), std::string()).first->second;
+  }
+  size_t erase(std::string_view name) {
+    const size_t i = Index(name);
+    if (i == fields_.size()) return 0;
+    fields_.erase(begin() + i);
+    return 1;
+  }
+
+  // Appends a field without looking for its name: a parser's fast path, which must call
+  // MergeRepeated before anything looks a name up.
+  void Append(std::string name, std::string value) {
+    fields_.emplace_back(std::move(name), std::move(value));
+  }
+  // Leaves each name once: the first field of a name keeps its place, and the values of the
+  // later ones are joined to its value with ", " (`join`, as for repeated header fields) or
+  // dropped (the first query parameter wins). Up to kMergeLinear fields, each is compared with
+  // the ones kept before it; beyond that the fields are sorted by name first (stable, so the
+  // first of a name stays first), so a request with thousands of fields costs n log n, not n
+  // squared.
+  void MergeRepeated(bool join);
+  static constexpr size_t kMergeLinear = 16;
+
+ private:
+  size_t Index(std::string_view name) const {
+    size_t i = 0;
+    for (; i < fields_.size(); ++i) {
+      if (fields_[i].first == name) break;
+    }
+    return i;
+  }
+
+  std::vector<value_type> fields_;
+};
+
 struct HttpRequest {
   // Upper-case method: "GET", "PUT", ...
   std::string method;
   // Percent-decoded path, without the query.
   std::string path;
   // Percent-decoded query parameters; the first occurrence of a name wins.
-  // (std::less<>: looked up by string_view, without building a string.)
-  std::map<std::string, std::string, std::less<>> query;
+  FieldList query;
   // Header names lower-cased; repeated headers are joined with ", ".
-  std::map<std::string, std::string, std::less<>> headers;
+  FieldList headers;
+  // The body, moved (never copied) from the parser's buffer; a service may move it out in turn.
   std::string body;
 
   // The header's value, or nullopt. `name` must be lower-case.
@@ -88,8 +171,9 @@ std::string PercentEncode(std::string_view text, bool keep_slash);
 // for an empty path). Any other target (origin form, "*", no http or https scheme) gives nullopt.
 std::optional<std::string> OriginFormOf(std::string_view target, std::string_view* authority);
 
-// Splits "a=1&b=2" into decoded pairs (first occurrence wins). Returns false on a bad escape.
-bool ParseQuery(std::string_view query, std::map<std::string, std::string, std::less<>>* out);
+// Splits "a=1&b=2" into decoded pairs (first occurrence wins), added to *out. Returns false on a
+// bad escape.
+bool ParseQuery(std::string_view query, FieldList* out);
 
 }  // namespace runnel::server
 

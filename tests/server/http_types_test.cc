@@ -46,19 +46,71 @@ TEST(PercentDecodeTest, DecodesAndRejectsBadEscapes) {
   EXPECT_EQ(*PercentDecode("a%2Fb%20c", false), "a/b c");
   EXPECT_EQ(*PercentDecode("a+b", true), "a b");
   EXPECT_EQ(*PercentDecode("a+b", false), "a+b");
+  EXPECT_EQ(*PercentDecode("/v1/stream/plain-name", true), "/v1/stream/plain-name");
+  EXPECT_EQ(*PercentDecode("", false), "");
   EXPECT_FALSE(PercentDecode("%", false));
   EXPECT_FALSE(PercentDecode("%4", false));
   EXPECT_FALSE(PercentDecode("%zz", false));
 }
 
 TEST(ParseQueryTest, FirstOccurrenceWins) {
-  std::map<std::string, std::string, std::less<>> q;
+  FieldList q;
   ASSERT_TRUE(ParseQuery("offset=-1&live=sse&offset=now&flag", &q));
   EXPECT_EQ(q["offset"], "-1");
   EXPECT_EQ(q["live"], "sse");
   EXPECT_EQ(q["flag"], "");
-  std::map<std::string, std::string, std::less<>> bad;
+  FieldList bad;
   EXPECT_FALSE(ParseQuery("offset=%G1", &bad));
+}
+
+TEST(ParseQueryTest, FirstOccurrenceWinsAmongManyParameters) {
+  // Past FieldList::kMergeLinear parameters the merge sorts; the first value must still win.
+  std::string query = "z=first";
+  for (int i = 0; i < 40; ++i) query += "&p" + std::to_string(i % 20) + "=" + std::to_string(i);
+  query += "&z=last";
+  FieldList q;
+  ASSERT_TRUE(ParseQuery(query, &q));
+  EXPECT_EQ(q.size(), 21u);
+  EXPECT_EQ(q["z"], "first");
+  EXPECT_EQ(q["p3"], "3");
+  EXPECT_EQ(q["p19"], "19");
+}
+
+TEST(FieldListTest, MapLikeOperations) {
+  FieldList f{{"a", "1"}, {"b", "2"}, {"a", "ignored"}};
+  EXPECT_EQ(f.size(), 2u);
+  EXPECT_EQ(f.find("a")->second, "1");
+  EXPECT_EQ(f.find("c"), f.end());
+  auto [it, inserted] = f.emplace("b", "3");
+  EXPECT_FALSE(inserted);
+  EXPECT_EQ(it->second, "2");
+  f["c"] = "4";
+  EXPECT_EQ(f.count("c"), 1u);
+  EXPECT_EQ(f.erase("a"), 1u);
+  EXPECT_EQ(f.erase("a"), 0u);
+  EXPECT_EQ(f.count("a"), 0u);
+  std::vector<std::string> names;
+  for (const auto& [name, value] : f) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"b", "c"}));
+}
+
+TEST(FieldListTest, RepeatedHeadersAreJoinedInOrder) {
+  for (int extra : {0, 30}) {  // the linear merge, and the sorted one past kMergeLinear
+    FieldList f;
+    f.Append("x-twice", "1");
+    for (int i = 0; i < extra; ++i) f.Append("x-" + std::to_string(i), "v");
+    f.Append("accept", "a");
+    f.Append("x-twice", "2");
+    f.Append("x-twice", "3");
+    f.MergeRepeated(/*join=*/true);
+    EXPECT_EQ(f.size(), 2u + extra);
+    EXPECT_EQ(f.find("x-twice")->second, "1, 2, 3");
+    EXPECT_EQ(f.find("accept")->second, "a");
+    HttpRequest request;
+    request.headers = f;
+    EXPECT_EQ(request.Header("x-twice"), "1, 2, 3");
+    EXPECT_FALSE(request.Header("X-Twice").has_value());
+  }
 }
 
 }  // namespace

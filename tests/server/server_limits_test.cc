@@ -834,6 +834,26 @@ TEST_F(ServerLimitsTest, IdleKeepAliveConnectionIsClosedByTheServer) {
   EXPECT_TRUE(c.PeerClosed());
 }
 
+// The idle timeout counts from the start of each wait between requests, not from the first:
+// a connection that keeps asking, each time within the timeout, stays open well past it.
+TEST_F(ServerLimitsTest, IdleTimeoutCountsFromTheLastRequest) {
+  ServerOptions options;
+  options.idle_timeout_ms = 300;
+  StartServer(options);
+  Connection c(port());
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 8; ++i) {  // about 800 ms in all, 100 ms between requests
+    ASSERT_EQ(c.Request(Get("/healthz")).status, 200) << "request " << i;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_GT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(700));
+  ASSERT_EQ(c.Request(Get("/healthz")).status, 200);
+  // Then idle: the server closes it.
+  auto r = c.Receive();
+  EXPECT_EQ(r.status, 0);
+  EXPECT_TRUE(c.PeerClosed());
+}
+
 TEST_F(ServerLimitsTest, StopEndsLiveReadersCleanly) {
   ServerOptions options;
   options.service.long_poll_timeout_ms = 600000;  // only Stop() can end the poll
