@@ -204,6 +204,11 @@ std::optional<uint64_t> LogStore::PendingCursor(const StreamState& s,
   return std::nullopt;
 }
 
+uint64_t LogStore::ReservedNext(const StreamState& s) const {
+  auto it = reserved_.find(s.id);
+  return it != reserved_.end() ? it->second.next : s.next;
+}
+
 void LogStore::Prepare(Op& op) {
   op.frame_at = group_buf_.size();
   EncodeOp(op);
@@ -222,17 +227,20 @@ void LogStore::EncodeOp(Op& op) {
       AppendRequest& req = op.append;
       StreamState* s = FindLocked(req.stream);
       if (s == nullptr) return refuse(StreamNotFound(req.stream));
-      if (s->reserved_closed) {
+      // The stream as the appends before this one in the group leave it.
+      Reservation& reserved =
+          reserved_.try_emplace(req.stream, Reservation{s->next, s->closed}).first->second;
+      if (reserved.closed) {
         return refuse(Status::FailedPrecondition("stream '" + s->name.str() + "' is closed"));
       }
       if (req.records.empty() && !req.close) {
         return refuse(Status::InvalidArgument("an append needs at least one record"));
       }
-      if (req.expected_offset && *req.expected_offset != s->reserved_next) {
+      if (req.expected_offset && *req.expected_offset != reserved.next) {
         return refuse(Status::Conflict("expected offset " + std::to_string(*req.expected_offset) +
                                            " but the stream's next offset is " +
-                                           std::to_string(s->reserved_next),
-                                       *req.expected_offset, s->reserved_next));
+                                           std::to_string(reserved.next),
+                                       *req.expected_offset, reserved.next));
       }
       if (req.expected_attributes) {
         // An append earlier in this group may have set them (not applied before the write).
@@ -257,7 +265,7 @@ void LogStore::EncodeOp(Op& op) {
         }
       }
       const uint64_t n = req.records.size();
-      if (n > std::numeric_limits<uint64_t>::max() - s->reserved_next) {
+      if (n > std::numeric_limits<uint64_t>::max() - reserved.next) {
         return refuse(
             Status::OutOfRange("stream '" + s->name.str() + "' would pass the largest offset"));
       }
@@ -272,14 +280,14 @@ void LogStore::EncodeOp(Op& op) {
       }
       group_buf_.reserve(group_buf_.size() + kFrameHeaderSize + estimate);
       const size_t frame = BeginFrame(&group_buf_, FrameType::kAppendBatch);
-      EncodeAppendBatch(&group_buf_, req.stream, s->reserved_next, req.now_ms, req.records,
-                        req.close, req.producer, req.attributes);
+      EncodeAppendBatch(&group_buf_, req.stream, reserved.next, req.now_ms, req.records, req.close,
+                        req.producer, req.attributes);
       FinishFrame(&group_buf_, frame);
-      op.append_result.first_offset = n ? s->reserved_next : 0;
-      op.append_result.last_offset = n ? s->reserved_next + n - 1 : 0;
-      s->reserved_next += n;
-      op.append_result.next_offset = s->reserved_next;
-      if (req.close) s->reserved_closed = true;
+      op.append_result.first_offset = n ? reserved.next : 0;
+      op.append_result.last_offset = n ? reserved.next + n - 1 : 0;
+      reserved.next += n;
+      op.append_result.next_offset = reserved.next;
+      if (req.close) reserved.closed = true;
       if (req.attributes) pending_attributes_[req.stream] = *req.attributes;
       if (req.producer) {
         pending_producers_[{req.stream, req.producer->producer_id}] = {req.producer->epoch,
@@ -333,9 +341,9 @@ void LogStore::EncodeOp(Op& op) {
       if (op.append.expected_attributes && *op.append.expected_attributes != s->view().attributes) {
         return refuse(store::AttributesChanged(s->name.str()));
       }
-      if (op.append.expected_offset && *op.append.expected_offset != s->reserved_next) {
+      if (op.append.expected_offset && *op.append.expected_offset != ReservedNext(*s)) {
         return refuse(
-            store::NextOffsetChanged(s->name.str(), *op.append.expected_offset, s->reserved_next));
+            store::NextOffsetChanged(s->name.str(), *op.append.expected_offset, ReservedNext(*s)));
       }
       // Committed alone, so view() is the stream as this frame replaces it.
       if (op.keep_retention) op.retention = s->view().retention;
@@ -429,11 +437,7 @@ void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_s
     for (auto& op : group) {
       if (!op->refused) op->status = written;
     }
-    // Forget what the failed group reserved.
-    streams_.ForEach([](StreamState& s) {
-      s.reserved_next = s.next;
-      s.reserved_closed = s.closed;
-    });
+    // What the failed group reserved is forgotten below, with the rest of its pending state.
   } else if (total > 0) {
     WriterLock lock(state_mu_);
     merge_floor_pos_ = static_cast<uint32_t>(pos);
@@ -472,6 +476,7 @@ void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_s
   pending_names_.clear();
   pending_attributes_.clear();
   pending_producers_.clear();
+  reserved_.clear();
   reserved_next_id_ = next_stream_id_;
   if (options_.durability.mode == LogDurability::kFsync && options_.group_commit_wait_us > 0) {
     MutexLock lock(queue_mu_);  // only WaitForFullerGroup reads it
