@@ -21,7 +21,7 @@ LogStore::StreamState* LogStore::FindByNameLocked(std::string_view ns,
 
 bool LogStore::Adopt(StreamState& s, StreamSpec spec) {
   s.name = spec.name;
-  s.first_offset = spec.first_offset;
+  s.SetFirstOffset(spec.first_offset);
   s.created_at_ms = spec.created_at_ms;
   auto ct = content_types_.try_emplace(std::move(spec.content_type), 0).first;
   ++ct->second;
@@ -231,7 +231,7 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
       if (FindByNameLocked(spec.ns, spec.name) != nullptr) {
         return Status::Corruption("create-stream of existing name '" + spec.name + "'");
       }
-      s->head = s->next = s->reserved_next = spec.first_offset;
+      s->head = s->next = spec.first_offset;
       next_stream_id_ = std::max(next_stream_id_, s->id + 1);
       StreamState* added = streams_.Insert(std::move(s));
       if (added == nullptr || !Adopt(*added, std::move(spec))) {
@@ -361,10 +361,6 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
         const size_t cut = store::RetentionDropCount(retention, h.timestamp, view);
         // DropHead counts dropped records too: the cut ends after the cut-th retained record.
         DropHead(*s, cut == 0 ? 0 : offset_of(cut - 1) + 1 - s->head);
-      }
-      if (replay) {
-        s->reserved_next = s->next;
-        s->reserved_closed = s->closed;
       }
       return Status::OK();
     }

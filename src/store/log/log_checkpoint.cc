@@ -51,7 +51,7 @@ Status LogStore::BeginCheckpoint(CheckpointJob* job) {
         PutString(&body, s->name.view());
         PutString(&body, *s->content_type);
         PutRetention(&body, s->view().retention);
-        PutU64(&body, s->first_offset);
+        PutU64(&body, s->FirstOffset());
         PutU64(&body, s->created_at_ms);
         PutString(&body, s->view().attributes);
         PutU64(&body, s->head);

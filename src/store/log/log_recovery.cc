@@ -133,8 +133,6 @@ Status LogStore::Recover() {
       it->second.live_bytes += s.batches[i].len;
       it->second.dropped_bytes += DroppedBytesIn(s, s.batches[i].first_offset, RefEnd(s, i));
     }
-    s.reserved_next = s.next;
-    s.reserved_closed = s.closed;
   });
   RUNNEL_RETURN_IF_ERROR(missing);
   if (auto reserve = env_->FileSize(ReservePath()); reserve.ok()) reserve_size_ = *reserve;

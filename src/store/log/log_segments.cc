@@ -87,14 +87,16 @@ void LogStore::PreparerLoop() {
       s = file->Truncate(0);
     }
     if (s.ok()) s = file->WriteAt(0, EncodeSegmentHeader(number));
-    for (uint64_t p = kSegmentHeaderSize; s.ok() && p < options_.segment_size; p += kZeroChunk) {
+    // In synced steps (kPreparerStep): the writer's syncs share the disk with these zeros.
+    for (uint64_t p = kSegmentHeaderSize; s.ok() && p < options_.segment_size; p += kPreparerStep) {
       if (prep_halt_) {
         s = Status::Unavailable("preparation stopped");
         break;
       }
       const size_t n =
-          static_cast<size_t>(std::min<uint64_t>(kZeroChunk, options_.segment_size - p));
+          static_cast<size_t>(std::min<uint64_t>(kPreparerStep, options_.segment_size - p));
       s = file->WriteAt(p, std::string_view(Zeros()).substr(0, n));
+      if (s.ok()) s = file->Sync();
     }
     if (s.ok()) s = file->Sync();
     bool keep = false;
@@ -153,9 +155,11 @@ uint64_t LogStore::MakeReserve(uint64_t target) {
     if (size > target) {
       s = file->Truncate(target);
     } else {
-      for (uint64_t p = size; s.ok() && p < target && !prep_halt_; p += kZeroChunk) {
-        const size_t n = static_cast<size_t>(std::min<uint64_t>(kZeroChunk, target - p));
+      // In synced steps, as the segments the preparer makes (kPreparerStep).
+      for (uint64_t p = size; s.ok() && p < target && !prep_halt_; p += kPreparerStep) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(kPreparerStep, target - p));
         s = file->WriteAt(p, std::string_view(Zeros()).substr(0, n));
+        if (s.ok()) s = file->Sync();
       }
     }
     // Even a reserve cut short by a full disk keeps what it got.

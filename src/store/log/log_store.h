@@ -252,6 +252,8 @@ class LogStore final : public Store {
   // A cursor's offset as the group being prepared leaves it (nullopt: none, or removed).
   std::optional<uint64_t> PendingCursor(const StreamState& s,
                                         const std::pair<StreamId, std::string>& key) const;
+  // The stream's next offset as the group being prepared leaves it.
+  uint64_t ReservedNext(const StreamState& s) const;
   void CommitGroup(std::vector<std::shared_ptr<Op>>& group,
                    bool force_sync) RUNNEL_NO_THREAD_SAFETY_ANALYSIS;
   // Writes `pieces` (`total` bytes holding `records` appended records) at the end of the log,
@@ -463,6 +465,14 @@ class LogStore final : public Store {
   std::unordered_map<StreamId, std::string> pending_attributes_;
   // Producer (epoch, seq) of appends queued in the current group, for their compare-and-set.
   std::map<std::pair<StreamId, std::string>, std::pair<uint64_t, uint64_t>> pending_producers_;
+  // What the appends queued in the current group reserve in their streams: the next offset
+  // after them, and whether one of them closes the stream. StreamState holds the committed
+  // values; a stream with no append in the group has no entry (ReservedNext).
+  struct Reservation {
+    uint64_t next;
+    bool closed;
+  };
+  std::unordered_map<StreamId, Reservation> reserved_;
   StreamId reserved_next_id_ = 1;
 
   Mutex queue_mu_;

@@ -63,7 +63,7 @@ StreamSpec StreamState::Spec() const {
   spec.ns = *ns;
   spec.name = name.str();
   spec.content_type = *content_type;
-  spec.first_offset = first_offset;
+  spec.first_offset = FirstOffset();
   spec.created_at_ms = created_at_ms;
   if (extras) {
     spec.retention = extras->retention;

@@ -52,6 +52,9 @@ inline constexpr uint32_t kDroppedBit = 1u << 31;
 // The rarely set parts of a stream: retention, attributes, cursors, producers and the key
 // sizes of records with keys, allocated only for streams that have any (most have none).
 struct StreamExtras {
+  // The offset of the stream's first record as created (StreamSpec::first_offset): here, not
+  // in StreamState, because almost every stream starts at 1 (StreamState::FirstOffset).
+  uint64_t first_offset = 1;
   StreamRetention retention;
   std::string attributes;
   std::map<std::string, CursorState, std::less<>> cursors;
@@ -99,22 +102,21 @@ class PackedName {
   static constexpr unsigned kLong = 0xff;
   std::unique_ptr<char[]> data_;
 };
-// Kept small (152 bytes, plus the name's allocation and a 48-byte name-set node): a data
-// directory may hold millions of idle streams. The StreamSpec is stored in parts: the
-// namespace and content type point at shared strings (names_ keys and content_types_), the
-// rest lives in extras.
+// Kept small (136 bytes, a 144-byte allocation, plus the name's allocation and a 48-byte
+// name-set node): a data directory may hold millions of idle streams. The StreamSpec is stored
+// in parts: the namespace and content type point at shared strings (names_ keys and
+// content_types_), the rest (a first offset other than 1 included) lives in extras. What
+// queued, not yet committed appends reserve (the next offset, a close) is the writer's, kept
+// for the current group only (LogStore::reserved_).
 struct StreamState {
   StreamId id = 0;
   PackedName name;
   const std::string* ns = nullptr;            // a key of names_, which outlives the stream
   const std::string* content_type = nullptr;  // a key of content_types_ (reference counted)
-  uint64_t first_offset = 1;
   uint64_t created_at_ms = 0;
   uint64_t head = 1;  // first retained offset; equals next when nothing is retained
   uint64_t next = 1;
   uint64_t bytes = 0;  // RecordBytes of the retained records
-  // writer-only: the view including queued, not yet committed appends.
-  uint64_t reserved_next = 1;
   // Live entries are [batch_begin, batches.size()) and [size_begin, sizes.size()); the
   // prefixes are compacted away lazily. Invariant: sizes[size_begin + (o - head)] is the
   // payload size of offset o (its key size is KeySize of the same index: keys are rare, so
@@ -124,7 +126,6 @@ struct StreamState {
   uint32_t batch_begin = 0;
   uint32_t size_begin = 0;
   bool closed = false;
-  bool reserved_closed = false;  // writer-only, like reserved_next
   std::unique_ptr<StreamExtras> extras;
 
   StreamExtras& mut() {
@@ -139,6 +140,11 @@ struct StreamState {
   uint64_t RecordBytesAt(size_t i) const;
   bool DroppedAt(size_t i) const { return (sizes[i] & kDroppedBit) != 0; }
   uint64_t Dropped() const { return extras ? extras->dropped : 0; }
+  uint64_t FirstOffset() const { return extras ? extras->first_offset : 1; }
+  // Allocates the extras only for a first offset other than 1.
+  void SetFirstOffset(uint64_t offset) {
+    if (offset != 1 || extras) mut().first_offset = offset;
+  }
   // Appends the sizes of the next record and counts it in `bytes` (DropHead takes it out);
   // a payload size with kDroppedBit is a dropped record (a checkpoint's index), not counted.
   void PushSize(uint32_t payload, uint32_t key);
@@ -173,8 +179,9 @@ inline void StreamState::PushSize(uint32_t payload, uint32_t key) {
 }
 
 #if defined(__x86_64__) && defined(__GLIBCXX__)
-// Every stream pays for one: keep it within the 160-byte allocation size class.
-static_assert(sizeof(StreamState) <= 160, "StreamState grew past 160 bytes");
+// Every stream pays for one: keep it within the 144-byte allocation size class (glibc's
+// malloc adds 8 bytes and rounds up to 16).
+static_assert(sizeof(StreamState) <= 136, "StreamState grew past 136 bytes");
 #endif
 // Streams by id: an open-addressing table of owning pointers (linear probing, at most 3/4
 // full, shrunk when mostly empty), so memory follows the live streams. Not a vector indexed
