@@ -30,6 +30,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/thread_slice.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -56,27 +58,9 @@ double RunDelayMicros() {
   return static_cast<double>(wait) / 1000.0;
 }
 
-struct SchedAttr {
-  uint32_t size;
-  uint32_t sched_policy;
-  uint64_t sched_flags;
-  int32_t sched_nice;
-  uint32_t sched_priority;
-  uint64_t sched_runtime;
-  uint64_t sched_deadline;
-  uint64_t sched_period;
-};
-
-// Sets the calling thread's slice (0: the kernel's default), as log_writer.cc does.
+// Sets the calling thread's slice (0: the kernel's default), as the log writer does.
 void SetSlice(uint64_t micros) {
-  errno = 0;
-  const int nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)));
-  SchedAttr attr{};
-  attr.size = sizeof attr;
-  attr.sched_policy = SCHED_OTHER;
-  attr.sched_nice = errno == 0 ? nice : 0;
-  attr.sched_runtime = micros * 1000;
-  (void)::syscall(SYS_sched_setattr, 0, &attr, 0u);
+  runnel::RequestShortSlice(std::chrono::microseconds(micros));
 }
 
 // Writes `bytes` of zeros to `fd`: in synced pieces of `step` bytes, or (step 0) in 1 MiB

@@ -1,58 +1,16 @@
 // LogStore: the writer thread. The queue, group commit, validating ops against the reserved
 // view, encoding their frames and committing each group.
-#include <sched.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-
-#include <cerrno>
-
+#include "base/thread_slice.h"
 #include "store/log/log_store_internal.h"
 
 namespace runnel::log {
 
 namespace {
 
-// struct sched_attr of sched_setattr(2), its first version (48 bytes), declared here: glibc
-// before 2.41 has neither the struct nor the call.
-struct SchedAttr {
-  uint32_t size;
-  uint32_t sched_policy;
-  uint64_t sched_flags;
-  int32_t sched_nice;
-  uint32_t sched_priority;
-  uint64_t sched_runtime;
-  uint64_t sched_deadline;
-  uint64_t sched_period;
-};
-static_assert(sizeof(SchedAttr) == 48);
-
-// The writer's time slice (see RequestShortSlice). A round of the writer (encode, write, sync,
-// apply, answer a group) takes tens of microseconds of CPU.
+// The writer's time slice (base/thread_slice.h). A round of the writer (encode, write, sync,
+// apply, answer a group) takes tens of microseconds of CPU; every acknowledgement waits for
+// this thread to run again after its fdatasync returns.
 constexpr std::chrono::microseconds kWriterSlice{200};
-
-// Asks the scheduler for a short time slice for the calling thread, if it runs SCHED_OTHER,
-// keeping its policy and nice. Every acknowledgement waits for this thread to run again after
-// its fdatasync returns. On a machine whose CPUs are busy, a thread woken with the default
-// slice (0.75 ms times 1 + log2 of the CPUs, ended only at a scheduler tick) waits for the
-// running task's slice to end: on the reference machine (2 CPUs, 250 Hz) a write + fdatasync
-// loop under other processes' builds took 4.0 ms p50, 3 ms of it waiting for a CPU, against
-// 0.11 ms with a 200 us slice. From Linux 6.12 (EEVDF custom slices) a thread with a shorter
-// slice has the earlier deadline and preempts at once. Its share of the CPU is unchanged (that
-// follows its nice), and no privilege is needed. Best effort: older kernels ignore the slice,
-// and a failure changes nothing.
-void RequestShortSlice(std::chrono::microseconds slice) {
-  if (::sched_getscheduler(0) != SCHED_OTHER) return;  // a policy the operator chose stays
-  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
-  errno = 0;
-  const int nice = ::getpriority(PRIO_PROCESS, tid);
-  if (nice == -1 && errno != 0) return;
-  SchedAttr attr{};
-  attr.size = sizeof attr;
-  attr.sched_policy = SCHED_OTHER;
-  attr.sched_nice = nice;
-  attr.sched_runtime = static_cast<uint64_t>(slice.count()) * 1000;  // nanoseconds
-  (void)::syscall(SYS_sched_setattr, 0, &attr, 0u);
-}
 
 }  // namespace
 
