@@ -27,6 +27,7 @@ using protocol::TailPosition;
 using stream_internal::Gone;
 using stream_internal::NowMs;
 using stream_internal::ParseCanonicalUint;
+using stream_internal::ParseUint;
 using stream_internal::SetRetentionHeaders;
 
 constexpr uint64_t kCursorEpochMs = 1728432000000ULL;  // 2024-10-09T00:00:00Z
@@ -34,18 +35,6 @@ constexpr uint64_t kCursorIntervalMs = 20000;
 
 bool IsTrue(std::optional<std::string_view> value) {
   return value && EqualsIgnoreCase(*value, "true");
-}
-
-// Like ParseCanonicalUint but tolerates leading zeros (producer headers are integers).
-std::optional<uint64_t> ParseUint(std::string_view text, uint64_t max) {
-  if (text.empty() || text.size() > 19) return std::nullopt;
-  uint64_t value = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return std::nullopt;
-    value = value * 10 + static_cast<uint64_t>(c - '0');
-  }
-  if (value > max) return std::nullopt;
-  return value;
 }
 
 // The created stream's absolute URL: the Host header when it is a plain host[:port] (or an

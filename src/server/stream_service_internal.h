@@ -15,10 +15,10 @@
 
 namespace runnel::server::stream_internal {
 
-// A non-negative decimal integer without sign, leading zeros, point or exponent.
-inline std::optional<uint64_t> ParseCanonicalUint(std::string_view text, uint64_t max) {
-  if (text.empty() || text.size() > 16) return std::nullopt;
-  if (text.size() > 1 && text[0] == '0') return std::nullopt;
+// A non-negative decimal integer of digits alone, leading zeros allowed (producer headers are
+// integers), at most `max`.
+inline std::optional<uint64_t> ParseUint(std::string_view text, uint64_t max) {
+  if (text.empty() || text.size() > 19) return std::nullopt;
   uint64_t value = 0;
   for (char c : text) {
     if (c < '0' || c > '9') return std::nullopt;
@@ -26,6 +26,12 @@ inline std::optional<uint64_t> ParseCanonicalUint(std::string_view text, uint64_
   }
   if (value > max) return std::nullopt;
   return value;
+}
+
+// As ParseUint, without leading zeros and at most 16 digits: the canonical form.
+inline std::optional<uint64_t> ParseCanonicalUint(std::string_view text, uint64_t max) {
+  if (text.size() > 16 || (text.size() > 1 && text[0] == '0')) return std::nullopt;
+  return ParseUint(text, max);
 }
 
 inline uint64_t NowMs() {

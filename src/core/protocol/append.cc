@@ -81,14 +81,10 @@ std::optional<AppendOutcome> DecideAppend(const Found& found,
                                           AppendSpec spec, size_t max_messages,
                                           AppendRequest* write) {
   const StreamInfo& info = found.info;
-  if (found.meta.soft_deleted) {
-    return Refused(Status::NotFound("stream '" + info.spec.name + "' was deleted"),
-                   Refusal::kSoftDeleted);
-  }
-  if (found.meta.channel) {
-    return Refused(Status::FailedPrecondition("stream '" + info.spec.name +
-                                              "' belongs to a runnel channel: publish through it"),
-                   Refusal::kChannel);
+  Catalog::Refusal kind = Catalog::Refusal::kNone;
+  if (Status refused = Catalog::RefuseWrite(found, info.spec.name, &kind); !refused.ok()) {
+    return Refused(refused, kind == Catalog::Refusal::kSoftDeleted ? Refusal::kSoftDeleted
+                                                                   : Refusal::kChannel);
   }
   std::optional<ProducerCheck> check;
   if (spec.producer) {
@@ -227,8 +223,7 @@ PreparedAppend Catalog::PrepareAppend(const StreamScope& scope, std::string_view
       p.answer = Retry(false);
       return p;
     }
-    p.from_cache = p.found != nullptr;
-    if (p.from_cache) p.cache_key = key;
+    if (p.found) p.cache_key = key;
   }
   if (!p.found) {
     auto looked_up = Lookup(scope, name);
@@ -255,7 +250,7 @@ PreparedAppend Catalog::PrepareAppend(const StreamScope& scope, std::string_view
   p.producer = spec.producer;
   p.answer = DecideAppend(found, stored, std::move(spec), options_.max_append_messages, &p.request);
   if (p.answer) {
-    if (p.from_cache && p.answer->kind == Kind::kRefused) {
+    if (p.from_cache() && p.answer->kind == Kind::kRefused) {
       Forget(key);
       p.answer = Retry(false);
     }
@@ -303,7 +298,8 @@ AppendOutcome Catalog::FinishAppend(const PreparedAppend& p, Result<AppendResult
     // stored now.
     return Retry(true);
   }
-  if (p.from_cache && (code == StatusCode::kNotFound || code == StatusCode::kFailedPrecondition)) {
+  if (p.from_cache() &&
+      (code == StatusCode::kNotFound || code == StatusCode::kFailedPrecondition)) {
     // Decided from a remembered lookup, and the stream was deleted, closed or soft-deleted
     // meanwhile: a fresh lookup gives the precise answer.
     Forget(p.cache_key);

@@ -98,14 +98,15 @@ struct PreparedAppend {
   // Payload bytes the write carries.
   uint64_t bytes = 0;
   // For FinishAppend.
-  bool from_cache = false;
-  std::string cache_key;            // the entry decided from, when from_cache
+  std::string cache_key;            // the stream-cache entry decided from; empty: a fresh lookup
   bool meta_in_flight = false;      // Catalog::BeginMetaAppend was called (a Stream-Seq)
   bool expects_attributes = false;  // the write is a compare-and-set on the attributes
   bool retry_race = true;
   bool close = false;
   bool wrote_records = false;
   std::optional<ProducerState> producer;
+
+  bool from_cache() const { return !cache_key.empty(); }
 };
 
 // The decision itself, from the stream as found and the producer's stored state (when the

@@ -32,16 +32,14 @@ uint64_t Catalog::Now() const {
   return options_.now_ms ? options_.now_ms() : NowMs();
 }
 
-namespace {
-
 // The refusal of a write to a stream that exists but takes none: soft-deleted, or a channel's.
-Status RefuseWrite(const Found& found, std::string_view name, Catalog::Refusal* refusal) {
+Status Catalog::RefuseWrite(const Found& found, std::string_view name, Refusal* refusal) {
   if (found.meta.soft_deleted) {
-    if (refusal) *refusal = Catalog::Refusal::kSoftDeleted;
+    if (refusal) *refusal = Refusal::kSoftDeleted;
     return Status::NotFound("stream '" + std::string(name) + "' was deleted");
   }
   if (found.meta.channel) {
-    if (refusal) *refusal = Catalog::Refusal::kChannel;
+    if (refusal) *refusal = Refusal::kChannel;
     return Status::FailedPrecondition(
         "stream '" + std::string(name) +
         "' belongs to a runnel channel: its records can be read but not appended to, trimmed or "
@@ -49,8 +47,6 @@ Status RefuseWrite(const Found& found, std::string_view name, Catalog::Refusal* 
   }
   return Status::OK();
 }
-
-}  // namespace
 
 Status Catalog::Delete(const StreamScope& scope, std::string_view name, Refusal* refusal) {
   if (refusal) *refusal = Refusal::kNone;

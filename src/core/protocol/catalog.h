@@ -161,6 +161,9 @@ class Catalog {
   static constexpr uint64_t kCreateRaceWaitMs = 5'000;
   // Why Delete refused a stream that exists.
   enum class Refusal { kNone, kSoftDeleted, kChannel };
+  // The refusal of any write to a stream that exists but takes none: soft-deleted (kNotFound,
+  // `*refusal` kSoftDeleted) or a channel's (kFailedPrecondition, kChannel); OK otherwise.
+  static Status RefuseWrite(const Found& found, std::string_view name, Refusal* refusal);
   // Deletes a live stream (DELETE): kNotFound when it does not exist, expired or was already
   // soft-deleted (`*refusal` kSoftDeleted), kFailedPrecondition for a channel's stream, written
   // only by its channel (kChannel); soft-deleted (SEMANTICS E10) while forks reference it.
