@@ -29,6 +29,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "runnel/clock.h"
@@ -86,6 +87,37 @@ struct ProducerState {
   uint64_t last_offset = 0;
 };
 
+struct AppendRequest;
+
+// The stream as an append finds it inside the store's atomic step, for an AppendGuard: after the
+// appends committed or queued before it, as the append itself would see them.
+struct AppendState {
+  uint64_t next_offset = 1;
+  bool closed = false;
+  std::string_view attributes;
+  // The stored (epoch, seq) of the request's producer, when the request names one and the
+  // stream holds a state for it.
+  std::optional<std::pair<uint64_t, uint64_t>> producer;
+};
+
+// Rules of the layer above that decide an append from the stream's current state, applied by
+// the store inside the append's atomic step (the memory store's stream lock, the log writer's
+// view of the group being built, PostgreSQL's row lock): whatever the guard checks cannot change
+// before the append commits, so no caller checks anything ahead of the store.
+//
+// Admit is called once the store has found the stream, before the store's own conditions. It
+// returns OK to go on (having completed `request` as it needs: the attributes to store, say), or
+// a refusal: nothing is written and the append ends with that status. It may be called more than
+// once for one append (a store that retries its atomic step calls it again, and only the last
+// call counts), so its answer must depend only on `state` and on what the guard was made with.
+// It runs with the store's locks held, on any thread: it must be quick and must not call the
+// store.
+class AppendGuard {
+ public:
+  virtual ~AppendGuard() = default;
+  virtual Status Admit(const AppendState& state, AppendRequest* request) = 0;
+};
+
 struct AppendRequest {
   StreamId stream = 0;
   // The batch, committed atomically at consecutive offsets. May be empty only when close is set.
@@ -108,6 +140,9 @@ struct AppendRequest {
   // attributes are exactly these when it commits: the compare half of the layer above's
   // read-modify-write of `attributes`, which processes sharing a store would otherwise race.
   std::optional<std::string> expected_attributes;
+  // When set, decides the append inside the store's atomic step (see AppendGuard). Owned by the
+  // caller, and kept alive until the append's callback has run.
+  AppendGuard* guard = nullptr;
 };
 
 struct AppendResult {

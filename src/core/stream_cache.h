@@ -1,7 +1,7 @@
 // StreamCache: streams looked up by scope and name, remembered so that a write by name costs no
 // catalog read (on a shared database, a round trip). One per registry, shared by every copy of
 // it and by the protocol catalog over it (core/protocol/catalog.h): the registry's appends by
-// name use an entry's id, the protocol's plain appends its descriptor and metadata.
+// name use an entry's id, the protocol's appends its descriptor and metadata.
 //
 // Stream ids are never reused, so an entry can only be stale by naming a stream that was
 // deleted (perhaps re-created under the same name on another node) or whose state moved on;

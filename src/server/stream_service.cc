@@ -248,17 +248,17 @@ void StreamService::HandleWrite(const Route& route, HttpRequest request, Done do
   }
   auto shared = std::make_shared<const HttpRequest>(std::move(request));
   if (shared->method == "POST") {
-    // Only validation that reads state it then changes needs the lane: Stream-Seq, closing and
-    // idempotent producers. A plain append relies on the store's own atomicity, so plain
-    // appends to one stream can share a group commit.
+    // The store decides every append inside its atomic step; the lane keeps the appends whose
+    // answer depends on their order (a producer's sequence, Stream-Seq, closing) in the order
+    // they arrived, which lookups on the blocking pool would not. Plain appends to one stream
+    // need no order among themselves and can share a group commit.
     const bool needs_lane =
         shared->Header("stream-seq").has_value() || IsTrue(shared->Header("stream-closed")) ||
         shared->Header("producer-id").has_value() || shared->Header("producer-epoch").has_value() ||
         shared->Header("producer-seq").has_value();
     if (!needs_lane) {
-      const bool plain = !shared->Header("stream-expected-offset").has_value();
       if (options_.offload_store_calls && options_.blocking_executor &&
-          !catalog_.AppendIsCached(route.scope, route.name, plain)) {
+          !catalog_.AppendIsCached(route.scope, route.name)) {
         // The lookup is a store call that may block: not on this (event-loop) thread.
         options_.blocking_executor([this, route, shared, done = std::move(done)]() mutable {
           Append(
@@ -504,7 +504,7 @@ HttpResponse StreamService::AppendResponse(const Route& route,
 }
 
 void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest> shared,
-                           Release release, Done done, bool fresh, bool retry_race) {
+                           Release release, Done done, bool fresh) {
   auto spec = ParseAppendSpec(*shared);
   if (!spec.ok()) {
     release();
@@ -512,28 +512,27 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
     return;
   }
   protocol::PreparedAppend prepared =
-      catalog_.PrepareAppend(route.scope, route.name, std::move(*spec), fresh, retry_race);
+      catalog_.PrepareAppend(route.scope, route.name, std::move(*spec), fresh);
   if (prepared.answer) {
-    return Conclude(route, std::move(shared), *prepared.answer, std::move(release), std::move(done),
-                    retry_race);
+    return Conclude(route, std::move(shared), *prepared.answer, std::move(release),
+                    std::move(done));
   }
   if (prepared.found->meta.compaction) {
     NoteCompactedAppend(route.scope, prepared.found->info, prepared.bytes);
   }
   AppendRequest write = std::move(prepared.request);
   registry_.store().Append(
-      std::move(write), [this, home = Home(), started = std::chrono::steady_clock::now(),
-                         prepared = std::move(prepared), route, shared = std::move(shared),
-                         release = std::move(release), done = std::move(done),
-                         retry_race](Result<AppendResult> result) mutable {
-        // Only a refusal (or Stream-Seq's bookkeeping, which may wait for a metadata write)
-        // calls the store on the way to the answer.
+      std::move(write),
+      [this, home = Home(), started = std::chrono::steady_clock::now(),
+       prepared = std::move(prepared), route, shared = std::move(shared),
+       release = std::move(release), done = std::move(done)](Result<AppendResult> result) mutable {
+        // Only a refusal by the store itself calls the store on the way to the answer.
         const bool calls_store = protocol::Catalog::FinishCallsStore(prepared, result);
         DeferStoreWork(
             home, calls_store,
             [this, started, prepared = std::move(prepared), route = std::move(route),
              shared = std::move(shared), release = std::move(release), done = std::move(done),
-             retry_race, result = std::move(result)]() mutable {
+             result = std::move(result)]() mutable {
               protocol::AppendOutcome outcome = catalog_.FinishAppend(prepared, std::move(result));
               if (metrics_ && outcome.kind == protocol::AppendOutcome::Kind::kAppended) {
                 metrics_->ObserveAppendLatency(
@@ -541,22 +540,19 @@ void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest
                                               std::chrono::steady_clock::now() - started)
                                               .count()));
               }
-              Conclude(route, std::move(shared), outcome, std::move(release), std::move(done),
-                       retry_race);
+              Conclude(route, std::move(shared), outcome, std::move(release), std::move(done));
             });
       });
 }
 
 void StreamService::Conclude(const Route& route, std::shared_ptr<const HttpRequest> shared,
-                             const protocol::AppendOutcome& outcome, Release release, Done done,
-                             bool retry_race) {
+                             const protocol::AppendOutcome& outcome, Release release, Done done) {
   if (outcome.kind == protocol::AppendOutcome::Kind::kRetry) {
-    // Decided from a stale view (a remembered lookup, or attributes changed by a racing
-    // writer): decide again from a fresh lookup, a store call, so on the blocking executor when
-    // store calls are offloaded. A race is retried once.
+    // The stream remembered is gone: decide again from a fresh lookup, a store call, so on the
+    // blocking executor when store calls are offloaded.
     auto again = [this, route, shared = std::move(shared), release = std::move(release),
-                  done = std::move(done), retry_race = retry_race && !outcome.race]() mutable {
-      Append(route, shared, std::move(release), std::move(done), /*fresh=*/true, retry_race);
+                  done = std::move(done)]() mutable {
+      Append(route, shared, std::move(release), std::move(done), /*fresh=*/true);
     };
     if (options_.offload_store_calls && options_.blocking_executor) {
       options_.blocking_executor(std::move(again));

@@ -17,11 +17,12 @@
 //   too, as new attributes in the same store write (AppendOptions::attributes);
 // - forks copy the inherited records into the new stream at the same offsets.
 //
-// Writes to one stream that validate against state they then change (PUT, DELETE, and POSTs
-// with Stream-Seq, Stream-Closed or producer headers) are serialised in a per-stream lane, so
-// producer and Stream-Seq validation see a stable state (PROTOCOL.md 5.2.1 "Concurrency
-// Requirements"). Plain appends skip the lane and rely on the store's atomic appends (a close
-// that lands first makes them fail with 409 + Stream-Closed).
+// Every append is decided by the store inside its atomic step (the protocol's rules travel with
+// the write as its AppendGuard). Writes to one stream whose answers depend on their order (PUT,
+// DELETE, and POSTs with Stream-Seq, Stream-Closed or producer headers) are serialised in a
+// per-stream lane, so they reach the store in the order they arrived (PROTOCOL.md 5.2.1
+// "Concurrency Requirements"). Plain appends skip the lane (a close that lands first makes them
+// fail with 409 + Stream-Closed).
 //
 // Thread-safety: every method may be called from any thread concurrently. Callbacks passed to
 // HandleWrite run exactly once, on an arbitrary thread (possibly before HandleWrite returns).
@@ -272,14 +273,11 @@ class StreamService {
   void Create(const Route& route, const HttpRequest& request, Release release, Done done);
   // POST: the headers become a protocol::AppendSpec; protocol::Catalog::PrepareAppend and
   // FinishAppend decide (core/protocol/append.h). `fresh`: not from the catalog's append cache.
-  // `retry_race`: an append refused because the stream's attributes changed after they were
-  // read (a write through another node sharing the store) runs once more from a fresh lookup.
   void Append(const Route& route, std::shared_ptr<const HttpRequest> request, Release release,
-              Done done, bool fresh = false, bool retry_race = true);
+              Done done, bool fresh = false);
   // Answers `outcome`, or for kRetry runs the append again from a fresh lookup.
   void Conclude(const Route& route, std::shared_ptr<const HttpRequest> request,
-                const protocol::AppendOutcome& outcome, Release release, Done done,
-                bool retry_race);
+                const protocol::AppendOutcome& outcome, Release release, Done done);
   // The HTTP answer to an append's outcome: status and headers, nothing decided.
   static HttpResponse AppendResponse(const Route& route, const protocol::AppendOutcome& outcome);
   // Runs `fn` on blocking_executor when it `calls_store` and store calls are offloaded, else

@@ -87,7 +87,7 @@ class LibraryAppendCacheTest : public ::testing::Test {
   std::unique_ptr<Streams> streams_;
 };
 
-TEST_F(LibraryAppendCacheTest, PlainAppendsLookTheStreamUpOnceThroughTheRegistrysCache) {
+TEST_F(LibraryAppendCacheTest, AppendsLookTheStreamUpOnceThroughTheRegistrysCache) {
   ASSERT_TRUE(streams_->Create(StreamScope::Global(), "s", {.content_type = "text/plain"}).ok());
   ASSERT_TRUE(Append("1").ok());  // empty until now: not remembered (a channel may adopt it)
   const int before = store_->lookups();
@@ -99,13 +99,28 @@ TEST_F(LibraryAppendCacheTest, PlainAppendsLookTheStreamUpOnceThroughTheRegistry
       registry_->stream_cache().Get(internal::StreamCache::Key(StreamScope::Global(), "s"));
   ASSERT_NE(entry, nullptr);
   EXPECT_EQ(entry->info.spec.name, "s");
-  // An append that is not plain drops the entry and looks the stream up.
+  // Appends with a Stream-Seq or a producer take the entry too: what their rules read (the last
+  // Stream-Seq, the producer's state) the store shows them inside the append's atomic step.
   ProtocolAppend seq;
   seq.content_type = "text/plain";
   seq.body = "x";
   seq.stream_seq = "1";
   ASSERT_TRUE(streams_->Append(StreamScope::Global(), "s", seq).ok());
-  EXPECT_EQ(store_->lookups(), before + 2);
+  EXPECT_EQ(streams_->Append(StreamScope::Global(), "s", seq).status().code(),
+            StatusCode::kConflict);  // not greater than the last
+  ProtocolAppend produced = seq;
+  produced.stream_seq.reset();
+  produced.producer = ProducerId{"p", 0, 0};
+  auto first = streams_->Append(StreamScope::Global(), "s", produced);
+  ASSERT_TRUE(first.ok());
+  EXPECT_FALSE(first->duplicate);
+  auto resent = streams_->Append(StreamScope::Global(), "s", produced);
+  ASSERT_TRUE(resent.ok());
+  EXPECT_TRUE(resent->duplicate);
+  EXPECT_EQ(store_->lookups(), before + 1);
+  auto read = streams_->Read(StreamScope::Global(), "s", 0, 100);
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(read->records.size(), 12u);  // 1..10, the Stream-Seq's and the producer's
 }
 
 TEST_F(LibraryAppendCacheTest, AStreamReplacedBehindTheCacheIsDecidedAfresh) {

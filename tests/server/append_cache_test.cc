@@ -204,17 +204,29 @@ TEST_F(AppendCacheTest, AStreamSoftDeletedOnAnotherNodeAnswersGone) {
   EXPECT_EQ(Write(*node_a_, "POST", "/v1/stream/fork", "c").status, 204);
 }
 
-TEST_F(AppendCacheTest, ConditionalAndLaneAppendsDoNotUseTheCache) {
+TEST_F(AppendCacheTest, ConditionalAndLaneAppendsUseTheCacheAndAreDecidedByTheStore) {
   ASSERT_EQ(Write(*node_a_, "PUT", "/v1/stream/s", "").status, 201);
   ASSERT_EQ(Write(*node_a_, "POST", "/v1/stream/s", "a").status, 204);
+  ASSERT_EQ(Write(*node_a_, "POST", "/v1/stream/s", "a2").status, 204);  // remembered now
   const int before = store_->lookups();
   ASSERT_EQ(Write(*node_a_, "POST", "/v1/stream/s", "b", {{"stream-seq", "1"}}).status, 204);
+  // The rules that read the stream's state run inside the store's append, not on the entry.
+  EXPECT_EQ(Write(*node_a_, "POST", "/v1/stream/s", "b", {{"stream-seq", "1"}}).status, 409);
   EXPECT_EQ(Write(*node_a_, "POST", "/v1/stream/s", "c",
-                  {{"stream-expected-offset", "0000000000000000_0000000000000002"}})
+                  {{"stream-expected-offset", "0000000000000000_0000000000000003"}})
                 .status,
             204);
-  EXPECT_EQ(store_->lookups(), before + 2);
-  EXPECT_EQ(EventCount("s"), 3u);
+  const HttpResponse stale =
+      Write(*node_a_, "POST", "/v1/stream/s", "d",
+            {{"stream-expected-offset", "0000000000000000_0000000000000003"}});
+  EXPECT_EQ(stale.status, 409);
+  std::string next;
+  for (const auto& [name, value] : stale.headers) {
+    if (name == "Stream-Next-Offset") next = value;
+  }
+  EXPECT_EQ(next, "0000000000000000_0000000000000004");
+  EXPECT_EQ(store_->lookups(), before);
+  EXPECT_EQ(EventCount("s"), 4u);
 }
 
 // Stream-Seq is a read-modify-write of the stream's attributes. Two nodes that both read the

@@ -18,7 +18,7 @@
 namespace runnel::server {
 namespace {
 
-// A memory store that records every append request and catalog update.
+// A memory store that records every append it writes and every catalog update.
 class RecordingStore : public testing::ForwardingStore {
  public:
   Status UpdateStream(StreamId id, const std::optional<StreamRetention>& retention,
@@ -32,12 +32,15 @@ class RecordingStore : public testing::ForwardingStore {
     return ForwardingStore::UpdateStream(id, retention, attributes, expected_attributes,
                                          expected_next_offset);
   }
+  // What an append writes is known once its guard (the protocol's rules) completed it inside
+  // the store's atomic step: it is recorded there, after the append's own guard admitted it.
   void Append(AppendRequest request, AppendCallback done) override {
-    {
-      std::lock_guard lock(mu_);
-      appends_.push_back(request.attributes);
-    }
-    ForwardingStore::Append(std::move(request), std::move(done));
+    auto recorder = std::make_shared<Recorder>(this, request.guard);
+    request.guard = recorder.get();
+    ForwardingStore::Append(std::move(request),
+                            [recorder, done = std::move(done)](Result<AppendResult> result) {
+                              done(std::move(result));
+                            });
   }
 
   int updates() {
@@ -50,6 +53,23 @@ class RecordingStore : public testing::ForwardingStore {
   }
 
  private:
+  class Recorder : public AppendGuard {
+   public:
+    Recorder(RecordingStore* store, AppendGuard* inner) : store_(store), inner_(inner) {}
+    Status Admit(const AppendState& state, AppendRequest* request) override {
+      Status admitted = inner_ != nullptr ? inner_->Admit(state, request) : Status::OK();
+      if (admitted.ok()) {
+        std::lock_guard lock(store_->mu_);
+        store_->appends_.push_back(request->attributes);
+      }
+      return admitted;
+    }
+
+   private:
+    RecordingStore* store_;
+    AppendGuard* inner_;
+  };
+
   std::mutex mu_;
   int updates_ = 0;
   std::vector<std::optional<std::string>> appends_;

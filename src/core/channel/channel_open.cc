@@ -113,8 +113,8 @@ Result<TaggedStream> OpenTaggedOnce(StreamRegistry& registry, const StreamScope&
 // The tag is a compare-and-set on both the attributes and the next offset that CheckAdoptable
 // saw: a plain append committing between the check and the tag (through this process or another
 // sharing the store) fails the tag, and the stream is looked at again, so no record that is not
-// an envelope can sit under a partition's tag. (Appends to a stream that never held a record
-// expect its untagged attributes in turn, so one tagged first is refused them.)
+// an envelope can sit under a partition's tag. (A protocol append is decided inside the store's
+// atomic step from the attributes it finds there, so one tagged first is refused.)
 Result<TaggedStream> OpenTagged(StreamRegistry& registry, const StreamScope& scope,
                                 const std::string& key, const std::string& tag,
                                 std::string_view role, const std::string& what) {

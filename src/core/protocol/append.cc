@@ -1,12 +1,13 @@
-// The append decision (DecideAppend) and the catalog's steps around it: the lookup and the
-// append cache, the producer's stored state, Stream-Seq's attributes, and reading the store's
-// result (Catalog::PrepareAppend, Catalog::FinishAppend).
+// The append decision (PlanAppend, DecideAppend, AppendRules: applied inside the store's atomic
+// step) and the catalog's steps around it: the lookup and the append cache, and reading the
+// store's result (Catalog::PrepareAppend, Catalog::FinishAppend).
 #include "core/protocol/append.h"
 
 #include <algorithm>
 #include <utility>
 #include <vector>
 
+#include "core/attributes.h"
 #include "core/protocol/catalog.h"
 #include "core/protocol/json_messages.h"
 #include "core/protocol/rules.h"
@@ -35,10 +36,9 @@ AppendOutcome Answer(Kind kind, uint64_t tail, bool closed) {
   return o;
 }
 
-AppendOutcome Retry(bool race) {
+AppendOutcome Retry() {
   AppendOutcome o;
   o.kind = Kind::kRetry;
-  o.race = race;
   return o;
 }
 
@@ -74,50 +74,73 @@ std::optional<AppendOutcome> Records(const Found& found, std::string body, size_
 
 }  // namespace
 
+AppendPlan PlanAppend(const Found& found, AppendSpec spec, size_t max_messages,
+                      AppendRequest* write) {
+  AppendPlan plan;
+  plan.close = spec.close;
+  plan.has_body = !spec.body.empty();
+  plan.stream_seq = std::move(spec.stream_seq);
+  plan.producer = spec.producer;
+  plan.expected_position = spec.expected_position;
+  // SEMANTICS E5: the body's media type is the stream's (which never changes).
+  if (!plan.has_body && !plan.close) {
+    plan.body_refusal = Refused(Status::InvalidArgument("an append needs a body"));
+  } else if (plan.has_body && spec.content_type.empty()) {
+    plan.body_refusal =
+        Refused(Status::InvalidArgument("a content type (Content-Type) is required"));
+  } else if (plan.has_body && !SameContentType(spec.content_type, found.info.spec.content_type)) {
+    plan.body_refusal =
+        Refused(Status::Conflict("the content type does not match the stream's", 0, 0));
+  }
+  if (!plan.body_refusal) {
+    plan.records_refusal = Records(found, std::move(spec.body), max_messages, &write->records);
+  }
+  write->stream = found.info.id;
+  write->close = spec.close;
+  write->producer = std::move(spec.producer);
+  // Checked by the rules inside the store's atomic step; the store's own condition keeps a
+  // store that places records without reading the tail (PostgreSQL's optimistic writes) from
+  // taking such an append on a remembered tail.
+  if (spec.expected_position) write->expected_offset = *spec.expected_position + 1;
+  return plan;
+}
+
 // The rules in the protocol's order; each step cites its rule. About 95 lines: one straight
 // sequence of checks, each answering or falling through to the next.
-std::optional<AppendOutcome> DecideAppend(const Found& found,
-                                          const std::optional<ProducerState>& stored,
-                                          AppendSpec spec, size_t max_messages,
-                                          AppendRequest* write) {
-  const StreamInfo& info = found.info;
+std::optional<AppendOutcome> DecideAppend(const Found& found, const AppendState& now,
+                                          const AppendPlan& plan, AppendRequest* write) {
+  // The metadata as stored now: usually what the lookup parsed.
+  std::optional<Meta> reparsed;
+  if (now.attributes != found.info.spec.attributes) reparsed = Meta::Parse(now.attributes);
+  const Meta& meta = reparsed ? *reparsed : found.meta;
   Catalog::Refusal kind = Catalog::Refusal::kNone;
-  if (Status refused = Catalog::RefuseWrite(found, info.spec.name, &kind); !refused.ok()) {
+  if (Status refused = Catalog::RefuseWrite(meta, found.info.spec.name, &kind); !refused.ok()) {
     return Refused(refused, kind == Catalog::Refusal::kSoftDeleted ? Refusal::kSoftDeleted
                                                                    : Refusal::kChannel);
   }
+  std::optional<ProducerState> stored;
   std::optional<ProducerCheck> check;
-  if (spec.producer) {
-    if (spec.producer->producer_id.empty()) {
+  if (plan.producer) {
+    if (plan.producer->producer_id.empty()) {
       return Refused(Status::InvalidArgument("a producer id must be non-empty"));
     }
-    check = CheckProducer(stored, spec.producer->epoch, spec.producer->seq);
+    if (now.producer) stored = ProducerState{{}, now.producer->first, now.producer->second, 0};
+    check = CheckProducer(stored, plan.producer->epoch, plan.producer->seq);
   }
-  const uint64_t tail = TailPosition(info);
+  const uint64_t tail = now.next_offset - 1;
   // A closed stream takes nothing (SEMANTICS E10); a retried close or a producer's duplicate
   // still succeeds.
-  if (info.closed) {
+  if (now.closed) {
     if (check && check->verdict == ProducerVerdict::kDuplicate) {
       return Duplicate(tail, true, stored->epoch, stored->seq);
     }
-    if (spec.body.empty() && spec.close) return Answer(Kind::kNoop, tail, true);
+    if (!plan.has_body && plan.close) return Answer(Kind::kNoop, tail, true);
     AppendOutcome o = Refused(Status::FailedPrecondition("stream is closed"));
     o.tail_position = tail;
     o.closed = true;
     return o;
   }
-  if (spec.body.empty() && !spec.close) {
-    return Refused(Status::InvalidArgument("an append needs a body"));
-  }
-  // SEMANTICS E5: the body's media type is the stream's.
-  if (!spec.body.empty()) {
-    if (spec.content_type.empty()) {
-      return Refused(Status::InvalidArgument("a content type (Content-Type) is required"));
-    }
-    if (!SameContentType(spec.content_type, info.spec.content_type)) {
-      return Refused(Status::Conflict("the content type does not match the stream's", 0, 0));
-    }
-  }
+  if (plan.body_refusal) return plan.body_refusal;  // E5
   // SEMANTICS E9: idempotent producers.
   if (check) {
     switch (check->verdict) {
@@ -133,38 +156,46 @@ std::optional<AppendOutcome> DecideAppend(const Found& found,
             Status::InvalidArgument("a new producer epoch must start at Producer-Seq 0"));
       case ProducerVerdict::kGap: {
         AppendOutcome o = Refused(
-            Status::Conflict("producer sequence gap", check->expected_seq, spec.producer->seq));
+            Status::Conflict("producer sequence gap", check->expected_seq, plan.producer->seq));
         o.expected_seq = check->expected_seq;
-        o.received_seq = spec.producer->seq;
+        o.received_seq = plan.producer->seq;
         return o;
       }
     }
   }
   // SEMANTICS E4: valid UTF-8 (it is stored in JSON metadata), greater than the last one.
-  if (spec.stream_seq) {
-    if (Status valid = ValidateStreamSeq(*spec.stream_seq); !valid.ok()) return Refused(valid);
-    if (Status next = CheckStreamSeq(found.meta.stream_seq, *spec.stream_seq); !next.ok()) {
+  std::optional<std::string> attributes;
+  if (plan.stream_seq) {
+    if (Status valid = ValidateStreamSeq(*plan.stream_seq); !valid.ok()) return Refused(valid);
+    if (Status next = CheckStreamSeq(meta.stream_seq, *plan.stream_seq); !next.ok()) {
       return Refused(next);
     }
+    // The last Stream-Seq commits with the records, so a crash cannot separate them.
+    Meta after = meta;
+    after.stream_seq = plan.stream_seq;
+    auto set = attributes::Set(now.attributes, Meta::kAttributeKey, after.Stored());
+    if (!set.ok()) return Refused(set.status());
+    attributes = std::move(*set);
   }
   // SEMANTICS E11: a conditional append starts at the tail.
-  if (spec.expected_position) {
-    if (Status at = CheckExpectedPosition(*spec.expected_position, info); !at.ok()) {
+  if (plan.expected_position) {
+    if (Status at = CheckExpectedPosition(*plan.expected_position, now.next_offset); !at.ok()) {
       AppendOutcome o = Refused(at);
       o.tail_position = tail;
       return o;
     }
   }
-  std::vector<AppendRecord> records;
-  if (auto refused = Records(found, std::move(spec.body), max_messages, &records)) return refused;
-  write->stream = info.id;
-  write->close = spec.close;
-  write->producer = std::move(spec.producer);
-  if (spec.expected_position && !records.empty()) {
-    write->expected_offset = *spec.expected_position + 1;
-  }
-  write->records = std::move(records);
+  if (plan.records_refusal) return plan.records_refusal;  // E6
+  write->attributes = std::move(attributes);
   return std::nullopt;
+}
+
+Status AppendRules::Admit(const AppendState& state, AppendRequest* request) {
+  answer_ = DecideAppend(*found_, state, plan_, request);
+  if (!answer_) return Status::OK();
+  // Nothing is written; FinishAppend answers from answer_, whatever the store reports.
+  return answer_->kind == Kind::kRefused ? answer_->status
+                                         : Status::AlreadyExists("answered without a write");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -172,8 +203,8 @@ std::optional<AppendOutcome> DecideAppend(const Found& found,
 
 namespace {
 
-// Whether a plain append may be decided from this entry (see Catalog::Cached).
-bool FitForPlainAppends(const Found& f) {
+// Whether appends may take the stream from this entry (see Catalog::Cached).
+bool FitForAppends(const Found& f) {
   return !f.meta.soft_deleted && !f.meta.channel && !f.meta.creating && !f.info.closed &&
          f.info.EverHeldARecord();
 }
@@ -184,11 +215,11 @@ std::shared_ptr<const Found> Catalog::Cached(const std::string& key) {
   if (options_.append_cache_streams == 0) return nullptr;
   auto entry = registry_.stream_cache().Get(key);
   // The registry remembers any stream it looked up; only some are fit.
-  return entry && FitForPlainAppends(*entry) ? entry : nullptr;
+  return entry && FitForAppends(*entry) ? entry : nullptr;
 }
 
 void Catalog::Remember(const std::string& key, std::shared_ptr<const Found> found) {
-  if (options_.append_cache_streams == 0 || !FitForPlainAppends(*found)) return;
+  if (options_.append_cache_streams == 0 || !FitForAppends(*found)) return;
   registry_.stream_cache().Put(key, std::move(found));
 }
 
@@ -200,27 +231,25 @@ void Catalog::ForgetCached(const StreamScope& scope, std::string_view name) {
   Forget(internal::StreamCache::Key(scope, name));
 }
 
-bool Catalog::AppendIsCached(const StreamScope& scope, std::string_view name, bool plain) {
-  return plain && Cached(internal::StreamCache::Key(scope, name)) != nullptr;
+bool Catalog::AppendIsCached(const StreamScope& scope, std::string_view name) {
+  return Cached(internal::StreamCache::Key(scope, name)) != nullptr;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Before and after the write
 
 PreparedAppend Catalog::PrepareAppend(const StreamScope& scope, std::string_view name,
-                                      AppendSpec spec, bool fresh, bool retry_race) {
+                                      AppendSpec spec, bool fresh) {
   PreparedAppend p;
-  p.retry_race = retry_race;
   const bool cacheable = options_.append_cache_streams > 0;
   const std::string key = cacheable ? internal::StreamCache::Key(scope, name) : std::string();
-  if (cacheable && !spec.Plain()) Forget(key);  // it may change what the entry holds
-  if (cacheable && spec.Plain() && !fresh) {
+  if (cacheable && !fresh) {
     p.found = Cached(key);
-    // Expiry removes the stream, and a refusal from a remembered lookup is decided again from
-    // a fresh one (the caller may be a thread that must not wait for the store).
+    // Expiry removes the stream, and that is decided from a fresh lookup (the caller may be a
+    // thread that must not wait for the store).
     if (p.found && Expired(p.found->info, p.found->meta)) {
       Forget(key);
-      p.answer = Retry(false);
+      p.answer = Retry();
       return p;
     }
     if (p.found) p.cache_key = key;
@@ -232,104 +261,46 @@ PreparedAppend Catalog::PrepareAppend(const StreamScope& scope, std::string_view
       return p;
     }
     p.found = std::make_shared<const Found>(std::move(*looked_up));
-    if (cacheable && spec.Plain()) Remember(key, p.found);
+    if (cacheable) Remember(key, p.found);
   }
   const Found& found = *p.found;
   if (!found.meta.soft_deleted && !found.meta.channel) Touch(found.info, found.meta);
-  std::optional<ProducerState> stored;
-  if (spec.producer && !spec.producer->producer_id.empty()) {
-    auto state = registry_.store().GetProducer(found.info.id, spec.producer->producer_id);
-    if (!state.ok()) {
-      p.answer = Refused(state.status());
-      return p;
-    }
-    stored = std::move(*state);
-  }
-  std::optional<std::string> stream_seq = spec.stream_seq;
-  p.close = spec.close;
-  p.producer = spec.producer;
-  p.answer = DecideAppend(found, stored, std::move(spec), options_.max_append_messages, &p.request);
-  if (p.answer) {
-    if (p.from_cache() && p.answer->kind == Kind::kRefused) {
-      Forget(key);
-      p.answer = Retry(false);
-    }
-    return p;
-  }
-  p.wrote_records = !p.request.records.empty();
+  AppendPlan plan = PlanAppend(found, std::move(spec), options_.max_append_messages, &p.request);
   for (const AppendRecord& r : p.request.records) p.bytes += r.payload.size();
   p.request.now_ms = registry_.clock().NowMs();
-  if (stream_seq) {
-    // The last Stream-Seq commits with the records, so a crash cannot separate them (E4).
-    auto meta_append = BeginMetaAppend(found.info.id, *stream_seq);
-    if (!meta_append.ok()) {
-      p.answer = Refused(meta_append.status());
-      return p;
-    }
-    p.meta_in_flight = true;
-    p.request.attributes = std::move(meta_append->attributes);
-    p.request.expected_attributes = std::move(meta_append->read);
-  } else if (!found.info.EverHeldARecord()) {
-    // A stream that never held a record may be adopted by a channel at any moment (its tag is
-    // a compare-and-set on the attributes and the tail): the write expects the untagged
-    // attributes it was decided against, so it cannot land in a partition tagged meanwhile.
-    p.request.expected_attributes = found.info.spec.attributes;
-  }
-  p.expects_attributes = p.request.expected_attributes.has_value();
+  p.rules = std::make_shared<AppendRules>(p.found, std::move(plan));
+  p.request.guard = p.rules.get();
   return p;
 }
 
 AppendOutcome Catalog::FinishAppend(const PreparedAppend& p, Result<AppendResult> result) {
-  const StreamId id = p.found->info.id;
-  if (p.meta_in_flight) MetaAppendDone(id);
+  // The rules answered inside the store's atomic step: nothing was written.
+  if (const auto& answer = p.rules->answer()) return *answer;
+  const AppendPlan& plan = p.rules->plan();
   if (result.ok()) {
-    AppendOutcome o = Answer(Kind::kAppended, result->next_offset - 1, p.close);
-    o.wrote_records = p.wrote_records;
-    if (p.producer) {
-      o.producer_epoch = p.producer->epoch;
-      o.producer_seq = p.producer->seq;
+    AppendOutcome o = Answer(Kind::kAppended, result->next_offset - 1, plan.close);
+    o.wrote_records = plan.has_body;
+    if (plan.producer) {
+      o.producer_epoch = plan.producer->epoch;
+      o.producer_seq = plan.producer->seq;
     }
     return o;
   }
   const StatusCode code = result.status().code();
-  // Nothing was written in any of these cases.
-  if (p.expects_attributes && p.retry_race && code == StatusCode::kConflict) {
-    // The attributes (or the tail) changed after they were read: decide again from what is
-    // stored now.
-    return Retry(true);
-  }
-  if (p.from_cache() &&
-      (code == StatusCode::kNotFound || code == StatusCode::kFailedPrecondition)) {
-    // Decided from a remembered lookup, and the stream was deleted, closed or soft-deleted
-    // meanwhile: a fresh lookup gives the precise answer.
+  if (p.from_cache() && code == StatusCode::kNotFound) {
+    // Decided from a remembered lookup, and that stream was deleted meanwhile: a fresh lookup
+    // finds what the name holds now.
     Forget(p.cache_key);
-    return Retry(false);
-  }
-  Store& store = registry_.store();
-  auto tail_now = [&]() -> std::optional<uint64_t> {
-    auto info = store.GetStreamById(id);
-    if (!info.ok()) return std::nullopt;
-    return TailPosition(*info);
-  };
-  if (p.producer && code == StatusCode::kAlreadyExists) {
-    // A store shared by several nodes found this (epoch, seq) committed meanwhile through
-    // another node: the duplicate answer. Its seq is the highest accepted in the epoch (the
-    // other node may have moved past this one's).
-    uint64_t highest = p.producer->seq;
-    if (auto stored = store.GetProducer(id, p.producer->producer_id);
-        stored.ok() && stored->has_value() && (*stored)->epoch == p.producer->epoch) {
-      highest = std::max(highest, (*stored)->seq);
-    }
-    AppendOutcome o = Duplicate(0, false, p.producer->epoch, highest);
-    o.tail_position = tail_now();
-    return o;
+    return Retry();
   }
   AppendOutcome o = Refused(result.status());
-  if (code == StatusCode::kConflict) {
-    o.tail_position = tail_now();  // a conditional append lost a race: where it must start now
-  } else if (code == StatusCode::kFailedPrecondition) {
-    o.closed = true;  // closed by a concurrent request after the decision
-    o.tail_position = tail_now();
+  if (code == StatusCode::kConflict || code == StatusCode::kFailedPrecondition) {
+    // The store's own conditions (a shared store's slot taken through another node): where
+    // the stream stands now.
+    if (auto info = registry_.store().GetStreamById(p.found->info.id); info.ok()) {
+      o.tail_position = TailPosition(*info);
+      o.closed = info->closed;
+    }
   }
   return o;
 }

@@ -5,7 +5,12 @@
 // Catalog::FinishAppend. The door then maps the AppendOutcome to its own answer (a status, or an
 // HTTP response with headers); it decides nothing itself.
 //
-// Thread-safety: plain values; DecideAppend is a pure function.
+// The rules that depend on the stream's state (closed, soft-deleted, a channel's, the producer's
+// last (epoch, seq), the last Stream-Seq, the tail) are applied by the store inside the append's
+// atomic step, through the write's AppendGuard (AppendRules): nothing checks them ahead of it.
+//
+// Thread-safety: PlanAppend and DecideAppend are pure; an AppendRules is used by one append at a
+// time (its store calls Admit, then the door reads answer() after the callback).
 #ifndef RUNNEL_CORE_PROTOCOL_APPEND_H_
 #define RUNNEL_CORE_PROTOCOL_APPEND_H_
 
@@ -42,10 +47,6 @@ struct AppendSpec {
   std::optional<ProducerState> producer;
   // Conditional append: the stream's tail position must be this (SEMANTICS E11).
   std::optional<uint64_t> expected_position;
-
-  // Whether nothing but records is asked: no Stream-Seq, producer, close or expected position.
-  // Only such an append may be decided from a remembered lookup (Catalog's append cache).
-  bool Plain() const { return !close && !stream_seq && !producer && !expected_position; }
 };
 
 // The answer to an append, whichever door asked.
@@ -55,7 +56,7 @@ struct AppendOutcome {
     kDuplicate,  // the producer's (epoch, seq) was already accepted: success, nothing written
     kNoop,       // a close without records of a stream already closed: success
     kRefused,    // nothing written; `status` says why
-    kRetry,      // decided from a stale view: run the append again from a fresh lookup
+    kRetry,      // the stream remembered is gone: run the append again from a fresh lookup
   };
   // What kind of refusal, where a door answers it in its own way.
   enum class Refusal {
@@ -80,44 +81,75 @@ struct AppendOutcome {
   // For a producer sequence gap: the sequence expected and the one received.
   std::optional<uint64_t> expected_seq;
   std::optional<uint64_t> received_seq;
-  // For kRetry: the store refused the write because the stream's attributes changed after they
-  // were read (a race with another writer); such a retry is taken once.
-  bool race = false;
 
   bool ok() const { return kind != Kind::kRefused && kind != Kind::kRetry; }
 };
 
-// What PrepareAppend decided: an answer now, or a write for the store.
+// An append as PrepareAppend leaves it for the store's atomic step: the client's conditions,
+// and what the checks of the body found (SEMANTICS E5, E6: they depend only on the stream's
+// fixed content type, so they run ahead; their refusals are reported in the rules' order).
+struct AppendPlan {
+  bool close = false;
+  bool has_body = false;
+  std::optional<std::string> stream_seq;
+  std::optional<ProducerState> producer;
+  std::optional<uint64_t> expected_position;
+  // A body missing, without a content type or with another one (reported after E10).
+  std::optional<AppendOutcome> body_refusal;
+  // A body that is not the stream's records: bad JSON, too many messages, not State Protocol
+  // messages on a compacted stream (reported last).
+  std::optional<AppendOutcome> records_refusal;
+};
+
+// Checks the body against the stream as found and turns it into `write->records` (one record,
+// or for a JSON-mode stream its messages); fills the rest of `write` but the attributes. Pure.
+AppendPlan PlanAppend(const Found& found, AppendSpec spec, size_t max_messages,
+                      AppendRequest* write);
+
+// The decision itself, from the stream as the store's atomic step finds it (`now`: its tail,
+// whether it is closed, its attributes and the producer's stored state): every rule of E4–E11 in
+// the protocol's order. Answers, or completes `write` (for a Stream-Seq, the attributes that
+// record it) and returns nothing. Pure.
+std::optional<AppendOutcome> DecideAppend(const Found& found, const AppendState& now,
+                                          const AppendPlan& plan, AppendRequest* write);
+
+// The protocol's rules as the store applies them (runnel::AppendGuard): DecideAppend inside the
+// append's atomic step. An answer (a refusal, a duplicate, a no-op close) writes nothing and is
+// kept for FinishAppend.
+class AppendRules final : public AppendGuard {
+ public:
+  AppendRules(std::shared_ptr<const Found> found, AppendPlan plan)
+      : found_(std::move(found)), plan_(std::move(plan)) {}
+
+  Status Admit(const AppendState& state, AppendRequest* request) override;
+
+  // The answer of the last Admit, when it answered. Read after the append's callback ran.
+  const std::optional<AppendOutcome>& answer() const { return answer_; }
+  const AppendPlan& plan() const { return plan_; }
+
+ private:
+  const std::shared_ptr<const Found> found_;
+  const AppendPlan plan_;
+  std::optional<AppendOutcome> answer_;
+};
+
+// What PrepareAppend made: an answer now, or a write for the store.
 struct PreparedAppend {
-  // Set: the append is answered without a write (a refusal, a duplicate, a retry).
+  // Set: the append is answered without a write (the stream is not there, a retry).
   std::optional<AppendOutcome> answer;
-  // The write to hand Store::Append when there is no answer.
+  // The write to hand Store::Append when there is no answer; its guard is `rules`.
   AppendRequest request;
-  // The stream as the decision saw it.
+  // The stream as looked up (or remembered).
   std::shared_ptr<const Found> found;
+  // The rules the store applies; this (or a copy) must live until the store's callback ran.
+  std::shared_ptr<AppendRules> rules;
   // Payload bytes the write carries.
   uint64_t bytes = 0;
-  // For FinishAppend.
-  std::string cache_key;            // the stream-cache entry decided from; empty: a fresh lookup
-  bool meta_in_flight = false;      // Catalog::BeginMetaAppend was called (a Stream-Seq)
-  bool expects_attributes = false;  // the write is a compare-and-set on the attributes
-  bool retry_race = true;
-  bool close = false;
-  bool wrote_records = false;
-  std::optional<ProducerState> producer;
+  // The stream-cache entry the lookup came from; empty: a fresh lookup.
+  std::string cache_key;
 
   bool from_cache() const { return !cache_key.empty(); }
 };
-
-// The decision itself, from the stream as found and the producer's stored state (when the
-// append names a producer): every rule of E4–E11 in the protocol's order. Answers, or fills
-// `write` (records split for JSON mode, producer, close, expected offset) and returns nothing.
-// Stream-Seq's attributes are the caller's (they need the catalog). `max_messages` bounds a
-// JSON-mode body.
-std::optional<AppendOutcome> DecideAppend(const Found& found,
-                                          const std::optional<ProducerState>& stored,
-                                          AppendSpec spec, size_t max_messages,
-                                          AppendRequest* write);
 
 }  // namespace runnel::protocol
 

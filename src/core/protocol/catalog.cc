@@ -33,12 +33,12 @@ uint64_t Catalog::Now() const {
 }
 
 // The refusal of a write to a stream that exists but takes none: soft-deleted, or a channel's.
-Status Catalog::RefuseWrite(const Found& found, std::string_view name, Refusal* refusal) {
-  if (found.meta.soft_deleted) {
+Status Catalog::RefuseWrite(const Meta& meta, std::string_view name, Refusal* refusal) {
+  if (meta.soft_deleted) {
     if (refusal) *refusal = Refusal::kSoftDeleted;
     return Status::NotFound("stream '" + std::string(name) + "' was deleted");
   }
-  if (found.meta.channel) {
+  if (meta.channel) {
     if (refusal) *refusal = Refusal::kChannel;
     return Status::FailedPrecondition(
         "stream '" + std::string(name) +
@@ -164,9 +164,8 @@ Status Catalog::UpdateMeta(StreamId id, const std::function<void(Meta*)>& change
 
 Status Catalog::UpdateMetaIf(StreamId id, const std::function<Status(Meta*)>& change) {
   MutexLock lock(meta_mu_);
-  while (meta_in_flight_.count(id) != 0) lock.Wait(meta_cv_);
-  // A compare-and-set of the attributes: another node sharing the store may change them
-  // between the read and the write (a fork's reference count, a Stream-Seq); then read again.
+  // A compare-and-set of the attributes: another node sharing the store, or an append with a
+  // Stream-Seq, may change them between the read and the write; then read again.
   return RetryOnConflict([&]() -> Status {
     RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
     Meta meta = Meta::Parse(info.spec.attributes);
@@ -181,7 +180,6 @@ Status Catalog::UpdateMetaIf(StreamId id, const std::function<Status(Meta*)>& ch
 
 Status Catalog::SoftDelete(StreamId id) {
   MutexLock lock(meta_mu_);
-  while (meta_in_flight_.count(id) != 0) lock.Wait(meta_cv_);
   return RetryOnConflict([&]() -> Status {  // a compare-and-set, as in UpdateMeta
     RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
     Meta meta = Meta::Parse(info.spec.attributes);
@@ -207,31 +205,6 @@ Status Catalog::SoftDelete(StreamId id) {
     }
     return s;
   });
-}
-
-Result<Catalog::MetaAppend> Catalog::BeginMetaAppend(StreamId id, const std::string& seq) {
-  MutexLock lock(meta_mu_);
-  // Stream-Seq appends run in the stream's lane, so none of them is in flight here; an
-  // UpdateMeta holds meta_mu_ for its whole write, so none of those is either. (Writes through
-  // other nodes are caught by the store: the append expects the attributes read here.)
-  RUNNEL_ASSIGN_OR_RETURN(StreamInfo info, registry_.store().GetStreamById(id));
-  Meta meta = Meta::Parse(info.spec.attributes);
-  RUNNEL_RETURN_IF_ERROR(protocol::CheckStreamSeq(meta.stream_seq, seq));
-  meta.stream_seq = seq;
-  MetaAppend out;
-  RUNNEL_ASSIGN_OR_RETURN(
-      out.attributes, attributes::Set(info.spec.attributes, Meta::kAttributeKey, meta.Stored()));
-  out.read = std::move(info.spec.attributes);
-  meta_in_flight_.insert(id);
-  return out;
-}
-
-void Catalog::MetaAppendDone(StreamId id) {
-  {
-    MutexLock lock(meta_mu_);
-    meta_in_flight_.erase(id);
-  }
-  meta_cv_.notify_all();
 }
 
 // A source lists its forks by id, and a fork names its source by id: adding a fork to the list

@@ -11,7 +11,6 @@
 #ifndef RUNNEL_CORE_PROTOCOL_CATALOG_H_
 #define RUNNEL_CORE_PROTOCOL_CATALOG_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -19,7 +18,6 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "base/mutex.h"
 #include "core/protocol/append.h"
@@ -51,7 +49,7 @@ struct CatalogOptions {
   // The wall clock expiry and access times use, in unix ms. Null: the system clock.
   std::function<uint64_t()> now_ms;
   // The most streams the registry's stream cache remembers (core/stream_cache.h; cleared when
-  // full), which plain appends decide from (see Catalog::Cached); 0: appends do not use it.
+  // full), which appends take streams from (see Catalog::Cached); 0: appends do not use it.
   size_t append_cache_streams = 65536;
 };
 
@@ -163,7 +161,10 @@ class Catalog {
   enum class Refusal { kNone, kSoftDeleted, kChannel };
   // The refusal of any write to a stream that exists but takes none: soft-deleted (kNotFound,
   // `*refusal` kSoftDeleted) or a channel's (kFailedPrecondition, kChannel); OK otherwise.
-  static Status RefuseWrite(const Found& found, std::string_view name, Refusal* refusal);
+  static Status RefuseWrite(const Meta& meta, std::string_view name, Refusal* refusal);
+  static Status RefuseWrite(const Found& found, std::string_view name, Refusal* refusal) {
+    return RefuseWrite(found.meta, name, refusal);
+  }
   // Deletes a live stream (DELETE): kNotFound when it does not exist, expired or was already
   // soft-deleted (`*refusal` kSoftDeleted), kFailedPrecondition for a channel's stream, written
   // only by its channel (kChannel); soft-deleted (SEMANTICS E10) while forks reference it.
@@ -174,46 +175,32 @@ class Catalog {
   Result<StreamInfo> UpdateRetention(const StreamScope& scope, std::string_view name,
                                      const StreamRetention& retention, Refusal* refusal = nullptr);
 
-  // The attributes of stream `id` with the last Stream-Seq set to `seq`, computed from the
-  // stored ones (kConflict when those already hold a Stream-Seq >= `seq`, SEMANTICS E4); marks
-  // the stream's metadata in flight until MetaAppendDone(id), so no UpdateMeta overwrites it
-  // meanwhile. The append commits `attributes` with its records, expecting `read`.
-  struct MetaAppend {
-    std::string attributes;  // to store with the records
-    std::string read;        // as read: the append's expected_attributes
-  };
-  Result<MetaAppend> BeginMetaAppend(StreamId id, const std::string& seq);
-  void MetaAppendDone(StreamId id);
-
-  // Appends (core/protocol/append.h). PrepareAppend looks the stream up (a plain append from
-  // the append cache unless `fresh`), reads the producer's state, decides, and for a Stream-Seq
-  // computes the attributes the write commits; it may call the store, except when
-  // AppendIsCached says the append is decided from the cache. `retry_race`: a write refused
-  // because the attributes changed after they were read is answered kRetry (once). The caller
-  // hands `request` to Store::Append, then the result to FinishAppend, off the store's thread
-  // when FinishCallsStore says it may call the store (or wait for a metadata write).
+  // Appends (core/protocol/append.h). PrepareAppend looks the stream up (from the append
+  // cache unless `fresh`), checks the body and makes the write, whose rules the store
+  // applies inside its atomic step (AppendRules); it may call the store, except when
+  // AppendIsCached says the append is decided from the cache. The caller hands `request` to
+  // Store::Append, then the result to FinishAppend, off the store's thread when
+  // FinishCallsStore says that may call the store.
   PreparedAppend PrepareAppend(const StreamScope& scope, std::string_view name, AppendSpec spec,
-                               bool fresh = false, bool retry_race = true);
+                               bool fresh = false);
   AppendOutcome FinishAppend(const PreparedAppend& prepared, Result<AppendResult> result);
   static bool FinishCallsStore(const PreparedAppend& prepared, const Result<AppendResult>& result) {
-    return !result.ok() || prepared.meta_in_flight;
+    return !result.ok() && !prepared.rules->answer();
   }
-  // Whether a `plain` append (AppendSpec::Plain) would be decided from the cache.
-  bool AppendIsCached(const StreamScope& scope, std::string_view name, bool plain);
-  // Drops the stream's append cache entry (a write that changes what a plain append checks).
+  // Whether an append to the stream would take it from the cache (no store call to prepare).
+  bool AppendIsCached(const StreamScope& scope, std::string_view name);
+  // Drops the stream's append cache entry (a write that changes what an append uses of it).
   void ForgetCached(const StreamScope& scope, std::string_view name);
 
  private:
-  // Plain appends (AppendSpec::Plain) decide from a lookup remembered in the registry's stream
-  // cache (core/stream_cache.h), so the hot path costs no catalog read. Only live, open
-  // streams that have held a record are decided from an entry (an empty one may still be
-  // adopted as a channel partition, which changes its owner), and what a plain append uses of
-  // the entry either never changes for such a stream id (content type, TTL, Expires-At, no
-  // channel owner) or is checked again by the store inside the append (the id still exists,
-  // the stream is open; a soft delete also closes the stream in the store). So a stale entry
-  // can only cause a refusal, never a wrong acceptance; any refusal decided from an entry, by
-  // the decision or the store, drops it and the append runs again from a fresh lookup.
-  // Creates, deletes, retention changes and appends that are not plain drop their stream's
+  // Appends take the stream from a lookup remembered in the registry's stream cache
+  // (core/stream_cache.h), so the hot path costs no catalog read. What they use of an entry
+  // never changes for a stream id: the id itself, the content type, keyed compaction, TTL and
+  // Expires-At; everything that does change (closed, soft-deleted, a channel's, the producers,
+  // the last Stream-Seq, the tail) the store shows the append's rules inside its atomic step.
+  // Only live, open streams that have held a record are remembered. A stream deleted since it
+  // was remembered is refused by the store (kNotFound): the entry is dropped and the append
+  // runs again from a fresh lookup. Creates, deletes and retention changes drop their stream's
   // entry. Null when options_.append_cache_streams is 0.
   std::shared_ptr<const Found> Cached(const std::string& key);
   void Remember(const std::string& key, std::shared_ptr<const Found> found);
@@ -227,13 +214,9 @@ class Catalog {
   StreamRegistry registry_;
   CatalogOptions options_;
 
-  // Serialises read-modify-writes of a stream's protocol metadata. An append that carries new
-  // attributes (the last Stream-Seq) computes them from the stored ones and commits them with
-  // its records; until it completes, its stream is in meta_in_flight_ and UpdateMeta on that
-  // stream waits, so neither write can overwrite the other's change.
+  // Serialises this node's read-modify-writes of stream metadata (each a compare-and-set
+  // against the store, which other nodes and Stream-Seq appends may change meanwhile).
   Mutex meta_mu_;
-  std::condition_variable meta_cv_;
-  std::unordered_set<StreamId> meta_in_flight_ RUNNEL_GUARDED_BY(meta_mu_);
 
   Mutex access_mu_;
   std::unordered_map<StreamId, uint64_t> last_access_ms_ RUNNEL_GUARDED_BY(access_mu_);

@@ -136,10 +136,10 @@ ProducerCheck CheckProducer(const std::optional<ProducerState>& stored, uint64_t
   return {ProducerVerdict::kAccept, 0};
 }
 
-Status CheckExpectedPosition(uint64_t expected_position, const StreamInfo& info) {
-  if (expected_position != TailPosition(info)) {
+Status CheckExpectedPosition(uint64_t expected_position, uint64_t next_offset) {
+  if (expected_position != next_offset - 1) {
     return Status::Conflict("Stream-Expected-Offset does not match the stream's next offset",
-                            expected_position, TailPosition(info));
+                            expected_position, next_offset - 1);
   }
   return Status::OK();
 }

@@ -84,8 +84,11 @@ ProducerCheck CheckProducer(const std::optional<ProducerState>& stored, uint64_t
                             uint64_t seq);
 
 // A conditional append (Stream-Expected-Offset) must start at the stream's tail position:
-// kConflict(expected, tail) otherwise (SEMANTICS E11).
-Status CheckExpectedPosition(uint64_t expected_position, const StreamInfo& info);
+// kConflict(expected, tail) otherwise (SEMANTICS E11). The tail position is next_offset - 1.
+Status CheckExpectedPosition(uint64_t expected_position, uint64_t next_offset);
+inline Status CheckExpectedPosition(uint64_t expected_position, const StreamInfo& info) {
+  return CheckExpectedPosition(expected_position, info.next_offset);
+}
 
 // Refuses a batch for a compacted stream (Stream-Compaction: state) unless every message is a
 // State Protocol message (core/state_compaction.h): kInvalidArgument naming the first that is not.

@@ -87,9 +87,7 @@ Result<ProtocolAppendResult> Streams::Append(const StreamScope& scope, std::stri
                                              const ProtocolAppend& a) {
   protocol::Catalog& catalog = *catalog_;
   bool fresh = false;
-  bool retry_race = true;
-  // A retry is fresh (never from the cache again) and a race is retried once: at most three
-  // rounds.
+  // A retry is fresh (never from the cache again): at most two rounds.
   for (;;) {
     protocol::AppendSpec spec;
     spec.content_type = a.content_type;
@@ -99,8 +97,7 @@ Result<ProtocolAppendResult> Streams::Append(const StreamScope& scope, std::stri
     if (a.producer)
       spec.producer = ProducerState{a.producer->id, a.producer->epoch, a.producer->seq, 0};
     spec.expected_position = a.expected_position;
-    protocol::PreparedAppend prepared =
-        catalog.PrepareAppend(scope, name, std::move(spec), fresh, retry_race);
+    protocol::PreparedAppend prepared = catalog.PrepareAppend(scope, name, std::move(spec), fresh);
     protocol::AppendOutcome outcome =
         prepared.answer
             ? std::move(*prepared.answer)
@@ -108,10 +105,7 @@ Result<ProtocolAppendResult> Streams::Append(const StreamScope& scope, std::stri
                   prepared, catalog.registry().store().AppendAndWait(std::move(prepared.request)));
     using Kind = protocol::AppendOutcome::Kind;
     switch (outcome.kind) {
-      case Kind::kRetry:
-        fresh = true;
-        if (outcome.race) retry_race = false;
-        continue;
+      case Kind::kRetry: fresh = true; continue;
       case Kind::kRefused: return outcome.status;
       case Kind::kAppended:
       case Kind::kDuplicate:

@@ -241,6 +241,32 @@ void LogStore::EncodeOp(Op& op) {
       // The stream as the appends before this one in the group leave it.
       Reservation& reserved =
           reserved_.try_emplace(req.stream, Reservation{s->next, s->closed}).first->second;
+      // An append earlier in this group may have set them (not applied before the write).
+      auto attributes = [&]() -> const std::string& {
+        auto pending = pending_attributes_.find(req.stream);
+        return pending != pending_attributes_.end() ? pending->second : s->view().attributes;
+      };
+      // Against an append earlier in this group first, then the applied state.
+      std::optional<std::pair<uint64_t, uint64_t>> producer;
+      if (req.producer) {
+        const auto key = std::make_pair(req.stream, req.producer->producer_id);
+        if (auto p = pending_producers_.find(key); p != pending_producers_.end()) {
+          producer = p->second;
+        } else if (auto v = s->view().producers.find(req.producer->producer_id);
+                   v != s->view().producers.end()) {
+          producer.emplace(v->second.epoch, v->second.seq);
+        }
+      }
+      if (req.guard != nullptr) {
+        AppendState state;
+        state.next_offset = reserved.next;
+        state.closed = reserved.closed;
+        state.attributes = attributes();
+        state.producer = producer;
+        if (Status admitted = req.guard->Admit(state, &req); !admitted.ok()) {
+          return refuse(std::move(admitted));
+        }
+      }
       if (reserved.closed) {
         return refuse(Status::FailedPrecondition("stream '" + s->name.str() + "' is closed"));
       }
@@ -253,25 +279,11 @@ void LogStore::EncodeOp(Op& op) {
                                            std::to_string(reserved.next),
                                        *req.expected_offset, reserved.next));
       }
-      if (req.expected_attributes) {
-        // An append earlier in this group may have set them (not applied before the write).
-        auto pending = pending_attributes_.find(req.stream);
-        const std::string& current =
-            pending != pending_attributes_.end() ? pending->second : s->view().attributes;
-        if (*req.expected_attributes != current)
-          return refuse(store::AttributesChanged(s->name.str()));
+      if (req.expected_attributes && *req.expected_attributes != attributes()) {
+        return refuse(store::AttributesChanged(s->name.str()));
       }
       if (req.producer) {
-        // Against an append earlier in this group first, then the applied state.
-        std::optional<std::pair<uint64_t, uint64_t>> stored;
-        const auto key = std::make_pair(req.stream, req.producer->producer_id);
-        if (auto p = pending_producers_.find(key); p != pending_producers_.end()) {
-          stored = p->second;
-        } else if (auto v = s->view().producers.find(req.producer->producer_id);
-                   v != s->view().producers.end()) {
-          stored.emplace(v->second.epoch, v->second.seq);
-        }
-        if (Status checked = store::CheckProducer(stored, *req.producer); !checked.ok()) {
+        if (Status checked = store::CheckProducer(producer, *req.producer); !checked.ok()) {
           return refuse(std::move(checked));
         }
       }

@@ -217,6 +217,21 @@ void MemoryStore::Append(AppendRequest request, AppendCallback done) {
       refused = StreamNotFound(request.stream);
       return;
     }
+    if (request.guard != nullptr) {
+      AppendState state;
+      state.next_offset = s->next_offset;
+      state.closed = s->closed;
+      state.attributes = s->spec.attributes;
+      if (request.producer) {
+        if (auto p = s->producers.find(request.producer->producer_id); p != s->producers.end()) {
+          state.producer.emplace(p->second.epoch, p->second.seq);
+        }
+      }
+      if (Status admitted = request.guard->Admit(state, &request); !admitted.ok()) {
+        refused = std::move(admitted);
+        return;
+      }
+    }
     if (s->closed) {
       refused = Status::FailedPrecondition("stream '" + s->spec.name + "' is closed");
       return;

@@ -37,7 +37,7 @@ struct PostgresStore::GroupStream {
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> fetched;
   // New attributes from the group's last append that set them (AppendRequest::attributes).
   std::optional<std::string> attributes;
-  // The attributes read under the row lock (locking path only).
+  // The attributes read under the row lock, or (optimistic) the cached ones.
   std::string stored_attributes;
   bool touched = false;
 };
@@ -170,6 +170,7 @@ void PostgresStore::StartFromCache(GroupTx& tx) {
     s.next = s.next0 = tx.assign_in_db ? 0 : c.next;
     s.head = s.head0 = 0;  // unused without retention; the guarded write leaves head alone
     s.bytes = tx.assign_in_db ? 0 : c.bytes;
+    s.stored_attributes = c.attributes;
     tx.streams.emplace(tx.group[i].request.stream, s);
   }
 }
@@ -239,10 +240,30 @@ Status PostgresStore::LockRows(GroupTx& tx) {
   return Status::OK();
 }
 
-Status PostgresStore::RefuseAppend(const GroupTx& tx, const AppendRequest& req) {
+Status PostgresStore::RefuseAppend(const GroupTx& tx, AppendRequest& req) {
   auto it = tx.streams.find(req.stream);
   if (it == tx.streams.end() || it->second.deleted) return StreamNotFound(req.stream);
   const GroupStream& s = it->second;
+  // The producer's state: an append earlier in this group first, then the stored one.
+  std::optional<std::pair<uint64_t, uint64_t>> producer;
+  if (req.producer) {
+    const auto key = std::make_pair(req.stream, req.producer->producer_id);
+    if (auto p = tx.producers.find(key); p != tx.producers.end()) {
+      producer.emplace(p->second.epoch, p->second.seq);
+    } else if (auto d = tx.stored_producers.find(key); d != tx.stored_producers.end()) {
+      producer = d->second;
+    }
+  }
+  if (req.guard != nullptr) {
+    // Under the row lock, or (optimistic) from the cached row, which the write then requires
+    // unchanged: a refusal from cached state is decided again under the lock (TryGroup).
+    AppendState state;
+    state.next_offset = s.next;
+    state.closed = s.closed;
+    state.attributes = s.attributes ? *s.attributes : s.stored_attributes;
+    state.producer = producer;
+    RUNNEL_RETURN_IF_ERROR(req.guard->Admit(state, &req));
+  }
   if (s.closed) {
     return Status::FailedPrecondition("stream #" + std::to_string(req.stream) + " is closed");
   }
@@ -265,19 +286,9 @@ Status PostgresStore::RefuseAppend(const GroupTx& tx, const AppendRequest& req) 
     return Status::OutOfRange("stream #" + std::to_string(req.stream) +
                               " would pass the largest offset");
   }
-  if (req.producer) {
-    // Compare-and-set on the producer's state: the node that took this request checked it
-    // against the stored state before queueing it, but another node may have committed the
-    // same or a later (epoch, seq) since. Only a strictly newer one may be written.
-    const auto key = std::make_pair(req.stream, req.producer->producer_id);
-    std::optional<std::pair<uint64_t, uint64_t>> current;
-    if (auto p = tx.producers.find(key); p != tx.producers.end()) {
-      current.emplace(p->second.epoch, p->second.seq);
-    } else if (auto d = tx.stored_producers.find(key); d != tx.stored_producers.end()) {
-      current = d->second;
-    }
-    return CheckProducer(current, *req.producer);
-  }
+  // Compare-and-set on the producer's state, read under the row lock: only a strictly newer
+  // (epoch, seq) may be written.
+  if (req.producer) return CheckProducer(producer, *req.producer);
   return Status::OK();
 }
 
@@ -374,16 +385,17 @@ void PostgresStore::ApplyRetention(GroupTx& tx, StreamId sid, GroupStream& s, ui
 std::string PostgresStore::PlacingWrite(GroupTx& tx, Params& wp) {
   // The catalog rows move first and return where each stream's records start (`base`, the
   // next offset found); the records are inserted at base + their relative offset. Applies only
-  // to open, live streams without retention caps and with room for the records; otherwise the
-  // division by zero aborts the transaction and the group takes the locking path. The database
-  // form of offsets (pg::OffsetToDb) is the offset minus 2^63, so adding a count to it adds to
-  // the offset.
+  // to open, live streams with the cached attributes, without retention caps and with room for
+  // the records; otherwise the division by zero aborts the transaction and the group takes the
+  // locking path. The database form of offsets (pg::OffsetToDb) is the offset minus 2^63, so
+  // adding a count to it adds to the offset.
   std::vector<int64_t> up_n, up_bytes;
   std::vector<bool> up_closed;
-  std::vector<std::optional<std::string_view>> up_attrs;
+  std::vector<std::optional<std::string_view>> up_attrs, old_attrs;
   for (auto& [id, st] : tx.streams) {
     if (!st.touched) continue;
     tx.up_id.push_back(BitsToDb(id));
+    old_attrs.push_back(std::string_view(st.stored_attributes));
     up_n.push_back(static_cast<int64_t>(st.next));
     up_bytes.push_back(BitsToDb(st.bytes));
     up_closed.push_back(st.closed);
@@ -397,11 +409,12 @@ std::string PostgresStore::PlacingWrite(GroupTx& tx, Params& wp) {
       "WITH upd AS (UPDATE streams s SET next_offset = s.next_offset + u.n, retained_bytes = "
       "s.retained_bytes + u.bytes, closed = u.closed, attributes = coalesce(u.attrs, "
       "s.attributes) FROM ";
-  sql += Params::Unnest(
-      {wp.Bind(tx.up_id), wp.Bind(up_n), wp.Bind(up_bytes), wp.Bind(up_closed), wp.Bind(up_attrs)});
+  sql += Params::Unnest({wp.Bind(tx.up_id), wp.Bind(up_n), wp.Bind(up_bytes), wp.Bind(up_closed),
+                         wp.Bind(up_attrs), wp.Bind(old_attrs)});
   sql +=
-      " AS u(id, n, bytes, closed, attrs) WHERE s.id = u.id AND NOT s.closed AND NOT "
-      "s.deleted AND s.max_events IS NULL AND s.max_age_ms IS NULL AND s.max_bytes IS NULL "
+      " AS u(id, n, bytes, closed, attrs, old_attrs) WHERE s.id = u.id AND NOT s.closed AND NOT "
+      "s.deleted AND s.attributes = u.old_attrs AND s.max_events IS NULL AND s.max_age_ms IS NULL "
+      "AND s.max_bytes IS NULL "
       "AND s.next_offset <= 9223372036854775807 - u.n RETURNING s.id, s.next_offset - u.n "
       "AS base, s.retained_bytes AS bytes), ";
   if (!tx.ins_stream.empty()) {
@@ -470,24 +483,27 @@ std::string PostgresStore::LockedWrite(GroupTx& tx, Params& wp) {
   }
   if (!tx.producers.empty()) sql += ProducersWrite(tx, wp);
   if (tx.optimistic) {
-    // Applies only where the row is exactly as cached (same next offset and bytes, open, live,
-    // no retention caps); otherwise the division by zero aborts the whole transaction.
+    // Applies only where the row is exactly as cached (same next offset, bytes and attributes,
+    // open, live, no retention caps); otherwise the division by zero aborts the whole transaction.
     std::vector<int64_t> old_next, old_bytes;
+    std::vector<std::optional<std::string_view>> old_attrs;
     for (auto& [id, s] : tx.streams) {
       if (!s.touched) continue;
       old_next.push_back(OffsetToDb(s.next0));
       old_bytes.push_back(BitsToDb(tx.cache.at(id).bytes));
+      old_attrs.push_back(std::string_view(s.stored_attributes));
     }
     sql +=
         "upd AS (UPDATE streams s SET next_offset = u.next, retained_bytes = u.bytes, "
         "closed = u.closed, attributes = coalesce(u.attrs, s.attributes) FROM ";
+    sql += Params::Unnest({wp.Bind(tx.up_id), wp.Bind(up_next), wp.Bind(up_bytes),
+                           wp.Bind(up_closed), wp.Bind(up_attrs), wp.Bind(old_next),
+                           wp.Bind(old_bytes), wp.Bind(old_attrs)});
     sql +=
-        Params::Unnest({wp.Bind(tx.up_id), wp.Bind(up_next), wp.Bind(up_bytes), wp.Bind(up_closed),
-                        wp.Bind(up_attrs), wp.Bind(old_next), wp.Bind(old_bytes)});
-    sql +=
-        " AS u(id, next, bytes, closed, attrs, old_next, old_bytes) WHERE s.id = u.id "
+        " AS u(id, next, bytes, closed, attrs, old_next, old_bytes, old_attrs) WHERE s.id = u.id "
         "AND s.next_offset = u.old_next AND s.retained_bytes = u.old_bytes AND NOT s.closed "
-        "AND NOT s.deleted AND s.max_events IS NULL AND s.max_age_ms IS NULL "
+        "AND NOT s.deleted AND s.attributes = u.old_attrs AND s.max_events IS NULL AND "
+        "s.max_age_ms IS NULL "
         "AND s.max_bytes IS NULL RETURNING 1) "
         "SELECT 1 / (CASE WHEN count(*) = ";
     sql += wp.Bind(static_cast<int64_t>(tx.up_id.size())) + " THEN 1 ELSE 0 END) FROM upd";
@@ -647,6 +663,7 @@ void PostgresStore::Committed(GroupTx& tx, std::chrono::steady_clock::duration t
       CachedStream& c = tx.cache[id];  // keeps optimistic_after
       c.next = st.next;
       c.bytes = st.bytes;
+      c.attributes = st.attributes ? *st.attributes : st.stored_attributes;
     } else {
       tx.cache.erase(id);
     }

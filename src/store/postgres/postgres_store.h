@@ -124,6 +124,9 @@ class PostgresStore final : public Store {
   struct CachedStream {
     uint64_t next = 0;
     uint64_t bytes = 0;
+    // The stream's attributes: an optimistic write applies only where they are still these, so
+    // an AppendGuard that decided from them decided from the row as it commits.
+    std::string attributes;
     // Set when an optimistic attempt on this stream found it changed (another node appends to
     // it too): until then its groups take the locking path, which costs no failed attempt.
     std::chrono::steady_clock::time_point optimistic_after{};
@@ -196,7 +199,7 @@ class PostgresStore final : public Store {
   static Status LockRows(GroupTx& tx);
   // Why the append cannot be written against the simulated state, in the memory and log
   // stores' order; OK when it can.
-  static Status RefuseAppend(const GroupTx& tx, const AppendRequest& req);
+  static Status RefuseAppend(const GroupTx& tx, AppendRequest& req);
   // Simulates member `i`'s append: its outcome when refused, else its records, producer state,
   // close, attributes and retention cut.
   static void SimulateAppend(GroupTx& tx, size_t i);

@@ -1,6 +1,6 @@
-// The append decision (core/protocol/append.h, DecideAppend): each rule it applies, by rule id
-// (docs/semantics.md, family E), from values alone. The same decision through both doors is
-// ProtocolStreamsTest (the C++ API, every store) and the conformance suite (HTTP).
+// The append decision (core/protocol/append.h, PlanAppend and DecideAppend): each rule it
+// applies, by rule id (docs/semantics.md, family E), from values alone. The same decision through
+// both doors is ProtocolStreamsTest (the C++ API, every store) and the conformance suite (HTTP).
 #include "core/protocol/append.h"
 
 #include <gtest/gtest.h>
@@ -40,7 +40,15 @@ std::optional<AppendOutcome> Decide(const Found& f, AppendSpec spec,
                                     const std::optional<ProducerState>& stored = std::nullopt,
                                     AppendRequest* write = nullptr) {
   AppendRequest ignored;
-  return DecideAppend(f, stored, std::move(spec), 100, write ? write : &ignored);
+  AppendRequest* w = write ? write : &ignored;
+  const AppendPlan plan = PlanAppend(f, std::move(spec), 100, w);
+  // The stream as the store's atomic step would show it.
+  AppendState now;
+  now.next_offset = f.info.next_offset;
+  now.closed = f.info.closed;
+  now.attributes = f.info.spec.attributes;
+  if (stored) now.producer.emplace(stored->epoch, stored->seq);
+  return DecideAppend(f, now, plan, w);
 }
 
 TEST(AppendDecisionTest, APlainAppendBecomesOneRecordForTheStream) {
@@ -203,22 +211,6 @@ TEST(AppendDecisionTest, ACompactedStreamTakesOnlyStateProtocolMessages) {
   EXPECT_FALSE(
       Decide(f, Body(R"({"type":"t","key":"k","value":1,"headers":{"operation":"insert"}})",
                      "application/json")));
-}
-
-TEST(AppendDecisionTest, OnlyAPlainSpecMayUseTheCache) {
-  EXPECT_TRUE(Body("x").Plain());
-  AppendSpec s = Body("x");
-  s.expected_position = 1;
-  EXPECT_FALSE(s.Plain());
-  s = Body("x");
-  s.close = true;
-  EXPECT_FALSE(s.Plain());
-  s = Body("x");
-  s.stream_seq = "1";
-  EXPECT_FALSE(s.Plain());
-  s = Body("x");
-  s.producer = Producer(0, 0);
-  EXPECT_FALSE(s.Plain());
 }
 
 }  // namespace
