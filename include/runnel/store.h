@@ -109,7 +109,9 @@ struct AppendState {
 // returns OK to go on (having completed `request` as it needs: the attributes to store, say), or
 // a refusal: nothing is written and the append ends with that status. It may be called more than
 // once for one append (a store that retries its atomic step calls it again, and only the last
-// call counts), so its answer must depend only on `state` and on what the guard was made with.
+// call counts; a retry that finds the stream gone ends with kNotFound without calling it), so
+// its answer must depend only on `state` and on what the guard was made with. A refusal is
+// reported as the append's result unchanged.
 // It runs with the store's locks held, on any thread: it must be quick and must not call the
 // store.
 class AppendGuard {

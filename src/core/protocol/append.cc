@@ -192,10 +192,15 @@ std::optional<AppendOutcome> DecideAppend(const Found& found, const AppendState&
 
 Status AppendRules::Admit(const AppendState& state, AppendRequest* request) {
   answer_ = DecideAppend(*found_, state, plan_, request);
-  if (!answer_) return Status::OK();
-  // Nothing is written; FinishAppend answers from answer_, whatever the store reports.
-  return answer_->kind == Kind::kRefused ? answer_->status
-                                         : Status::AlreadyExists("answered without a write");
+  // An answer writes nothing; FinishAppend gives it when the append ends with this status.
+  if (!answer_) {
+    returned_ = Status::OK();
+  } else if (answer_->kind == Kind::kRefused) {
+    returned_ = answer_->status;
+  } else {
+    returned_ = Status::AlreadyExists("answered without a write");
+  }
+  return returned_;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -275,7 +280,7 @@ PreparedAppend Catalog::PrepareAppend(const StreamScope& scope, std::string_view
 
 AppendOutcome Catalog::FinishAppend(const PreparedAppend& p, Result<AppendResult> result) {
   // The rules answered inside the store's atomic step: nothing was written.
-  if (const auto& answer = p.rules->answer()) return *answer;
+  if (const AppendOutcome* answer = p.rules->AnswerFor(result)) return *answer;
   const AppendPlan& plan = p.rules->plan();
   if (result.ok()) {
     AppendOutcome o = Answer(Kind::kAppended, result->next_offset - 1, plan.close);

@@ -10,7 +10,7 @@
 // atomic step, through the write's AppendGuard (AppendRules): nothing checks them ahead of it.
 //
 // Thread-safety: PlanAppend and DecideAppend are pure; an AppendRules is used by one append at a
-// time (its store calls Admit, then the door reads answer() after the callback).
+// time (its store calls Admit, then the door reads AnswerFor after the callback).
 #ifndef RUNNEL_CORE_PROTOCOL_APPEND_H_
 #define RUNNEL_CORE_PROTOCOL_APPEND_H_
 
@@ -123,14 +123,23 @@ class AppendRules final : public AppendGuard {
 
   Status Admit(const AppendState& state, AppendRequest* request) override;
 
-  // The answer of the last Admit, when it answered. Read after the append's callback ran.
-  const std::optional<AppendOutcome>& answer() const { return answer_; }
+  // The answer of the last Admit, when the append ended with it: `result` (the store's) is the
+  // status that Admit returned. A store that retries its atomic step may end it without calling
+  // Admit again (the stream is gone meanwhile); then the store's own status is the answer.
+  // Read after the append's callback ran.
+  const AppendOutcome* AnswerFor(const Result<AppendResult>& result) const {
+    if (!answer_ || result.ok()) return nullptr;
+    const Status& s = result.status();
+    return s.code() == returned_.code() && s.message() == returned_.message() ? &*answer_
+                                                                              : nullptr;
+  }
   const AppendPlan& plan() const { return plan_; }
 
  private:
   const std::shared_ptr<const Found> found_;
   const AppendPlan plan_;
   std::optional<AppendOutcome> answer_;
+  Status returned_;  // what the last Admit returned
 };
 
 // What PrepareAppend made: an answer now, or a write for the store.

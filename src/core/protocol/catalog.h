@@ -185,7 +185,7 @@ class Catalog {
                                bool fresh = false);
   AppendOutcome FinishAppend(const PreparedAppend& prepared, Result<AppendResult> result);
   static bool FinishCallsStore(const PreparedAppend& prepared, const Result<AppendResult>& result) {
-    return !result.ok() && !prepared.rules->answer();
+    return !result.ok() && prepared.rules->AnswerFor(result) == nullptr;
   }
   // Whether an append to the stream would take it from the cache (no store call to prepare).
   bool AppendIsCached(const StreamScope& scope, std::string_view name);

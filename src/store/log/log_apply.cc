@@ -206,6 +206,105 @@ uint64_t LogStore::ApplyDrops(StreamState& s, const std::vector<uint64_t>& offse
   return removed;
 }
 
+// An append batch's effect, from its header and its records' (payload, key) sizes: decoded from
+// the frame on replay, or taken from the append itself by the writer that just encoded it.
+// Long on purpose: the batch's placement (with salvage's holes), then the producer, close and
+// attributes it carries, then retention, in the one order every store applies them.
+Status LogStore::ApplyAppendBatch(StreamState* s, AppendBatchHeader h,
+                                  const std::vector<std::pair<uint32_t, uint32_t>>& sizes,
+                                  uint32_t segment, uint32_t pos, uint32_t len, bool replay) {
+  const StreamId id = s->id;
+  // The writer never passes the largest offset; a frame that would is damage (and salvage,
+  // which accepts a batch that skips ahead, must not wrap the stream's offsets around).
+  if (h.count > std::numeric_limits<uint64_t>::max() - h.first_offset) {
+    return Status::Corruption("append-batch of stream #" + std::to_string(id) + " at " +
+                              std::to_string(h.first_offset) + " passes the largest offset");
+  }
+  if (h.first_offset != s->next) {
+    if (!(replay && options_.salvage)) {
+      return Status::Corruption("append-batch of stream #" + std::to_string(id) +
+                                " starts at " + std::to_string(h.first_offset) +
+                                " but the stream's next offset is " + std::to_string(s->next));
+    }
+    if (h.first_offset < s->next) return Status::OK();  // already present
+    // The records between were in the damaged bytes: they become a hole (offsets kept,
+    // reads of them fail), and every intact record before and after stays readable.
+    SalvageNote("salvage: stream '" + s->name.str() + "' (#" + std::to_string(id) +
+                ") lost records " + std::to_string(s->next) + " to " +
+                std::to_string(h.first_offset - 1) + " to the damage; the records before " +
+                "and after them are kept");
+    if (s->head == s->next || h.first_offset - s->next > kMaxHoleRecords) {
+      // Nothing retained before (no hole needed), or a gap too wide to index record by
+      // record: the stream starts over at the intact frame.
+      DropHead(*s, s->next - s->head);
+      s->head = s->next = h.first_offset;
+    } else {
+      s->batches.push_back(BatchRef{s->next, h.timestamp, kLostSegment, 0, 0});
+      for (uint64_t o = s->next; o < h.first_offset; ++o) s->PushSize(0, 0);
+      s->next = h.first_offset;
+    }
+  }
+  if (h.count > 0) {
+    for (const auto& [payload, key] : sizes) {
+      s->PushSize(payload, key);
+    }
+    BatchRef* last = s->batch_begin < s->batches.size() ? &s->batches.back() : nullptr;
+    if (last != nullptr && last->segment == segment && last->pos + last->len == pos &&
+        last->timestamp == h.timestamp && last->len + len <= kMaxMergedBatchBytes && !replay &&
+        last->pos >= merge_floor_pos_) {
+      last->len += len;  // the next adjacent frame of this stream: same reference
+    } else {
+      s->batches.push_back(BatchRef{h.first_offset, h.timestamp, segment, pos, len});
+    }
+    auto it = segments_.find(segment);
+    if (it != segments_.end()) it->second.live_bytes += len;
+    s->next += h.count;
+  }
+  if (h.producer) {
+    ProducerState p = std::move(*h.producer);
+    p.last_offset = h.count ? s->next - 1 : 0;
+    s->mut().producers[p.producer_id] = std::move(p);
+  }
+  if (h.close) s->closed = true;
+  if (h.attributes && (s->extras || !h.attributes->empty())) {
+    s->mut().attributes = std::move(*h.attributes);
+  }
+  // Retention, exactly as every store applies it.
+  const StreamRetention& retention = s->view().retention;
+  if (retention.max_events || retention.max_bytes || retention.max_age_ms) {
+    store::RetainedView view;
+    view.count = static_cast<size_t>(s->next - s->head - s->Dropped());
+    view.total_bytes = s->bytes;
+    // The i-th retained record's offset: the i-th one not dropped. Retention asks for the
+    // oldest ones in order, so a walk from the last answer finds it (a stream without
+    // dropped records maps i to head + i).
+    auto at = std::make_shared<std::pair<size_t, uint64_t>>(0, s->head);
+    auto offset_of = [s, at](size_t i) {
+      if (s->Dropped() == 0) return s->head + i;
+      if (i < at->first) *at = {0, s->head};
+      while (at->first < i || s->DroppedAt(s->size_begin + (at->second - s->head))) {
+        if (!s->DroppedAt(s->size_begin + (at->second - s->head))) ++at->first;
+        ++at->second;
+      }
+      return at->second;
+    };
+    view.timestamp_at = [s, offset_of](size_t i) {
+      const uint64_t off = offset_of(i);
+      auto it = std::upper_bound(
+          s->batches.begin() + static_cast<std::ptrdiff_t>(s->batch_begin), s->batches.end(),
+          off, [](uint64_t o, const BatchRef& b) { return o < b.first_offset; });
+      return std::prev(it)->timestamp;
+    };
+    view.bytes_at = [s, offset_of](size_t i) {
+      return s->RecordBytesAt(s->size_begin + (offset_of(i) - s->head));
+    };
+    const size_t cut = store::RetentionDropCount(retention, h.timestamp, view);
+    // DropHead counts dropped records too: the cut ends after the cut-th retained record.
+    DropHead(*s, cut == 0 ? 0 : offset_of(cut - 1) + 1 - s->head);
+  }
+  return Status::OK();
+}
+
 // Long on purpose: one case per frame type, the same code for live apply and replay; each case
 // is short and reads against its frame's encoding in log_codec.h.
 Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segment, uint32_t pos,
@@ -274,95 +373,7 @@ Status LogStore::ApplyFrame(FrameType type, std::string_view body, uint32_t segm
       if (!DecodeAppendBatch(body, &h, &sizes, nullptr) || h.source_len != 0) {
         return Status::Corruption("malformed append-batch frame");
       }
-      // The writer never passes the largest offset; a frame that would is damage (and salvage,
-      // which accepts a batch that skips ahead, must not wrap the stream's offsets around).
-      if (h.count > std::numeric_limits<uint64_t>::max() - h.first_offset) {
-        return Status::Corruption("append-batch of stream #" + std::to_string(id) + " at " +
-                                  std::to_string(h.first_offset) + " passes the largest offset");
-      }
-      if (h.first_offset != s->next) {
-        if (!(replay && options_.salvage)) {
-          return Status::Corruption("append-batch of stream #" + std::to_string(id) +
-                                    " starts at " + std::to_string(h.first_offset) +
-                                    " but the stream's next offset is " + std::to_string(s->next));
-        }
-        if (h.first_offset < s->next) return Status::OK();  // already present
-        // The records between were in the damaged bytes: they become a hole (offsets kept,
-        // reads of them fail), and every intact record before and after stays readable.
-        SalvageNote("salvage: stream '" + s->name.str() + "' (#" + std::to_string(id) +
-                    ") lost records " + std::to_string(s->next) + " to " +
-                    std::to_string(h.first_offset - 1) + " to the damage; the records before " +
-                    "and after them are kept");
-        if (s->head == s->next || h.first_offset - s->next > kMaxHoleRecords) {
-          // Nothing retained before (no hole needed), or a gap too wide to index record by
-          // record: the stream starts over at the intact frame.
-          DropHead(*s, s->next - s->head);
-          s->head = s->next = h.first_offset;
-        } else {
-          s->batches.push_back(BatchRef{s->next, h.timestamp, kLostSegment, 0, 0});
-          for (uint64_t o = s->next; o < h.first_offset; ++o) s->PushSize(0, 0);
-          s->next = h.first_offset;
-        }
-      }
-      if (h.count > 0) {
-        for (const auto& [payload, key] : sizes) {
-          s->PushSize(payload, key);
-        }
-        BatchRef* last = s->batch_begin < s->batches.size() ? &s->batches.back() : nullptr;
-        if (last != nullptr && last->segment == segment && last->pos + last->len == pos &&
-            last->timestamp == h.timestamp && last->len + len <= kMaxMergedBatchBytes && !replay &&
-            last->pos >= merge_floor_pos_) {
-          last->len += len;  // the next adjacent frame of this stream: same reference
-        } else {
-          s->batches.push_back(BatchRef{h.first_offset, h.timestamp, segment, pos, len});
-        }
-        auto it = segments_.find(segment);
-        if (it != segments_.end()) it->second.live_bytes += len;
-        s->next += h.count;
-      }
-      if (h.producer) {
-        ProducerState p = std::move(*h.producer);
-        p.last_offset = h.count ? s->next - 1 : 0;
-        s->mut().producers[p.producer_id] = std::move(p);
-      }
-      if (h.close) s->closed = true;
-      if (h.attributes && (s->extras || !h.attributes->empty())) {
-        s->mut().attributes = std::move(*h.attributes);
-      }
-      // Retention, exactly as every store applies it.
-      const StreamRetention& retention = s->view().retention;
-      if (retention.max_events || retention.max_bytes || retention.max_age_ms) {
-        store::RetainedView view;
-        view.count = static_cast<size_t>(s->next - s->head - s->Dropped());
-        view.total_bytes = s->bytes;
-        // The i-th retained record's offset: the i-th one not dropped. Retention asks for the
-        // oldest ones in order, so a walk from the last answer finds it (a stream without
-        // dropped records maps i to head + i).
-        auto at = std::make_shared<std::pair<size_t, uint64_t>>(0, s->head);
-        auto offset_of = [s, at](size_t i) {
-          if (s->Dropped() == 0) return s->head + i;
-          if (i < at->first) *at = {0, s->head};
-          while (at->first < i || s->DroppedAt(s->size_begin + (at->second - s->head))) {
-            if (!s->DroppedAt(s->size_begin + (at->second - s->head))) ++at->first;
-            ++at->second;
-          }
-          return at->second;
-        };
-        view.timestamp_at = [s, offset_of](size_t i) {
-          const uint64_t off = offset_of(i);
-          auto it = std::upper_bound(
-              s->batches.begin() + static_cast<std::ptrdiff_t>(s->batch_begin), s->batches.end(),
-              off, [](uint64_t o, const BatchRef& b) { return o < b.first_offset; });
-          return std::prev(it)->timestamp;
-        };
-        view.bytes_at = [s, offset_of](size_t i) {
-          return s->RecordBytesAt(s->size_begin + (offset_of(i) - s->head));
-        };
-        const size_t cut = store::RetentionDropCount(retention, h.timestamp, view);
-        // DropHead counts dropped records too: the cut ends after the cut-th retained record.
-        DropHead(*s, cut == 0 ? 0 : offset_of(cut - 1) + 1 - s->head);
-      }
-      return Status::OK();
+      return ApplyAppendBatch(s, std::move(h), sizes, segment, pos, len, replay);
     }
     case FrameType::kCursorCommit: {
       std::string consumer;

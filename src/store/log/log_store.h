@@ -75,6 +75,7 @@
 #include "runnel/log_store.h"
 #include "runnel/store.h"
 #include "store/log/checkpoint_file.h"
+#include "store/log/log_codec.h"
 #include "store/log/log_format.h"
 #include "store/log/stream_table.h"
 #include "store/log/tail_cache.h"
@@ -205,6 +206,12 @@ class LogStore final : public Store {
   // --- applying frames, live and replay (log_apply.cc) ---
   Status ApplyFrame(FrameType type, std::string_view body, uint32_t segment, uint32_t pos,
                     uint32_t len, bool replay) RUNNEL_REQUIRES(state_mu_);
+  // An append batch's frame at (segment, pos, len), from its decoded header and record sizes;
+  // the writer calls it with what it encoded, without decoding the frame again.
+  Status ApplyAppendBatch(StreamState* s, AppendBatchHeader h,
+                          const std::vector<std::pair<uint32_t, uint32_t>>& sizes,
+                          uint32_t segment, uint32_t pos, uint32_t len, bool replay)
+      RUNNEL_REQUIRES(state_mu_);
   // Removes the n oldest records of `s` (dropped ones count), then any dropped records that
   // would be its new head, and releases the references below the new head.
   void DropHead(StreamState& s, uint64_t n) RUNNEL_REQUIRES(state_mu_);
@@ -248,6 +255,10 @@ class LogStore final : public Store {
   // Checks `op` against the reserved state and appends its frame (if any) to group_buf_.
   void Prepare(Op& op);
   void EncodeOp(Op& op) RUNNEL_NO_THREAD_SAFETY_ANALYSIS;  // Prepare's work, less the bookkeeping
+  // The writer's apply of an append it encoded and committed (ApplyAppendBatch from the op,
+  // the frame not decoded again); moves the producer and attributes out of op.append.
+  Status ApplyEncodedAppend(Op& op, uint32_t segment, uint32_t pos, uint32_t len)
+      RUNNEL_REQUIRES(state_mu_);
                                                            // of where the frame is
   // A cursor's offset as the group being prepared leaves it (nullopt: none, or removed).
   std::optional<uint64_t> PendingCursor(const StreamState& s,

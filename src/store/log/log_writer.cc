@@ -422,6 +422,29 @@ void LogStore::EncodeOp(Op& op) {
   }
 }
 
+Status LogStore::ApplyEncodedAppend(Op& op, uint32_t segment, uint32_t pos, uint32_t len) {
+  AppendRequest& req = op.append;
+  StreamState* s = FindLocked(req.stream);
+  if (s == nullptr) return Status::Internal("the stream of a committed append is gone");
+  // Exactly what EncodeOp wrote into the frame.
+  AppendBatchHeader h;
+  h.stream = req.stream;
+  h.count = static_cast<uint32_t>(req.records.size());
+  h.first_offset = op.append_result.next_offset - h.count;
+  h.timestamp = req.now_ms;
+  h.close = req.close;
+  h.producer = std::move(req.producer);
+  if (h.producer) h.producer->last_offset = 0;
+  h.attributes = std::move(req.attributes);
+  std::vector<std::pair<uint32_t, uint32_t>>& sizes = apply_sizes_;
+  sizes.clear();
+  for (const AppendRecord& r : req.records) {
+    sizes.emplace_back(static_cast<uint32_t>(r.payload.size()),
+                       static_cast<uint32_t>(r.key ? r.key->size() : 0));
+  }
+  return ApplyAppendBatch(s, std::move(h), sizes, segment, pos, len, false);
+}
+
 // Long on purpose: the steps of one commit (write, sync or repair, apply, cache, complete) in
 // order, sharing the group's position and outcome.
 void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_sync) {
@@ -466,12 +489,19 @@ void LogStore::CommitGroup(std::vector<std::shared_ptr<Op>>& group, bool force_s
     merge_floor_pos_ = static_cast<uint32_t>(pos);
     for (auto& op : group) {
       if (op->frame_len == 0) continue;
-      // The writer encoded this frame itself: its header is known good, no CRC check needed.
+      // The writer encoded this frame itself: no CRC check, and an append's effect is taken
+      // from the append rather than decoded from the frame again.
       const std::string_view frame(group_buf_.data() + op->frame_at, op->frame_len);
-      Status s = ApplyFrame(static_cast<FrameType>(frame[8]), frame.substr(kFrameHeaderSize),
-                            static_cast<uint32_t>(active_segment_),
-                            static_cast<uint32_t>(pos + op->frame_at),
-                            static_cast<uint32_t>(frame.size()), false);
+      const auto segment = static_cast<uint32_t>(active_segment_);
+      const auto at = static_cast<uint32_t>(pos + op->frame_at);
+      const auto len = static_cast<uint32_t>(frame.size());
+      Status s;
+      if (op->kind == OpKind::kAppend) {
+        s = ApplyEncodedAppend(*op, segment, at, len);
+      } else {
+        s = ApplyFrame(static_cast<FrameType>(frame[8]), frame.substr(kFrameHeaderSize), segment,
+                       at, len, false);
+      }
       if (!s.ok()) {
         op->status = Status::Internal("applying a committed frame failed: " + s.ToString());
         continue;

@@ -213,5 +213,30 @@ TEST(AppendDecisionTest, ACompactedStreamTakesOnlyStateProtocolMessages) {
                      "application/json")));
 }
 
+// A store that retries its atomic step may end the append with its own status after an earlier
+// Admit answered (the stream deleted between the two): the door must give the store's status,
+// not the stale answer.
+TEST(AppendDecisionTest, TheRulesAnswerOnlyWhenTheAppendEndedWithTheirRefusal) {
+  AppendRequest write;
+  AppendSpec spec = Body("x");
+  spec.expected_position = 2;  // the stream's tail is 5
+  const Found f = TextStream();
+  AppendRules rules(std::make_shared<const Found>(f), PlanAppend(f, std::move(spec), 100, &write));
+  AppendState now;
+  now.next_offset = 6;
+  const Status refused = rules.Admit(now, &write);
+  ASSERT_EQ(refused.code(), StatusCode::kConflict);
+  const AppendOutcome* answer = rules.AnswerFor(Result<AppendResult>(refused));
+  ASSERT_NE(answer, nullptr);
+  EXPECT_EQ(answer->tail_position, 5u);
+  EXPECT_EQ(rules.AnswerFor(Result<AppendResult>(Status::NotFound("stream #7 does not exist"))),
+            nullptr);
+  // Admitted by a later call: the write's own result stands.
+  now.next_offset = 3;
+  EXPECT_TRUE(rules.Admit(now, &write).ok());
+  EXPECT_EQ(rules.AnswerFor(Result<AppendResult>(refused)), nullptr);
+  EXPECT_EQ(rules.AnswerFor(Result<AppendResult>(AppendResult{3, 3, 4})), nullptr);
+}
+
 }  // namespace
 }  // namespace runnel::protocol
