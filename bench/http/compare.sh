@@ -100,6 +100,9 @@ cpu_ticks() {
   done
   echo "$total"
 }
+# rss_kb PID: the process's resident set, KiB.
+rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
+declare -A rss_before_wide rss_after_wide
 # server_pids NAME: the processes whose CPU is the server's (nginx: the master and its workers).
 server_pids() {
   local p="${pid[$1]}"
@@ -203,14 +206,20 @@ for name in "${stream_servers[@]}"; do
     node "$here/load.mjs" create "${url[$name]}" /v1/stream/many 10000 >/dev/null
   fi
   if wanted "${BENCH_CELLS:-}" append100k_c1000; then
+    rss_before_wide[$name]="$(rss_kb "${pid[$name]}")"
     node "$here/load.mjs" create "${url[$name]}" /v1/stream/wide 100000 >/dev/null
+    rss_after_wide[$name]="$(rss_kb "${pid[$name]}")"
   fi
 done
 
 # append_cell SERVER WORKLOAD: one timed run of an append cell, as run_wrk_cpu prints it (nginx
-# answers every path 204).
+# answers every path 204). During the 1,000-connection cell, the server's RSS halfway through
+# the run (every connection open) is written to $workdir/rss-SERVER.
 append_cell() {
   local n="$1" u="${url[$1]}"
+  if [[ "$2" == append100k_c1000 ]]; then
+    (sleep "$(( (duration + 1) / 2 ))"; rss_kb "${pid[$n]}" >"$workdir/rss-$n") >/dev/null &
+  fi
   case "$2" in
     append1_c1) run_wrk_cpu "$n" "$u" 1 append.lua STREAM=/v1/stream/one-c1 ;;
     append1_c16) run_wrk_cpu "$n" "$u" 16 append.lua STREAM=/v1/stream/one-c16 ;;
@@ -222,6 +231,7 @@ append_cell() {
   esac
 }
 declare -A cpu_samples  # cpu_samples[server,workload] = CPU us per acknowledged request, by round
+declare -A rss_before_c1000 rss_during_c1000
 declare -A errors       # errors[server,workload] = requests not acknowledged, over all rounds
 for (( r = 0; r < rounds; r++ )); do
   for w in "${append_rows[@]}"; do
@@ -229,6 +239,10 @@ for (( r = 0; r < rounds; r++ )); do
     for (( i = 0; i < ${#names[@]}; i++ )); do order+=("${names[$(( (i + r) % ${#names[@]} ))]}"); done
     for name in "${order[@]}"; do
       read -r rps cpu_us errs <<<"$(append_cell "$name" "$w")"
+      if [[ "$w" == append100k_c1000 ]]; then
+        rss_before_c1000[$name]="$(rss_kb "${pid[$name]}")"  # after the run, connections closed
+        rss_during_c1000[$name]="$(cat "$workdir/rss-$name" 2>/dev/null || echo 0)"
+      fi
       samples[$name,$w]+="$rps "
       cpu_samples[$name,$w]+="$cpu_us "
       errors[$name,$w]=$(( ${errors[$name,$w]:-0} + errs ))
@@ -364,6 +378,19 @@ if (( ${#append_rows[@]} > 0 )); then
     done
   done
   echo "Requests not acknowledged (non-2xx answers and socket errors, all rounds):${failed:- none}"
+  if wanted "${BENCH_CELLS:-}" append100k_c1000; then
+    echo "Memory (RSS of the server process): per stream, the growth while 100,000 streams were"
+    echo "created; per connection, the RSS halfway through the last 1,000-connection run less the"
+    echo "RSS once its connections closed (targets: <= 300 B per idle stream, <= 16 KiB per"
+    echo "connection):"
+    for name in runnel runnel_mem; do
+      [[ -n "${rss_after_wide[$name]:-}" ]] || continue
+      awk -v n="$name" -v b="${rss_before_wide[$name]}" -v a="${rss_after_wide[$name]}" \
+        -v idle="${rss_before_c1000[$name]:-0}" -v busy="${rss_during_c1000[$name]:-0}" \
+        'BEGIN { printf "  %-10s %6.0f B per stream   %6.1f KiB per connection\n", n,
+                 (a - b) * 1024 / 100000, (busy - idle) / 1000 }'
+    done
+  fi
 fi
 if [[ -n "${sse_line:-}" ]]; then
   echo "SSE fan-out, runnel: $sse_line"
