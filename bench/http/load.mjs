@@ -7,6 +7,10 @@
 //   node load.mjs fill-text BASE PATH MEGABYTES         append MEGABYTES of text in 64 KiB bodies
 //   node load.mjs fill-json BASE PATH MESSAGES          append MESSAGES JSON messages, 500 a POST
 //   node load.mjs tail-offset BASE PATH                 print the stream's next offset token
+//   node load.mjs hold BASE PREFIX COUNT SECONDS        open COUNT connections, one 100-byte
+//                                                       append to PREFIX-<i> on each, then hold
+//                                                       them idle SECONDS (prints held=COUNT
+//                                                       once all are open)
 //
 // Prints one line "key=value ..." that compare.sh parses. Every phase is bounded in count and time.
 import http from "node:http";
@@ -86,15 +90,41 @@ async function tailOffset(base, path) {
   console.log(res.headers["stream-next-offset"]);
 }
 
+async function hold(base, prefix, count, seconds) {
+  // One socket per connection: an agent of its own for each, kept alive after its answer.
+  const agents = [];
+  const body = "x".repeat(100);
+  await pool(count, 64, async (i) => {
+    const own = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    agents.push(own);
+    const url = new URL(`${prefix}-${i}`, base);
+    const res = await new Promise((resolve, reject) => {
+      const req = http.request(
+        { agent: own, method: "POST", hostname: url.hostname, port: url.port, path: url.pathname,
+          headers: { "Content-Type": "text/plain" } },
+        (r) => { r.resume(); r.on("end", () => resolve(r)); r.on("error", reject); },
+      );
+      req.setTimeout(30000, () => req.destroy(new Error("append: no answer in 30 s")));
+      req.on("error", reject);
+      req.end(body);
+    });
+    check({ status: res.statusCode, body: Buffer.alloc(0) }, "append");
+  });
+  console.log(`held=${count}`);
+  await new Promise((r) => setTimeout(r, Math.min(seconds, 60) * 1000));
+  for (const a of agents) a.destroy();
+}
+
 const [cmd, base, ...args] = process.argv.slice(2);
 const commands = {
   create: () => create(base, args[0], Number(args[1])),
   "fill-text": () => fillText(base, args[0], Number(args[1])),
   "fill-json": () => fillJson(base, args[0], Number(args[1])),
   "tail-offset": () => tailOffset(base, args[0]),
+  hold: () => hold(base, args[0], Number(args[1]), Number(args[2])),
 };
 if (!commands[cmd] || !base) {
-  console.error("usage: node load.mjs create|fill-text|fill-json|tail-offset BASE ...");
+  console.error("usage: node load.mjs create|fill-text|fill-json|tail-offset|hold BASE ...");
   process.exit(2);
 }
 try {
