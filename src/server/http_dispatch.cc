@@ -190,7 +190,7 @@ net::awaitable<bool> HttpServer::Impl::DispatchStream(Stream& stream, const Rout
   const Route* rt = &route;
   const HttpRequest* rq = &request;
   if (method == "PUT" || method == "POST" || method == "DELETE" || method == "PATCH") {
-    HttpResponse r = co_await AwaitWrite(rt, &request);
+    HttpResponse r = co_await service->HandleWrite(route, std::move(request));
     if (options_.subscriptions && r.status < 300) options_.subscriptions->NoteWrite(route);
     co_return co_await Write(stream, std::move(r), keep_alive, false, route.label, method);
   }
