@@ -186,8 +186,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.max_read_bytes = 4096;
   runnel::StreamRegistry registry(runnel::NewMemoryStore());
   StreamService service(registry, options, nullptr);
-  runnel::server::ChannelService channels(registry, 1);
-  runnel::server::GroupService groups(&service, 1);
+  runnel::server::ChannelService channels(registry, nullptr);
+  runnel::server::GroupService groups(&service, nullptr);
   const Services services{&service, &channels, &groups};
   Input in(data, size);
   for (int n = 0; n < 64 && !in.empty(); ++n) {

@@ -236,21 +236,6 @@ class HttpServer::Impl {
     HttpResponse response;
   };
 
-  // Group requests run on the group service's workers (they block on the store).
-  auto AwaitGroup(const Principal& who, std::shared_ptr<const HttpRequest> request) {
-    return AwaitCallback<GroupAnswer>([this, who, request](std::function<void(GroupAnswer)> done) {
-      groups_.Handle(who, *request, std::move(done));
-    });
-  }
-  // Channel requests run on the channel service's workers (they block on the store).
-  auto AwaitChannel(const Route* route, HttpRequest* request) {
-    ChannelService* channels = &channels_;
-    return AwaitCallback<HttpResponse>(
-        [channels, route, request](std::function<void(HttpResponse)> done) {
-          channels->Handle(*route, std::move(*request), std::move(done));
-        });
-  }
-
   // ---------------------------------------------------------------------------------------
   // http_dispatch.cc: one request, whatever its protocol.
 

@@ -32,8 +32,8 @@ HttpServer::Impl::Impl(StreamRegistry registry, const ServerOptions& options,
       offload_(options.offload_store_calls.value_or(registry.store().CallsMayBlock())),
       service_(std::move(registry), WithBlockingPool(options.service, &blocking_workers_, offload_),
                &metrics_),
-      channels_(service_.registry(), &blocking_workers_),
-      groups_(&service_, &blocking_workers_, options.max_groups_per_stream),
+      channels_(service_.registry(), service_.options().blocking_executor),
+      groups_(&service_, service_.options().blocking_executor, options.max_groups_per_stream),
       blocking_workers_(BlockingThreads(options), "store") {
   if (options.quotas.any()) {
     quota_ = std::make_unique<TenantQuota>(options.quotas, service_.registry());
@@ -73,8 +73,8 @@ std::vector<std::unique_ptr<WakeQueue>> HttpServer::Impl::MakeWakeQueues(
   return queues;
 }
 
-// The stream service's blocking calls run on the blocking pool (constructed after the service,
-// used only once serving); its coroutines resume on the io thread of their connection.
+// The services' blocking calls run on the blocking pool (constructed after the services, used
+// only once serving); their coroutines resume on the io thread of their connection.
 StreamServiceOptions HttpServer::Impl::WithBlockingPool(StreamServiceOptions options,
                                                         WorkerPool* blocking, bool offload) {
   options.offload_store_calls = offload;
