@@ -70,9 +70,12 @@ ChannelOptions ChannelService::Options() {
 }
 
 net::awaitable<HttpResponse> ChannelService::Handle(const Route& route, HttpRequest request) {
+  // Locals, not `this` or the parameters, in the lambda: GCC 12 mishandles lambda captures of
+  // coroutine parameters.
+  ChannelService* self = this;
   const Route* rt = &route;
   const HttpRequest* rq = &request;
-  const std::function<HttpResponse()> handle = [this, rt, rq] { return HandleNow(*rt, *rq); };
+  const std::function<HttpResponse()> handle = [self, rt, rq] { return self->HandleNow(*rt, *rq); };
   co_return co_await OnPool(blocking_, handle);
 }
 

@@ -108,10 +108,13 @@ GroupService::GroupService(StreamService* streams, BlockingExecutor blocking,
       blocking_(std::move(blocking)) {}
 
 net::awaitable<GroupAnswer> GroupService::Handle(const Principal& who, const HttpRequest& request) {
+  // Locals, not `this` or the parameters, in the lambda: GCC 12 mishandles lambda captures of
+  // coroutine parameters.
+  GroupService* self = this;
   const Principal* principal = &who;
   const HttpRequest* rq = &request;
-  const std::function<GroupAnswer()> handle = [this, principal, rq] {
-    return HandleNow(*principal, *rq);
+  const std::function<GroupAnswer()> handle = [self, principal, rq] {
+    return self->HandleNow(*principal, *rq);
   };
   co_return co_await OnPool(blocking_, handle);
 }

@@ -179,10 +179,13 @@ net::awaitable<HttpResponse> StreamService::HandleWrite(const Route& route, Http
       closed && !EqualsIgnoreCase(*closed, "true") && !EqualsIgnoreCase(*closed, "false")) {
     co_return ErrorResponse(Status::InvalidArgument("Stream-Closed must be true or false"));
   }
+  // Locals, not `this` or the parameters, in the lambdas: GCC 12 mishandles lambda captures of
+  // coroutine parameters.
+  StreamService* self = this;
   const Route* rt = &route;
   const HttpRequest* rq = &request;
   if (request.method == "POST" && request.Query("compact")) {
-    const std::function<HttpResponse()> compact = [this, rt] { return CompactNow(*rt); };
+    const std::function<HttpResponse()> compact = [self, rt] { return self->CompactNow(*rt); };
     co_return co_await OnPool(options_.blocking_executor, compact);
   }
   // Only validation that reads state it then changes needs the lane: Stream-Seq, closing and
@@ -197,7 +200,9 @@ net::awaitable<HttpResponse> StreamService::HandleWrite(const Route& route, Http
   std::string key = LaneKey(route.scope, route.name);
   KeyedLanes::Turn turn = co_await lanes_.Enter(std::move(key));
   if (post) co_return co_await Append(route, request, /*lane=*/true);
-  const std::function<HttpResponse()> write = [this, rt, rq] { return RunCatalogWrite(*rt, *rq); };
+  const std::function<HttpResponse()> write = [self, rt, rq] {
+    return self->RunCatalogWrite(*rt, *rq);
+  };
   co_return co_await OnPool(options_.blocking_executor, write);
 }
 
@@ -436,10 +441,16 @@ net::awaitable<protocol::AppendOutcome> StreamService::AppendOnce(const Route& r
                                                                   protocol::AppendSpec* spec,
                                                                   bool prepare_on_pool, bool fresh,
                                                                   bool retry_race) {
+  // Locals, not the parameters, in the lambdas: GCC 12 mishandles lambda captures of coroutine
+  // parameters.
   protocol::Catalog* catalog = &catalog_;
   const Route* rt = &route;
-  const std::function<protocol::PreparedAppend()> prepare = [catalog, rt, spec, fresh, retry_race] {
-    return catalog->PrepareAppend(rt->scope, rt->name, std::move(*spec), fresh, retry_race);
+  protocol::AppendSpec* taken = spec;
+  const bool from_fresh = fresh;
+  const bool retry = retry_race;
+  const std::function<protocol::PreparedAppend()> prepare = [catalog, rt, taken, from_fresh,
+                                                             retry] {
+    return catalog->PrepareAppend(rt->scope, rt->name, std::move(*taken), from_fresh, retry);
   };
   protocol::PreparedAppend prepared;
   if (prepare_on_pool) {
