@@ -413,8 +413,13 @@ HttpResponse StreamService::AppendResponse(const Route& route,
   return r;
 }
 
+// One coroutine for every round, so a plain append costs one frame here; the lambdas exist only
+// for the calls that go to the blocking pool. Their captures are locals, never `this` or the
+// parameters: GCC 12 mishandles lambda captures of coroutine parameters.
 net::awaitable<HttpResponse> StreamService::Append(const Route& route, const HttpRequest& request,
                                                    bool lane) {
+  protocol::Catalog* catalog = &catalog_;
+  const Route* rt = &route;
   bool fresh = false;
   bool retry_race = true;
   // A retry is fresh (never from the cache again) and a race is retried once: at most three
@@ -424,68 +429,53 @@ net::awaitable<HttpResponse> StreamService::Append(const Route& route, const Htt
     if (!spec.ok()) co_return ErrorResponse(spec.status());
     // The lookup is a store call that may block when it is not decided from the cache: not on
     // an event-loop thread then.
-    const bool prepare_on_pool =
-        options_.offload_store_calls && options_.blocking_executor &&
-        (fresh || lane || !catalog_.AppendIsCached(route.scope, route.name, spec->Plain()));
-    protocol::AppendOutcome outcome =
-        co_await AppendOnce(route, &*spec, prepare_on_pool, fresh, retry_race);
+    protocol::PreparedAppend prepared;
+    if (options_.offload_store_calls && options_.blocking_executor &&
+        (fresh || lane || !catalog_.AppendIsCached(route.scope, route.name, spec->Plain()))) {
+      protocol::AppendSpec* taken = &*spec;
+      const std::function<protocol::PreparedAppend()> prepare = [catalog, rt, taken, fresh,
+                                                                 retry_race] {
+        return catalog->PrepareAppend(rt->scope, rt->name, std::move(*taken), fresh, retry_race);
+      };
+      prepared = co_await OnPool(options_.blocking_executor, prepare);
+    } else {
+      prepared =
+          catalog_.PrepareAppend(route.scope, route.name, std::move(*spec), fresh, retry_race);
+    }
+    protocol::AppendOutcome outcome;
+    if (prepared.answer) {
+      outcome = std::move(*prepared.answer);
+    } else {
+      if (prepared.found->meta.compaction) {
+        NoteCompactedAppend(route.scope, prepared.found->info, prepared.bytes);
+      }
+      const auto started = std::chrono::steady_clock::now();
+      Result<AppendResult> result = co_await AwaitAppend(&registry_.store(), &prepared.request);
+      // Only a refusal (or Stream-Seq's bookkeeping, which may wait for a metadata write) calls
+      // the store on the way to the answer.
+      if (options_.offload_store_calls && protocol::Catalog::FinishCallsStore(prepared, result)) {
+        const protocol::PreparedAppend* ready = &prepared;
+        Result<AppendResult>* answered = &result;
+        const std::function<protocol::AppendOutcome()> finish = [catalog, ready, answered] {
+          return catalog->FinishAppend(*ready, std::move(*answered));
+        };
+        outcome = co_await OnPool(options_.blocking_executor, finish);
+      } else {
+        outcome = catalog_.FinishAppend(prepared, std::move(result));
+      }
+      if (metrics_ && outcome.kind == protocol::AppendOutcome::Kind::kAppended) {
+        metrics_->ObserveAppendLatency(
+            static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                      std::chrono::steady_clock::now() - started)
+                                      .count()));
+      }
+    }
     if (outcome.kind != protocol::AppendOutcome::Kind::kRetry) {
       co_return AppendResponse(route, outcome);
     }
     fresh = true;
     if (outcome.race) retry_race = false;
   }
-}
-
-net::awaitable<protocol::AppendOutcome> StreamService::AppendOnce(const Route& route,
-                                                                  protocol::AppendSpec* spec,
-                                                                  bool prepare_on_pool, bool fresh,
-                                                                  bool retry_race) {
-  // Locals, not the parameters, in the lambdas: GCC 12 mishandles lambda captures of coroutine
-  // parameters.
-  protocol::Catalog* catalog = &catalog_;
-  const Route* rt = &route;
-  protocol::AppendSpec* taken = spec;
-  const bool from_fresh = fresh;
-  const bool retry = retry_race;
-  const std::function<protocol::PreparedAppend()> prepare = [catalog, rt, taken, from_fresh,
-                                                             retry] {
-    return catalog->PrepareAppend(rt->scope, rt->name, std::move(*taken), from_fresh, retry);
-  };
-  protocol::PreparedAppend prepared;
-  if (prepare_on_pool) {
-    prepared = co_await OnPool(options_.blocking_executor, prepare);
-  } else {
-    prepared = prepare();
-  }
-  if (prepared.answer) co_return std::move(*prepared.answer);
-  if (prepared.found->meta.compaction) {
-    NoteCompactedAppend(route.scope, prepared.found->info, prepared.bytes);
-  }
-  const auto started = std::chrono::steady_clock::now();
-  Store* store = &registry_.store();
-  AppendRequest* write = &prepared.request;
-  Result<AppendResult> result = co_await AwaitAppend(store, write);
-  // Only a refusal (or Stream-Seq's bookkeeping, which may wait for a metadata write) calls the
-  // store on the way to the answer.
-  const protocol::PreparedAppend* ready = &prepared;
-  Result<AppendResult>* answered = &result;
-  const std::function<protocol::AppendOutcome()> finish = [catalog, ready, answered] {
-    return catalog->FinishAppend(*ready, std::move(*answered));
-  };
-  protocol::AppendOutcome outcome;
-  if (options_.offload_store_calls && protocol::Catalog::FinishCallsStore(prepared, result)) {
-    outcome = co_await OnPool(options_.blocking_executor, finish);
-  } else {
-    outcome = finish();
-  }
-  if (metrics_ && outcome.kind == protocol::AppendOutcome::Kind::kAppended) {
-    metrics_->ObserveAppendLatency(
-        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                  std::chrono::steady_clock::now() - started)
-                                  .count()));
-  }
-  co_return outcome;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -262,10 +262,6 @@ class StreamService {
   // store) runs again from a fresh lookup: at most three rounds. `lane`: the caller holds the
   // stream's lane.
   net::awaitable<HttpResponse> Append(const Route& route, const HttpRequest& request, bool lane);
-  // One round of Append from the parsed spec: the outcome (kRetry to run again).
-  net::awaitable<protocol::AppendOutcome> AppendOnce(const Route& route, protocol::AppendSpec* spec,
-                                                     bool prepare_on_pool, bool fresh,
-                                                     bool retry_race);
   // The HTTP answer to an append's outcome: status and headers, nothing decided.
   static HttpResponse AppendResponse(const Route& route, const protocol::AppendOutcome& outcome);
   // PUT, PATCH or DELETE: blocking catalog calls (on the blocking pool in a server).
