@@ -11,12 +11,16 @@
 // flight per connection, and at most max_connections connections).
 //
 // Thread-safety: Enter may be called from any thread concurrently; a Turn may be destroyed on
-// any thread. Every Turn must be destroyed before the KeyedLanes.
+// any thread, also after the KeyedLanes (a coroutine frame destroyed with its event loop at
+// shutdown): the lanes' state lives as long as any Turn, and once the KeyedLanes is gone a Turn
+// leaves without letting anyone in. Destroying the KeyedLanes drops the coroutines still
+// waiting in its lanes (their frames, never resumed).
 #ifndef RUNNEL_SERVER_KEYED_LANES_H_
 #define RUNNEL_SERVER_KEYED_LANES_H_
 
 #include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -27,27 +31,30 @@
 namespace runnel::server {
 
 class KeyedLanes {
+  struct State;
+
  public:
   // The caller's hold on a lane; leaving it (destruction) lets the next waiter in.
   class Turn {
    public:
     Turn() = default;
-    Turn(KeyedLanes* lanes, std::string key) : lanes_(lanes), key_(std::move(key)) {}
-    Turn(Turn&& other) noexcept
-        : lanes_(std::exchange(other.lanes_, nullptr)), key_(std::move(other.key_)) {}
+    Turn(std::shared_ptr<State> state, std::string key)
+        : state_(std::move(state)), key_(std::move(key)) {}
+    Turn(Turn&& other) noexcept = default;
     Turn& operator=(Turn&& other) = delete;
     Turn(const Turn&) = delete;
     Turn& operator=(const Turn&) = delete;
     ~Turn() {
-      if (lanes_ != nullptr) lanes_->Leave(key_);
+      if (state_ != nullptr) Leave(*state_, key_);
     }
 
    private:
-    KeyedLanes* lanes_ = nullptr;
+    std::shared_ptr<State> state_;
     std::string key_;
   };
 
-  KeyedLanes() = default;
+  KeyedLanes() : state_(std::make_shared<State>()) {}
+  ~KeyedLanes();
   KeyedLanes(const KeyedLanes&) = delete;
   KeyedLanes& operator=(const KeyedLanes&) = delete;
 
@@ -55,6 +62,15 @@ class KeyedLanes {
   net::awaitable<Turn> Enter(std::string key);
 
  private:
+  struct State {
+    Mutex mu;
+    // Set when the KeyedLanes is destroyed: Turns still held leave without handing on.
+    bool closed RUNNEL_GUARDED_BY(mu) = false;
+    // Per busy key: the holder first (its entry is empty), then the waiters in order.
+    std::unordered_map<std::string, std::deque<std::function<void(bool)>>> lanes
+        RUNNEL_GUARDED_BY(mu);
+  };
+
   // Takes the lane of *key when it is empty.
   bool TryEnter(const std::string& key);
   // Queues the caller behind the lane's holder and resumes it when its turn comes (at once when
@@ -65,12 +81,9 @@ class KeyedLanes {
         Resume::kPost);
   }
   void Queue(const std::string& key, std::function<void(bool)> resume);
-  void Leave(const std::string& key);
+  static void Leave(State& state, const std::string& key);
 
-  Mutex mu_;
-  // Per busy key: the holder first (its entry is empty), then the waiters in order.
-  std::unordered_map<std::string, std::deque<std::function<void(bool)>>> lanes_
-      RUNNEL_GUARDED_BY(mu_);
+  const std::shared_ptr<State> state_;
 };
 
 }  // namespace runnel::server

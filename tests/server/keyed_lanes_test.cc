@@ -14,6 +14,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <chrono>
 #include <future>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -104,6 +106,50 @@ TEST(KeyedLanesTest, AWaiterResumesOnItsOwnExecutor) {
   waiter_work.reset();
   holder_thread.join();
   waiter_thread.join();
+}
+
+// Sets *flag when destroyed: shows a coroutine's frame went.
+struct SetOnDestroy {
+  bool* flag;
+  ~SetOnDestroy() { *flag = true; }
+};
+
+net::awaitable<void> EnterAndKeep(KeyedLanes* lanes, std::optional<KeyedLanes::Turn>* kept) {
+  std::string key = "s";
+  kept->emplace(co_await lanes->Enter(std::move(key)));
+}
+
+net::awaitable<void> EnterAndNote(KeyedLanes* lanes, bool* entered, bool* frame_gone) {
+  SetOnDestroy guard{frame_gone};
+  std::string key = "s";
+  KeyedLanes::Turn turn = co_await lanes->Enter(std::move(key));
+  *entered = true;
+}
+
+// At shutdown a Turn can outlive the lanes (a coroutine frame destroyed with its event loop):
+// the waiters go with the lanes, never let in, and the late Turn leaves without handing on.
+TEST(KeyedLanesTest, ATurnMayOutliveTheLanesAndTheirWaitersGoWithThem) {
+  net::io_context ioc(1);
+  std::optional<KeyedLanes::Turn> kept;
+  auto lanes = std::make_unique<KeyedLanes>();
+  bool entered = false;
+  bool frame_gone = false;
+  net::co_spawn(ioc, EnterAndKeep(lanes.get(), &kept), net::detached);
+  net::co_spawn(ioc, EnterAndNote(lanes.get(), &entered, &frame_gone), net::detached);
+  while (ioc.poll() > 0) {
+  }
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_FALSE(entered);
+  EXPECT_FALSE(frame_gone);
+  lanes.reset();
+  // Asio unwinds a dropped coroutine through its own executor.
+  while (ioc.poll() > 0) {
+  }
+  EXPECT_TRUE(frame_gone);
+  EXPECT_FALSE(entered);
+  kept.reset();
+  EXPECT_EQ(ioc.poll(), 0u);
+  EXPECT_FALSE(entered);
 }
 
 }  // namespace
