@@ -33,13 +33,9 @@
 #ifndef RUNNEL_SERVER_STREAM_SERVICE_H_
 #define RUNNEL_SERVER_STREAM_SERVICE_H_
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
