@@ -13,10 +13,15 @@
 //   u8 query count, then per parameter: u8 name, u8 length, value;
 //   u16 body length (little-endian), body.
 // A request cut short by the end of the input is sent with what it has.
+#include <utility>  // first: Boost 1.74's awaitable.hpp needs std::exchange declared.
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -155,11 +160,16 @@ void Serve(const Services& services, HttpRequest request) {
   } else {
     const HttpRequest copy = request;
     bool answered = false;
-    service.HandleWrite(route, std::move(request), [&](HttpResponse r) {
-      CheckResponse(copy, r);
-      answered = true;
-    });
-    // The memory store answers inline and the service has no executors here.
+    // The memory store answers inline and the service has no blocking pool here: the write
+    // completes within run(), which returns once nothing is left to do (no work guard).
+    boost::asio::io_context ioc(1);
+    boost::asio::co_spawn(ioc, service.HandleWrite(route, std::move(request)),
+                          [&copy, &answered](std::exception_ptr error, HttpResponse r) {
+                            if (error) std::rethrow_exception(error);
+                            CheckResponse(copy, r);
+                            answered = true;
+                          });
+    ioc.run();
     if (!answered) {
       std::fprintf(stderr, "stream_service_fuzz: %s %s was not answered\n", copy.method.c_str(),
                    copy.path.c_str());
@@ -176,8 +186,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.max_read_bytes = 4096;
   runnel::StreamRegistry registry(runnel::NewMemoryStore());
   StreamService service(registry, options, nullptr);
-  runnel::server::ChannelService channels(registry, 1);
-  runnel::server::GroupService groups(&service, 1);
+  runnel::server::ChannelService channels(registry, nullptr);
+  runnel::server::GroupService groups(&service, nullptr);
   const Services services{&service, &channels, &groups};
   Input in(data, size);
   for (int n = 0; n < 64 && !in.empty(); ++n) {

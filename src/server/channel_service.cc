@@ -60,15 +60,8 @@ uint64_t HttpPartitioner(const MessageEnvelope& e) {
 
 }  // namespace
 
-ChannelService::ChannelService(StreamRegistry registry, WorkerPool* workers)
-    : registry_(std::move(registry)), workers_(workers) {}
-
-ChannelService::ChannelService(StreamRegistry registry, size_t worker_threads)
-    : registry_(std::move(registry)),
-      own_workers_(std::make_unique<WorkerPool>(worker_threads, "channel")),
-      workers_(own_workers_.get()) {}
-
-ChannelService::~ChannelService() = default;
+ChannelService::ChannelService(StreamRegistry registry, BlockingExecutor blocking)
+    : registry_(std::move(registry)), blocking_(std::move(blocking)) {}
 
 ChannelOptions ChannelService::Options() {
   ChannelOptions options;
@@ -76,10 +69,14 @@ ChannelOptions ChannelService::Options() {
   return options;
 }
 
-void ChannelService::Handle(const Route& route, HttpRequest request, Done done) {
-  workers_->Post([this, route, request = std::move(request), done = std::move(done)] {
-    done(HandleNow(route, request));
-  });
+net::awaitable<HttpResponse> ChannelService::Handle(const Route& route, HttpRequest request) {
+  // Locals, not `this` or the parameters, in the lambda: GCC 12 mishandles lambda captures of
+  // coroutine parameters.
+  ChannelService* self = this;
+  const Route* rt = &route;
+  const HttpRequest* rq = &request;
+  const std::function<HttpResponse()> handle = [self, rt, rq] { return self->HandleNow(*rt, *rq); };
+  co_return co_await OnPool(blocking_, handle);
 }
 
 HttpResponse ChannelService::HandleNow(const Route& route, const HttpRequest& request) {

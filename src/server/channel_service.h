@@ -29,8 +29,8 @@
 //
 // Thread-safety: Handle may be called from any thread. Each channel is one DurableChannel behind
 // its own mutex: publishes to one channel are serialised, different channels run in parallel on
-// the threads of a WorkerPool (the HTTP server's one pool for blocking store calls, or a pool of
-// the service's own), never on an io thread.
+// the blocking pool the service is given (the HTTP server's one pool for blocking store calls),
+// never on an io thread; the awaiting coroutine resumes on its own executor.
 #ifndef RUNNEL_SERVER_CHANNEL_SERVICE_H_
 #define RUNNEL_SERVER_CHANNEL_SERVICE_H_
 
@@ -45,31 +45,26 @@
 #include "base/mutex.h"
 #include "runnel/channel.h"
 #include "runnel/registry.h"
+#include "server/await_call.h"
 #include "server/http_types.h"
-#include "server/worker_pool.h"
 
 namespace runnel::server {
 
 class ChannelService {
  public:
-  using Done = std::function<void(HttpResponse)>;
-
   // Limits of the API, each answered with a clear 400 when passed.
   static constexpr size_t kMaxPartitions = 1024;
   static constexpr size_t kMaxChannelIdBytes = 128;
 
-  // Handle runs on `workers`, which is not owned: it must outlive this, and be destroyed
-  // (finishing its queued jobs) before it.
-  ChannelService(StreamRegistry registry, WorkerPool* workers);
-  // The same with a pool of the service's own, of `worker_threads` threads (at least one).
-  ChannelService(StreamRegistry registry, size_t worker_threads);
-  // With a pool of its own: finishes queued requests, then joins the workers.
-  ~ChannelService();
+  // Handle's work runs on `blocking` (server/await_call.h), whose pool must outlive this and
+  // finish its queued jobs before this goes; null runs it on the awaiting coroutine's thread.
+  ChannelService(StreamRegistry registry, BlockingExecutor blocking);
   ChannelService(const ChannelService&) = delete;
   ChannelService& operator=(const ChannelService&) = delete;
 
-  // Serves a kChannel route. `done` runs exactly once, on a worker thread.
-  void Handle(const Route& route, HttpRequest request, Done done);
+  // Serves a kChannel route on the blocking pool. `route` must outlive the awaitable (the
+  // awaiting coroutine's frame holds it).
+  net::awaitable<HttpResponse> Handle(const Route& route, HttpRequest request);
 
   // The synchronous form (runs on the caller's thread); for tests.
   HttpResponse HandleNow(const Route& route, const HttpRequest& request);
@@ -95,11 +90,7 @@ class ChannelService {
   StreamRegistry registry_;
   Mutex mu_;
   std::map<std::string, std::shared_ptr<Entry>> channels_ RUNNEL_GUARDED_BY(mu_);
-
-  // Last members: an own pool is destroyed first, so queued jobs finish while the rest is still
-  // alive. Null when the pool is the caller's.
-  std::unique_ptr<WorkerPool> own_workers_;
-  WorkerPool* const workers_;
+  const BlockingExecutor blocking_;
 };
 
 }  // namespace runnel::server

@@ -101,20 +101,22 @@ Route GroupService::StreamRouteOf(std::string_view path) {
   return route;
 }
 
-GroupService::GroupService(StreamService* streams, WorkerPool* workers,
-                           size_t max_groups_per_stream)
-    : streams_(streams), max_groups_per_stream_(max_groups_per_stream), workers_(workers) {}
-
-GroupService::GroupService(StreamService* streams, size_t worker_threads,
+GroupService::GroupService(StreamService* streams, BlockingExecutor blocking,
                            size_t max_groups_per_stream)
     : streams_(streams),
       max_groups_per_stream_(max_groups_per_stream),
-      own_workers_(std::make_unique<WorkerPool>(worker_threads, "group")),
-      workers_(own_workers_.get()) {}
+      blocking_(std::move(blocking)) {}
 
-void GroupService::Handle(Principal who, HttpRequest request, Done done) {
-  workers_->Post([this, who = std::move(who), request = std::move(request),
-                  done = std::move(done)] { done(HandleNow(who, request)); });
+net::awaitable<GroupAnswer> GroupService::Handle(const Principal& who, const HttpRequest& request) {
+  // Locals, not `this` or the parameters, in the lambda: GCC 12 mishandles lambda captures of
+  // coroutine parameters.
+  GroupService* self = this;
+  const Principal* principal = &who;
+  const HttpRequest* rq = &request;
+  const std::function<GroupAnswer()> handle = [self, principal, rq] {
+    return self->HandleNow(*principal, *rq);
+  };
+  co_return co_await OnPool(blocking_, handle);
 }
 
 GroupAnswer GroupService::LiveReader(const Route& route, const HttpRequest& request, LiveMode mode,

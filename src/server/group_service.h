@@ -35,10 +35,11 @@
 // Authorization: the caller's principal is checked against the stream's scope (Z1-Z4) before
 // the stream is looked up, exactly as for the stream URL.
 //
-// Threads: Handle queues the request on a WorkerPool, whose threads block on the store (the
-// HTTP server's one pool for blocking store calls, or a pool of the service's own); the io
-// threads never call the registry's synchronous group functions. HandleNow runs on the
-// caller's thread. Both may be called from any thread concurrently.
+// Threads: Handle runs the request on the blocking pool the service is given, whose threads
+// block on the store (the HTTP server's one pool for blocking store calls, server/await_call.h),
+// and resumes the awaiting coroutine on its own executor; the io threads never call the
+// registry's synchronous group functions. HandleNow runs on the caller's thread. Both may be
+// called from any thread concurrently.
 #ifndef RUNNEL_SERVER_GROUP_SERVICE_H_
 #define RUNNEL_SERVER_GROUP_SERVICE_H_
 
@@ -49,9 +50,9 @@
 #include <string_view>
 
 #include "runnel/registry.h"
+#include "server/await_call.h"
 #include "server/http_types.h"
 #include "server/stream_service.h"
-#include "server/worker_pool.h"
 
 namespace runnel::server {
 
@@ -66,19 +67,15 @@ struct GroupAnswer {
 
 class GroupService {
  public:
-  using Done = std::function<void(GroupAnswer)>;
-
   // The default of the most consumer groups one stream may have: an ack that would add one
   // more answers 429 resource_exhausted (each group is kept, and listed, until it is deleted
   // or the stream is).
   static constexpr size_t kDefaultMaxGroupsPerStream = 10000;
 
-  // `streams` is not owned and must outlive this. Handle runs on `workers`, which is not owned:
-  // it must outlive this, and be destroyed (finishing its queued jobs) before it.
-  GroupService(StreamService* streams, WorkerPool* workers,
-               size_t max_groups_per_stream = kDefaultMaxGroupsPerStream);
-  // The same with a pool of the service's own, of `worker_threads` threads (at least one).
-  GroupService(StreamService* streams, size_t worker_threads,
+  // `streams` is not owned and must outlive this. Handle's work runs on `blocking`, whose pool
+  // must outlive this and finish its queued jobs before this goes; null runs it on the awaiting
+  // coroutine's thread.
+  GroupService(StreamService* streams, BlockingExecutor blocking,
                size_t max_groups_per_stream = kDefaultMaxGroupsPerStream);
   GroupService(const GroupService&) = delete;
   GroupService& operator=(const GroupService&) = delete;
@@ -88,9 +85,9 @@ class GroupService {
   // The stream route a group path addresses (kNotFound if none).
   static Route StreamRouteOf(std::string_view path);
 
-  // Serves one request for `who` (already authenticated) on a worker thread; `done` runs
-  // exactly once, on that thread.
-  void Handle(Principal who, HttpRequest request, Done done);
+  // Serves one request for `who` (already authenticated) on the blocking pool. Both must
+  // outlive the awaitable (the awaiting coroutine's frame holds them).
+  net::awaitable<GroupAnswer> Handle(const Principal& who, const HttpRequest& request);
   // The same on the caller's thread.
   GroupAnswer HandleNow(const Principal& who, const HttpRequest& request);
 
@@ -103,10 +100,7 @@ class GroupService {
 
   StreamService* const streams_;
   const size_t max_groups_per_stream_;
-  // Last members: an own pool is destroyed first, so queued requests finish while the rest is
-  // alive. Null when the pool is the caller's.
-  std::unique_ptr<WorkerPool> own_workers_;
-  WorkerPool* const workers_;
+  const BlockingExecutor blocking_;
 };
 
 }  // namespace runnel::server

@@ -91,7 +91,7 @@ net::awaitable<bool> HttpServer::Impl::DispatchGroup(Stream& stream, Principal p
                                                      HttpRequest request, const std::string& method,
                                                      bool keep_alive, PendingSse* sse) {
   auto shared = std::make_shared<const HttpRequest>(std::move(request));
-  GroupAnswer answer = co_await AwaitGroup(principal, shared);
+  GroupAnswer answer = co_await groups_.Handle(principal, *shared);
   if (!answer.live) {
     co_return co_await Write(stream, std::move(answer.response), keep_alive, method == "HEAD",
                              "groups", method);
@@ -171,7 +171,7 @@ net::awaitable<bool> HttpServer::Impl::DispatchService(Stream& stream, const Rou
     }
     case Route::Kind::kChannel: {
       const bool head = method == "HEAD";
-      HttpResponse r = co_await AwaitChannel(rt, &request);
+      HttpResponse r = co_await channels_.Handle(route, std::move(request));
       co_return co_await Write(stream, std::move(r), keep_alive, head, route.label, method);
     }
     case Route::Kind::kStream: break;
@@ -190,7 +190,7 @@ net::awaitable<bool> HttpServer::Impl::DispatchStream(Stream& stream, const Rout
   const Route* rt = &route;
   const HttpRequest* rq = &request;
   if (method == "PUT" || method == "POST" || method == "DELETE" || method == "PATCH") {
-    HttpResponse r = co_await AwaitWrite(rt, &request);
+    HttpResponse r = co_await service->HandleWrite(route, std::move(request));
     if (options_.subscriptions && r.status < 300) options_.subscriptions->NoteWrite(route);
     co_return co_await Write(stream, std::move(r), keep_alive, false, route.label, method);
   }

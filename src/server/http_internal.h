@@ -34,6 +34,7 @@
 
 #include "base/mutex.h"
 #include "server/access_log.h"
+#include "server/await_call.h"
 #include "server/channel_service.h"
 #include "server/group_service.h"
 #include "server/h2_connection.h"
@@ -44,14 +45,6 @@
 #include "server/stream_service.h"
 #include "server/tenant_quota.h"
 #include "server/worker_pool.h"
-
-// GCC reports Asio's coroutine frames (a class-specific operator new, a sized operator delete)
-// as -Wmismatched-new-delete in some out-of-line coroutines once it inlines both: a known false
-// positive (GCC PR middle-end/109224); the pair is well-formed. Only the http_*.cc files include
-// this header.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
 
 namespace runnel::server {
 
@@ -86,8 +79,8 @@ class HttpServer::Impl {
   static std::vector<std::unique_ptr<net::io_context>> MakeIoContexts(size_t threads);
   static std::vector<std::unique_ptr<WakeQueue>> MakeWakeQueues(
       const std::vector<std::unique_ptr<net::io_context>>& iocs, Impl* impl);
-  static StreamServiceOptions WithExecutors(StreamServiceOptions options, net::io_context* first,
-                                            WorkerPool* blocking, bool offload);
+  static StreamServiceOptions WithBlockingPool(StreamServiceOptions options, WorkerPool* blocking,
+                                               bool offload);
   // The blocking pool's threads: the most any of its users was given (catalog_threads,
   // channel_threads, group_threads), so none has fewer than it asked for.
   static size_t BlockingThreads(const ServerOptions& options) {
@@ -227,61 +220,14 @@ class HttpServer::Impl {
   // ---------------------------------------------------------------------------------------
   // Store and service calls from a connection's coroutine, which resume on its io thread.
 
-  // Starts an operation that reports a T to a callback (on any thread) and returns an awaitable
-  // for it; the callback is posted back to the awaiting coroutine's executor. Deliberately not a
-  // coroutine itself: GCC 12 mishandles lambda captures of coroutine parameters.
-  template <typename T>
-  struct CallbackInitiation {
-    std::function<void(std::function<void(T)>)> start;
-    // The awaiting coroutine's handler and whether `start` is still running, in one
-    // allocation shared by the callback and the resumption it posts.
-    template <typename Handler>
-    struct Pending {
-      explicit Pending(Handler h) : handler(std::move(h)) {}
-      Handler handler;
-      std::atomic<bool> starting{true};
-    };
-    template <typename Handler>
-    void operator()(Handler handler) {
-      auto ex = net::get_associated_executor(handler);
-      auto pending = std::make_shared<Pending<Handler>>(std::move(handler));
-      // A callback that arrives on an io thread after `start` returned (a store answer already
-      // handed to the io threads) resumes the coroutine right there; one during `start`, or on
-      // another thread, is posted.
-      start([pending, ex](T value) {
-        const bool starting = pending->starting.load(std::memory_order_acquire);
-        auto resume = [pending, value = std::move(value)]() mutable {
-          pending->handler(std::move(value));
-        };
-        if (starting) {
-          net::post(ex, std::move(resume));
-        } else {
-          net::dispatch(ex, std::move(resume));
-        }
-      });
-      pending->starting.store(false, std::memory_order_release);
-    }
-  };
-  template <typename T>
-  static auto AwaitCallback(std::function<void(std::function<void(T)>)> start) {
-    return net::async_initiate<decltype(net::use_awaitable), void(T)>(
-        CallbackInitiation<T>{std::move(start)}, net::use_awaitable);
-  }
-  // Runs `fn` on the blocking pool and returns its result to the awaiting coroutine.
-  template <typename T>
-  auto OnWorkers(std::function<T()> fn) {
-    return AwaitCallback<T>([this, fn = std::move(fn)](std::function<void(T)> done) {
-      blocking_workers_.Post([fn, done = std::move(done)] { done(fn()); });
-    });
-  }
   // A stream request's store calls: on the blocking pool when they may block (offload_),
-  // else right here. GCC 12 mishandles temporaries that live across a co_await, and lambda
-  // captures of coroutine parameters: callers pass a named std::function whose captures are
-  // pointers.
+  // else right here (server/await_call.h). GCC 12 mishandles temporaries that live across a
+  // co_await, and lambda captures of coroutine parameters: callers pass a named std::function
+  // whose captures are pointers.
   template <typename T>
   net::awaitable<T> StoreCall(const std::function<T()>& fn) {
     if (!offload_) co_return fn();
-    co_return co_await OnWorkers<T>(fn);
+    co_return co_await AwaitOnPool<T>(&service_.options().blocking_executor, &fn);
   }
   // The start of a GET: the reader's state, or the whole response (an error, or a catch-up
   // read that is complete in one response) with no state.
@@ -289,34 +235,6 @@ class HttpServer::Impl {
     std::optional<ReadState> state;
     HttpResponse response;
   };
-
-  // A request on a service (StreamService::HandleWrite, ChannelService::Handle).
-  template <typename Service>
-  using StartFn = void (Service::*)(const Route&, HttpRequest, std::function<void(HttpResponse)>);
-  // `route` and `request` belong to the awaiting coroutine's frame, which outlives the call;
-  // the request is moved into the service, with no copy and no shared_ptr per request.
-  template <typename Service>
-  static auto AwaitService(Service* service, StartFn<Service> start, const Route* route,
-                           HttpRequest* request) {
-    return AwaitCallback<HttpResponse>(
-        [service, start, route, request](std::function<void(HttpResponse)> done) {
-          (service->*start)(*route, std::move(*request), std::move(done));
-        });
-  }
-  // Group requests run on the group service's workers (they block on the store).
-  auto AwaitGroup(const Principal& who, std::shared_ptr<const HttpRequest> request) {
-    return AwaitCallback<GroupAnswer>([this, who, request](std::function<void(GroupAnswer)> done) {
-      groups_.Handle(who, *request, std::move(done));
-    });
-  }
-  // Writes run on the stream service; channel requests on the channel service's workers (they
-  // block on the store).
-  auto AwaitWrite(const Route* route, HttpRequest* request) {
-    return AwaitService(&service_, &StreamService::HandleWrite, route, request);
-  }
-  auto AwaitChannel(const Route* route, HttpRequest* request) {
-    return AwaitService(&channels_, &ChannelService::Handle, route, request);
-  }
 
   // ---------------------------------------------------------------------------------------
   // http_dispatch.cc: one request, whatever its protocol.

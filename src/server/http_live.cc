@@ -245,7 +245,7 @@ net::awaitable<bool> HttpServer::Impl::GroupLongPoll(Stream& stream, Principal p
                         std::chrono::milliseconds(service_.options().long_poll_timeout_ms);
   ReadChunk chunk = co_await WaitForRecords(stream, state, deadline);
   while (!chunk.gone && !chunk.records.empty()) {
-    GroupAnswer again = co_await AwaitGroup(principal, request);
+    GroupAnswer again = co_await groups_.Handle(principal, *request);
     if (!again.live) {
       co_return co_await Write(stream, std::move(again.response), keep_alive, false, "groups",
                                "GET");

@@ -15,9 +15,6 @@ namespace runnel::server {
 
 namespace {
 
-// The io_context run by the calling thread, on an io thread; null elsewhere.
-thread_local net::io_context* t_io_context = nullptr;
-
 // Live SSE responses recheck their caller's token whenever the token file changes (a token
 // revoked) and every kAccessRecheckEvery in any case (a token expired): a response admitted
 // earlier ends once its token would no longer be admitted.
@@ -33,11 +30,10 @@ HttpServer::Impl::Impl(StreamRegistry registry, const ServerOptions& options,
       wake_queues_(MakeWakeQueues(iocs_, this)),
       acceptor_(*iocs_[0]),
       offload_(options.offload_store_calls.value_or(registry.store().CallsMayBlock())),
-      service_(std::move(registry),
-               WithExecutors(options.service, iocs_[0].get(), &blocking_workers_, offload_),
+      service_(std::move(registry), WithBlockingPool(options.service, &blocking_workers_, offload_),
                &metrics_),
-      channels_(service_.registry(), &blocking_workers_),
-      groups_(&service_, &blocking_workers_, options.max_groups_per_stream),
+      channels_(service_.registry(), service_.options().blocking_executor),
+      groups_(&service_, service_.options().blocking_executor, options.max_groups_per_stream),
       blocking_workers_(BlockingThreads(options), "store") {
   if (options.quotas.any()) {
     quota_ = std::make_unique<TenantQuota>(options.quotas, service_.registry());
@@ -77,19 +73,11 @@ std::vector<std::unique_ptr<WakeQueue>> HttpServer::Impl::MakeWakeQueues(
   return queues;
 }
 
-// Store callbacks continue on the io threads, never on a store's writer thread: on the io
-// thread that started the operation when known, else on the first; catalog writes run on the
-// blocking pool (constructed after the service, used only once serving).
-StreamServiceOptions HttpServer::Impl::WithExecutors(StreamServiceOptions options,
-                                                     net::io_context* first, WorkerPool* blocking,
-                                                     bool offload) {
+// The services' blocking calls run on the blocking pool (constructed after the services, used
+// only once serving); their coroutines resume on the io thread of their connection.
+StreamServiceOptions HttpServer::Impl::WithBlockingPool(StreamServiceOptions options,
+                                                        WorkerPool* blocking, bool offload) {
   options.offload_store_calls = offload;
-  options.executor = [first](std::function<void()> fn) { net::post(*first, std::move(fn)); };
-  options.current_executor = []() -> std::function<void(std::function<void()>)> {
-    net::io_context* here = t_io_context;
-    if (here == nullptr) return nullptr;
-    return [here](std::function<void()> fn) { net::post(*here, std::move(fn)); };
-  };
   options.blocking_executor = [blocking](std::function<void()> fn) {
     blocking->Post(std::move(fn));
   };
@@ -110,11 +98,7 @@ void HttpServer::Impl::Run() {
   // An io_context without connections would return from run() at once; Drain stops them all.
   std::vector<net::executor_work_guard<net::io_context::executor_type>> keep_running;
   for (auto& ioc : iocs_) keep_running.push_back(net::make_work_guard(*ioc));
-  auto serve = [](net::io_context* ioc) {
-    t_io_context = ioc;
-    ioc->run();
-    t_io_context = nullptr;
-  };
+  auto serve = [](net::io_context* ioc) { ioc->run(); };
   std::vector<std::thread> pool;
   for (size_t i = 1; i < iocs_.size(); ++i) {
     pool.emplace_back(serve, iocs_[i].get());

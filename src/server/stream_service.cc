@@ -77,63 +77,6 @@ std::string StreamService::LaneKey(const StreamScope& scope, std::string_view na
   return key;
 }
 
-void StreamService::Defer(std::function<void()> fn) {
-  DeferTo(options_.executor, std::move(fn));
-}
-
-StreamService::Executor StreamService::Home() const {
-  if (options_.current_executor) {
-    if (Executor here = options_.current_executor()) return here;
-  }
-  return options_.executor;
-}
-
-void StreamService::DeferTo(const Executor& ex, std::function<void()> fn) {
-  if (ex) {
-    ex(std::move(fn));
-  } else {
-    fn();
-  }
-}
-
-void StreamService::RunInLane(const std::string& key, std::function<void(Release)> op) {
-  {
-    MutexLock lock(lanes_mu_);
-    auto& queue = lanes_[key];
-    queue.push_back(std::move(op));
-    if (queue.size() > 1) return;  // the op ahead of it starts it on release
-  }
-  StartLaneHead(key);
-}
-
-void StreamService::StartLaneHead(const std::string& key) {
-  std::function<void(Release)> op;
-  {
-    MutexLock lock(lanes_mu_);
-    op = lanes_[key].front();
-  }
-  op([this, key]() {
-    bool more = false;
-    {
-      MutexLock lock(lanes_mu_);
-      auto it = lanes_.find(key);
-      it->second.pop_front();
-      more = !it->second.empty();
-      if (!more) lanes_.erase(it);
-    }
-    if (more) StartLaneHead(key);
-  });
-}
-
-void StreamService::DeferStoreWork(const Executor& home, bool calls_store,
-                                   std::function<void()> fn) {
-  if (calls_store && options_.offload_store_calls && options_.blocking_executor) {
-    options_.blocking_executor(std::move(fn));
-  } else {
-    DeferTo(home, std::move(fn));
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Headers
 
@@ -229,92 +172,58 @@ std::string StreamService::NextCursor(const std::optional<std::string>& client_c
 // ---------------------------------------------------------------------------------------------
 // Writes
 
-void StreamService::HandleWrite(const Route& route, HttpRequest request, Done done) {
+net::awaitable<HttpResponse> StreamService::HandleWrite(const Route& route, HttpRequest request) {
   // Any other value would read as "not closed": a client that meant to close would be told its
   // append succeeded and the stream stay open.
   if (auto closed = request.Header("stream-closed");
       closed && !EqualsIgnoreCase(*closed, "true") && !EqualsIgnoreCase(*closed, "false")) {
-    done(ErrorResponse(Status::InvalidArgument("Stream-Closed must be true or false")));
-    return;
+    co_return ErrorResponse(Status::InvalidArgument("Stream-Closed must be true or false"));
   }
+  // Locals, not `this` or the parameters, in the lambdas: GCC 12 mishandles lambda captures of
+  // coroutine parameters.
+  StreamService* self = this;
+  const Route* rt = &route;
+  const HttpRequest* rq = &request;
   if (request.method == "POST" && request.Query("compact")) {
-    if (options_.blocking_executor) {
-      options_.blocking_executor(
-          [this, route, done = std::move(done)]() mutable { CompactNow(route, std::move(done)); });
-    } else {
-      CompactNow(route, std::move(done));
-    }
-    return;
+    const std::function<HttpResponse()> compact = [self, rt] { return self->CompactNow(*rt); };
+    co_return co_await OnPool(options_.blocking_executor, compact);
   }
-  auto shared = std::make_shared<const HttpRequest>(std::move(request));
-  if (shared->method == "POST") {
-    // The store decides every append inside its atomic step; the lane keeps the appends whose
-    // answer depends on their order (a producer's sequence, Stream-Seq, closing) in the order
-    // they arrived, which lookups on the blocking pool would not. Plain appends to one stream
-    // need no order among themselves and can share a group commit.
-    const bool needs_lane =
-        shared->Header("stream-seq").has_value() || IsTrue(shared->Header("stream-closed")) ||
-        shared->Header("producer-id").has_value() || shared->Header("producer-epoch").has_value() ||
-        shared->Header("producer-seq").has_value();
-    if (!needs_lane) {
-      if (options_.offload_store_calls && options_.blocking_executor &&
-          !catalog_.AppendIsCached(route.scope, route.name)) {
-        // The lookup is a store call that may block: not on this (event-loop) thread.
-        options_.blocking_executor([this, route, shared, done = std::move(done)]() mutable {
-          Append(
-              route, shared, [] {}, std::move(done));
-        });
-        return;
-      }
-      Append(
-          route, shared, [] {}, std::move(done));
-      return;
-    }
-  }
-  RunInLane(LaneKey(route.scope, route.name), [this, route, shared,
-                                               done = std::move(done)](Release release) mutable {
-    auto run = [this, route, shared, release = std::move(release),
-                done = std::move(done)]() mutable {
-      if (shared->method == "POST") {
-        Append(route, shared, std::move(release), std::move(done));
-      } else {
-        RunCatalogWrite(route, *shared, std::move(release), std::move(done));
-      }
-    };
-    if ((shared->method != "POST" || options_.offload_store_calls) && options_.blocking_executor) {
-      options_.blocking_executor(std::move(run));
-      return;
-    }
-    run();
-  });
+  // The store decides every append inside its atomic step; the lane keeps the writes whose
+  // answer depends on their order (a producer's sequence, Stream-Seq, closing; PUT, PATCH,
+  // DELETE) in the order they arrived, which calls on the blocking pool would not. Plain appends
+  // to one stream need no order among themselves and can share a group commit.
+  const bool post = request.method == "POST";
+  const bool needs_lane =
+      !post || request.Header("stream-seq").has_value() ||
+      IsTrue(request.Header("stream-closed")) || request.Header("producer-id").has_value() ||
+      request.Header("producer-epoch").has_value() || request.Header("producer-seq").has_value();
+  if (!needs_lane) co_return co_await Append(route, request);
+  std::string key = LaneKey(route.scope, route.name);
+  KeyedLanes::Turn turn = co_await lanes_.Enter(std::move(key));
+  if (post) co_return co_await Append(route, request);
+  const std::function<HttpResponse()> write = [self, rt, rq] {
+    return self->RunCatalogWrite(*rt, *rq);
+  };
+  co_return co_await OnPool(options_.blocking_executor, write);
 }
 
-void StreamService::RunCatalogWrite(const Route& route, const HttpRequest& request, Release release,
-                                    Done done) {
-  if (request.method == "PUT") {
-    Create(route, request, std::move(release), std::move(done));
-  } else if (request.method == "PATCH") {
-    UpdateRetention(route, request, std::move(release), std::move(done));
-  } else {
-    Delete(route, std::move(release), std::move(done));
-  }
+HttpResponse StreamService::RunCatalogWrite(const Route& route, const HttpRequest& request) {
+  if (request.method == "PUT") return Create(route, request);
+  if (request.method == "PATCH") return UpdateRetention(route, request);
+  return Delete(route);
 }
 
-void StreamService::Delete(const Route& route, Release release, Done done) {
+HttpResponse StreamService::Delete(const Route& route) {
   protocol::Catalog::Refusal refusal = protocol::Catalog::Refusal::kNone;
   Status removed = catalog_.Delete(route.scope, route.name, &refusal);
-  HttpResponse response;
   if (removed.ok()) {
+    HttpResponse response;
     response.status = 204;
-  } else if (refusal == protocol::Catalog::Refusal::kSoftDeleted) {
-    response = Gone();
-  } else if (refusal == protocol::Catalog::Refusal::kChannel) {
-    response = ChannelOwned(route.name);
-  } else {
-    response = ErrorResponse(removed);
+    return response;
   }
-  release();
-  done(std::move(response));
+  if (refusal == protocol::Catalog::Refusal::kSoftDeleted) return Gone();
+  if (refusal == protocol::Catalog::Refusal::kChannel) return ChannelOwned(route.name);
+  return ErrorResponse(removed);
 }
 
 namespace {
@@ -411,20 +320,15 @@ Result<protocol::CreateSpec> ParseCreateSpec(const HttpRequest& request) {
 
 }  // namespace
 
-void StreamService::Create(const Route& route, const HttpRequest& request, Release release,
-                           Done done) {
-  auto finish = [&](HttpResponse r) {
-    release();
-    done(std::move(r));
-  };
+HttpResponse StreamService::Create(const Route& route, const HttpRequest& request) {
   auto spec = ParseCreateSpec(request);
-  if (!spec.ok()) return finish(ErrorResponse(spec.status()));
+  if (!spec.ok()) return ErrorResponse(spec.status());
   protocol::Catalog::CreateRefusal refusal = protocol::Catalog::CreateRefusal::kNone;
   auto created = catalog_.Create(route.scope, route.name, *spec, &refusal);
   if (!created.ok()) {
-    return finish(refusal == protocol::Catalog::CreateRefusal::kPayload
-                      ? PayloadErrorResponse(created.status())
-                      : ErrorResponse(created.status()));
+    return refusal == protocol::Catalog::CreateRefusal::kPayload
+               ? PayloadErrorResponse(created.status())
+               : ErrorResponse(created.status());
   }
   HttpResponse r;
   r.status = created->created ? 201 : 200;
@@ -435,7 +339,7 @@ void StreamService::Create(const Route& route, const HttpRequest& request, Relea
   }
   r.Set("Stream-Next-Offset", FormatOffset(created->tail_position));
   if (created->closed) r.Set("Stream-Closed", "true");
-  finish(std::move(r));
+  return r;
 }
 
 namespace {
@@ -474,6 +378,13 @@ Result<protocol::AppendSpec> ParseAppendSpec(const HttpRequest& request) {
   return spec;
 }
 
+// Store::Append of *write, awaited: the coroutine resumes on its own executor, never on the
+// store's writer thread. Not a coroutine: see server/await_call.h.
+auto AwaitAppend(Store* store, AppendRequest* write) {
+  return AwaitCallback<Result<AppendResult>>(
+      [store, write](AppendCallback done) { store->Append(std::move(*write), std::move(done)); });
+}
+
 }  // namespace
 
 HttpResponse StreamService::AppendResponse(const Route& route,
@@ -503,66 +414,62 @@ HttpResponse StreamService::AppendResponse(const Route& route,
   return r;
 }
 
-void StreamService::Append(const Route& route, std::shared_ptr<const HttpRequest> shared,
-                           Release release, Done done, bool fresh) {
-  auto spec = ParseAppendSpec(*shared);
-  if (!spec.ok()) {
-    release();
-    done(ErrorResponse(spec.status()));
-    return;
-  }
-  protocol::PreparedAppend prepared =
-      catalog_.PrepareAppend(route.scope, route.name, std::move(*spec), fresh);
-  if (prepared.answer) {
-    return Conclude(route, std::move(shared), *prepared.answer, std::move(release),
-                    std::move(done));
-  }
-  if (prepared.found->meta.compaction) {
-    NoteCompactedAppend(route.scope, prepared.found->info, prepared.bytes);
-  }
-  AppendRequest write = std::move(prepared.request);
-  registry_.store().Append(
-      std::move(write),
-      [this, home = Home(), started = std::chrono::steady_clock::now(),
-       prepared = std::move(prepared), route, shared = std::move(shared),
-       release = std::move(release), done = std::move(done)](Result<AppendResult> result) mutable {
-        // Only a refusal by the store itself calls the store on the way to the answer.
-        const bool calls_store = protocol::Catalog::FinishCallsStore(prepared, result);
-        DeferStoreWork(
-            home, calls_store,
-            [this, started, prepared = std::move(prepared), route = std::move(route),
-             shared = std::move(shared), release = std::move(release), done = std::move(done),
-             result = std::move(result)]() mutable {
-              protocol::AppendOutcome outcome = catalog_.FinishAppend(prepared, std::move(result));
-              if (metrics_ && outcome.kind == protocol::AppendOutcome::Kind::kAppended) {
-                metrics_->ObserveAppendLatency(
-                    static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                              std::chrono::steady_clock::now() - started)
-                                              .count()));
-              }
-              Conclude(route, std::move(shared), outcome, std::move(release), std::move(done));
-            });
-      });
-}
-
-void StreamService::Conclude(const Route& route, std::shared_ptr<const HttpRequest> shared,
-                             const protocol::AppendOutcome& outcome, Release release, Done done) {
-  if (outcome.kind == protocol::AppendOutcome::Kind::kRetry) {
-    // The stream remembered is gone: decide again from a fresh lookup, a store call, so on the
-    // blocking executor when store calls are offloaded.
-    auto again = [this, route, shared = std::move(shared), release = std::move(release),
-                  done = std::move(done)]() mutable {
-      Append(route, shared, std::move(release), std::move(done), /*fresh=*/true);
-    };
-    if (options_.offload_store_calls && options_.blocking_executor) {
-      options_.blocking_executor(std::move(again));
+// One coroutine for every round, so a plain append costs one frame here; the lambdas exist only
+// for the calls that go to the blocking pool. Their captures are locals, never `this` or the
+// parameters: GCC 12 mishandles lambda captures of coroutine parameters.
+net::awaitable<HttpResponse> StreamService::Append(const Route& route, const HttpRequest& request) {
+  protocol::Catalog* catalog = &catalog_;
+  const Route* rt = &route;
+  bool fresh = false;
+  // A retry is fresh (never from the cache again): at most two rounds.
+  for (;;) {
+    auto spec = ParseAppendSpec(request);
+    if (!spec.ok()) co_return ErrorResponse(spec.status());
+    // The lookup is a store call that may block when it is not decided from the cache: not on
+    // an event-loop thread then.
+    protocol::PreparedAppend prepared;
+    if (options_.offload_store_calls && options_.blocking_executor &&
+        (fresh || !catalog_.AppendIsCached(route.scope, route.name))) {
+      protocol::AppendSpec* taken = &*spec;
+      const std::function<protocol::PreparedAppend()> prepare = [catalog, rt, taken, fresh] {
+        return catalog->PrepareAppend(rt->scope, rt->name, std::move(*taken), fresh);
+      };
+      prepared = co_await OnPool(options_.blocking_executor, prepare);
     } else {
-      again();
+      prepared = catalog_.PrepareAppend(route.scope, route.name, std::move(*spec), fresh);
     }
-    return;
+    protocol::AppendOutcome outcome;
+    if (prepared.answer) {
+      outcome = std::move(*prepared.answer);
+    } else {
+      if (prepared.found->meta.compaction) {
+        NoteCompactedAppend(route.scope, prepared.found->info, prepared.bytes);
+      }
+      const auto started = std::chrono::steady_clock::now();
+      Result<AppendResult> result = co_await AwaitAppend(&registry_.store(), &prepared.request);
+      // Only a refusal by the store itself calls the store on the way to the answer.
+      if (options_.offload_store_calls && protocol::Catalog::FinishCallsStore(prepared, result)) {
+        const protocol::PreparedAppend* ready = &prepared;
+        Result<AppendResult>* answered = &result;
+        const std::function<protocol::AppendOutcome()> finish = [catalog, ready, answered] {
+          return catalog->FinishAppend(*ready, std::move(*answered));
+        };
+        outcome = co_await OnPool(options_.blocking_executor, finish);
+      } else {
+        outcome = catalog_.FinishAppend(prepared, std::move(result));
+      }
+      if (metrics_ && outcome.kind == protocol::AppendOutcome::Kind::kAppended) {
+        metrics_->ObserveAppendLatency(
+            static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                      std::chrono::steady_clock::now() - started)
+                                      .count()));
+      }
+    }
+    if (outcome.kind != protocol::AppendOutcome::Kind::kRetry) {
+      co_return AppendResponse(route, outcome);
+    }
+    fresh = true;
   }
-  release();
-  done(AppendResponse(route, outcome));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -611,16 +518,16 @@ void StreamService::NoteCompactedAppend(const StreamScope& scope, const StreamIn
   });
 }
 
-void StreamService::CompactNow(const Route& route, Done done) {
+HttpResponse StreamService::CompactNow(const Route& route) {
   auto found = catalog_.Lookup(route.scope, route.name);
-  if (!found.ok()) return done(ErrorResponse(found.status()));
-  if (found->meta.soft_deleted) return done(Gone());
+  if (!found.ok()) return ErrorResponse(found.status());
+  if (found->meta.soft_deleted) return Gone();
   if (!found->meta.compaction) {
-    return done(ErrorResponse(Status::FailedPrecondition(
-        "stream '" + route.name + "' was not created with Stream-Compaction: state")));
+    return ErrorResponse(Status::FailedPrecondition(
+        "stream '" + route.name + "' was not created with Stream-Compaction: state"));
   }
   auto report = RunCompaction(found->info.id, route.scope, route.name);
-  if (!report.ok()) return done(ErrorResponse(report.status()));
+  if (!report.ok()) return ErrorResponse(report.status());
   json body = {{"compacted_through", FormatOffset(report->compacted_through)},
                {"scanned_records", report->scanned_records},
                {"scanned_bytes", report->scanned_bytes},
@@ -634,11 +541,10 @@ void StreamService::CompactNow(const Route& route, Done done) {
   r.Set("Content-Type", "application/json");
   r.Set("Cache-Control", "no-store");
   r.body = body.dump();
-  done(std::move(r));
+  return r;
 }
 
-void StreamService::UpdateRetention(const Route& route, const HttpRequest& request, Release release,
-                                    Done done) {
+HttpResponse StreamService::UpdateRetention(const Route& route, const HttpRequest& request) {
   HttpResponse response;
   auto retention = ParseRetentionHeaders(request);
   const auto whole = request.Header("stream-retention");
@@ -667,8 +573,7 @@ void StreamService::UpdateRetention(const Route& route, const HttpRequest& reque
     SetRetentionHeaders(*retention, &response);
     response.Set("Stream-Next-Offset", FormatOffset(TailPosition(*after)));
   }
-  release();
-  done(std::move(response));
+  return response;
 }
 
 }  // namespace runnel::server

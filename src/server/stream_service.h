@@ -24,18 +24,19 @@
 // "Concurrency Requirements"). Plain appends skip the lane (a close that lands first makes them
 // fail with 409 + Stream-Closed).
 //
-// Thread-safety: every method may be called from any thread concurrently. Callbacks passed to
-// HandleWrite run exactly once, on an arbitrary thread (possibly before HandleWrite returns).
+// Writes are coroutines (Boost.Asio C++20 coroutines, server/await_call.h): HandleWrite's
+// awaitable resumes its awaiting coroutine on that coroutine's executor with the response; the
+// store's append is awaited there, and blocking store and catalog calls on the blocking pool
+// (StreamServiceOptions::blocking_executor).
+//
+// Thread-safety: every method may be called from any thread concurrently; the awaitables of
+// concurrent writes may run on different executors.
 #ifndef RUNNEL_SERVER_STREAM_SERVICE_H_
 #define RUNNEL_SERVER_STREAM_SERVICE_H_
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -47,8 +48,10 @@
 #include "core/protocol/meta.h"
 #include "core/state_compaction.h"
 #include "runnel/registry.h"
+#include "server/await_call.h"
 #include "server/content_coding.h"
 #include "server/http_types.h"
+#include "server/keyed_lanes.h"
 #include "server/metrics.h"
 #include "server/offset_token.h"
 
@@ -71,23 +74,16 @@ struct StreamServiceOptions {
   // The most records one catch-up response carries. Small JSON messages would otherwise cost a
   // round trip per thousand; max_read_bytes still bounds the response.
   size_t max_read_records = 65536;
-  // Runs continuations of store callbacks. Store callbacks may run on a store's writer thread,
-  // where calling back into the store (or starting the next queued write) could deadlock or
-  // stall group commit, so the service hands that work to this executor. Null runs it inline
-  // (fine for the memory store and tests).
-  std::function<void(std::function<void()>)> executor;
-  // The executor of the calling thread when that thread runs an event loop of its own (a
-  // server with one io_context per io thread), else null. An append captures it when it starts,
-  // so the continuation of its store callback runs on the thread serving the connection instead
-  // of hopping through `executor` to some other thread first. Null: always `executor`.
-  std::function<std::function<void(std::function<void()>)>()> current_executor;
-  // Runs catalog writes (create, retention change, delete), which wait for their commit to be
-  // durable. Handing them to a pool of threads keeps io threads free and lets concurrent creates
-  // share one group commit. Null runs them inline (tests).
-  std::function<void(std::function<void()>)> blocking_executor;
-  // Run appends that must look the stream up in the store (and the work after a store answer)
-  // on blocking_executor instead of the calling thread: set by a server whose store's calls may
-  // block (Store::CallsMayBlock), so no event-loop thread waits on a database.
+  // The blocking pool: catalog writes (create, retention change, delete), which wait for their
+  // commit to be durable, compactions, and the store calls of appends when
+  // offload_store_calls is set run there, awaited by the writing coroutine
+  // (server/await_call.h's OnPool). Handing them to a pool of threads keeps io threads free and
+  // lets concurrent creates share one group commit. Null runs them inline (tests).
+  BlockingExecutor blocking_executor;
+  // Run appends that must look the stream up in the store (and the work after a store answer
+  // that calls the store) on blocking_executor instead of the calling coroutine's thread: set
+  // by a server whose store's calls may block (Store::CallsMayBlock), so no event-loop thread
+  // waits on a database.
   bool offload_store_calls = false;
   // The most streams the catalog's append cache remembers (protocol::CatalogOptions::
   // append_cache_streams); 0 turns the cache off.
@@ -185,8 +181,6 @@ struct SseStep {
 
 class StreamService {
  public:
-  using Done = std::function<void(HttpResponse)>;
-
   StreamService(StreamRegistry registry, StreamServiceOptions options, Metrics* metrics);
   StreamService(const StreamService&) = delete;
   StreamService& operator=(const StreamService&) = delete;
@@ -194,9 +188,9 @@ class StreamService {
   const StreamServiceOptions& options() const { return options_; }
   StreamRegistry& registry() { return registry_; }
 
-  // PUT (create/fork), POST (append/close), DELETE and PATCH (retention). `done` runs exactly
-  // once.
-  void HandleWrite(const Route& route, HttpRequest request, Done done);
+  // PUT (create/fork), POST (append/close), DELETE and PATCH (retention). `route` must outlive
+  // the awaitable (the awaiting coroutine's frame holds it).
+  net::awaitable<HttpResponse> HandleWrite(const Route& route, HttpRequest request);
   // GET /v1/streams?prefix=&after=&limit= (runnel extension): streams of the route's scope in
   // name order as {"streams":[{name, content_type, next_offset, closed, ...}], "next_after"}.
   HttpResponse HandleList(const Route& route, const HttpRequest& request);
@@ -254,45 +248,27 @@ class StreamService {
 
  private:
   using Meta = protocol::Meta;
-  using Release = std::function<void()>;
 
-  using Executor = std::function<void(std::function<void()>)>;
-  // Runs `fn` through options_.executor (inline when unset).
-  void Defer(std::function<void()> fn);
-  // The executor a store callback's continuation should run on, for an operation starting on
-  // the calling thread: options_.current_executor's answer, else options_.executor.
-  Executor Home() const;
-  // Runs `fn` through `ex` (inline when null).
-  static void DeferTo(const Executor& ex, std::function<void()> fn);
-  // Serialises `op` with other writes to the same stream.
-  void RunInLane(const std::string& key, std::function<void(Release)> op);
-  void StartLaneHead(const std::string& key);
   static std::string LaneKey(const StreamScope& scope, std::string_view name);
 
   // PUT: the headers become a protocol::CreateSpec; protocol::Catalog::Create decides.
-  void Create(const Route& route, const HttpRequest& request, Release release, Done done);
+  HttpResponse Create(const Route& route, const HttpRequest& request);
   // POST: the headers become a protocol::AppendSpec; protocol::Catalog::PrepareAppend and
-  // FinishAppend decide (core/protocol/append.h). `fresh`: not from the catalog's append cache.
-  void Append(const Route& route, std::shared_ptr<const HttpRequest> request, Release release,
-              Done done, bool fresh = false);
-  // Answers `outcome`, or for kRetry runs the append again from a fresh lookup.
-  void Conclude(const Route& route, std::shared_ptr<const HttpRequest> request,
-                const protocol::AppendOutcome& outcome, Release release, Done done);
+  // FinishAppend decide (core/protocol/append.h). An append to a remembered stream that is gone
+  // runs again from a fresh lookup: at most two rounds.
+  net::awaitable<HttpResponse> Append(const Route& route, const HttpRequest& request);
   // The HTTP answer to an append's outcome: status and headers, nothing decided.
   static HttpResponse AppendResponse(const Route& route, const protocol::AppendOutcome& outcome);
-  // Runs `fn` on blocking_executor when it `calls_store` and store calls are offloaded, else
-  // through `home` (see Home).
-  void DeferStoreWork(const Executor& home, bool calls_store, std::function<void()> fn);
-  // PUT, PATCH or DELETE, on the calling thread (options_.blocking_executor's in a server).
-  void RunCatalogWrite(const Route& route, const HttpRequest& request, Release release, Done done);
-  void Delete(const Route& route, Release release, Done done);
+  // PUT, PATCH or DELETE: blocking catalog calls (on the blocking pool in a server).
+  HttpResponse RunCatalogWrite(const Route& route, const HttpRequest& request);
+  HttpResponse Delete(const Route& route);
   // PATCH (runnel extension): replaces the stream's retention caps with the
   // Stream-Retention-Max-* headers sent (an absent header clears that cap); with none of them,
   // `Stream-Retention: none` clears every cap and anything else is 400.
-  void UpdateRetention(const Route& route, const HttpRequest& request, Release release, Done done);
+  HttpResponse UpdateRetention(const Route& route, const HttpRequest& request);
   // POST <stream>?compact: compacts a State Protocol stream now (core/state_compaction.h) and
   // answers what it reclaimed as JSON. One compaction per stream at a time (409 otherwise).
-  void CompactNow(const Route& route, Done done);
+  HttpResponse CompactNow(const Route& route);
   // Runs one compaction of stream `id` unless one is running (then kConflict).
   Result<compaction::Report> RunCompaction(StreamId id, const StreamScope& scope,
                                            std::string_view name);
@@ -311,8 +287,8 @@ class StreamService {
   // The protocol's per-stream state and rules (expiry, access times, forks, metadata writes).
   protocol::Catalog catalog_;
 
-  Mutex lanes_mu_;
-  std::unordered_map<std::string, std::deque<std::function<void(Release)>>> lanes_;
+  // Per-stream lanes of the writes that validate against state they then change (LaneKey).
+  KeyedLanes lanes_;
 
   // The latest framed SSE data event per stream (ReadSse), bounded by
   // options_.sse_shared_frame_bytes. Frames cover immutable records, so a frame stays correct

@@ -1,6 +1,7 @@
 // WorkerPool: a fixed set of threads that run jobs which may block on the store, so the io
-// threads never do. Used by the services whose registry calls have no asynchronous form
-// (channels, consumer groups).
+// threads never do. The HTTP server has one, its blocking pool (`store-N`): catalog writes,
+// offloaded stream calls, channel and group requests, each awaited by the request's coroutine
+// through server/await_call.h's OnPool.
 //
 // Limits: the queue is not capped by the pool itself; each caller bounds it (the HTTP server
 // has at most one request in flight per connection, and at most max_connections connections).

@@ -76,9 +76,9 @@ TEST_P(PostgresDifferentialTest, TwoServingNodesAnswerLikeOneNode) {
   server::StreamService single(StreamRegistry(NewMemoryStore(), &clock_), options, nullptr);
   server::StreamService node_a(StreamRegistry(std::move(nodes_[0]), &clock_), options, nullptr);
   server::StreamService node_b(StreamRegistry(std::move(nodes_[1]), &clock_), options, nullptr);
-  server::GroupService single_groups(&single, 1);
-  server::GroupService groups_a(&node_a, 1);
-  server::GroupService groups_b(&node_b, 1);
+  server::GroupService single_groups(&single, nullptr);
+  server::GroupService groups_a(&node_a, nullptr);
+  server::GroupService groups_b(&node_b, nullptr);
   RunProtocolDifferential({&single, &single_groups}, {{&node_a, &groups_a}, {&node_b, &groups_b}},
                           static_cast<uint32_t>(GetParam()),
                           steps_env != nullptr ? std::atoi(steps_env) : 300);

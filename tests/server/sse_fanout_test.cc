@@ -19,6 +19,7 @@
 #include "server/offset_token.h"
 #include "server/stream_service.h"
 #include "support/loopback_socket.h"
+#include "support/write_sync.h"
 
 namespace runnel::server {
 namespace {
@@ -44,10 +45,7 @@ class SseShareTest : public ::testing::Test {
     request.headers.insert(headers.begin(), headers.end());
     request.headers.emplace("content-type", content_type_);
     request.body = body;
-    int status = 0;
-    service_.HandleWrite(ParseRoute(request.path), request,
-                         [&](HttpResponse r) { status = r.status; });
-    return status;
+    return testing::WriteSync(service_, std::move(request)).status;
   }
 
   ReadState BeginSse(const std::string& offset) {

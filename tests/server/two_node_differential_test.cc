@@ -36,9 +36,9 @@ TEST_P(TwoNodeDifferentialTest, TwoNodesOverOneStoreAnswerLikeOneNode) {
                        options, nullptr);
   StreamService node_b(StreamRegistry(std::make_unique<testing::ForwardingStore>(shared), &clock),
                        options, nullptr);
-  GroupService single_groups(&single, 1);
-  GroupService groups_a(&node_a, 1);
-  GroupService groups_b(&node_b, 1);
+  GroupService single_groups(&single, nullptr);
+  GroupService groups_a(&node_a, nullptr);
+  GroupService groups_b(&node_b, nullptr);
   testing::RunProtocolDifferential(
       {&single, &single_groups}, {{&node_a, &groups_a}, {&node_b, &groups_b}},
       static_cast<uint32_t>(GetParam()), steps_env != nullptr ? std::atoi(steps_env) : 400);
