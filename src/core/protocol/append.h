@@ -130,8 +130,7 @@ class AppendRules final : public AppendGuard {
   const AppendOutcome* AnswerFor(const Result<AppendResult>& result) const {
     if (!answer_ || result.ok()) return nullptr;
     const Status& s = result.status();
-    return s.code() == returned_.code() && s.message() == returned_.message() ? &*answer_
-                                                                              : nullptr;
+    return s.code() == returned_.code() && s.message() == returned_.message() ? &*answer_ : nullptr;
   }
   const AppendPlan& plan() const { return plan_; }
 

@@ -222,8 +222,8 @@ Status LogStore::ApplyAppendBatch(StreamState* s, AppendBatchHeader h,
   }
   if (h.first_offset != s->next) {
     if (!(replay && options_.salvage)) {
-      return Status::Corruption("append-batch of stream #" + std::to_string(id) +
-                                " starts at " + std::to_string(h.first_offset) +
+      return Status::Corruption("append-batch of stream #" + std::to_string(id) + " starts at " +
+                                std::to_string(h.first_offset) +
                                 " but the stream's next offset is " + std::to_string(s->next));
     }
     if (h.first_offset < s->next) return Status::OK();  // already present
@@ -290,9 +290,9 @@ Status LogStore::ApplyAppendBatch(StreamState* s, AppendBatchHeader h,
     };
     view.timestamp_at = [s, offset_of](size_t i) {
       const uint64_t off = offset_of(i);
-      auto it = std::upper_bound(
-          s->batches.begin() + static_cast<std::ptrdiff_t>(s->batch_begin), s->batches.end(),
-          off, [](uint64_t o, const BatchRef& b) { return o < b.first_offset; });
+      auto it = std::upper_bound(s->batches.begin() + static_cast<std::ptrdiff_t>(s->batch_begin),
+                                 s->batches.end(), off,
+                                 [](uint64_t o, const BatchRef& b) { return o < b.first_offset; });
       return std::prev(it)->timestamp;
     };
     view.bytes_at = [s, offset_of](size_t i) {

@@ -209,9 +209,8 @@ class LogStore final : public Store {
   // An append batch's frame at (segment, pos, len), from its decoded header and record sizes;
   // the writer calls it with what it encoded, without decoding the frame again.
   Status ApplyAppendBatch(StreamState* s, AppendBatchHeader h,
-                          const std::vector<std::pair<uint32_t, uint32_t>>& sizes,
-                          uint32_t segment, uint32_t pos, uint32_t len, bool replay)
-      RUNNEL_REQUIRES(state_mu_);
+                          const std::vector<std::pair<uint32_t, uint32_t>>& sizes, uint32_t segment,
+                          uint32_t pos, uint32_t len, bool replay) RUNNEL_REQUIRES(state_mu_);
   // Removes the n oldest records of `s` (dropped ones count), then any dropped records that
   // would be its new head, and releases the references below the new head.
   void DropHead(StreamState& s, uint64_t n) RUNNEL_REQUIRES(state_mu_);
@@ -259,7 +258,7 @@ class LogStore final : public Store {
   // the frame not decoded again); moves the producer and attributes out of op.append.
   Status ApplyEncodedAppend(Op& op, uint32_t segment, uint32_t pos, uint32_t len)
       RUNNEL_REQUIRES(state_mu_);
-                                                           // of where the frame is
+  // of where the frame is
   // A cursor's offset as the group being prepared leaves it (nullopt: none, or removed).
   std::optional<uint64_t> PendingCursor(const StreamState& s,
                                         const std::pair<StreamId, std::string>& key) const;

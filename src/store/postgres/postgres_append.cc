@@ -298,9 +298,11 @@ void PostgresStore::CommitGroup(std::unique_ptr<pg::Conn>& conn, std::vector<Pen
     const GroupEnd fast =
         TryGroup(*conn, group, all, outcomes, cache, /*optimistic=*/true, prelocked);
     if (fast != GroupEnd::kStale) {
+      optimistic_groups_.fetch_add(1, std::memory_order_relaxed);
       if (prelocked) prelocked_groups_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
+    stale_groups_.fetch_add(1, std::memory_order_relaxed);
     stale = true;
     for (auto& o : outcomes) o.reset();
     // A refusal predicted from the cache returns before anything is sent: end the open

@@ -26,7 +26,10 @@ struct PostgresStore::GroupStream {
   bool deleted = false;
   bool closed = false;
   StreamRetention retention;
-  uint64_t next = 0;   // next offset after the appends simulated so far
+  uint64_t next = 0;  // next offset after the appends simulated so far
+  // What `next` is relative to: the cached next offset when the database places the records
+  // (GroupTx::assign_in_db, `next` counts from 0), else 0.
+  uint64_t base = 0;
   uint64_t head = 0;   // oldest retained offset after them (== next when empty)
   uint64_t bytes = 0;  // retained bytes after them
   uint64_t next0 = 0;  // next offset at the start of the transaction
@@ -168,6 +171,7 @@ void PostgresStore::StartFromCache(GroupTx& tx) {
     const CachedStream& c = tx.cache.at(tx.group[i].request.stream);
     GroupStream s;
     s.next = s.next0 = tx.assign_in_db ? 0 : c.next;
+    s.base = tx.assign_in_db ? c.next : 0;
     s.head = s.head0 = 0;  // unused without retention; the guarded write leaves head alone
     s.bytes = tx.assign_in_db ? 0 : c.bytes;
     s.stored_attributes = c.attributes;
@@ -256,9 +260,11 @@ Status PostgresStore::RefuseAppend(const GroupTx& tx, AppendRequest& req) {
   }
   if (req.guard != nullptr) {
     // Under the row lock, or (optimistic) from the cached row, which the write then requires
-    // unchanged: a refusal from cached state is decided again under the lock (TryGroup).
+    // unchanged: a refusal from cached state is decided again under the lock (TryGroup). Where
+    // the database places the records, the tail shown is the cached one; no append whose rules
+    // read the tail (an expected offset) takes that path.
     AppendState state;
-    state.next_offset = s.next;
+    state.next_offset = s.base + s.next;
     state.closed = s.closed;
     state.attributes = s.attributes ? *s.attributes : s.stored_attributes;
     state.producer = producer;

@@ -93,6 +93,10 @@ class PostgresStore final : public Store {
   StoreCommitStats CommitStats() const override;
   // Groups committed after their rows were locked first (prelock_max_streams).
   uint64_t PrelockedGroups() const { return prelocked_groups_.load(std::memory_order_relaxed); }
+  // Groups that took the optimistic path and were committed (or answered) on it, and groups
+  // whose optimistic attempt found the rows changed and were redone on the locking path.
+  uint64_t OptimisticGroups() const { return optimistic_groups_.load(std::memory_order_relaxed); }
+  uint64_t StaleGroups() const { return stale_groups_.load(std::memory_order_relaxed); }
 
  private:
   struct Pending {
@@ -260,6 +264,8 @@ class PostgresStore final : public Store {
   std::shared_ptr<const TailListener> listener_ RUNNEL_GUARDED_BY(listener_mu_);
   std::shared_ptr<const WatchedStreams> watched_ RUNNEL_GUARDED_BY(listener_mu_);
   std::atomic<uint64_t> prelocked_groups_{0};
+  std::atomic<uint64_t> optimistic_groups_{0};
+  std::atomic<uint64_t> stale_groups_{0};
 
   Mutex notify_mu_;
   std::condition_variable notify_cv_;
