@@ -84,16 +84,19 @@ AppendPlan PlanAppend(const Found& found, AppendSpec spec, size_t max_messages,
   plan.expected_position = spec.expected_position;
   // SEMANTICS E5: the body's media type is the stream's (which never changes).
   if (!plan.has_body && !plan.close) {
-    plan.body_refusal = Refused(Status::InvalidArgument("an append needs a body"));
+    plan.body_refusal = std::make_shared<const AppendOutcome>(
+        Refused(Status::InvalidArgument("an append needs a body")));
   } else if (plan.has_body && spec.content_type.empty()) {
-    plan.body_refusal =
-        Refused(Status::InvalidArgument("a content type (Content-Type) is required"));
+    plan.body_refusal = std::make_shared<const AppendOutcome>(
+        Refused(Status::InvalidArgument("a content type (Content-Type) is required")));
   } else if (plan.has_body && !SameContentType(spec.content_type, found.info.spec.content_type)) {
-    plan.body_refusal =
-        Refused(Status::Conflict("the content type does not match the stream's", 0, 0));
+    plan.body_refusal = std::make_shared<const AppendOutcome>(
+        Refused(Status::Conflict("the content type does not match the stream's", 0, 0)));
   }
   if (!plan.body_refusal) {
-    plan.records_refusal = Records(found, std::move(spec.body), max_messages, &write->records);
+    if (auto refused = Records(found, std::move(spec.body), max_messages, &write->records)) {
+      plan.records_refusal = std::make_shared<const AppendOutcome>(std::move(*refused));
+    }
   }
   write->stream = found.info.id;
   write->close = spec.close;
@@ -140,7 +143,7 @@ std::optional<AppendOutcome> DecideAppend(const Found& found, const AppendState&
     o.closed = true;
     return o;
   }
-  if (plan.body_refusal) return plan.body_refusal;  // E5
+  if (plan.body_refusal) return *plan.body_refusal;  // E5
   // SEMANTICS E9: idempotent producers.
   if (check) {
     switch (check->verdict) {
@@ -185,21 +188,22 @@ std::optional<AppendOutcome> DecideAppend(const Found& found, const AppendState&
       return o;
     }
   }
-  if (plan.records_refusal) return plan.records_refusal;  // E6
+  if (plan.records_refusal) return *plan.records_refusal;  // E6
   write->attributes = std::move(attributes);
   return std::nullopt;
 }
 
 Status AppendRules::Admit(const AppendState& state, AppendRequest* request) {
-  answer_ = DecideAppend(*found_, state, plan_, request);
+  std::optional<AppendOutcome> decided = DecideAppend(*found_, state, plan_, request);
   // An answer writes nothing; FinishAppend gives it when the append ends with this status.
-  if (!answer_) {
+  if (!decided) {
+    answer_.reset();
     returned_ = Status::OK();
-  } else if (answer_->kind == Kind::kRefused) {
-    returned_ = answer_->status;
-  } else {
-    returned_ = Status::AlreadyExists("answered without a write");
+    return returned_;
   }
+  returned_ = decided->kind == Kind::kRefused ? decided->status
+                                              : Status::AlreadyExists("answered without a write");
+  answer_ = std::make_unique<const AppendOutcome>(std::move(*decided));
   return returned_;
 }
 

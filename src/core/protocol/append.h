@@ -94,11 +94,13 @@ struct AppendPlan {
   std::optional<std::string> stream_seq;
   std::optional<ProducerState> producer;
   std::optional<uint64_t> expected_position;
-  // A body missing, without a content type or with another one (reported after E10).
-  std::optional<AppendOutcome> body_refusal;
+  // A body missing, without a content type or with another one (reported after E10). Held by
+  // pointer, as the answer below: every append carries its plan to the store, and a plain one
+  // has none of them.
+  std::shared_ptr<const AppendOutcome> body_refusal;
   // A body that is not the stream's records: bad JSON, too many messages, not State Protocol
   // messages on a compacted stream (reported last).
-  std::optional<AppendOutcome> records_refusal;
+  std::shared_ptr<const AppendOutcome> records_refusal;
 };
 
 // Checks the body against the stream as found and turns it into `write->records` (one record,
@@ -130,14 +132,15 @@ class AppendRules final : public AppendGuard {
   const AppendOutcome* AnswerFor(const Result<AppendResult>& result) const {
     if (!answer_ || result.ok()) return nullptr;
     const Status& s = result.status();
-    return s.code() == returned_.code() && s.message() == returned_.message() ? &*answer_ : nullptr;
+    return s.code() == returned_.code() && s.message() == returned_.message() ? answer_.get()
+                                                                              : nullptr;
   }
   const AppendPlan& plan() const { return plan_; }
 
  private:
   const std::shared_ptr<const Found> found_;
   const AppendPlan plan_;
-  std::optional<AppendOutcome> answer_;
+  std::unique_ptr<const AppendOutcome> answer_;
   Status returned_;  // what the last Admit returned
 };
 
