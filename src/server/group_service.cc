@@ -145,6 +145,9 @@ GroupAnswer GroupService::HandleNow(const Principal& who, const HttpRequest& req
   return answer;
 }
 
+// Long on purpose: the group API's routing in one place, each branch short (authorization and
+// the group name first, then DELETE, prune, ack, read-next and info by method and query), so
+// the order of the checks every endpoint shares reads top to bottom.
 HttpResponse GroupService::HandleRequest(const Principal& who, const HttpRequest& request,
                                          GroupAnswer* answer) {
   Route route = StreamRouteOf(request.path);

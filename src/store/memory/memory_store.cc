@@ -200,6 +200,10 @@ Status MemoryStore::DeleteStream(StreamId id) {
   return Status::OK();
 }
 
+// Long on purpose: one critical section under the stream's lock holds the append's conditions
+// in the contract's order (the caller's guard first, then closed, empty, expected offset,
+// expected attributes, producer, overflow) next to the write they allow; the listener and the
+// callback run after it.
 void MemoryStore::Append(AppendRequest request, AppendCallback done) {
   auto s = Find(request.stream);
   if (!s) {

@@ -166,6 +166,9 @@ Result<std::set<StreamId>> PostgresStore::Prelock(pg::Conn& conn, const std::vec
   return locked;
 }
 
+// Long on purpose: one worker's loop, each pass taking a group (the prelock, or the wait for a
+// fuller group while other nodes append), committing it, and handing the outcomes out, with the
+// connection and the moving means that carry over between passes as locals.
 void PostgresStore::WorkerLoop(WorkerQueue& queue) {
   std::unique_ptr<pg::Conn> conn;
   StreamCache cache;

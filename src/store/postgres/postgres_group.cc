@@ -440,6 +440,9 @@ std::string PostgresStore::PlacingWrite(GroupTx& tx, Params& wp) {
   return sql;
 }
 
+// Long on purpose: one SQL statement built from the group's columns (the records retention
+// keeps, the retention cut, the producers, the catalog rows in the locking or the optimistic
+// form), each part next to the arrays it binds.
 std::string PostgresStore::LockedWrite(GroupTx& tx, Params& wp) {
   std::string sql = "WITH ";
   {
