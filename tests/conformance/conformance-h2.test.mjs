@@ -15,9 +15,12 @@ runConformanceTests({
 });
 
 // The server counts a request when it answers it: a long poll or live read the suite left
-// running is counted once it ends (the long-poll timeout, 500 ms), so wait for those, up to 10 s.
+// running is counted once it ends (the long-poll timeout, 500 ms), and a request the suite
+// aborted before its answer (a reset stream) may never be, so wait up to 10 s for all but 1% of
+// them (over HTTP/1.1, none would be counted here).
 test("the suite's requests went over HTTP/2", async () => {
   expect(h2Requests).toBeGreaterThan(300);
+  const enough = Math.floor(h2Requests * 0.99);
   let counted = 0;
   for (const deadline = Date.now() + 10_000; Date.now() < deadline; ) {
     const metrics = await (await fetch(`${baseUrl}/metrics`)).text();
@@ -28,5 +31,6 @@ test("the suite's requests went over HTTP/2", async () => {
     if (counted >= h2Requests - 1) break;
     await new Promise((resolve) => setTimeout(resolve, 200));
   }
-  expect(counted).toBeGreaterThanOrEqual(h2Requests - 1);
+  expect(counted).toBeGreaterThanOrEqual(enough);
+  expect(counted).toBeLessThanOrEqual(h2Requests + 1);  // the /metrics reads themselves
 }, 15_000);
